@@ -1,0 +1,543 @@
+//! Single-producer single-consumer descriptor rings.
+//!
+//! # Shared layout ([`RingShared`] followed by `capacity` [`DescSlot`]s)
+//!
+//! | cache line | written by | holds |
+//! |---|---|---|
+//! | 0 | producer | `head`: free-running index of the next slot the producer fills |
+//! | 1 | consumer | `tail`: free-running index of the next slot the consumer reads |
+//! | 2 | consumer arms, producer clears | `sleeping`: the consumer is (about to be) blocked |
+//! | 3 | producer | producer counters |
+//! | 4 | consumer | consumer counters |
+//!
+//! Indices are free-running `u32`s; slot `i` lives at `i & (capacity - 1)`. The ring holds
+//! `head - tail` (wrapping) descriptors, which is never more than `capacity`.
+//!
+//! # Memory ordering
+//!
+//! The producer writes slots with relaxed stores, then publishes them with a release store of
+//! `head`; the consumer's acquire load of `head` makes the slots visible. Symmetrically the
+//! consumer's release store of `tail` hands the slots back. Each side keeps a cached copy of
+//! the peer's index (as rtrb and DPDK do) and re-reads the shared one only when the cache says
+//! the ring is full (producer) or empty (consumer).
+//!
+//! # Wake-ups (seed 002's consumer-idle protocol, with counting events)
+//!
+//! Consumer: store `sleeping = 1`; `fence(SeqCst)`; look at `head` again; only if still empty,
+//! block on the [`Signal`]. Producer: release-store `head`; `fence(SeqCst)`; if `sleeping` is
+//! set, swap it to 0 and raise the signal. The two fences order each side's store before its
+//! load, so at least one side sees the other: either the consumer sees the new `head` and does
+//! not sleep, or the producer sees `sleeping` and raises. Events count, so a raise that lands
+//! before the consumer blocks makes the block return at once: a wake-up is never lost, and a
+//! spurious one is harmless because the consumer always re-checks the ring. While the consumer
+//! is busy, `sleeping` is 0 and the producer sends nothing (counted as suppressed). Rings in
+//! polling mode skip the fence and the check entirely.
+//!
+//! # Untrusted peer
+//!
+//! Each side keeps its own index privately and only ever *stores* it to shared memory: a peer
+//! scribbling on it changes nothing this side relies on. The peer's index is read, and
+//! accepted only if the distance it implies is at most `capacity`; otherwise the call counts an
+//! index error and behaves as if the ring were full (producer) or empty (consumer). Every
+//! descriptor read is checked against [`DescLimits`] before it is returned; refused ones are
+//! counted and skipped. The capacity and mask come from the validated private layout, never
+//! from shared memory.
+
+use crate::desc::{Desc, DescSlot};
+use crate::signal::{Signal, WaitOutcome};
+use crate::sync::{AtomicU32, AtomicU64, CacheLine, Ordering, fence};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Counters written by the producer (each a running total).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ProducerCounters {
+    enqueued: AtomicU64,
+    full: AtomicU64,
+    rejected: AtomicU64,
+    wakeups_sent: AtomicU64,
+    wakeups_suppressed: AtomicU64,
+    index_errors: AtomicU64,
+}
+
+/// Counters written by the consumer (each a running total).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ConsumerCounters {
+    dequeued: AtomicU64,
+    refused: AtomicU64,
+    sleeps: AtomicU64,
+    index_errors: AtomicU64,
+}
+
+/// The control block of a ring, as it lies in shared memory. All-zero bytes are a valid,
+/// empty ring.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct RingShared {
+    head: CacheLine<AtomicU32>,
+    tail: CacheLine<AtomicU32>,
+    sleeping: CacheLine<AtomicU32>,
+    producer: CacheLine<ProducerCounters>,
+    consumer: CacheLine<ConsumerCounters>,
+}
+
+impl RingShared {
+    /// Overwrites the indices and the wake word with arbitrary values, as a hostile peer
+    /// might (fault-injection tests only).
+    #[doc(hidden)]
+    pub fn scribble(&self, head: u32, tail: u32, sleeping: u32) {
+        self.head.store(head, Ordering::Relaxed);
+        self.tail.store(tail, Ordering::Relaxed);
+        self.sleeping.store(sleeping, Ordering::Relaxed);
+    }
+}
+
+/// What a consumer accepts in a descriptor. Checked for every descriptor read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DescLimits {
+    /// Largest acceptable `buf` (inclusive).
+    pub max_buf: u32,
+    /// Largest acceptable `len` (inclusive).
+    pub max_len: u32,
+}
+
+impl DescLimits {
+    /// Accepts every descriptor: for rings that carry opaque values, not buffer indices.
+    pub const OPAQUE: Self = Self {
+        max_buf: u32::MAX,
+        max_len: u32::MAX,
+    };
+
+    #[inline]
+    fn accepts(&self, d: &Desc) -> bool {
+        d.buf <= self.max_buf && d.len <= self.max_len
+    }
+}
+
+/// A snapshot of one ring's counters, readable by any party.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RingStats {
+    /// Slots in the ring.
+    pub capacity: u32,
+    /// Descriptors in the ring now (`None` if the indices are inconsistent).
+    pub occupancy: Option<u32>,
+    /// Descriptors the producer placed.
+    pub enqueued: u64,
+    /// Enqueue calls that could not place every descriptor offered.
+    pub full: u64,
+    /// Descriptors the producer could not place (the caller kept them).
+    pub rejected: u64,
+    /// Wake-ups the producer sent (eventfd writes).
+    pub wakeups_sent: u64,
+    /// Publishes that sent no wake-up because the consumer was not asleep.
+    pub wakeups_suppressed: u64,
+    /// Descriptors the consumer accepted.
+    pub dequeued: u64,
+    /// Descriptors the consumer refused (outside the window's limits).
+    pub refused: u64,
+    /// Times the consumer armed the wake word to sleep.
+    pub sleeps: u64,
+    /// Times either side read an impossible index from its peer.
+    pub index_errors: u64,
+}
+
+impl RingStats {
+    /// Reads the counters of the ring at `shared`. Values may be mid-update, or garbage if a
+    /// peer scribbled on them: they are statistics, never used for control.
+    pub fn read(shared: &RingShared, capacity: u32) -> Self {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let p = &shared.producer;
+        let c = &shared.consumer;
+        let used = shared
+            .head
+            .load(Ordering::Relaxed)
+            .wrapping_sub(shared.tail.load(Ordering::Relaxed));
+        Self {
+            capacity,
+            occupancy: (used <= capacity).then_some(used),
+            enqueued: r(&p.enqueued),
+            full: r(&p.full),
+            rejected: r(&p.rejected),
+            wakeups_sent: r(&p.wakeups_sent),
+            wakeups_suppressed: r(&p.wakeups_suppressed),
+            dequeued: r(&c.dequeued),
+            refused: r(&c.refused),
+            sleeps: r(&c.sleeps),
+            index_errors: r(&p.index_errors).wrapping_add(r(&c.index_errors)),
+        }
+    }
+}
+
+/// What keeps a ring's memory alive while a handle exists (a mapping, or heap storage).
+pub(crate) type KeepAlive = Arc<dyn Send + Sync>;
+
+/// Pointers to a ring's memory, with its capacity taken from the validated layout.
+#[derive(Clone)]
+pub(crate) struct RingMem {
+    shared: NonNull<RingShared>,
+    slots: NonNull<DescSlot>,
+    capacity: u32,
+    _keep: KeepAlive,
+}
+
+impl RingMem {
+    /// # Safety
+    /// `shared` and `slots` point to a `RingShared` and `capacity` `DescSlot`s that stay
+    /// mapped and valid for as long as `keep` is alive; `capacity` is a power of two.
+    pub(crate) unsafe fn new(
+        shared: NonNull<RingShared>,
+        slots: NonNull<DescSlot>,
+        capacity: u32,
+        keep: KeepAlive,
+    ) -> Self {
+        debug_assert!(capacity.is_power_of_two());
+        Self {
+            shared,
+            slots,
+            capacity,
+            _keep: keep,
+        }
+    }
+
+    #[inline]
+    fn shared(&self) -> &RingShared {
+        // SAFETY: `new`'s contract keeps the control block valid while `_keep` lives, and
+        // all access to it goes through atomics.
+        unsafe { self.shared.as_ref() }
+    }
+
+    #[inline]
+    fn slot(&self, index: u32) -> &DescSlot {
+        let i = (index & (self.capacity - 1)) as usize;
+        // SAFETY: `i < capacity`, and `new`'s contract makes `capacity` slots valid while
+        // `_keep` lives; slots are only accessed through atomics.
+        unsafe { &*self.slots.as_ptr().add(i) }
+    }
+}
+
+/// Builds a ring on the heap, for in-process use, tests and loom models.
+pub fn heap_ring(
+    capacity: u32,
+    signal: Option<Arc<dyn Signal>>,
+    limits: DescLimits,
+) -> (Producer, Consumer) {
+    assert!(capacity.is_power_of_two(), "ring capacity must be a power of two");
+    struct HeapRing {
+        shared: Box<RingShared>,
+        slots: Box<[DescSlot]>,
+    }
+    let ring = Arc::new(HeapRing {
+        shared: Box::default(),
+        slots: (0..capacity).map(|_| DescSlot::default()).collect(),
+    });
+    let shared = NonNull::from(&*ring.shared);
+    let slots = NonNull::from(&ring.slots[0]);
+    // SAFETY: both allocations live inside `ring`, which the handles keep alive, and are
+    // never moved (boxed); `capacity` slots were allocated and it is a power of two.
+    let mem = unsafe { RingMem::new(shared, slots, capacity, ring) };
+    (
+        Producer::new(mem.clone(), signal.clone()),
+        Consumer::new(mem, signal, limits),
+    )
+}
+
+/// The producing end of a ring. Exactly one may exist per ring.
+pub struct Producer {
+    mem: RingMem,
+    head: u32,
+    cached_tail: u32,
+    signal: Option<Arc<dyn Signal>>,
+    enqueued: u64,
+    full: u64,
+    rejected: u64,
+    wakeups_sent: u64,
+    wakeups_suppressed: u64,
+    index_errors: u64,
+}
+
+// SAFETY: the handle owns its private state; the shared memory it points to is only accessed
+// through atomics and is kept alive by `mem`'s keep-alive, which is `Send + Sync`.
+unsafe impl Send for Producer {}
+
+impl Producer {
+    /// `signal`: `Some` for a ring with wake-ups, `None` for a busy-polled ring.
+    pub(crate) fn new(mem: RingMem, signal: Option<Arc<dyn Signal>>) -> Self {
+        let s = mem.shared();
+        // Resume from what is published: a fresh ring reads 0. The peer's tail is not
+        // trusted here; it is checked at first use.
+        let head = s.head.load(Ordering::Relaxed);
+        Self {
+            head,
+            cached_tail: head,
+            signal,
+            enqueued: s.producer.enqueued.load(Ordering::Relaxed),
+            full: 0,
+            rejected: 0,
+            wakeups_sent: 0,
+            wakeups_suppressed: 0,
+            index_errors: 0,
+            mem,
+        }
+    }
+
+    /// Slots in the ring.
+    pub fn capacity(&self) -> u32 {
+        self.mem.capacity
+    }
+
+    /// Free slots, refreshing the cached tail. 0 if the consumer's tail is impossible.
+    pub fn free_slots(&mut self) -> u32 {
+        self.refresh_tail();
+        self.mem.capacity - self.head.wrapping_sub(self.cached_tail)
+    }
+
+    /// Re-reads the consumer's tail, accepting it only if it is consistent with our head.
+    #[inline]
+    fn refresh_tail(&mut self) {
+        let tail = self.mem.shared().tail.load(Ordering::Acquire);
+        if self.head.wrapping_sub(tail) <= self.mem.capacity {
+            self.cached_tail = tail;
+        } else {
+            // A consumer that claims to have read slots we never wrote: trust nothing and
+            // keep the old (consistent) value, so the ring looks full, not corrupt.
+            self.index_errors += 1;
+            self.mem
+                .shared()
+                .producer
+                .index_errors
+                .store(self.index_errors, Ordering::Relaxed);
+        }
+    }
+
+    /// Places as many of `descs` as fit, in order, and returns how many. Never waits: the
+    /// caller keeps what was not placed (a full ring is counted, not an error).
+    #[inline]
+    pub fn enqueue_burst(&mut self, descs: &[Desc]) -> usize {
+        let want = descs.len().min(u32::MAX as usize) as u32;
+        let mut free = self.mem.capacity - self.head.wrapping_sub(self.cached_tail);
+        if free < want {
+            self.refresh_tail();
+            free = self.mem.capacity - self.head.wrapping_sub(self.cached_tail);
+        }
+        let n = free.min(want);
+        for (i, d) in descs[..n as usize].iter().enumerate() {
+            self.mem.slot(self.head.wrapping_add(i as u32)).write(*d);
+        }
+        if n > 0 {
+            self.head = self.head.wrapping_add(n);
+            self.mem.shared().head.store(self.head, Ordering::Release);
+            self.enqueued += u64::from(n);
+            self.wake_if_asleep();
+        }
+        if n < want {
+            self.full += 1;
+            self.rejected += u64::from(want - n);
+        }
+        self.publish_counters();
+        n as usize
+    }
+
+    /// Places one descriptor, or gives it back if the ring is full.
+    #[inline]
+    pub fn enqueue(&mut self, d: Desc) -> Result<(), Desc> {
+        if self.enqueue_burst(std::slice::from_ref(&d)) == 1 {
+            Ok(())
+        } else {
+            Err(d)
+        }
+    }
+
+    #[inline]
+    fn wake_if_asleep(&mut self) {
+        let Some(signal) = &self.signal else { return };
+        fence(Ordering::SeqCst);
+        let sleeping = &self.mem.shared().sleeping;
+        if sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::Relaxed) != 0 {
+            signal.raise();
+            self.wakeups_sent += 1;
+        } else {
+            self.wakeups_suppressed += 1;
+        }
+    }
+
+    #[inline]
+    fn publish_counters(&self) {
+        let c = &self.mem.shared().producer;
+        c.enqueued.store(self.enqueued, Ordering::Relaxed);
+        if self.full != 0 {
+            c.full.store(self.full, Ordering::Relaxed);
+            c.rejected.store(self.rejected, Ordering::Relaxed);
+        }
+        if self.signal.is_some() {
+            c.wakeups_sent.store(self.wakeups_sent, Ordering::Relaxed);
+            c.wakeups_suppressed
+                .store(self.wakeups_suppressed, Ordering::Relaxed);
+        }
+    }
+
+    /// A snapshot of this ring's shared counters.
+    pub fn stats(&self) -> RingStats {
+        RingStats::read(self.mem.shared(), self.mem.capacity)
+    }
+
+    /// Empties the ring by fiat: publishes this side's head as both head and tail and clears
+    /// the wake word. For the window's owner when a peer has gone (descriptors it had not
+    /// read are abandoned; their buffers come back with [`crate::ServerPools::reclaim_all`]).
+    /// A peer that attaches afterwards starts from a consistent, empty ring.
+    pub fn resync(&mut self) {
+        let s = self.mem.shared();
+        s.tail.store(self.head, Ordering::Relaxed);
+        s.sleeping.store(0, Ordering::Relaxed);
+        s.head.store(self.head, Ordering::Release);
+        self.cached_tail = self.head;
+    }
+}
+
+/// The consuming end of a ring. Exactly one may exist per ring.
+pub struct Consumer {
+    mem: RingMem,
+    tail: u32,
+    cached_head: u32,
+    signal: Option<Arc<dyn Signal>>,
+    limits: DescLimits,
+    dequeued: u64,
+    refused: u64,
+    sleeps: u64,
+    index_errors: u64,
+}
+
+// SAFETY: as for `Producer`.
+unsafe impl Send for Consumer {}
+
+impl Consumer {
+    pub(crate) fn new(mem: RingMem, signal: Option<Arc<dyn Signal>>, limits: DescLimits) -> Self {
+        let tail = mem.shared().tail.load(Ordering::Relaxed);
+        Self {
+            tail,
+            cached_head: tail,
+            signal,
+            limits,
+            dequeued: 0,
+            refused: 0,
+            sleeps: 0,
+            index_errors: 0,
+            mem,
+        }
+    }
+
+    /// Slots in the ring.
+    pub fn capacity(&self) -> u32 {
+        self.mem.capacity
+    }
+
+    /// Re-reads the producer's head; returns how many descriptors are readable. An
+    /// impossible head is counted and treated as "nothing new".
+    #[inline]
+    fn refresh_head(&mut self) -> u32 {
+        let head = self.mem.shared().head.load(Ordering::Acquire);
+        let avail = head.wrapping_sub(self.tail);
+        if avail <= self.mem.capacity {
+            self.cached_head = head;
+            avail
+        } else {
+            self.index_errors += 1;
+            self.mem
+                .shared()
+                .consumer
+                .index_errors
+                .store(self.index_errors, Ordering::Relaxed);
+            self.cached_head.wrapping_sub(self.tail)
+        }
+    }
+
+    /// Descriptors readable now (refreshing the cached head).
+    pub fn available(&mut self) -> u32 {
+        self.refresh_head()
+    }
+
+    /// Moves up to `out.len()` descriptors out of the ring into `out` and returns how many
+    /// were accepted. Descriptors outside the limits are consumed, counted as refused, and
+    /// not returned, so the result can be 0 while the ring was not empty.
+    #[inline]
+    pub fn dequeue_burst(&mut self, out: &mut [Desc]) -> usize {
+        let want = out.len().min(u32::MAX as usize) as u32;
+        let mut avail = self.cached_head.wrapping_sub(self.tail);
+        if avail < want {
+            avail = self.refresh_head();
+        }
+        let n = avail.min(want);
+        if n == 0 {
+            return 0;
+        }
+        let mut accepted = 0;
+        for i in 0..n {
+            let d = self.mem.slot(self.tail.wrapping_add(i)).read();
+            if self.limits.accepts(&d) {
+                out[accepted] = d;
+                accepted += 1;
+            } else {
+                self.refused += 1;
+            }
+        }
+        self.tail = self.tail.wrapping_add(n);
+        let s = self.mem.shared();
+        s.tail.store(self.tail, Ordering::Release);
+        self.dequeued += accepted as u64;
+        s.consumer.dequeued.store(self.dequeued, Ordering::Relaxed);
+        if accepted < n as usize {
+            s.consumer.refused.store(self.refused, Ordering::Relaxed);
+        }
+        accepted
+    }
+
+    /// Takes one descriptor, if any is readable and acceptable.
+    #[inline]
+    pub fn dequeue(&mut self) -> Option<Desc> {
+        let mut d = [Desc::default()];
+        (self.dequeue_burst(&mut d) == 1).then_some(d[0])
+    }
+
+    /// Sleeps until the ring has something to read or `timeout` passes, following the
+    /// consumer-idle protocol (see the module docs). Returns at once if the ring is not
+    /// empty. A ring in polling mode cannot sleep: it returns [`WaitOutcome::Woken`] at once
+    /// so the caller simply polls again.
+    pub fn wait(&mut self, timeout: Option<Duration>) -> WaitOutcome {
+        let Some(signal) = self.signal.clone() else {
+            crate::sync::spin_hint();
+            return WaitOutcome::Woken;
+        };
+        if self.refresh_head() != 0 {
+            return WaitOutcome::Woken;
+        }
+        self.mem.shared().sleeping.store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if self.refresh_head() != 0 {
+            self.mem.shared().sleeping.store(0, Ordering::Relaxed);
+            return WaitOutcome::Woken;
+        }
+        self.sleeps += 1;
+        let s = self.mem.shared();
+        s.consumer.sleeps.store(self.sleeps, Ordering::Relaxed);
+        let outcome = signal.wait(timeout);
+        s.sleeping.store(0, Ordering::Relaxed);
+        outcome
+    }
+
+    /// A snapshot of this ring's shared counters.
+    pub fn stats(&self) -> RingStats {
+        RingStats::read(self.mem.shared(), self.mem.capacity)
+    }
+
+    /// Empties the ring by fiat, discarding what the peer had queued: publishes this side's
+    /// tail as both head and tail and clears the wake word. See [`Producer::resync`].
+    pub fn resync(&mut self) {
+        let s = self.mem.shared();
+        s.head.store(self.tail, Ordering::Relaxed);
+        s.sleeping.store(0, Ordering::Relaxed);
+        s.tail.store(self.tail, Ordering::Release);
+        self.cached_head = self.tail;
+    }
+}
