@@ -64,6 +64,7 @@ pub enum AllocPolicy {
     Random,
 }
 
+#[cfg_attr(loom, allow(dead_code))]
 impl AllocPolicy {
     pub(crate) fn code(self) -> u32 {
         match self {
@@ -620,6 +621,21 @@ impl Buffers {
         }
         Self::bump(&self.ctl(pool).counters.lock_timeouts);
         false
+    }
+
+    /// Takes or drops a pool's lock as the server would, from outside any operation, so
+    /// tests can make the driver find a pool locked.
+    #[doc(hidden)]
+    pub fn debug_set_lock(&self, pool: u32, locked: bool) -> bool {
+        if pool >= self.mem.geo.pools {
+            return false;
+        }
+        if locked {
+            self.try_lock(pool, SERVER)
+        } else {
+            self.unlock(pool);
+            true
+        }
     }
 
     fn unlock(&self, pool: u32) {

@@ -4,34 +4,43 @@
 //!
 //! | cache line | written by | holds |
 //! |---|---|---|
-//! | 0 | producer | `head`: free-running index of the next slot the producer fills |
+//! | 0 | producer (consumer sets and clears bit 32) | the head word: bits 0–31 `head`, the free-running index of the next slot the producer fills; bit 32 `sleeping`, the consumer is (about to be) blocked |
 //! | 1 | consumer | `tail`: free-running index of the next slot the consumer reads |
-//! | 2 | consumer arms, producer clears | `sleeping`: the consumer is (about to be) blocked |
-//! | 3 | producer | producer counters |
-//! | 4 | consumer | consumer counters |
+//! | 2 | producer | producer counters |
+//! | 3 | consumer | consumer counters |
 //!
 //! Indices are free-running `u32`s; slot `i` lives at `i & (capacity - 1)`. The ring holds
 //! `head - tail` (wrapping) descriptors, which is never more than `capacity`.
 //!
 //! # Memory ordering
 //!
-//! The producer writes slots with relaxed stores, then publishes them with a release store of
-//! `head`; the consumer's acquire load of `head` makes the slots visible. Symmetrically the
+//! The producer writes slots with relaxed stores, then publishes them with a release write of
+//! the head word; the consumer's acquire load of it makes the slots visible. Symmetrically the
 //! consumer's release store of `tail` hands the slots back. Each side keeps a cached copy of
 //! the peer's index (as rtrb and DPDK do) and re-reads the shared one only when the cache says
 //! the ring is full (producer) or empty (consumer).
 //!
 //! # Wake-ups (seed 002's consumer-idle protocol, with counting events)
 //!
-//! Consumer: store `sleeping = 1`; `fence(SeqCst)`; look at `head` again; only if still empty,
-//! block on the [`Signal`]. Producer: release-store `head`; `fence(SeqCst)`; if `sleeping` is
-//! set, swap it to 0 and raise the signal. The two fences order each side's store before its
-//! load, so at least one side sees the other: either the consumer sees the new `head` and does
-//! not sleep, or the producer sees `sleeping` and raises. Events count, so a raise that lands
-//! before the consumer blocks makes the block return at once: a wake-up is never lost, and a
-//! spurious one is harmless because the consumer always re-checks the ring. While the consumer
-//! is busy, `sleeping` is 0 and the producer sends nothing (counted as suppressed). Rings in
-//! polling mode skip the fence and the check entirely.
+//! The consumer's "I am going to sleep" flag shares one atomic word with the producer's
+//! `head`, so announcing sleep and looking for work are a single read-modify-write, and so
+//! are publishing work and looking for a sleeper:
+//!
+//! - Consumer: `fetch_or(SLEEPING)` on the head word; if the `head` it returns shows work,
+//!   withdraw (`fetch_and(!SLEEPING)`) and go on; otherwise block on the [`Signal`].
+//! - Producer (ring with wake-ups): `swap` the new `head` into the word, which also clears
+//!   `SLEEPING`; if the old word had it set, raise the signal.
+//!
+//! Read-modify-writes of one location are totally ordered and each reads its predecessor, so
+//! either the consumer's `fetch_or` comes second and sees the new `head` (it does not sleep),
+//! or the producer's `swap` comes second and sees `SLEEPING` (it wakes the consumer). No
+//! store-buffering pattern, no `SeqCst` fence, and nothing for loom to approximate. On x86 the
+//! producer pays one `xchg` per publish, the price a full fence would cost, and nothing while
+//! the ring is in polling mode (a plain release store). Events count, so a raise that lands
+//! before the consumer blocks makes the block return at once; a spurious wake-up is harmless
+//! because the consumer always re-checks the ring. While the consumer is busy the bit is clear
+//! and the producer sends nothing (counted as suppressed); each wake-up sent answers one
+//! announcement, so `wakeups_sent <= sleeps`.
 //!
 //! # Untrusted peer
 //!
@@ -45,7 +54,7 @@
 
 use crate::desc::{Desc, DescSlot};
 use crate::signal::{Signal, WaitOutcome};
-use crate::sync::{AtomicU32, AtomicU64, CacheLine, Ordering, fence};
+use crate::sync::{AtomicU32, AtomicU64, CacheLine, Ordering};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,21 +86,28 @@ pub struct ConsumerCounters {
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct RingShared {
-    head: CacheLine<AtomicU32>,
+    /// `head` in the low 32 bits, [`SLEEPING`] above.
+    head_word: CacheLine<AtomicU64>,
     tail: CacheLine<AtomicU32>,
-    sleeping: CacheLine<AtomicU32>,
     producer: CacheLine<ProducerCounters>,
     consumer: CacheLine<ConsumerCounters>,
 }
 
+/// The head word's bit that says the consumer announced it will sleep.
+const SLEEPING: u64 = 1 << 32;
+
 impl RingShared {
-    /// Overwrites the indices and the wake word with arbitrary values, as a hostile peer
+    /// Overwrites the indices and the wake bit with arbitrary values, as a hostile peer
     /// might (fault-injection tests only).
     #[doc(hidden)]
     pub fn scribble(&self, head: u32, tail: u32, sleeping: u32) {
-        self.head.store(head, Ordering::Relaxed);
+        let bit = if sleeping != 0 { SLEEPING } else { 0 };
+        self.head_word.store(u64::from(head) | bit, Ordering::Relaxed);
         self.tail.store(tail, Ordering::Relaxed);
-        self.sleeping.store(sleeping, Ordering::Relaxed);
+    }
+
+    fn head(&self, order: Ordering) -> u32 {
+        self.head_word.load(order) as u32
     }
 }
 
@@ -138,7 +154,8 @@ pub struct RingStats {
     pub dequeued: u64,
     /// Descriptors the consumer refused (outside the window's limits).
     pub refused: u64,
-    /// Times the consumer armed the wake word to sleep.
+    /// Times the consumer announced it would sleep (armed the wake word), including
+    /// announcements it withdrew because work arrived during the re-check.
     pub sleeps: u64,
     /// Times either side read an impossible index from its peer.
     pub index_errors: u64,
@@ -152,8 +169,7 @@ impl RingStats {
         let p = &shared.producer;
         let c = &shared.consumer;
         let used = shared
-            .head
-            .load(Ordering::Relaxed)
+            .head(Ordering::Relaxed)
             .wrapping_sub(shared.tail.load(Ordering::Relaxed));
         Self {
             capacity,
@@ -268,7 +284,7 @@ impl Producer {
         let s = mem.shared();
         // Resume from what is published: a fresh ring reads 0. The peer's tail is not
         // trusted here; it is checked at first use.
-        let head = s.head.load(Ordering::Relaxed);
+        let head = s.head(Ordering::Relaxed);
         Self {
             head,
             cached_tail: head,
@@ -328,9 +344,13 @@ impl Producer {
         }
         if n > 0 {
             self.head = self.head.wrapping_add(n);
-            self.mem.shared().head.store(self.head, Ordering::Release);
             self.enqueued += u64::from(n);
-            self.wake_if_asleep();
+            if self.signal.is_some() {
+                self.publish_and_wake();
+            } else {
+                let word = &self.mem.shared().head_word;
+                word.store(u64::from(self.head), Ordering::Release);
+            }
         }
         if n < want {
             self.full += 1;
@@ -350,13 +370,19 @@ impl Producer {
         }
     }
 
+    /// Publishes `head` and wakes the consumer if it announced it would sleep (see the
+    /// module docs: one read-modify-write does both).
     #[inline]
-    fn wake_if_asleep(&mut self) {
-        let Some(signal) = &self.signal else { return };
-        fence(Ordering::SeqCst);
-        let sleeping = &self.mem.shared().sleeping;
-        if sleeping.load(Ordering::Relaxed) != 0 && sleeping.swap(0, Ordering::Relaxed) != 0 {
-            signal.raise();
+    fn publish_and_wake(&mut self) {
+        let old = self
+            .mem
+            .shared()
+            .head_word
+            .swap(u64::from(self.head), Ordering::AcqRel);
+        if old & SLEEPING != 0 {
+            if let Some(signal) = &self.signal {
+                signal.raise();
+            }
             self.wakeups_sent += 1;
         } else {
             self.wakeups_suppressed += 1;
@@ -390,8 +416,7 @@ impl Producer {
     pub fn resync(&mut self) {
         let s = self.mem.shared();
         s.tail.store(self.head, Ordering::Relaxed);
-        s.sleeping.store(0, Ordering::Relaxed);
-        s.head.store(self.head, Ordering::Release);
+        s.head_word.store(u64::from(self.head), Ordering::Release);
         self.cached_tail = self.head;
     }
 }
@@ -437,7 +462,14 @@ impl Consumer {
     /// impossible head is counted and treated as "nothing new".
     #[inline]
     fn refresh_head(&mut self) -> u32 {
-        let head = self.mem.shared().head.load(Ordering::Acquire);
+        let head = self.mem.shared().head(Ordering::Acquire);
+        self.accept_head(head)
+    }
+
+    /// Adopts a `head` read from the peer if it is consistent with our tail; returns how many
+    /// descriptors are readable.
+    #[inline]
+    fn accept_head(&mut self, head: u32) -> u32 {
         let avail = head.wrapping_sub(self.tail);
         if avail <= self.mem.capacity {
             self.cached_head = head;
@@ -512,17 +544,32 @@ impl Consumer {
         if self.refresh_head() != 0 {
             return WaitOutcome::Woken;
         }
-        self.mem.shared().sleeping.store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        if self.refresh_head() != 0 {
-            self.mem.shared().sleeping.store(0, Ordering::Relaxed);
+        // Announce sleep and look for work in one step (see the module docs).
+        let word = self
+            .mem
+            .shared()
+            .head_word
+            .fetch_or(SLEEPING, Ordering::AcqRel);
+        // Counted at the announcement, not at the block: the producer may answer an
+        // announcement that is then withdrawn, and every wake-up sent must match one.
+        self.sleeps += 1;
+        let sleeps = self.sleeps;
+        self.mem
+            .shared()
+            .consumer
+            .sleeps
+            .store(sleeps, Ordering::Relaxed);
+        if self.accept_head(word as u32) != 0 {
+            let s = self.mem.shared();
+            s.head_word.fetch_and(!SLEEPING, Ordering::Relaxed);
             return WaitOutcome::Woken;
         }
-        self.sleeps += 1;
         let s = self.mem.shared();
-        s.consumer.sleeps.store(self.sleeps, Ordering::Relaxed);
         let outcome = signal.wait(timeout);
-        s.sleeping.store(0, Ordering::Relaxed);
+        // A producer that woke us already cleared the bit; after a timeout it is still set.
+        if outcome == WaitOutcome::TimedOut {
+            s.head_word.fetch_and(!SLEEPING, Ordering::Relaxed);
+        }
         outcome
     }
 
@@ -535,8 +582,7 @@ impl Consumer {
     /// tail as both head and tail and clears the wake word. See [`Producer::resync`].
     pub fn resync(&mut self) {
         let s = self.mem.shared();
-        s.head.store(self.tail, Ordering::Relaxed);
-        s.sleeping.store(0, Ordering::Relaxed);
+        s.head_word.store(u64::from(self.tail), Ordering::Relaxed);
         s.tail.store(self.tail, Ordering::Release);
         self.cached_head = self.tail;
     }

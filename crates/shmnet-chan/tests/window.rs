@@ -1,0 +1,203 @@
+//! Creating, passing and opening windows; what a receiver refuses.
+
+use rustix::fd::OwnedFd;
+use shmnet_chan::handoff::{HandoffError, recv_window, send_window};
+use shmnet_chan::layout::{Layout, LayoutError, RegionKind};
+use shmnet_chan::window::{CreateError, HandleError, OpenError};
+use shmnet_chan::{ChannelSpec, Desc, PageSize, PoolSpec, RingSpec, Window};
+use std::os::unix::net::UnixStream;
+
+fn spec() -> ChannelSpec {
+    ChannelSpec {
+        rings: vec![
+            RingSpec {
+                capacity: 64,
+                wakeups: true,
+            },
+            RingSpec {
+                capacity: 16,
+                wakeups: false,
+            },
+        ],
+        pools: PoolSpec::default(),
+        page: PageSize::Small,
+    }
+}
+
+fn dup_fds(win: &Window) -> (OwnedFd, Vec<OwnedFd>) {
+    let (m, s) = win.fds();
+    (
+        m.try_clone_to_owned().unwrap(),
+        s.iter().map(|f| f.try_clone_to_owned().unwrap()).collect(),
+    )
+}
+
+#[test]
+fn layout_regions_are_aligned_disjoint_and_inside_the_window() {
+    let l = Layout::compute(&spec()).unwrap();
+    assert_eq!(l.size % 4096, 0);
+    let mut end = 0;
+    for r in &l.regions {
+        assert_eq!(r.offset % 64, 0, "{r:?}");
+        assert!(r.offset >= end, "{r:?} overlaps its predecessor");
+        end = r.offset + r.size;
+    }
+    assert!(end <= l.size);
+    let data = l.region(RegionKind::BufData, 0).unwrap();
+    assert_eq!(data.offset % 4096, 0, "buffers must not straddle pages");
+    assert_eq!(data.size, 4 * 1024 * 2048);
+}
+
+#[test]
+fn bad_specs_are_refused_with_reasons() {
+    let mut s = spec();
+    s.rings[0].capacity = 100;
+    assert!(matches!(
+        Layout::compute(&s),
+        Err(LayoutError::BadRingCapacity { ring: 0, .. })
+    ));
+    let mut s = spec();
+    s.pools.data_size = 1000;
+    let e = Layout::compute(&s).unwrap_err();
+    assert!(e.to_string().contains("multiple of 64"), "{e}");
+    let mut s = spec();
+    s.rings = vec![s.rings[0]; 33];
+    assert!(matches!(Layout::compute(&s), Err(LayoutError::TooManyRings(33))));
+}
+
+#[test]
+fn a_window_opened_from_passed_fds_shares_queues_and_buffers() {
+    let win = Window::create(&spec()).unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    send_window(&a, &win).unwrap();
+    let peer = recv_window(&b).unwrap();
+    assert_eq!(peer.layout(), win.layout());
+
+    let mut driver = peer.driver_pools().unwrap();
+    let mut server = win.server_pools().unwrap();
+    let buf = driver.alloc().unwrap();
+    driver.buffers().write(buf, 0, b"hello, server").unwrap();
+    let mut tx = peer.producer(0).unwrap();
+    let mut rx = win.consumer(0).unwrap();
+    tx.enqueue(Desc::new(buf, 13)).unwrap();
+    let d = rx.dequeue().unwrap();
+    let mut got = [0u8; 13];
+    server.buffers().read(d.buf, 0, &mut got).unwrap();
+    assert_eq!(&got, b"hello, server");
+    server.release(d.buf);
+    let total = win.layout().pool_geometry().total();
+    assert_eq!(win.buffers().free_count(), total);
+    assert_eq!(win.stats().rings[0].enqueued, 1);
+}
+
+#[test]
+fn each_end_can_be_taken_once_per_window_object() {
+    let win = Window::create(&spec()).unwrap();
+    let _p = win.producer(0).unwrap();
+    assert!(matches!(win.producer(0), Err(HandleError::Taken(_))));
+    assert!(matches!(win.consumer(5), Err(HandleError::NoSuchRing(5))));
+    let _s = win.server_pools().unwrap();
+    assert!(win.server_pools().is_err());
+}
+
+#[test]
+fn an_unsealed_memfd_is_refused() {
+    let fd = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&fd, 1 << 20).unwrap();
+    let err = Window::open(fd, vec![]).unwrap_err();
+    assert!(matches!(err, OpenError::NotSealed(_)), "{err}");
+}
+
+#[test]
+fn a_window_with_a_corrupt_header_is_refused() {
+    let win = Window::create(&spec()).unwrap();
+    let (memfd, sigs) = dup_fds(&win);
+    // Claim a different ring capacity than the region table was computed for.
+    let off = std::mem::offset_of!(HeaderPrefix, ring0);
+    rustix::io::pwrite(&memfd, &4096u32.to_ne_bytes(), off as u64).unwrap();
+    let err = Window::open(memfd, sigs).unwrap_err();
+    assert!(matches!(err, OpenError::BadHeader(_)), "{err}");
+
+    let win = Window::create(&spec()).unwrap();
+    let (memfd, sigs) = dup_fds(&win);
+    rustix::io::pwrite(&memfd, b"NOTSHMNT", 0).unwrap();
+    let err = Window::open(memfd, sigs).unwrap_err();
+    assert!(err.to_string().contains("magic"), "{err}");
+}
+
+/// The start of the header, to find the first ring's capacity field.
+#[repr(C)]
+struct HeaderPrefix {
+    magic: [u8; 8],
+    version: u32,
+    header_size: u32,
+    window_size: u64,
+    page: u32,
+    nrings: u32,
+    pools: u32,
+    per_pool: u32,
+    data_size: u32,
+    policy: u32,
+    ring0: u32,
+}
+
+#[test]
+fn wrong_or_missing_eventfds_are_refused() {
+    let win = Window::create(&spec()).unwrap();
+    let (memfd, mut sigs) = dup_fds(&win);
+    sigs.pop();
+    assert!(matches!(
+        Window::open(memfd, sigs),
+        Err(OpenError::BadSignals(_))
+    ));
+    let (memfd, mut sigs) = dup_fds(&win);
+    let (r, _w) = rustix::pipe::pipe().unwrap();
+    sigs[0] = r;
+    let err = Window::open(memfd, sigs).unwrap_err();
+    assert!(err.to_string().contains("eventfd"), "{err}");
+}
+
+#[test]
+fn a_wrong_greeting_is_refused_and_a_closed_socket_reported() {
+    let (a, b) = UnixStream::pair().unwrap();
+    use std::io::Write;
+    (&a).write_all(b"GET / HTTP/1.1\r\n").unwrap();
+    assert!(matches!(recv_window(&b), Err(HandoffError::BadGreeting)));
+    drop(a);
+    assert!(matches!(recv_window(&b), Err(HandoffError::Closed)));
+}
+
+#[test]
+fn huge_pages_without_a_reservation_say_how_to_reserve_them() {
+    let free: usize = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("HugePages_Free:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut s = spec();
+    s.page = PageSize::Huge;
+    match Window::create(&s) {
+        Err(e @ CreateError::NoHugePages { .. }) => {
+            assert!(e.to_string().contains("/proc/sys/vm/nr_hugepages"), "{e}");
+        }
+        Ok(win) => {
+            assert!(free >= win.size() / (2 << 20), "created without enough free pages");
+            assert_eq!(win.size() % (2 << 20), 0);
+        }
+        Err(e) => panic!("unexpected error with {free} free huge pages: {e}"),
+    }
+}
+
+#[test]
+fn thp_either_works_or_says_how_to_enable_it() {
+    let mut s = spec();
+    s.page = PageSize::Thp;
+    match Window::create(&s) {
+        Ok(_) => {}
+        Err(e @ CreateError::ThpDisabled(_)) => {
+            assert!(e.to_string().contains("shmem_enabled"), "{e}")
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
