@@ -52,6 +52,7 @@ pub struct DescSlot {
 
 impl DescSlot {
     #[inline]
+    #[cfg_attr(not(loom), allow(dead_code))]
     pub(crate) fn write(&self, d: Desc) {
         self.lo.store(
             u64::from(d.buf) | (u64::from(d.len) << 32),
@@ -64,6 +65,7 @@ impl DescSlot {
     }
 
     #[inline]
+    #[cfg_attr(not(loom), allow(dead_code))]
     pub(crate) fn read(&self) -> Desc {
         let lo = self.lo.load(Ordering::Relaxed);
         let hi = self.hi.load(Ordering::Relaxed);

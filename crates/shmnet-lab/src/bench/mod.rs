@@ -1,0 +1,4 @@
+//! Benchmarks. Each measures its baseline in the same run and reports human tables and JSON;
+//! none asserts anything about speed (that is what makes them benchmarks, not tests).
+
+pub mod chan;

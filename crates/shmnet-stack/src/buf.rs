@@ -1,0 +1,347 @@
+//! Buffers and buffer chains: the [`BufferPool`] trait the stack works over, and
+//! [`HeapPool`], a `Vec`-backed implementation for tests, benchmarks and fuzzing.
+//!
+//! # Model
+//!
+//! A pool holds `total()` buffers of `capacity()` bytes each, addressed by a [`BufIdx`].
+//! Every buffer has a small header:
+//!
+//! * `next: Option<BufIdx>` — the link to the next buffer of a chain;
+//! * `off: u16` — where the valid bytes start inside the buffer (room before it is headroom);
+//! * `len: u16` — how many valid bytes follow `off`.
+//!
+//! A *chain* is a head buffer and the buffers reachable through `next`; its bytes are the
+//! concatenation of each buffer's valid bytes. A received frame is a single buffer; a
+//! reassembled datagram is the chain of its fragments' buffers, each narrowed (by `off`/`len`)
+//! to its share of the payload — never a copy.
+//!
+//! # Ownership
+//!
+//! A buffer index is owned by exactly one party at a time. Whoever owns a buffer must either
+//! hand it on or free it; the stack never holds a buffer it does not account for (the tests
+//! check `free_count() == total()` once everything is drained).
+//!
+//! The header fields of a buffer may come from another process (the real pool lives in shared
+//! memory), so the stack never trusts `off`/`len`: [`valid`] clamps them to the capacity, and
+//! [`BufferPool::free_chain`] is bounded against cycles.
+
+/// The index of a buffer inside its pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufIdx(pub u32);
+
+impl BufIdx {
+    /// The index as a `usize`, for indexing.
+    #[inline]
+    pub const fn as_usize(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The default data capacity of a buffer: an MTU-1500 Ethernet frame and headroom fit.
+pub const DEFAULT_BUF_CAPACITY: usize = 2048;
+
+/// A store of fixed-size buffers addressed by index.
+///
+/// Implemented by [`HeapPool`] here and by shmnet-chan's shared-memory pool set. Every method
+/// taking a [`BufIdx`] requires that index to be `< total()`; an implementation may panic on
+/// an out-of-range index (shared-memory implementations validate indices supplied by a peer
+/// before they reach the stack).
+pub trait BufferPool {
+    /// Take a free buffer; its header is reset (`next = None`, `off = 0`, `len = 0`).
+    /// `None` when the pool is empty.
+    fn alloc(&mut self) -> Option<BufIdx>;
+    /// Return one buffer to the pool (its `next` link is ignored).
+    fn free(&mut self, idx: BufIdx);
+    /// Return a whole chain to the pool, following `next` links. Bounded: it frees at most
+    /// `total()` buffers, so a cyclic chain cannot hang the caller. Returns how many it freed.
+    fn free_chain(&mut self, head: BufIdx) -> usize {
+        let mut cur = Some(head);
+        let mut n = 0;
+        while let Some(idx) = cur {
+            if n >= self.total() {
+                break;
+            }
+            cur = self.next(idx);
+            self.free(idx);
+            n += 1;
+        }
+        n
+    }
+    /// The chain link of a buffer.
+    fn next(&self, idx: BufIdx) -> Option<BufIdx>;
+    /// Set the chain link of a buffer.
+    fn set_next(&mut self, idx: BufIdx, next: Option<BufIdx>);
+    /// Where the valid bytes start.
+    fn off(&self, idx: BufIdx) -> u16;
+    /// Set where the valid bytes start.
+    fn set_off(&mut self, idx: BufIdx, off: u16);
+    /// How many valid bytes follow `off`.
+    fn len(&self, idx: BufIdx) -> u16;
+    /// Set how many valid bytes follow `off`.
+    fn set_len(&mut self, idx: BufIdx, len: u16);
+    /// The whole data area of a buffer (`capacity()` bytes).
+    fn data(&self, idx: BufIdx) -> &[u8];
+    /// The whole data area of a buffer (`capacity()` bytes), writable.
+    fn data_mut(&mut self, idx: BufIdx) -> &mut [u8];
+    /// The data capacity of every buffer.
+    fn capacity(&self) -> usize;
+    /// How many buffers are free now.
+    fn free_count(&self) -> usize;
+    /// How many buffers the pool has in all.
+    fn total(&self) -> usize;
+}
+
+/// The valid bytes of a buffer, `data[off .. off + len]`, clamped to the capacity so that
+/// a corrupt header can never cause an out-of-bounds access.
+#[inline]
+pub fn valid<P: BufferPool + ?Sized>(pool: &P, idx: BufIdx) -> &[u8] {
+    let (off, len) = (pool.off(idx) as usize, pool.len(idx) as usize);
+    let data = pool.data(idx);
+    let start = off.min(data.len());
+    let end = (off + len).min(data.len());
+    &data[start..end]
+}
+
+/// Set `off`/`len` of a buffer, both given as `usize`; the caller guarantees
+/// `off + len <= capacity() <= u16::MAX`.
+#[inline]
+pub(crate) fn set_window<P: BufferPool + ?Sized>(
+    pool: &mut P,
+    idx: BufIdx,
+    off: usize,
+    len: usize,
+) {
+    debug_assert!(off + len <= pool.capacity());
+    pool.set_off(idx, off as u16);
+    pool.set_len(idx, len as u16);
+}
+
+/// Total valid bytes and number of buffers of a chain, walking at most `total()` links.
+pub fn chain_len<P: BufferPool + ?Sized>(pool: &P, head: BufIdx) -> (usize, usize) {
+    let mut cur = Some(head);
+    let (mut bytes, mut bufs) = (0, 0);
+    while let Some(idx) = cur {
+        if bufs >= pool.total() {
+            break;
+        }
+        bytes += valid(pool, idx).len();
+        bufs += 1;
+        cur = pool.next(idx);
+    }
+    (bytes, bufs)
+}
+
+/// Copy the bytes of a chain into a `Vec` (tests and diagnostics; not on the data path).
+pub fn chain_to_vec<P: BufferPool + ?Sized>(pool: &P, head: BufIdx) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut cur = Some(head);
+    let mut n = 0;
+    while let Some(idx) = cur {
+        if n >= pool.total() {
+            break;
+        }
+        out.extend_from_slice(valid(pool, idx));
+        n += 1;
+        cur = pool.next(idx);
+    }
+    out
+}
+
+/// A pool of heap buffers: a `Vec` of fixed-size data areas and headers, with a LIFO free
+/// list (the most recently freed buffer is the next one allocated, as a warm-cache pool
+/// would do).
+///
+/// It checks its callers: freeing a buffer that is already free panics, because that is a bug
+/// in the stack (or the test), never a property of input data. `free_chain` stops at a
+/// buffer that is already free, so a cycle ends there.
+#[derive(Debug)]
+pub struct HeapPool {
+    cap: usize,
+    data: Vec<u8>,
+    hdr: Vec<Header>,
+    free: Vec<BufIdx>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Header {
+    next: Option<BufIdx>,
+    off: u16,
+    len: u16,
+    in_use: bool,
+}
+
+impl HeapPool {
+    /// A pool of `count` buffers of `capacity` bytes each.
+    ///
+    /// # Panics
+    /// If `capacity` exceeds `u16::MAX` (offsets are 16-bit) or `count` exceeds `u32::MAX`.
+    pub fn new(count: usize, capacity: usize) -> HeapPool {
+        assert!(
+            capacity <= u16::MAX as usize,
+            "buffer capacity must fit in u16"
+        );
+        assert!(count <= u32::MAX as usize, "buffer count must fit in u32");
+        HeapPool {
+            cap: capacity,
+            data: vec![0; count * capacity],
+            hdr: vec![Header::default(); count],
+            free: (0..count as u32).rev().map(BufIdx).collect(),
+        }
+    }
+
+    /// A pool of `count` buffers of [`DEFAULT_BUF_CAPACITY`] bytes.
+    pub fn with_count(count: usize) -> HeapPool {
+        HeapPool::new(count, DEFAULT_BUF_CAPACITY)
+    }
+
+    /// Whether a buffer is currently allocated.
+    pub fn is_allocated(&self, idx: BufIdx) -> bool {
+        self.hdr[idx.as_usize()].in_use
+    }
+
+    /// Allocate a buffer and fill it with `bytes` at offset `off` (a driver's receive copy).
+    /// `None` if the pool is empty or the bytes do not fit.
+    pub fn alloc_with(&mut self, off: usize, bytes: &[u8]) -> Option<BufIdx> {
+        if off + bytes.len() > self.cap {
+            return None;
+        }
+        let idx = self.alloc()?;
+        self.data_mut(idx)[off..off + bytes.len()].copy_from_slice(bytes);
+        set_window(self, idx, off, bytes.len());
+        Some(idx)
+    }
+}
+
+impl BufferPool for HeapPool {
+    #[inline]
+    fn alloc(&mut self) -> Option<BufIdx> {
+        let idx = self.free.pop()?;
+        self.hdr[idx.as_usize()] = Header {
+            next: None,
+            off: 0,
+            len: 0,
+            in_use: true,
+        };
+        Some(idx)
+    }
+
+    #[inline]
+    fn free(&mut self, idx: BufIdx) {
+        let h = &mut self.hdr[idx.as_usize()];
+        assert!(h.in_use, "double free of buffer {}", idx.0);
+        h.in_use = false;
+        h.next = None;
+        self.free.push(idx);
+    }
+
+    fn free_chain(&mut self, head: BufIdx) -> usize {
+        let mut cur = Some(head);
+        let mut n = 0;
+        while let Some(idx) = cur {
+            if n >= self.total() || !self.hdr[idx.as_usize()].in_use {
+                break;
+            }
+            cur = self.hdr[idx.as_usize()].next;
+            self.free(idx);
+            n += 1;
+        }
+        n
+    }
+
+    #[inline]
+    fn next(&self, idx: BufIdx) -> Option<BufIdx> {
+        self.hdr[idx.as_usize()].next
+    }
+
+    #[inline]
+    fn set_next(&mut self, idx: BufIdx, next: Option<BufIdx>) {
+        self.hdr[idx.as_usize()].next = next;
+    }
+
+    #[inline]
+    fn off(&self, idx: BufIdx) -> u16 {
+        self.hdr[idx.as_usize()].off
+    }
+
+    #[inline]
+    fn set_off(&mut self, idx: BufIdx, off: u16) {
+        self.hdr[idx.as_usize()].off = off;
+    }
+
+    #[inline]
+    fn len(&self, idx: BufIdx) -> u16 {
+        self.hdr[idx.as_usize()].len
+    }
+
+    #[inline]
+    fn set_len(&mut self, idx: BufIdx, len: u16) {
+        self.hdr[idx.as_usize()].len = len;
+    }
+
+    #[inline]
+    fn data(&self, idx: BufIdx) -> &[u8] {
+        let start = idx.as_usize() * self.cap;
+        &self.data[start..start + self.cap]
+    }
+
+    #[inline]
+    fn data_mut(&mut self, idx: BufIdx) -> &mut [u8] {
+        let start = idx.as_usize() * self.cap;
+        &mut self.data[start..start + self.cap]
+    }
+
+    #[inline]
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    #[inline]
+    fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    #[inline]
+    fn total(&self) -> usize {
+        self.hdr.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alloc_free_lifo_and_reset() {
+        let mut p = HeapPool::new(4, 64);
+        let a = p.alloc().unwrap();
+        p.set_off(a, 3);
+        p.set_len(a, 5);
+        p.free(a);
+        let b = p.alloc().unwrap();
+        assert_eq!(a, b, "LIFO");
+        assert_eq!((p.off(b), p.len(b), p.next(b)), (0, 0, None));
+        assert_eq!(p.free_count(), 3);
+    }
+
+    #[test]
+    fn free_chain_is_bounded_on_cycles() {
+        let mut p = HeapPool::new(3, 64);
+        let a = p.alloc().unwrap();
+        let b = p.alloc().unwrap();
+        p.set_next(a, Some(b));
+        p.set_next(b, Some(a));
+        assert_eq!(p.free_chain(a), 2);
+        assert_eq!(p.free_count(), 3);
+    }
+
+    #[test]
+    fn valid_clamps_corrupt_headers() {
+        let mut p = HeapPool::new(1, 64);
+        let a = p.alloc().unwrap();
+        p.set_off(a, 60);
+        p.set_len(a, 100);
+        assert_eq!(valid(&p, a).len(), 4);
+        p.set_off(a, 1000);
+        assert!(valid(&p, a).is_empty());
+    }
+}

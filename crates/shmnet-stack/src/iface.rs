@@ -1,0 +1,1004 @@
+//! The interface: configuration, the receive path tying the protocol modules together, the
+//! timers, and the socket calls.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetProtocol, Icmpv4Message, IpProtocol,
+};
+
+use crate::arp::{self, NeighborCache, PendingQueue};
+use crate::buf::{BufIdx, BufferPool, set_window, valid};
+use crate::frag::{self, BuildError};
+use crate::icmp::{self, RateLimiter};
+use crate::ipv4::{self, Datagram, EmitHeader, Ipv4Error};
+use crate::reasm::{FragDrop, FragKey, Fragment, Outcome, Reassembler};
+use crate::socket::{
+    self, DemuxHasher, Message, RecvHook, RecvInfo, SocketHandle, UdpSocket, demux_key,
+};
+use crate::stats::Stats;
+use crate::udp::{self, UdpHeader};
+use crate::{Instant, eth};
+
+/// Where transmitted frames go. Each frame is handed over as the head of a buffer chain
+/// whose bytes are the whole Ethernet frame (this stack always emits single-buffer
+/// chains); the sink owns it from then on (it transmits and frees it).
+pub trait TxSink {
+    /// Take one frame.
+    fn transmit(&mut self, frame: BufIdx);
+}
+
+impl TxSink for Vec<BufIdx> {
+    #[inline]
+    fn transmit(&mut self, frame: BufIdx) {
+        self.push(frame);
+    }
+}
+
+impl<F: FnMut(BufIdx)> TxSink for F {
+    #[inline]
+    fn transmit(&mut self, frame: BufIdx) {
+        self(frame)
+    }
+}
+
+/// Configuration of an [`Interface`]. [`Config::new`] gives the defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Our Ethernet address.
+    pub mac: EthernetAddress,
+    /// Our IPv4 address.
+    pub ipv4: Ipv4Addr,
+    /// Prefix length of our subnet (on-link destinations need no gateway).
+    pub prefix_len: u8,
+    /// Gateway for off-link destinations, if any.
+    pub gateway: Option<Ipv4Addr>,
+    /// MTU: the largest IP packet per frame (1500).
+    pub mtu: usize,
+    /// TTL of the packets we send (64).
+    pub ttl: u8,
+    /// Verify UDP checksums on receive (a zero checksum field always means "none").
+    pub udp_rx_checksum: bool,
+    /// Compute UDP checksums on send (else the field is zero).
+    pub udp_tx_checksum: bool,
+    /// Messages a socket queue holds (seed 000's "receive queue size"; default 64).
+    pub rx_queue_limit: usize,
+    /// Datagrams the reassembly table holds (64).
+    pub reasm_capacity: usize,
+    /// Reassembly timeout, counted from the first fragment (30 s).
+    pub reasm_timeout: Duration,
+    /// Fragments one datagram may have (64).
+    pub reasm_max_frags: usize,
+    /// Neighbour cache entries (256).
+    pub arp_cache_capacity: usize,
+    /// How long a learnt neighbour stays valid (60 s).
+    pub arp_entry_ttl: Duration,
+    /// Frames that may wait for ARP answers, all destinations together (64).
+    pub arp_pending_limit: usize,
+    /// Interval between ARP requests for the same address (1 s).
+    pub arp_retry: Duration,
+    /// How long a frame may wait for an ARP answer (3 s).
+    pub arp_pending_timeout: Duration,
+    /// ICMP error burst (10).
+    pub icmp_burst: u32,
+    /// One ICMP error token per this interval (100 ms).
+    pub icmp_interval: Duration,
+}
+
+impl Config {
+    /// A configuration with the defaults documented on each field.
+    pub fn new(mac: EthernetAddress, ipv4: Ipv4Addr, prefix_len: u8) -> Config {
+        Config {
+            mac,
+            ipv4,
+            prefix_len,
+            gateway: None,
+            mtu: 1500,
+            ttl: 64,
+            udp_rx_checksum: true,
+            udp_tx_checksum: true,
+            rx_queue_limit: 64,
+            reasm_capacity: 64,
+            reasm_timeout: Duration::from_secs(30),
+            reasm_max_frags: 64,
+            arp_cache_capacity: 256,
+            arp_entry_ttl: Duration::from_secs(60),
+            arp_pending_limit: 64,
+            arp_retry: Duration::from_secs(1),
+            arp_pending_timeout: Duration::from_secs(3),
+            icmp_burst: 10,
+            icmp_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why `udp_bind` failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BindError {
+    /// Another socket is bound to that address and port.
+    #[error("address in use")]
+    AddressInUse,
+    /// The address is neither ours nor unspecified.
+    #[error("address not available")]
+    AddressNotAvailable,
+    /// No ephemeral port left.
+    #[error("no ephemeral port free")]
+    NoPortsLeft,
+}
+
+/// Why `udp_recv` failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    /// No such socket.
+    #[error("invalid socket handle")]
+    InvalidHandle,
+}
+
+/// Why `udp_send_to` failed. Nothing was sent and no buffer is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// No such socket.
+    #[error("invalid socket handle")]
+    InvalidHandle,
+    /// Destination address unspecified, multicast or our own (no loopback), or port zero.
+    #[error("destination unaddressable")]
+    Unaddressable,
+    /// The message does not fit in one IPv4 datagram.
+    #[error("message too big for a UDP datagram")]
+    TooBig,
+    /// The pool ran out of buffers.
+    #[error("no free buffer")]
+    NoBuffers,
+    /// Destination off-link and no gateway.
+    #[error("no route to host")]
+    NoRoute,
+    /// The frames would have to wait for ARP but the pending queue is full.
+    #[error("ARP pending queue full")]
+    ArpQueueFull,
+    /// MTU or buffer capacity too small.
+    #[error("MTU or buffer capacity too small")]
+    MtuTooSmall,
+}
+
+impl From<BuildError> for SendError {
+    fn from(e: BuildError) -> SendError {
+        match e {
+            BuildError::NoBuffers => SendError::NoBuffers,
+            BuildError::TooBig => SendError::TooBig,
+            BuildError::MtuTooSmall => SendError::MtuTooSmall,
+        }
+    }
+}
+
+/// One Ethernet interface with one IPv4 address, and its UDP sockets.
+#[derive(Debug)]
+pub struct Interface {
+    cfg: Config,
+    stats: Stats,
+    neighbors: NeighborCache,
+    pending: PendingQueue,
+    reasm: Reassembler,
+    sockets: Vec<Option<UdpSocket>>,
+    demux: HashMap<u64, (SocketAddrV4, usize), BuildHasherDefault<DemuxHasher>>,
+    icmp_limit: RateLimiter,
+    next_ident: u16,
+    next_ephemeral: u16,
+    scratch: Vec<BufIdx>,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+const EPHEMERAL_FIRST: u16 = 49152;
+
+impl Interface {
+    /// An interface with configuration `cfg`.
+    pub fn new(cfg: Config) -> Interface {
+        Interface {
+            stats: Stats::default(),
+            neighbors: NeighborCache::new(cfg.arp_cache_capacity),
+            pending: PendingQueue::new(cfg.arp_pending_limit),
+            reasm: Reassembler::new(
+                cfg.reasm_capacity,
+                nanos(cfg.reasm_timeout),
+                cfg.reasm_max_frags,
+            ),
+            sockets: Vec::new(),
+            demux: HashMap::default(),
+            icmp_limit: RateLimiter::new(cfg.icmp_burst, nanos(cfg.icmp_interval)),
+            next_ident: 1,
+            next_ephemeral: EPHEMERAL_FIRST,
+            scratch: Vec::new(),
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Datagrams in the reassembly table.
+    pub fn reasm_len(&self) -> usize {
+        self.reasm.len()
+    }
+
+    /// Frames waiting for ARP.
+    pub fn arp_pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The Ethernet address cached for `ip`, if valid at `now`.
+    pub fn neighbor(&self, ip: Ipv4Addr, now: Instant) -> Option<EthernetAddress> {
+        self.neighbors.lookup(ip, now)
+    }
+
+    /// Add a neighbour by hand (static entry valid for the configured entry lifetime).
+    pub fn add_neighbor(&mut self, ip: Ipv4Addr, mac: EthernetAddress, now: Instant) {
+        let exp = now.after(self.cfg.arp_entry_ttl);
+        self.neighbors.insert(ip, mac, now, exp);
+    }
+
+    fn subnet_broadcast(&self) -> Ipv4Addr {
+        let bits = u32::from(self.cfg.ipv4);
+        let mask = match self.cfg.prefix_len {
+            0 => 0,
+            p if p >= 32 => u32::MAX,
+            p => u32::MAX << (32 - p),
+        };
+        Ipv4Addr::from(bits | !mask)
+    }
+
+    fn on_link(&self, ip: Ipv4Addr) -> bool {
+        let mask = match self.cfg.prefix_len {
+            0 => 0,
+            p if p >= 32 => u32::MAX,
+            p => u32::MAX << (32 - p),
+        };
+        (u32::from(ip) ^ u32::from(self.cfg.ipv4)) & mask == 0
+    }
+
+    fn is_broadcast(&self, ip: Ipv4Addr) -> bool {
+        ip.is_broadcast() || (self.cfg.prefix_len < 31 && ip == self.subnet_broadcast())
+    }
+
+    // ------------------------------------------------------------------ receive path
+
+    /// Process one received frame: a single buffer whose valid bytes (`off`, `len`) are the
+    /// Ethernet frame (without FCS). The stack owns the buffer from now on. Frames to send
+    /// in answer go to `tx`.
+    pub fn receive<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        frame: BufIdx,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        self.stats.rx_frames += 1;
+        if pool.next(frame).is_some()
+            || pool.off(frame) as usize + pool.len(frame) as usize > pool.capacity()
+        {
+            self.stats.bad_buffer += 1;
+            pool.free_chain(frame);
+            return;
+        }
+        let Some(eh) = eth::parse(valid(pool, frame)) else {
+            self.stats.runt += 1;
+            pool.free(frame);
+            return;
+        };
+        if eh.dst != self.cfg.mac && !eh.dst.is_broadcast() {
+            self.stats.not_for_us += 1;
+            pool.free(frame);
+            return;
+        }
+        match eh.ethertype {
+            EthernetProtocol::Arp => self.rx_arp(pool, frame, now, tx),
+            EthernetProtocol::Ipv4 => self.rx_ipv4(pool, frame, eh.src, now, tx),
+            _ => {
+                self.stats.unknown_ethertype += 1;
+                pool.free(frame);
+            }
+        }
+    }
+
+    fn rx_arp<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        frame: BufIdx,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        let bytes = &valid(pool, frame)[eth::HEADER_LEN..];
+        let Some(repr) = ArpPacket::new_checked(bytes)
+            .ok()
+            .and_then(|p| ArpRepr::parse(&p).ok())
+        else {
+            self.stats.arp_bad += 1;
+            pool.free(frame);
+            return;
+        };
+        let ArpRepr::EthernetIpv4 {
+            operation,
+            source_hardware_addr: sha,
+            source_protocol_addr: spa,
+            target_protocol_addr: tpa,
+            ..
+        } = repr
+        else {
+            self.stats.arp_bad += 1;
+            pool.free(frame);
+            return;
+        };
+        if !sha.is_unicast() || spa == self.cfg.ipv4 || spa.is_broadcast() || spa.is_multicast() {
+            self.stats.arp_bad += 1;
+            pool.free(frame);
+            return;
+        }
+        let for_us = tpa == self.cfg.ipv4;
+        if !spa.is_unspecified() && (for_us || self.neighbors.contains(spa)) {
+            let exp = now.after(self.cfg.arp_entry_ttl);
+            self.neighbors.insert(spa, sha, now, exp);
+            self.stats.arp_learnt += 1;
+            for f in self.pending.take_for(spa) {
+                eth::set_dst(pool.data_mut(f), sha);
+                self.stats.tx_frames += 1;
+                tx.transmit(f);
+            }
+        }
+        if for_us && operation == ArpOperation::Request && pool.capacity() >= 42 {
+            let reply = ArpRepr::EthernetIpv4 {
+                operation: ArpOperation::Reply,
+                source_hardware_addr: self.cfg.mac,
+                source_protocol_addr: self.cfg.ipv4,
+                target_hardware_addr: sha,
+                target_protocol_addr: spa,
+            };
+            // The request's buffer carries the reply.
+            arp::write_arp(pool, frame, self.cfg.mac, sha, &reply);
+            self.stats.arp_replies_sent += 1;
+            self.stats.tx_frames += 1;
+            tx.transmit(frame);
+        } else {
+            pool.free(frame);
+        }
+    }
+
+    fn rx_ipv4<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        frame: BufIdx,
+        src_mac: EthernetAddress,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        let h = match ipv4::parse(&valid(pool, frame)[eth::HEADER_LEN..]) {
+            Ok(h) => h,
+            Err(e) => {
+                match e {
+                    Ipv4Error::Runt => self.stats.runt += 1,
+                    Ipv4Error::BadVersion => self.stats.bad_version += 1,
+                    Ipv4Error::BadLength => self.stats.bad_length += 1,
+                    Ipv4Error::BadChecksum => self.stats.bad_checksum += 1,
+                }
+                pool.free(frame);
+                return;
+            }
+        };
+        if h.dst != self.cfg.ipv4 && !self.is_broadcast(h.dst) {
+            self.stats.not_for_us += 1;
+            pool.free(frame);
+            return;
+        }
+        if h.src == self.cfg.ipv4 || self.is_broadcast(h.src) || h.src.is_multicast() {
+            self.stats.bad_address += 1;
+            pool.free(frame);
+            return;
+        }
+        if h.ttl == 0 {
+            self.stats.ttl += 1;
+            pool.free(frame);
+            return;
+        }
+        // Narrow the buffer to the IP payload; options are skipped by the header length.
+        let off = pool.off(frame) as usize + eth::HEADER_LEN + h.header_len;
+        set_window(pool, frame, off, h.payload_len());
+        if h.is_fragment() {
+            self.stats.frags_received += 1;
+            self.stats.reasm_timeout += self.reasm.expire(pool, now);
+            let frag = Fragment {
+                key: FragKey {
+                    src: h.src,
+                    dst: h.dst,
+                    proto: h.proto,
+                    ident: h.ident,
+                },
+                offset: h.frag_offset,
+                len: h.payload_len(),
+                more: h.more_frags,
+                ttl: h.ttl,
+                src_mac,
+                buf: frame,
+            };
+            match self.reasm.insert(pool, frag, now) {
+                Outcome::Held => {}
+                Outcome::Complete(dg) => {
+                    self.stats.reasm_ok += 1;
+                    self.dispatch(pool, dg, now, tx);
+                }
+                Outcome::Dropped(why) => {
+                    let c = match why {
+                        FragDrop::BadFragment => &mut self.stats.bad_fragment,
+                        FragDrop::Overlap => &mut self.stats.reasm_overlap,
+                        FragDrop::Discarded => &mut self.stats.reasm_discarded,
+                        FragDrop::Duplicate => &mut self.stats.reasm_duplicate,
+                        FragDrop::Oversize => &mut self.stats.reasm_oversize,
+                        FragDrop::TooManyFrags => &mut self.stats.reasm_too_many_frags,
+                        FragDrop::TableFull => &mut self.stats.reasm_table_full,
+                    };
+                    *c += 1;
+                }
+            }
+        } else {
+            let dg = Datagram {
+                head: frame,
+                len: h.payload_len(),
+                bufs: 1,
+                src: h.src,
+                dst: h.dst,
+                proto: h.proto,
+                ident: h.ident,
+                ttl: h.ttl,
+                src_mac,
+            };
+            self.dispatch(pool, dg, now, tx);
+        }
+    }
+
+    fn dispatch<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        dg: Datagram,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        match dg.proto {
+            IpProtocol::Udp => self.rx_udp(pool, dg, now, tx),
+            IpProtocol::Icmp => self.rx_icmp(pool, dg, now, tx),
+            _ => {
+                self.stats.unknown_protocol += 1;
+                pool.free_chain(dg.head);
+            }
+        }
+    }
+
+    fn rx_udp<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        mut dg: Datagram,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        let Some(uh) = udp::parse_header(valid(pool, dg.head)) else {
+            self.stats.runt += 1;
+            pool.free_chain(dg.head);
+            return;
+        };
+        let ulen = uh.len as usize;
+        if ulen < udp::HEADER_LEN || ulen > dg.len {
+            self.stats.bad_length += 1;
+            pool.free_chain(dg.head);
+            return;
+        }
+        if ulen < dg.len {
+            trim_chain(pool, &mut dg, ulen);
+        }
+        if self.cfg.udp_rx_checksum
+            && uh.checksum != 0
+            && !udp::verify_chain(pool, dg.head, dg.bufs, dg.src, dg.dst, ulen)
+        {
+            self.stats.udp_bad_checksum += 1;
+            pool.free_chain(dg.head);
+            return;
+        }
+        let sock = self
+            .demux
+            .get(&demux_key(dg.dst, uh.dst_port))
+            .or_else(|| {
+                self.demux
+                    .get(&demux_key(Ipv4Addr::UNSPECIFIED, uh.dst_port))
+            })
+            .map(|&(_, i)| i);
+        let Some(si) = sock else {
+            self.stats.no_socket += 1;
+            if dg.dst == self.cfg.ipv4 && uh.dst_port != 0 {
+                self.port_unreachable(pool, &dg, &uh, now, tx);
+            }
+            pool.free_chain(dg.head);
+            return;
+        };
+        // Narrow the first buffer past the UDP header.
+        let off = pool.off(dg.head) as usize + udp::HEADER_LEN;
+        let first_len = pool.len(dg.head) as usize - udp::HEADER_LEN;
+        set_window(pool, dg.head, off, first_len);
+        let msg = Message {
+            head: dg.head,
+            len: ulen - udp::HEADER_LEN,
+            bufs: dg.bufs,
+            src: SocketAddrV4::new(dg.src, uh.src_port),
+        };
+        let Some(s) = self.sockets.get_mut(si).and_then(Option::as_mut) else {
+            self.stats.no_socket += 1;
+            pool.free_chain(dg.head);
+            return;
+        };
+        match s.push(msg) {
+            Ok(()) => self.stats.udp_delivered += 1,
+            Err(m) => {
+                self.stats.queue_full += 1;
+                pool.free_chain(m.head);
+            }
+        }
+    }
+
+    fn port_unreachable<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        dg: &Datagram,
+        uh: &UdpHeader,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        if !self.icmp_limit.allow(now) {
+            self.stats.icmp_rate_limited += 1;
+            return;
+        }
+        // Quote the offending datagram's header (rebuilt without options) and the first
+        // eight bytes of its payload (the UDP header).
+        let mut quoted = [0u8; ipv4::HEADER_LEN + udp::HEADER_LEN];
+        let orig = EmitHeader {
+            src: dg.src,
+            dst: dg.dst,
+            proto: IpProtocol::Udp,
+            ttl: dg.ttl,
+            ident: dg.ident,
+        };
+        ipv4::write_header(&mut quoted, &orig, dg.len, 0, false);
+        udp::write_header(&mut quoted[ipv4::HEADER_LEN..], uh);
+        let msg = icmp::port_unreachable(&quoted);
+        let hdr = self.emit_header(dg.src, IpProtocol::Icmp);
+        if self
+            .send_ip(pool, &hdr, &[&msg], Some(dg.src_mac), now, tx)
+            .is_ok()
+        {
+            self.stats.icmp_unreach_sent += 1;
+        }
+    }
+
+    fn rx_icmp<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        dg: Datagram,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        let Some(ih) = icmp::parse_header(valid(pool, dg.head)) else {
+            self.stats.runt += 1;
+            pool.free_chain(dg.head);
+            return;
+        };
+        if udp::chain_sum(pool, dg.head, dg.len, dg.bufs).value() != 0xffff {
+            self.stats.icmp_bad_checksum += 1;
+            pool.free_chain(dg.head);
+            return;
+        }
+        if ih.msg_type != Icmpv4Message::EchoRequest || ih.code != 0 || dg.dst != self.cfg.ipv4 {
+            self.stats.icmp_ignored += 1;
+            pool.free_chain(dg.head);
+            return;
+        }
+        let mut data = crate::buf::chain_to_vec(pool, dg.head);
+        data.truncate(dg.len);
+        pool.free_chain(dg.head);
+        let reply = icmp::echo_reply(ih.ident, ih.seq_no, &data[icmp::HEADER_LEN..]);
+        let hdr = self.emit_header(dg.src, IpProtocol::Icmp);
+        if self
+            .send_ip(pool, &hdr, &[&reply], Some(dg.src_mac), now, tx)
+            .is_ok()
+        {
+            self.stats.icmp_echo_replies += 1;
+        }
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// Run the timers at `now`: abandon reassemblies past their deadline, drop frames that
+    /// waited too long for ARP, repeat ARP requests, expire neighbour entries.
+    pub fn poll<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        self.stats.reasm_timeout += self.reasm.expire(pool, now);
+        let (dead, again) = self.pending.expire(
+            now,
+            nanos(self.cfg.arp_pending_timeout),
+            nanos(self.cfg.arp_retry),
+        );
+        for f in dead {
+            self.stats.arp_timeout += 1;
+            pool.free(f);
+        }
+        for ip in again {
+            self.send_arp_request(pool, ip, tx);
+        }
+        self.neighbors.expire(now);
+    }
+
+    /// When [`poll`](Self::poll) next has work (a reassembly deadline or an ARP wait), if
+    /// anything is pending.
+    pub fn poll_at(&self) -> Option<Instant> {
+        let reasm = self.reasm.next_deadline();
+        let arp = self.pending.next_deadline(
+            nanos(self.cfg.arp_pending_timeout),
+            nanos(self.cfg.arp_retry),
+        );
+        match (reasm, arp) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Free every buffer the interface holds (reassembly, ARP queue, socket queues) and
+    /// close every socket.
+    pub fn clear<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
+        self.reasm.clear(pool);
+        for f in self.pending.drain() {
+            pool.free(f);
+        }
+        for s in self.sockets.iter_mut().filter_map(Option::take) {
+            for m in s.queue {
+                pool.free_chain(m.head);
+            }
+        }
+        self.demux.clear();
+    }
+
+    // ------------------------------------------------------------------ send path
+
+    fn emit_header(&mut self, dst: Ipv4Addr, proto: IpProtocol) -> EmitHeader {
+        let ident = self.next_ident;
+        self.next_ident = self.next_ident.wrapping_add(1);
+        EmitHeader {
+            src: self.cfg.ipv4,
+            dst,
+            proto,
+            ttl: self.cfg.ttl,
+            ident,
+        }
+    }
+
+    fn send_arp_request<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        target: Ipv4Addr,
+        tx: &mut T,
+    ) {
+        if pool.capacity() < eth::HEADER_LEN + arp::ARP_LEN {
+            self.stats.no_buffers += 1;
+            return;
+        }
+        let Some(b) = pool.alloc() else {
+            self.stats.no_buffers += 1;
+            return;
+        };
+        let repr = arp::request_repr(self.cfg.mac, self.cfg.ipv4, target);
+        arp::write_arp(pool, b, self.cfg.mac, EthernetAddress::BROADCAST, &repr);
+        self.stats.arp_requests_sent += 1;
+        self.stats.tx_frames += 1;
+        tx.transmit(b);
+    }
+
+    /// Build and send (or queue for ARP) one IP datagram carrying `parts`.
+    fn send_ip<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        hdr: &EmitHeader,
+        parts: &[&[u8]],
+        dst_mac: Option<EthernetAddress>,
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<(), SendError> {
+        let (mac, next_hop) = match dst_mac {
+            Some(m) => (Some(m), hdr.dst),
+            None if self.is_broadcast(hdr.dst) => (Some(EthernetAddress::BROADCAST), hdr.dst),
+            None => {
+                let hop = if self.on_link(hdr.dst) {
+                    hdr.dst
+                } else if let Some(gw) = self.cfg.gateway {
+                    gw
+                } else {
+                    self.stats.no_route += 1;
+                    return Err(SendError::NoRoute);
+                };
+                (self.neighbors.lookup(hop, now), hop)
+            }
+        };
+        let mut frames = std::mem::take(&mut self.scratch);
+        frames.clear();
+        let built = frag::build(
+            pool,
+            self.cfg.mac,
+            mac.unwrap_or(EthernetAddress([0; 6])),
+            hdr,
+            parts,
+            self.cfg.mtu,
+            &mut frames,
+        );
+        let res = match built {
+            Err(e) => {
+                if e == BuildError::NoBuffers {
+                    self.stats.no_buffers += 1;
+                }
+                Err(e.into())
+            }
+            Ok(n) => {
+                if n > 1 {
+                    self.stats.frags_sent += n as u64;
+                }
+                if mac.is_some() {
+                    self.stats.tx_frames += n as u64;
+                    for &f in &frames {
+                        tx.transmit(f);
+                    }
+                    Ok(())
+                } else if self.pending.room() < n {
+                    self.stats.arp_queue_full += n as u64;
+                    for &f in &frames {
+                        pool.free(f);
+                    }
+                    Err(SendError::ArpQueueFull)
+                } else {
+                    for &f in &frames {
+                        // Cannot fail: room was checked.
+                        if let Err(f) = self.pending.push(next_hop, f, now) {
+                            pool.free(f);
+                        }
+                    }
+                    if self
+                        .pending
+                        .should_request(next_hop, now, nanos(self.cfg.arp_retry))
+                    {
+                        self.send_arp_request(pool, next_hop, tx);
+                    }
+                    Ok(())
+                }
+            }
+        };
+        frames.clear();
+        self.scratch = frames;
+        res
+    }
+
+    // ------------------------------------------------------------------ sockets
+
+    /// Bind a UDP socket to `local` (our address or unspecified; port 0 picks an ephemeral
+    /// port).
+    pub fn udp_bind(&mut self, local: SocketAddrV4) -> Result<SocketHandle, BindError> {
+        if !local.ip().is_unspecified() && *local.ip() != self.cfg.ipv4 {
+            return Err(BindError::AddressNotAvailable);
+        }
+        let mut local = local;
+        if local.port() == 0 {
+            let span = (u16::MAX - EPHEMERAL_FIRST) as u32 + 1;
+            let mut found = None;
+            for _ in 0..span {
+                let p = self.next_ephemeral;
+                self.next_ephemeral = if p == u16::MAX {
+                    EPHEMERAL_FIRST
+                } else {
+                    p + 1
+                };
+                if !self.port_in_use(p) {
+                    found = Some(p);
+                    break;
+                }
+            }
+            local.set_port(found.ok_or(BindError::NoPortsLeft)?);
+        } else if self
+            .demux
+            .contains_key(&demux_key(*local.ip(), local.port()))
+            || (local.ip().is_unspecified() && self.port_in_use(local.port()))
+            || self
+                .demux
+                .contains_key(&demux_key(Ipv4Addr::UNSPECIFIED, local.port()))
+        {
+            return Err(BindError::AddressInUse);
+        }
+        let sock = UdpSocket::new(local, self.cfg.rx_queue_limit);
+        let i = match self.sockets.iter().position(Option::is_none) {
+            Some(i) => {
+                self.sockets[i] = Some(sock);
+                i
+            }
+            None => {
+                self.sockets.push(Some(sock));
+                self.sockets.len() - 1
+            }
+        };
+        self.demux
+            .insert(demux_key(*local.ip(), local.port()), (local, i));
+        Ok(SocketHandle(i))
+    }
+
+    fn port_in_use(&self, port: u16) -> bool {
+        self.demux.values().any(|(a, _)| a.port() == port)
+    }
+
+    /// Bind to `port` on every address of the interface.
+    pub fn udp_bind_port(&mut self, port: u16) -> Result<SocketHandle, BindError> {
+        self.udp_bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port))
+    }
+
+    /// The local address a socket is bound to.
+    pub fn udp_local_addr(&self, h: SocketHandle) -> Result<SocketAddrV4, RecvError> {
+        Ok(self.socket(h)?.local)
+    }
+
+    /// Close a socket, freeing the messages on its queue.
+    pub fn udp_close<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: SocketHandle,
+    ) -> Result<(), RecvError> {
+        let s = self
+            .sockets
+            .get_mut(h.0)
+            .and_then(Option::take)
+            .ok_or(RecvError::InvalidHandle)?;
+        self.demux.remove(&demux_key(*s.local.ip(), s.local.port()));
+        for m in s.queue {
+            pool.free_chain(m.head);
+        }
+        Ok(())
+    }
+
+    fn socket(&self, h: SocketHandle) -> Result<&UdpSocket, RecvError> {
+        self.sockets
+            .get(h.0)
+            .and_then(Option::as_ref)
+            .ok_or(RecvError::InvalidHandle)
+    }
+
+    /// Messages waiting on a socket.
+    pub fn udp_queue_len(&self, h: SocketHandle) -> Result<usize, RecvError> {
+        Ok(self.socket(h)?.queue.len())
+    }
+
+    /// Messages a socket refused because its queue was full.
+    pub fn udp_overflows(&self, h: SocketHandle) -> Result<u64, RecvError> {
+        Ok(self.socket(h)?.overflows)
+    }
+
+    /// The message at the head of a socket's queue, without taking it (its chain stays owned
+    /// by the socket).
+    pub fn udp_peek(&self, h: SocketHandle) -> Result<Option<Message>, RecvError> {
+        Ok(self.socket(h)?.queue.front().copied())
+    }
+
+    /// Take the next message off a socket's queue and copy it into `dst` buffer by buffer,
+    /// calling `hook` around each buffer's copy; its buffers go back to the pool. `Ok(None)`
+    /// when the queue is empty.
+    pub fn udp_recv<P: BufferPool + ?Sized, H: RecvHook + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: SocketHandle,
+        dst: &mut [u8],
+        hook: &mut H,
+    ) -> Result<Option<RecvInfo>, RecvError> {
+        let Some(msg) = self.udp_recv_chain(h)? else {
+            return Ok(None);
+        };
+        let len = socket::copy_out(pool, &msg, dst, hook);
+        self.stats.udp_read += 1;
+        Ok(Some(RecvInfo {
+            len,
+            msg_len: msg.len,
+            src: msg.src,
+        }))
+    }
+
+    /// Take the next message off a socket's queue without copying: the caller owns its
+    /// chain and must free it (`pool.free_chain(msg.head)`).
+    pub fn udp_recv_chain(&mut self, h: SocketHandle) -> Result<Option<Message>, RecvError> {
+        let s = self
+            .sockets
+            .get_mut(h.0)
+            .and_then(Option::as_mut)
+            .ok_or(RecvError::InvalidHandle)?;
+        Ok(s.queue.pop_front())
+    }
+
+    /// Send `data` from socket `h` to `dst`: copy it into pool buffers, fragmenting to the
+    /// MTU, and hand the frames to `tx` — or queue them until ARP resolves the next hop.
+    pub fn udp_send_to<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: SocketHandle,
+        data: &[u8],
+        dst: SocketAddrV4,
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<(), SendError> {
+        let src_port = self
+            .socket(h)
+            .map_err(|_| SendError::InvalidHandle)?
+            .local
+            .port();
+        if dst.ip().is_unspecified()
+            || dst.port() == 0
+            || dst.ip().is_multicast()
+            || *dst.ip() == self.cfg.ipv4
+        {
+            return Err(SendError::Unaddressable);
+        }
+        let ulen = udp::HEADER_LEN + data.len();
+        if ulen > ipv4::MAX_DATAGRAM - ipv4::HEADER_LEN {
+            return Err(SendError::TooBig);
+        }
+        let mut uh = UdpHeader {
+            src_port,
+            dst_port: dst.port(),
+            len: ulen as u16,
+            checksum: 0,
+        };
+        let mut hbytes = [0u8; udp::HEADER_LEN];
+        udp::write_header(&mut hbytes, &uh);
+        if self.cfg.udp_tx_checksum {
+            uh.checksum = udp::tx_checksum(self.cfg.ipv4, *dst.ip(), &hbytes, data);
+            udp::write_header(&mut hbytes, &uh);
+        }
+        let hdr = self.emit_header(*dst.ip(), IpProtocol::Udp);
+        self.send_ip(pool, &hdr, &[&hbytes, data], None, now, tx)?;
+        self.stats.udp_sent += 1;
+        Ok(())
+    }
+}
+
+/// Cut the chain of `dg` to its first `len` bytes, freeing the buffers beyond.
+fn trim_chain<P: BufferPool + ?Sized>(pool: &mut P, dg: &mut Datagram, len: usize) {
+    let mut left = len;
+    let mut cur = dg.head;
+    let mut n = 1;
+    loop {
+        let l = pool.len(cur) as usize;
+        if l >= left || n >= dg.bufs {
+            pool.set_len(cur, left.min(l) as u16);
+            if let Some(rest) = pool.next(cur) {
+                pool.set_next(cur, None);
+                pool.free_chain(rest);
+            }
+            break;
+        }
+        left -= l;
+        match pool.next(cur) {
+            Some(nx) => {
+                cur = nx;
+                n += 1;
+            }
+            None => break,
+        }
+    }
+    dg.len = len;
+    dg.bufs = n;
+}

@@ -1,0 +1,102 @@
+//! shmnet-stack: the protocol server's stack — Ethernet II, ARP, IPv4 with fragmentation and
+//! reassembly, ICMP (echo, port unreachable) and UDP sockets — over buffer chains.
+//!
+//! # Shape
+//!
+//! The stack is *sans-I/O*, in the manner of quinn-proto: it has no threads, makes no
+//! system calls and reads no clock. The caller owns the device and the clock and drives an
+//! [`Interface`]:
+//!
+//! * [`Interface::receive`] takes one received frame (a pool buffer) and the current
+//!   [`Instant`]; frames to transmit in answer (ARP replies, ICMP, frames released by an ARP
+//!   answer) are handed to a [`TxSink`];
+//! * [`Interface::poll`] runs the timers (reassembly timeouts, ARP retries and expiry);
+//!   [`Interface::poll_at`] says when it next has work;
+//! * [`Interface::udp_bind`], [`Interface::udp_recv`], [`Interface::udp_recv_chain`] and
+//!   [`Interface::udp_send_to`] are the socket calls.
+//!
+//! # Memory
+//!
+//! The stack owns no packet memory. Every buffer comes from a [`BufferPool`] passed into
+//! each call — a [`HeapPool`] in tests, benchmarks and fuzzing, shmnet-chan's shared-memory
+//! pools in the server. A buffer is addressed by a [`BufIdx`] and has a header (`next`,
+//! `off`, `len`); see [`buf`]. This is what the source documents are about (seed 000,
+//! section 2): a 14,792-byte UDP message arrives as ten fragments in ten buffers, reassembly
+//! links those buffers into a chain (narrowing each to its payload), UDP queues that chain on
+//! the socket, and only `recv` copies the bytes — buffer by buffer, through a
+//! [`RecvHook`] so the residency probe can time each copy.
+//!
+//! Buffer conservation is the central invariant: a buffer handed to the stack is either held
+//! (a fragment in the reassembly table, a message on a socket queue, a frame waiting for
+//! ARP), handed back to the caller (transmit, `recv_chain`), or freed. Every refused frame
+//! is counted in [`Stats`] under a name. No input makes the stack panic.
+//!
+//! # Why smoltcp's wire module, and not the rest of smoltcp
+//!
+//! Headers are read and written with smoltcp's `wire` module: checked `Packet<T>` views whose
+//! accessors cannot run past the buffer, and `Repr` emitters — well-tested code rather than
+//! hand-written offsets. Reassembly, the neighbour cache's pending queue and the sockets are
+//! our own: smoltcp's socket layer and fragment assembler copy payload into buffers they own
+//! (contiguous ring buffers), whereas ours must keep data in the pool buffers the driver
+//! filled — in memory shared with other processes — and link them into chains without
+//! copying.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod arp;
+pub mod bench;
+pub mod buf;
+pub mod eth;
+pub mod frag;
+pub mod fuzzing;
+pub mod icmp;
+pub mod iface;
+pub mod ipv4;
+pub mod reasm;
+pub mod socket;
+pub mod stats;
+pub mod udp;
+
+pub use buf::{BufIdx, BufferPool, DEFAULT_BUF_CAPACITY, HeapPool};
+pub use iface::{BindError, Config, Interface, RecvError, SendError, TxSink};
+pub use smoltcp::wire::EthernetAddress;
+pub use socket::{Message, NoHook, RecvHook, RecvInfo, SocketHandle};
+pub use stats::Stats;
+
+/// A point in time, in nanoseconds from an origin the caller chooses (monotonic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant(u64);
+
+impl Instant {
+    /// The origin.
+    pub const ZERO: Instant = Instant(0);
+
+    /// `ns` nanoseconds after the origin.
+    pub const fn from_nanos(ns: u64) -> Instant {
+        Instant(ns)
+    }
+
+    /// `ms` milliseconds after the origin.
+    pub const fn from_millis(ms: u64) -> Instant {
+        Instant(ms.saturating_mul(1_000_000))
+    }
+
+    /// `s` seconds after the origin.
+    pub const fn from_secs(s: u64) -> Instant {
+        Instant(s.saturating_mul(1_000_000_000))
+    }
+
+    /// Nanoseconds after the origin.
+    pub const fn nanos(self) -> u64 {
+        self.0
+    }
+
+    /// This instant plus `d` (saturating).
+    pub fn after(self, d: core::time::Duration) -> Instant {
+        Instant(
+            self.0
+                .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+        )
+    }
+}

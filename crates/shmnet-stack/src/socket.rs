@@ -1,0 +1,172 @@
+//! UDP sockets: a bounded queue of received messages, each still in the buffer chain it
+//! arrived in, and the copy out at `recv`, buffer by buffer, through a [`RecvHook`].
+
+use std::collections::VecDeque;
+use std::net::SocketAddrV4;
+
+use crate::buf::{BufIdx, BufferPool, valid};
+
+/// A handle on a bound UDP socket of one [`crate::Interface`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SocketHandle(pub(crate) usize);
+
+/// A received message waiting on a socket: `len` payload bytes in the chain at `head`
+/// (`bufs` buffers, the first narrowed past the UDP header).
+///
+/// Whoever takes a `Message` out of a socket (see [`crate::Interface::udp_recv_chain`])
+/// owns its buffers and must free the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// First buffer of the chain.
+    pub head: BufIdx,
+    /// Payload bytes.
+    pub len: usize,
+    /// Buffers in the chain.
+    pub bufs: usize,
+    /// The sender.
+    pub src: SocketAddrV4,
+}
+
+/// Called around the copy of each buffer at `recv`, so that an instrument (the residency
+/// probe) can time each copy. Both methods default to nothing and are inlined, so
+/// [`NoHook`] costs nothing.
+pub trait RecvHook {
+    /// Immediately before `len` bytes at `src` (inside buffer `buf`) are copied out.
+    #[inline(always)]
+    fn on_buffer(&mut self, buf: BufIdx, src: *const u8, len: usize) {
+        let _ = (buf, src, len);
+    }
+    /// Immediately after that copy.
+    #[inline(always)]
+    fn after_buffer(&mut self, buf: BufIdx, src: *const u8, len: usize) {
+        let _ = (buf, src, len);
+    }
+}
+
+/// The hook that does nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHook;
+
+impl RecvHook for NoHook {}
+
+/// What `recv` returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecvInfo {
+    /// Bytes copied into the caller's buffer.
+    pub len: usize,
+    /// Bytes the message had (more than `len` if the caller's buffer was too short: the
+    /// rest is discarded, as for a UDP `recv` with `MSG_TRUNC`).
+    pub msg_len: usize,
+    /// The sender.
+    pub src: SocketAddrV4,
+}
+
+/// A bound UDP socket.
+///
+/// Invariant: `queue.len() <= limit`; every queued message's chain is owned by the socket.
+#[derive(Debug)]
+pub struct UdpSocket {
+    pub(crate) local: SocketAddrV4,
+    pub(crate) queue: VecDeque<Message>,
+    pub(crate) limit: usize,
+    /// Messages refused because the queue was full.
+    pub(crate) overflows: u64,
+}
+
+impl UdpSocket {
+    pub(crate) fn new(local: SocketAddrV4, limit: usize) -> UdpSocket {
+        UdpSocket {
+            local,
+            queue: VecDeque::with_capacity(limit.min(1024)),
+            limit,
+            overflows: 0,
+        }
+    }
+
+    /// Queue a message; `Err(msg)` (not queued) if the queue is full.
+    pub(crate) fn push(&mut self, msg: Message) -> Result<(), Message> {
+        if self.queue.len() >= self.limit {
+            self.overflows += 1;
+            return Err(msg);
+        }
+        self.queue.push_back(msg);
+        Ok(())
+    }
+}
+
+/// Copy `msg` into `dst` buffer by buffer, calling the hook around each non-empty copy,
+/// then free its chain. Returns the bytes copied.
+pub fn copy_out<P: BufferPool + ?Sized, H: RecvHook + ?Sized>(
+    pool: &mut P,
+    msg: &Message,
+    dst: &mut [u8],
+    hook: &mut H,
+) -> usize {
+    let mut at = 0;
+    let mut cur = Some(msg.head);
+    let mut n = 0;
+    while let Some(idx) = cur {
+        if n >= msg.bufs || at >= dst.len() {
+            break;
+        }
+        let seg = valid(pool, idx);
+        let k = seg.len().min(dst.len() - at).min(msg.len - at);
+        if k > 0 {
+            let src = seg.as_ptr();
+            hook.on_buffer(idx, src, k);
+            dst[at..at + k].copy_from_slice(&seg[..k]);
+            hook.after_buffer(idx, src, k);
+            at += k;
+        }
+        n += 1;
+        cur = pool.next(idx);
+    }
+    pool.free_chain(msg.head);
+    at
+}
+
+/// A fast hasher for the demultiplexing map, whose keys (local address and port) are chosen
+/// by local binds, not by the network, so a keyed (DoS-resistant) hash buys nothing there.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DemuxHasher(u64);
+
+impl std::hash::Hasher for DemuxHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        // FxHash's step.
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    #[inline]
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+
+    #[inline]
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(n as u64);
+    }
+
+    #[inline]
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(n as u64);
+    }
+}
+
+/// The demultiplexing key: local address and port packed into one word.
+#[inline]
+pub(crate) fn demux_key(addr: std::net::Ipv4Addr, port: u16) -> u64 {
+    ((u32::from(addr) as u64) << 16) | port as u64
+}

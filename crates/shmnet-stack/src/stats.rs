@@ -1,0 +1,124 @@
+//! Named counters: what came in, what went out, and every reason a frame was refused.
+//!
+//! Invariant: every frame handed to [`crate::Interface::receive`] that the stack refuses is
+//! counted under exactly one drop counter (from `runt` on), and its buffers are back in the
+//! pool before `receive` returns. Frames it accepts are held (a fragment, a queued message),
+//! answered (ARP, ICMP) or simply consumed (an ARP packet about someone else).
+
+macro_rules! stats {
+    ($( $(#[$m:meta])* $name:ident ),* $(,)?) => {
+        /// Counters of the interface. All are monotonically increasing `u64`s.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        pub struct Stats {
+            $( $(#[$m])* pub $name: u64, )*
+        }
+
+        impl Stats {
+            /// Every counter with its name, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$( (stringify!($name), self.$name), )*]
+            }
+        }
+    };
+}
+
+stats! {
+    /// Frames handed to `receive`.
+    rx_frames,
+    /// Frames emitted to the transmit sink.
+    tx_frames,
+    /// UDP datagrams placed on a socket queue.
+    udp_delivered,
+    /// UDP messages read by `udp_recv`.
+    udp_read,
+    /// UDP datagrams sent (before fragmentation).
+    udp_sent,
+    /// IPv4 fragments received.
+    frags_received,
+    /// Datagrams completed by reassembly.
+    reasm_ok,
+    /// Fragments sent.
+    frags_sent,
+    /// ICMP echo replies sent.
+    icmp_echo_replies,
+    /// ICMP port-unreachable messages sent.
+    icmp_unreach_sent,
+    /// ARP requests answered.
+    arp_replies_sent,
+    /// ARP requests sent.
+    arp_requests_sent,
+    /// Neighbour cache entries learnt or refreshed.
+    arp_learnt,
+
+    // ---- drops ----
+    /// Frame shorter than the header it claims to carry.
+    runt,
+    /// Buffer header inconsistent (chained frame, `off`/`len` beyond the capacity).
+    bad_buffer,
+    /// Ethernet destination is neither us nor broadcast.
+    not_for_us,
+    /// EtherType neither IPv4 nor ARP.
+    unknown_ethertype,
+    /// ARP packet we do not handle (not Ethernet/IPv4, unknown operation).
+    arp_bad,
+    /// IPv4 version field is not 4.
+    bad_version,
+    /// IPv4 header checksum wrong.
+    bad_checksum,
+    /// IPv4 total length or IHL inconsistent with the frame, or UDP length inconsistent.
+    bad_length,
+    /// Source address broadcast, multicast or ours.
+    bad_address,
+    /// TTL of zero.
+    ttl,
+    /// IPv4 protocol neither ICMP nor UDP.
+    unknown_protocol,
+    /// Malformed fragment (not a multiple of 8, empty, beyond the known end, conflicting end).
+    bad_fragment,
+    /// Fragments overlapping with different contents: the datagram was abandoned (RFC 5722).
+    reasm_overlap,
+    /// Fragment of a datagram already abandoned, discarded until the entry times out.
+    reasm_discarded,
+    /// Exact duplicate fragment, ignored.
+    reasm_duplicate,
+    /// Reassembled datagram would exceed 65,535 bytes.
+    reasm_oversize,
+    /// Too many fragments for one datagram.
+    reasm_too_many_frags,
+    /// Reassembly table full: fragment of a new datagram refused.
+    reasm_table_full,
+    /// Datagram abandoned because its timeout (from the first fragment) expired.
+    reasm_timeout,
+    /// UDP checksum wrong.
+    udp_bad_checksum,
+    /// UDP to a port nobody is bound to.
+    no_socket,
+    /// Socket receive queue full.
+    queue_full,
+    /// ICMP checksum wrong.
+    icmp_bad_checksum,
+    /// ICMP message we do not answer (anything but echo request).
+    icmp_ignored,
+    /// ICMP error suppressed by the rate limiter.
+    icmp_rate_limited,
+    /// No buffer available to build a reply or to send.
+    no_buffers,
+    /// Frame waiting for ARP dropped because the pending queue was full.
+    arp_queue_full,
+    /// Frame waiting for ARP dropped because no answer came in time.
+    arp_timeout,
+    /// Send refused: no route (destination off-link and no gateway).
+    no_route,
+}
+
+impl Stats {
+    /// The sum of every drop counter.
+    pub fn total_drops(&self) -> u64 {
+        let fields = self.fields();
+        let first_drop = fields
+            .iter()
+            .position(|(n, _)| *n == "runt")
+            .unwrap_or(fields.len());
+        fields[first_drop..].iter().map(|(_, v)| v).sum()
+    }
+}

@@ -1,0 +1,154 @@
+//! UDP: header fields through smoltcp's `UdpPacket` view, and the Internet checksum over a
+//! buffer chain (smoltcp's `checksum` helpers on each buffer, combined).
+
+use std::net::Ipv4Addr;
+
+use smoltcp::wire::{IpProtocol, UdpPacket, checksum};
+
+use crate::buf::{BufIdx, BufferPool, valid};
+
+/// Length of a UDP header.
+pub const HEADER_LEN: usize = smoltcp::wire::UDP_HEADER_LEN;
+
+/// The fields of a UDP header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpHeader {
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Length field (header included).
+    pub len: u16,
+    /// Checksum field (0: none).
+    pub checksum: u16,
+}
+
+/// Read the header at the start of `bytes`; `None` if shorter than a header.
+#[inline]
+pub fn parse_header(bytes: &[u8]) -> Option<UdpHeader> {
+    let hdr = bytes.get(..HEADER_LEN)?;
+    // The header-field accessors read only the first 8 bytes, which we have.
+    let p = UdpPacket::new_unchecked(hdr);
+    Some(UdpHeader {
+        src_port: p.src_port(),
+        dst_port: p.dst_port(),
+        len: p.len(),
+        checksum: p.checksum(),
+    })
+}
+
+/// Write a header into `buf[..8]`.
+#[inline]
+pub fn write_header(buf: &mut [u8], h: &UdpHeader) {
+    let mut p = UdpPacket::new_unchecked(&mut buf[..HEADER_LEN]);
+    p.set_src_port(h.src_port);
+    p.set_dst_port(h.dst_port);
+    p.set_len(h.len);
+    p.set_checksum(h.checksum);
+}
+
+/// Accumulates the RFC 1071 sum of a byte sequence given in pieces of any length.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sum {
+    acc: u32,
+    odd: bool,
+}
+
+impl Sum {
+    /// Add the next piece.
+    #[inline]
+    pub fn add(&mut self, bytes: &[u8]) {
+        let s = checksum::data(bytes);
+        // A piece starting at an odd position pairs its bytes the other way round.
+        let s = if self.odd { s.swap_bytes() } else { s };
+        self.acc += s as u32;
+        self.acc = (self.acc & 0xffff) + (self.acc >> 16);
+        self.odd ^= bytes.len() % 2 == 1;
+    }
+
+    /// Add a 16-bit word computed elsewhere (e.g. a pseudo-header sum); the position must
+    /// be even.
+    #[inline]
+    pub fn add_word(&mut self, w: u16) {
+        self.acc += w as u32;
+        self.acc = (self.acc & 0xffff) + (self.acc >> 16);
+    }
+
+    /// The folded sum (not complemented).
+    #[inline]
+    pub fn value(&self) -> u16 {
+        checksum::combine(&[self.acc as u16, (self.acc >> 16) as u16])
+    }
+}
+
+/// The sum of the first `len` bytes of the chain at `head` (at most `bufs` buffers).
+pub fn chain_sum<P: BufferPool + ?Sized>(pool: &P, head: BufIdx, len: usize, bufs: usize) -> Sum {
+    let mut sum = Sum::default();
+    let mut left = len;
+    let mut cur = Some(head);
+    let mut n = 0;
+    while let Some(idx) = cur {
+        if left == 0 || n >= bufs {
+            break;
+        }
+        let seg = valid(pool, idx);
+        let k = seg.len().min(left);
+        sum.add(&seg[..k]);
+        left -= k;
+        n += 1;
+        cur = pool.next(idx);
+    }
+    sum
+}
+
+/// The pseudo-header sum for UDP over IPv4.
+pub fn pseudo(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u16 {
+    checksum::pseudo_header_v4(&src, &dst, IpProtocol::Udp, udp_len as u32)
+}
+
+/// Whether a received datagram of `udp_len` bytes (header included) in the chain at `head`
+/// carries a correct checksum. A zero checksum field means "none" and is accepted by the
+/// caller before this is called.
+pub fn verify_chain<P: BufferPool + ?Sized>(
+    pool: &P,
+    head: BufIdx,
+    bufs: usize,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    udp_len: usize,
+) -> bool {
+    let mut sum = chain_sum(pool, head, udp_len, bufs);
+    sum.add_word(pseudo(src, dst, udp_len));
+    sum.value() == 0xffff
+}
+
+/// The checksum to put in a header for `header` (with its checksum field zero) and `data`.
+/// A computed zero is sent as 0xffff (RFC 768).
+pub fn tx_checksum(src: Ipv4Addr, dst: Ipv4Addr, header: &[u8], data: &[u8]) -> u16 {
+    let mut sum = Sum::default();
+    sum.add(header);
+    sum.add(data);
+    sum.add_word(pseudo(src, dst, header.len() + data.len()));
+    match !sum.value() {
+        0 => 0xffff,
+        c => c,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_at_odd_offsets_sum_like_the_whole() {
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for cut in [1, 3, 8, 499, 500, 999] {
+            let mut s = Sum::default();
+            s.add(&bytes[..cut]);
+            s.add(&bytes[cut..]);
+            let mut whole = Sum::default();
+            whole.add(&bytes);
+            assert_eq!(s.value(), whole.value(), "cut {cut}");
+        }
+    }
+}

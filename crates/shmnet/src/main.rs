@@ -1,0 +1,126 @@
+//! `shmnet`: the command line. Thin: parses arguments and calls the crates.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "shmnet",
+    version,
+    about = "A user-level network protocol server over shared memory, and the instruments that show whether packet data stays in the cache",
+    long_about = "shmnet runs a packet driver, a protocol server and applications as parties that share \
+memory windows (memfd regions holding descriptor queues and buffer pools), so packet data stays \
+where the wire put it until the application reads it.\n\n\
+This build has the shared-memory channel and its benchmark. Start with:\n  \
+shmnet bench chan --quick      a one-minute look at the queue and pools on this machine"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure shmnet's parts against baselines run in the same process and moment.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// The SPSC descriptor queue against rtrb and DPDK's rte_ring, and pool alloc+free by
+    /// policy (LIFO, FIFO) and path (server, driver).
+    ///
+    /// Producer and consumer are pinned to two CPUs and move 16-byte descriptors through
+    /// 1024-slot queues in bursts of 1, 8 and 32; figures are TSC ticks and nanoseconds per
+    /// element (medians over repetitions). The rte_ring baseline runs the C harness built by
+    /// scripts/build-rte-ring-bench (Debian's dpdk-dev); without it that row is skipped and a
+    /// note says so.
+    Chan(ChanArgs),
+}
+
+#[derive(Args)]
+struct ChanArgs {
+    /// 10^6 elements and 3 repetitions per cell instead of 10^7 and 5 (about a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Elements per repetition.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Repetitions per cell (the median is reported).
+    #[arg(long)]
+    reps: Option<u32>,
+    /// Producer and consumer CPUs.
+    #[arg(long, value_name = "P,C", default_value = "0,1", value_parser = parse_cpus)]
+    cpus: (usize, usize),
+    /// The rte_ring harness (default: $SHMNET_RTE_RING_BENCH, else target/rte_ring_bench).
+    #[arg(long, value_name = "PATH")]
+    rte_ring_bench: Option<PathBuf>,
+}
+
+fn parse_cpus(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s
+        .split_once(',')
+        .ok_or_else(|| format!("expected two CPU numbers like 0,1, got {s:?}"))?;
+    let p = a.trim().parse().map_err(|_| format!("bad CPU number {a:?}"))?;
+    let c = b.trim().parse().map_err(|_| format!("bad CPU number {b:?}"))?;
+    if p == c {
+        return Err("producer and consumer need different CPUs".into());
+    }
+    Ok((p, c))
+}
+
+fn spinner(hidden: bool) -> indicatif::ProgressBar {
+    if hidden {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.enable_steady_tick(std::time::Duration::from_millis(120));
+    pb
+}
+
+fn bench_chan(a: ChanArgs) -> Result<()> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if a.cpus.0.max(a.cpus.1) >= cpus {
+        bail!(
+            "this machine has {cpus} CPUs; pick two below {cpus} with --cpus P,C (the benchmark needs two)"
+        );
+    }
+    if let Some(p) = &a.rte_ring_bench {
+        if !p.is_file() {
+            bail!(
+                "{} does not exist: build it with scripts/build-rte-ring-bench",
+                p.display()
+            );
+        }
+    }
+    let opts = shmnet_lab::bench::chan::ChanOptions {
+        quick: a.quick,
+        count: a.count,
+        reps: a.reps,
+        cpus: a.cpus,
+        rte_ring_bench: a.rte_ring_bench,
+    };
+    let pb = spinner(false);
+    let report = shmnet_lab::bench::chan::run(&opts, &mut |step| pb.set_message(step.to_string()));
+    pb.finish_and_clear();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).context("serialising the report")?
+        );
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Bench(Bench::Chan(a)) => bench_chan(a),
+    }
+}
