@@ -34,7 +34,9 @@ pub enum HandoffError {
     #[error("the peer closed the socket before sending a window")]
     Closed,
     /// The message was not a window hand-off of this version.
-    #[error("unexpected message from the peer (not a shmnet window of layout version {LAYOUT_VERSION})")]
+    #[error(
+        "unexpected message from the peer (not a shmnet window of layout version {LAYOUT_VERSION})"
+    )]
     BadGreeting,
     /// The fds did not all arrive.
     #[error("the window's fds were truncated or missing ({0} received)")]

@@ -2,7 +2,9 @@
 //! tests and loom models (loom's atomics cannot live in a foreign mapping).
 
 use crate::desc::DescSlot;
-use crate::pool::{BufHdr, Buffers, DriverPools, PoolCtl, PoolGeometry, PoolMem, PoolSetShared, ServerPools};
+use crate::pool::{
+    BufHdr, Buffers, DriverPools, PoolCtl, PoolGeometry, PoolMem, PoolSetShared, ServerPools,
+};
 use crate::ring::{DescLimits, RingMem, RingShared};
 use crate::signal::Signal;
 use crate::sync::{AtomicU32, Ordering};
@@ -24,7 +26,10 @@ struct HeapPools {
 ///
 /// # Panics
 /// If the geometry is invalid (see [`PoolGeometry`]'s field docs).
-pub fn heap_pools(geo: PoolGeometry, want_signal: Option<Arc<dyn Signal>>) -> (ServerPools, DriverPools) {
+pub fn heap_pools(
+    geo: PoolGeometry,
+    want_signal: Option<Arc<dyn Signal>>,
+) -> (ServerPools, DriverPools) {
     assert!(geo.pools > 0 && geo.per_pool > 0, "empty pool set");
     assert!(geo.free_cap.is_power_of_two() && geo.free_cap >= geo.per_pool);
     assert!(geo.data_size % 64 == 0 && geo.data_size > 0);
@@ -33,7 +38,9 @@ pub fn heap_pools(geo: PoolGeometry, want_signal: Option<Arc<dyn Signal>>) -> (S
     let h = Arc::new(HeapPools {
         set: Box::default(),
         ctls: (0..geo.pools).map(|_| PoolCtl::default()).collect(),
-        free: (0..geo.pools * geo.free_cap).map(|_| AtomicU32::new(0)).collect(),
+        free: (0..geo.pools * geo.free_cap)
+            .map(|_| AtomicU32::new(0))
+            .collect(),
         hdrs: (0..total).map(|_| BufHdr::default()).collect(),
         data: vec![0u64; total as usize * geo.data_size as usize / 8].into_boxed_slice(),
         ring: Box::default(),
@@ -56,10 +63,28 @@ pub fn heap_pools(geo: PoolGeometry, want_signal: Option<Arc<dyn Signal>>) -> (S
     };
     // SAFETY: the ring's control block and `deferred_cap` slots live in `h`, boxed (never
     // moved) and kept alive by the handles; `deferred_cap` is a power of two.
-    let ring = unsafe { RingMem::new(NonNull::from(&*h.ring), NonNull::from(&h.slots[0]), deferred_cap, h.clone()) };
-    let limits = DescLimits { max_buf: total - 1, max_len: u32::MAX };
+    let ring = unsafe {
+        RingMem::new(
+            NonNull::from(&*h.ring),
+            NonNull::from(&h.slots[0]),
+            deferred_cap,
+            h.clone(),
+        )
+    };
+    let limits = DescLimits {
+        max_buf: total - 1,
+        max_len: u32::MAX,
+    };
     (
-        ServerPools::new(Buffers::new(mem.clone()), crate::ring::Consumer::new(ring.clone(), None, limits), want_signal.clone()),
-        DriverPools::new(Buffers::new(mem), crate::ring::Producer::new(ring, None), want_signal),
+        ServerPools::new(
+            Buffers::new(mem.clone()),
+            crate::ring::Consumer::new(ring.clone(), None, limits),
+            want_signal.clone(),
+        ),
+        DriverPools::new(
+            Buffers::new(mem),
+            crate::ring::Producer::new(ring, None),
+            want_signal,
+        ),
     )
 }

@@ -656,12 +656,10 @@ impl Buffers {
                 Self::bump(&self.set().counters.bad_releases);
                 return None;
             }
-            match h.refcnt.compare_exchange_weak(
-                cur,
-                cur - 1,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
+            match h
+                .refcnt
+                .compare_exchange_weak(cur, cur - 1, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return (cur == 1).then_some(head),
                 Err(now) => cur = now,
             }
@@ -740,7 +738,11 @@ pub struct ServerPools {
 }
 
 impl ServerPools {
-    pub(crate) fn new(bufs: Buffers, deferred: Consumer, want_signal: Option<Arc<dyn Signal>>) -> Self {
+    pub(crate) fn new(
+        bufs: Buffers,
+        deferred: Consumer,
+        want_signal: Option<Arc<dyn Signal>>,
+    ) -> Self {
         Self {
             bufs,
             deferred,
@@ -924,7 +926,11 @@ pub struct DriverPools {
 }
 
 impl DriverPools {
-    pub(crate) fn new(bufs: Buffers, deferred: Producer, want_signal: Option<Arc<dyn Signal>>) -> Self {
+    pub(crate) fn new(
+        bufs: Buffers,
+        deferred: Producer,
+        want_signal: Option<Arc<dyn Signal>>,
+    ) -> Self {
         Self {
             bufs,
             deferred,

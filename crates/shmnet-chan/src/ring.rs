@@ -121,7 +121,9 @@ impl RingShared {
     #[doc(hidden)]
     pub fn scribble(&self, head: u32, tail: u32, sleeping: u32) {
         let bit = if sleeping != 0 { SLEEPING } else { 0 };
-        self.producer.head_word.store(u64::from(head) | bit, Ordering::Relaxed);
+        self.producer
+            .head_word
+            .store(u64::from(head) | bit, Ordering::Relaxed);
         self.consumer.tail.store(tail, Ordering::Relaxed);
     }
 
@@ -333,7 +335,10 @@ pub fn heap_ring(
     signal: Option<Arc<dyn Signal>>,
     limits: DescLimits,
 ) -> (Producer, Consumer) {
-    assert!(capacity.is_power_of_two(), "ring capacity must be a power of two");
+    assert!(
+        capacity.is_power_of_two(),
+        "ring capacity must be a power of two"
+    );
     struct HeapRing {
         shared: Box<RingShared>,
         slots: Box<[DescSlot]>,
@@ -616,9 +621,15 @@ impl Consumer {
         let s = self.mem.shared();
         s.tail().store(self.tail, Ordering::Release);
         self.dequeued += accepted as u64;
-        s.consumer.counters.dequeued.store(self.dequeued, Ordering::Relaxed);
+        s.consumer
+            .counters
+            .dequeued
+            .store(self.dequeued, Ordering::Relaxed);
         if accepted < n as usize {
-            s.consumer.counters.refused.store(self.refused, Ordering::Relaxed);
+            s.consumer
+                .counters
+                .refused
+                .store(self.refused, Ordering::Relaxed);
         }
         accepted
     }

@@ -172,9 +172,8 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: the reservation (which contains the window mapping) was made by `new` and
         // is unmapped exactly once, when the last handle using it has gone.
-        let _ = unsafe {
-            rustix::mm::munmap(self.reservation.as_ptr().cast(), self.reservation_len)
-        };
+        let _ =
+            unsafe { rustix::mm::munmap(self.reservation.as_ptr().cast(), self.reservation_len) };
     }
 }
 
@@ -224,7 +223,8 @@ impl Window {
         if page == PageSize::Huge {
             flags |= MemfdFlags::HUGETLB | MemfdFlags::HUGE_2MB;
         }
-        let memfd = rustix::fs::memfd_create("shmnet-window", flags).map_err(sys("memfd_create"))?;
+        let memfd =
+            rustix::fs::memfd_create("shmnet-window", flags).map_err(sys("memfd_create"))?;
         rustix::fs::ftruncate(&memfd, layout.size as u64).map_err(sys("sizing the window"))?;
         rustix::fs::fcntl_add_seals(
             &memfd,
@@ -310,7 +310,9 @@ impl Window {
             .st_size as u64;
         let mut raw = [0u8; std::mem::size_of::<RawHeader>()];
         if size < raw.len() as u64 {
-            return Err(OpenError::BadHeader(format!("a {size}-byte window has no room for a header")));
+            return Err(OpenError::BadHeader(format!(
+                "a {size}-byte window has no room for a header"
+            )));
         }
         let n = rustix::io::pread(&memfd, &mut raw, 0).map_err(osys("reading the header"))?;
         if n != raw.len() {
@@ -384,8 +386,12 @@ impl Window {
             .rings
             .get(ring)
             .ok_or(HandleError::NoSuchRing(ring))?;
-        let ctl = self.map.at::<RingShared>(self.region(RegionKind::RingCtl, ring as u32));
-        let slots = self.map.at::<DescSlot>(self.region(RegionKind::RingSlots, ring as u32));
+        let ctl = self
+            .map
+            .at::<RingShared>(self.region(RegionKind::RingCtl, ring as u32));
+        let slots = self
+            .map
+            .at::<DescSlot>(self.region(RegionKind::RingSlots, ring as u32));
         // SAFETY: both regions lie in the mapping, which `map` keeps alive; their sizes were
         // computed for this capacity, which the layout checked is a power of two.
         Ok(unsafe { RingMem::new(ctl, slots, spec.capacity, self.map.clone()) })
@@ -447,7 +453,14 @@ impl Window {
         let ctl = self.map.at(self.region(RegionKind::DeferredCtl, 0));
         let slots = self.map.at(self.region(RegionKind::DeferredSlots, 0));
         // SAFETY: as in `ring_mem`, for the deferred queue's regions and capacity.
-        unsafe { RingMem::new(ctl, slots, self.layout.deferred_capacity(), self.map.clone()) }
+        unsafe {
+            RingMem::new(
+                ctl,
+                slots,
+                self.layout.deferred_capacity(),
+                self.map.clone(),
+            )
+        }
     }
 
     fn want_signal(&self) -> Arc<dyn Signal> {
@@ -547,7 +560,10 @@ impl Hostile<'_> {
     /// Slot `slot` (taken modulo the capacity) of ring `ring`.
     pub fn slot(&self, ring: usize, slot: u32) -> &DescSlot {
         let cap = self.win.layout.spec.rings[ring].capacity;
-        let base = self.win.map.at::<DescSlot>(self.win.region(RegionKind::RingSlots, ring as u32));
+        let base = self
+            .win
+            .map
+            .at::<DescSlot>(self.win.region(RegionKind::RingSlots, ring as u32));
         // SAFETY: `slot & (cap - 1) < cap` slots lie in the region.
         unsafe { &*base.as_ptr().add((slot & (cap - 1)) as usize) }
     }
@@ -555,7 +571,10 @@ impl Hostile<'_> {
     /// Control block of pool `pool` (modulo the pool count).
     pub fn pool(&self, pool: u32) -> &PoolCtl {
         let n = self.win.layout.spec.pools.pools;
-        let base = self.win.map.at::<PoolCtl>(self.win.region(RegionKind::PoolCtls, 0));
+        let base = self
+            .win
+            .map
+            .at::<PoolCtl>(self.win.region(RegionKind::PoolCtls, 0));
         // SAFETY: `pool % n < n` control blocks lie in the region.
         unsafe { &*base.as_ptr().add((pool % n) as usize) }
     }

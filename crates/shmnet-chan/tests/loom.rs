@@ -6,11 +6,11 @@
 #![cfg(loom)]
 
 use loom::sync::{Condvar, Mutex};
-use std::sync::Arc;
 use loom::thread;
 use shmnet_chan::heap::heap_pools;
 use shmnet_chan::ring::heap_ring;
 use shmnet_chan::{AllocPolicy, Desc, DescLimits, PoolGeometry, Signal, WaitOutcome};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A descriptor whose fields all derive from `i`, so a torn read cannot go unnoticed.
@@ -140,7 +140,10 @@ fn trylock_allocation_and_deferred_free_lose_nothing() {
         server.drain_deferred(usize::MAX);
         assert_eq!(server.buffers().free_count(), geo.total());
         let st = server.buffers().stats();
-        assert_eq!((st.bad_chains, st.bad_releases, st.deferred_lost), (0, 0, 0));
+        assert_eq!(
+            (st.bad_chains, st.bad_releases, st.deferred_lost),
+            (0, 0, 0)
+        );
     });
 }
 

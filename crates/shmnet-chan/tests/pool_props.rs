@@ -84,7 +84,10 @@ impl Model {
         Some((head, last))
     }
     fn add(&mut self, buf: u32) {
-        assert!(!self.live_buffers().contains(&buf), "buffer {buf} handed out twice");
+        assert!(
+            !self.live_buffers().contains(&buf),
+            "buffer {buf} handed out twice"
+        );
         self.chains.push(Some(vec![buf]));
         self.holders.push(self.chains.len() - 1);
     }

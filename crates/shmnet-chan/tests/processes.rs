@@ -7,8 +7,8 @@
 use rustix::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use shmnet_chan::handoff::{recv_window, send_window};
 use shmnet_chan::{
-    AllocPolicy, ChannelSpec, Consumer, Desc, PageSize, PoolSpec, Producer, RingSpec,
-    ServerPools, WaitOutcome, Window,
+    AllocPolicy, ChannelSpec, Consumer, Desc, PageSize, PoolSpec, Producer, RingSpec, ServerPools,
+    WaitOutcome, Window,
 };
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -43,10 +43,16 @@ fn spec() -> ChannelSpec {
 fn spawn_child(entry: &str, sock: &UnixStream, env: &[(&str, String)]) -> Child {
     let fd = sock.as_raw_fd();
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([entry, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(CHILD_FD, fd.to_string())
-        // The child is a test harness too: keep its "test result" lines out of ours.
-        .stdout(std::process::Stdio::null());
+    cmd.args([
+        entry,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_FD, fd.to_string())
+    // The child is a test harness too: keep its "test result" lines out of ours.
+    .stdout(std::process::Stdio::null());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -296,7 +302,11 @@ fn hostile_peer_is_refused_and_counted_and_the_honest_side_keeps_serving() {
     };
     assert!(status.success(), "hostile child crashed: {status}");
     let stats = win.stats();
-    let refused: u64 = stats.rings.iter().map(|r| r.refused + r.index_errors).sum::<u64>()
+    let refused: u64 = stats
+        .rings
+        .iter()
+        .map(|r| r.refused + r.index_errors)
+        .sum::<u64>()
         + stats.deferred.refused
         + stats.deferred.index_errors
         + stats.pools.bad_chains

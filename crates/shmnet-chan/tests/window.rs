@@ -62,7 +62,10 @@ fn bad_specs_are_refused_with_reasons() {
     assert!(e.to_string().contains("multiple of 64"), "{e}");
     let mut s = spec();
     s.rings = vec![s.rings[0]; 33];
-    assert!(matches!(Layout::compute(&s), Err(LayoutError::TooManyRings(33))));
+    assert!(matches!(
+        Layout::compute(&s),
+        Err(LayoutError::TooManyRings(33))
+    ));
 }
 
 #[test]
@@ -182,7 +185,10 @@ fn huge_pages_without_a_reservation_say_how_to_reserve_them() {
             assert!(e.to_string().contains("/proc/sys/vm/nr_hugepages"), "{e}");
         }
         Ok(win) => {
-            assert!(free >= win.size() / (2 << 20), "created without enough free pages");
+            assert!(
+                free >= win.size() / (2 << 20),
+                "created without enough free pages"
+            );
             assert_eq!(win.size() % (2 << 20), 0);
         }
         Err(e) => panic!("unexpected error with {free} free huge pages: {e}"),

@@ -30,7 +30,8 @@ impl Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
-            virtualized: field("flags").is_some_and(|f| f.split_whitespace().any(|w| w == "hypervisor")),
+            virtualized: field("flags")
+                .is_some_and(|f| f.split_whitespace().any(|w| w == "hypervisor")),
         }
     }
 }
@@ -43,7 +44,11 @@ impl std::fmt::Display for Machine {
             self.cpus,
             self.cpu,
             self.kernel,
-            if self.virtualized { " (virtual machine)" } else { "" }
+            if self.virtualized {
+                " (virtual machine)"
+            } else {
+                ""
+            }
         )
     }
 }

@@ -66,8 +66,14 @@ fn parse_cpus(s: &str) -> Result<(usize, usize), String> {
     let (a, b) = s
         .split_once(',')
         .ok_or_else(|| format!("expected two CPU numbers like 0,1, got {s:?}"))?;
-    let p = a.trim().parse().map_err(|_| format!("bad CPU number {a:?}"))?;
-    let c = b.trim().parse().map_err(|_| format!("bad CPU number {b:?}"))?;
+    let p = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad CPU number {a:?}"))?;
+    let c = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad CPU number {b:?}"))?;
     if p == c {
         return Err("producer and consumer need different CPUs".into());
     }

@@ -224,7 +224,12 @@ impl Queue for Rtrb {
 }
 
 /// One repetition: `(ticks, ns)` for `count` elements in bursts of `burst`.
-fn run_once<Q: Queue>(burst: usize, count: u64, cpus: (usize, usize), pinned: &AtomicBool) -> (u64, f64) {
+fn run_once<Q: Queue>(
+    burst: usize,
+    count: u64,
+    cpus: (usize, usize),
+    pinned: &AtomicBool,
+) -> (u64, f64) {
     let (mut tx, mut rx) = Q::make(CAPACITY);
     let ready = AtomicUsize::new(0);
     let go = AtomicBool::new(false);
@@ -450,7 +455,10 @@ pub fn run(opts: &ChanOptions, progress: &mut dyn FnMut(&str)) -> ChanReport {
     let pinned = AtomicBool::new(true);
     let mut notes = Vec::new();
     progress("calibrating the TSC");
-    let cal = tsc::Calibration::measure(Duration::from_millis(if opts.quick { 50 } else { 200 }), 10_000);
+    let cal = tsc::Calibration::measure(
+        Duration::from_millis(if opts.quick { 50 } else { 200 }),
+        10_000,
+    );
     let rte = opts.rte_ring_bench.clone().or_else(default_rte_ring_bench);
     if rte.is_none() {
         notes.push(
@@ -466,7 +474,10 @@ pub fn run(opts: &ChanOptions, progress: &mut dyn FnMut(&str)) -> ChanReport {
         let mut theirs = Samples::new("rtrb");
         let mut dpdk = Samples::new("rte_ring");
         for rep in 0..reps {
-            progress(&format!("spsc burst {burst}, repetition {}/{reps}", rep + 1));
+            progress(&format!(
+                "spsc burst {burst}, repetition {}/{reps}",
+                rep + 1
+            ));
             let per = |(t, n): (u64, f64)| (t as f64 / count as f64, n / count as f64);
             let (t, n) = per(run_once::<ShmnetPolling>(burst, count, opts.cpus, &pinned));
             ours.push(t, n);
@@ -489,7 +500,11 @@ pub fn run(opts: &ChanOptions, progress: &mut dyn FnMut(&str)) -> ChanReport {
                 }
             }
         }
-        spsc.extend([ours, wake, theirs, dpdk].into_iter().filter_map(|s| s.row(burst, count)));
+        spsc.extend(
+            [ours, wake, theirs, dpdk]
+                .into_iter()
+                .filter_map(|s| s.row(burst, count)),
+        );
     }
     if !pinned.load(Ordering::Relaxed) {
         notes.push(format!(
@@ -567,9 +582,17 @@ impl std::fmt::Display for ChanReport {
             self.tsc.ticks_per_ns, self.tsc.empty_window_ticks, self.tsc.step_ticks
         )?;
         writeln!(f)?;
-        writeln!(f, "SPSC queue, {CAPACITY} slots, 16-byte descriptors, producer and consumer on different CPUs (median of {} reps x {} elements)",
-            self.spsc.first().map_or(0, |r| r.reps), self.spsc.first().map_or(0, |r| r.elems))?;
-        writeln!(f, "{:<12} {:>6} {:>14} {:>12}", "impl", "burst", "ticks/elem", "ns/elem")?;
+        writeln!(
+            f,
+            "SPSC queue, {CAPACITY} slots, 16-byte descriptors, producer and consumer on different CPUs (median of {} reps x {} elements)",
+            self.spsc.first().map_or(0, |r| r.reps),
+            self.spsc.first().map_or(0, |r| r.elems)
+        )?;
+        writeln!(
+            f,
+            "{:<12} {:>6} {:>14} {:>12}",
+            "impl", "burst", "ticks/elem", "ns/elem"
+        )?;
         for r in &self.spsc {
             writeln!(
                 f,
@@ -578,8 +601,15 @@ impl std::fmt::Display for ChanReport {
             )?;
         }
         writeln!(f)?;
-        writeln!(f, "Pool alloc+free pairs (working set of 32 buffers, one thread)")?;
-        writeln!(f, "{:<8} {:<8} {:>12} {:>14}", "policy", "path", "ns/pair", "ticks/pair")?;
+        writeln!(
+            f,
+            "Pool alloc+free pairs (working set of 32 buffers, one thread)"
+        )?;
+        writeln!(
+            f,
+            "{:<8} {:<8} {:>12} {:>14}",
+            "policy", "path", "ns/pair", "ticks/pair"
+        )?;
         for r in &self.pool {
             writeln!(
                 f,
