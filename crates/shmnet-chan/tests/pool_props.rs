@@ -1,6 +1,8 @@
 //! Property tests: random interleavings of allocation, release, chaining, extra references,
 //! locked pools and deferred frees by the two parties never lose or duplicate a buffer.
 
+#![cfg(not(loom))]
+
 use proptest::prelude::*;
 use shmnet_chan::heap::heap_pools;
 use shmnet_chan::{AllocPolicy, PoolGeometry};

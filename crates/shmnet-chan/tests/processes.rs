@@ -4,6 +4,8 @@
 //! socket's fd number in `SHMNET_CHILD_FD`; the entries below return at once when run without
 //! it (e.g. by `cargo test -- --ignored`).
 
+#![cfg(not(loom))]
+
 use rustix::fd::{AsRawFd, BorrowedFd, FromRawFd};
 use shmnet_chan::handoff::{recv_window, send_window};
 use shmnet_chan::{

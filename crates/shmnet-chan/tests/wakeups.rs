@@ -1,5 +1,7 @@
 //! The consumer-idle wake-up protocol, with real eventfds and threads.
 
+#![cfg(not(loom))]
+
 use shmnet_chan::ring::heap_ring;
 use shmnet_chan::signal::EventFd;
 use shmnet_chan::{Desc, DescLimits, Signal, WaitOutcome};

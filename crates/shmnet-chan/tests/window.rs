@@ -1,5 +1,7 @@
 //! Creating, passing and opening windows; what a receiver refuses.
 
+#![cfg(not(loom))]
+
 use rustix::fd::OwnedFd;
 use shmnet_chan::handoff::{HandoffError, recv_window, send_window};
 use shmnet_chan::layout::{Layout, LayoutError, RegionKind};

@@ -2,3 +2,4 @@
 //! none asserts anything about speed (that is what makes them benchmarks, not tests).
 
 pub mod chan;
+pub mod stack;
