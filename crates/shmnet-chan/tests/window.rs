@@ -209,3 +209,13 @@ fn thp_either_works_or_says_how_to_enable_it() {
         Err(e) => panic!("{e}"),
     }
 }
+
+#[test]
+fn the_default_window_is_documented_size() {
+    let l = Layout::compute(&ChannelSpec::default()).unwrap();
+    let hdr = l.region(RegionKind::Header, 0).unwrap();
+    eprintln!("default window {} bytes, header {} bytes", l.size, hdr.size);
+    // docs/channel.md quotes these.
+    assert_eq!(hdr.size, 1912);
+    assert!(l.size < 9 << 20 && l.size > 8 << 20, "{}", l.size);
+}
