@@ -4,6 +4,8 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+mod serve;
+
 #[derive(Parser)]
 #[command(
     name = "shmnet",
@@ -26,6 +28,14 @@ enum Command {
     /// Measure shmnet's parts against baselines run in the same process and moment.
     #[command(subcommand)]
     Bench(Bench),
+    /// Run the protocol server: a driver, the stack, and built-in UDP applications.
+    ///
+    /// Examples:
+    ///   shmnet serve --sink 5001                          softnic sends 100,000 14,792-byte messages to a checking sink
+    ///   shmnet serve --sink 5001 --softnic-dma nt         the same, the "device" writing around the cache
+    ///   shmnet serve --driver af_packet:veth0 --ip 10.77.0.1/24 --echo 7
+    #[command(verbatim_doc_comment)]
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -160,5 +170,6 @@ fn main() -> Result<()> {
     match Cli::parse().command {
         Command::Bench(Bench::Chan(a)) => bench_chan(a),
         Command::Bench(Bench::Stack(a)) => bench_stack(a),
+        Command::Serve(a) => serve::run(a),
     }
 }

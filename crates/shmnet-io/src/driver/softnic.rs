@@ -1,0 +1,544 @@
+//! `softnic`: a software device that plays seed 000's sending host.
+//!
+//! It "receives" UDP messages of a given size and count, addressed to us, cut into MTU-sized
+//! IPv4 fragments, with a chosen gap between messages (0: back to back). Each message carries
+//! its sequence number in its first 8 payload bytes (little-endian) and a byte pattern after
+//! it, so a receiver can check every byte ([`expected_payload`]). The frames of one message are
+//! built once, as a template in private memory; per message only the sequence number, the IPv4
+//! identification and the checksums are patched, and then the frames are copied into pool
+//! buffers — that copy is the device's DMA:
+//!
+//! - [`Dma::Cached`]: ordinary stores; the data arrives in the cache, as when the receiving
+//!   CPU itself copies from a device.
+//! - [`Dma::NonTemporal`]: x86 non-temporal stores (`movntdq`), which write around the cache,
+//!   as a DMA engine that does not allocate in the CPU's cache does (seed 000's HP-UX device).
+//!
+//! What is transmitted to it is sunk: counted, checked to be a well-formed Ethernet frame
+//! (malformed ones counted), and freed.
+
+use super::{Driver, DriverStats, Family, RxFrame, classify};
+use etherparse::{IpNumber, Ipv4Header, UdpHeader};
+use shmnet_chan::DriverPools;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+/// How frames reach the buffers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dma {
+    /// Ordinary stores: the data ends up in the cache.
+    #[default]
+    Cached,
+    /// Non-temporal stores: the data goes around the cache (x86-64; elsewhere: ordinary).
+    NonTemporal,
+}
+
+impl std::str::FromStr for Dma {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cached" => Ok(Self::Cached),
+            "nt" | "non-temporal" => Ok(Self::NonTemporal),
+            _ => Err(format!("unknown DMA mode {s:?}: use cached or nt")),
+        }
+    }
+}
+
+/// What the software device sends.
+#[derive(Clone, Debug)]
+pub struct SoftnicConfig {
+    /// The device's own MAC (the destination of the frames it produces).
+    pub mac: [u8; 6],
+    /// The simulated sender's MAC.
+    pub peer_mac: [u8; 6],
+    /// The simulated sender's address.
+    pub peer_ip: Ipv4Addr,
+    /// Our address (the destination).
+    pub ip: Ipv4Addr,
+    /// Source UDP port.
+    pub src_port: u16,
+    /// Destination UDP ports, used in turn.
+    pub dst_ports: Vec<u16>,
+    /// UDP payload bytes per message (at most 65,507).
+    pub size: usize,
+    /// Messages to send; `None`: without end.
+    pub count: Option<u64>,
+    /// Gap between the start of one message and the next (0: back to back).
+    pub gap: Duration,
+    /// Link MTU (IPv4 packet bytes per frame).
+    pub mtu: usize,
+    /// Fill in the UDP checksum (else 0, "none").
+    pub checksum: bool,
+    /// How frames reach the buffers.
+    pub dma: Dma,
+}
+
+impl Default for SoftnicConfig {
+    fn default() -> Self {
+        Self {
+            mac: [0x02, 0x00, 0x00, 0x00, 0x00, 0x01],
+            peer_mac: [0x02, 0x00, 0x00, 0x00, 0x00, 0x02],
+            peer_ip: Ipv4Addr::new(10, 0, 0, 2),
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+            src_port: 40000,
+            dst_ports: vec![5001],
+            size: 14_792,
+            count: None,
+            gap: Duration::ZERO,
+            mtu: 1500,
+            checksum: false,
+            dma: Dma::Cached,
+        }
+    }
+}
+
+/// Why a softnic could not be made.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SoftnicError {
+    /// The message does not fit in an IPv4 datagram.
+    #[error("a {0}-byte UDP message does not fit in an IPv4 datagram (at most 65,507 bytes)")]
+    TooLarge(usize),
+    /// The MTU cannot carry a fragment.
+    #[error("MTU {0} is too small (at least 68)")]
+    BadMtu(usize),
+    /// No destination port.
+    #[error("no destination port given")]
+    NoPorts,
+}
+
+/// The bytes message `seq` carries (what a receiver should find).
+pub fn expected_payload(seq: u64, size: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend((0..size).map(|i| (i as u8).wrapping_mul(31).wrapping_add(7)));
+    let n = size.min(8);
+    out[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
+}
+
+/// One frame of the template: bytes, and where its IPv4 header starts.
+struct TemplateFrame {
+    bytes: Vec<u8>,
+}
+
+const ETH: usize = 14;
+const IP: usize = 20;
+const UDP: usize = 8;
+
+/// Ones-complement sum of big-endian 16-bit words (odd tail padded with zero).
+fn sum16(bytes: &[u8], mut acc: u32) -> u32 {
+    let mut chunks = bytes.chunks_exact(2);
+    for c in &mut chunks {
+        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
+    }
+    if let [last] = chunks.remainder() {
+        acc += u32::from(*last) << 8;
+    }
+    acc
+}
+
+fn fold(mut acc: u32) -> u16 {
+    while acc > 0xffff {
+        acc = (acc & 0xffff) + (acc >> 16);
+    }
+    acc as u16
+}
+
+/// The software device.
+pub struct Softnic {
+    cfg: SoftnicConfig,
+    frames: Vec<TemplateFrame>,
+    /// Ones-complement sum of everything the UDP checksum covers, with the sequence bytes 0.
+    udp_sum_base: u32,
+    /// Messages fully produced.
+    sent: u64,
+    /// Next frame of the current message to produce.
+    next_frame: usize,
+    /// When the current message may start.
+    due: Instant,
+    stats: DriverStats,
+    sink_malformed: u64,
+}
+
+impl Softnic {
+    /// Builds the template for `cfg`.
+    pub fn new(cfg: SoftnicConfig) -> Result<Self, SoftnicError> {
+        if cfg.size > 65_507 {
+            return Err(SoftnicError::TooLarge(cfg.size));
+        }
+        if cfg.mtu < 68 {
+            return Err(SoftnicError::BadMtu(cfg.mtu));
+        }
+        if cfg.dst_ports.is_empty() {
+            return Err(SoftnicError::NoPorts);
+        }
+        let mut payload = Vec::new();
+        expected_payload(0, cfg.size, &mut payload);
+        let datagram_len = UDP + cfg.size;
+        let mut datagram = Vec::with_capacity(datagram_len);
+        datagram.extend_from_slice(
+            &UdpHeader {
+                source_port: cfg.src_port,
+                destination_port: cfg.dst_ports[0],
+                length: datagram_len as u16,
+                checksum: 0,
+            }
+            .to_bytes(),
+        );
+        datagram.extend_from_slice(&payload);
+        let per_frag = (cfg.mtu - IP) & !7;
+        let mut frames = Vec::new();
+        let mut off = 0;
+        while off < datagram_len || frames.is_empty() {
+            let take = per_frag.min(datagram_len - off);
+            let more = off + take < datagram_len;
+            let mut ip = Ipv4Header::new(
+                take as u16,
+                64,
+                IpNumber::UDP,
+                cfg.peer_ip.octets(),
+                cfg.ip.octets(),
+            )
+            .expect("fragment payload fits");
+            ip.more_fragments = more;
+            ip.fragment_offset =
+                etherparse::IpFragOffset::try_new((off / 8) as u16).expect("offset < 8192");
+            let mut bytes = Vec::with_capacity(ETH + IP + take);
+            bytes.extend_from_slice(&cfg.mac);
+            bytes.extend_from_slice(&cfg.peer_mac);
+            bytes.extend_from_slice(&0x0800u16.to_be_bytes());
+            bytes.extend_from_slice(&ip.to_bytes());
+            bytes.extend_from_slice(&datagram[off..off + take]);
+            frames.push(TemplateFrame { bytes });
+            off += take;
+        }
+        // Pseudo header + UDP header + payload, with the port of the first message and the
+        // sequence bytes zero; both are added per message.
+        let mut acc = sum16(&cfg.peer_ip.octets(), 0);
+        acc = sum16(&cfg.ip.octets(), acc);
+        acc += 17 + datagram_len as u32;
+        acc = sum16(&datagram[..6], acc); // ports and length; checksum field is 0
+        let mut zeroed = payload.clone();
+        let n = zeroed.len().min(8);
+        zeroed[..n].fill(0);
+        acc = sum16(&zeroed, acc);
+        // Remove the first port: it is added back per message.
+        let udp_sum_base = acc - u32::from(cfg.dst_ports[0]);
+        Ok(Self {
+            frames,
+            udp_sum_base,
+            sent: 0,
+            next_frame: 0,
+            due: Instant::now(),
+            stats: DriverStats::default(),
+            sink_malformed: 0,
+            cfg,
+        })
+    }
+
+    /// Frames per message.
+    pub fn frames_per_message(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// Messages fully produced so far.
+    pub fn messages_sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Whether every configured message has been produced.
+    pub fn done(&self) -> bool {
+        self.cfg.count.is_some_and(|c| self.sent >= c)
+    }
+
+    /// Transmitted frames that were not well-formed Ethernet frames.
+    pub fn sink_malformed(&self) -> u64 {
+        self.sink_malformed
+    }
+
+    /// Patches the template for message `seq`: IPv4 identification and header checksums of
+    /// every fragment, sequence number, port and UDP checksum in the first.
+    fn patch(&mut self, seq: u64) {
+        let id = (seq as u16).to_be_bytes();
+        let port = self.cfg.dst_ports[(seq % self.cfg.dst_ports.len() as u64) as usize];
+        for f in &mut self.frames {
+            let ip = &mut f.bytes[ETH..ETH + IP];
+            ip[4..6].copy_from_slice(&id);
+            ip[10..12].fill(0);
+            let c = !fold(sum16(ip, 0));
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+        }
+        let first = &mut self.frames[0].bytes;
+        let udp = ETH + IP;
+        first[udp + 2..udp + 4].copy_from_slice(&port.to_be_bytes());
+        let n = self.cfg.size.min(8);
+        let seq_bytes = seq.to_le_bytes();
+        first[udp + UDP..udp + UDP + n].copy_from_slice(&seq_bytes[..n]);
+        let checksum = if self.cfg.checksum {
+            let mut padded = [0u8; 8];
+            padded[..n].copy_from_slice(&seq_bytes[..n]);
+            let c = !fold(sum16(&padded, self.udp_sum_base + u32::from(port)));
+            if c == 0 { 0xffff } else { c }
+        } else {
+            0
+        };
+        first[udp + 6..udp + 8].copy_from_slice(&checksum.to_be_bytes());
+    }
+
+    fn dma(&self, pools: &DriverPools, buf: u32, frame: &[u8]) -> bool {
+        let b = pools.buffers();
+        if frame.len() > b.geometry().data_size as usize {
+            return false;
+        }
+        let ok = match self.cfg.dma {
+            Dma::Cached => b.write(buf, 0, frame).is_ok(),
+            Dma::NonTemporal => match b.data_ptr(buf) {
+                Ok(dst) => {
+                    // SAFETY: the buffer was just allocated to us and is `data_size` bytes
+                    // long, which we checked `frame.len()` does not exceed.
+                    unsafe { copy_nontemporal(dst.as_ptr(), frame) };
+                    true
+                }
+                Err(_) => false,
+            },
+        };
+        ok && b.set_off_len(buf, 0, frame.len() as u16).is_ok()
+    }
+}
+
+/// Copies `src` to `dst` with non-temporal stores (64-byte-aligned `dst` assumed, as pool
+/// buffers are); the tail under 16 bytes uses ordinary stores.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes of writes and 16-byte aligned.
+unsafe fn copy_nontemporal(dst: *mut u8, src: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let chunks = src.len() / 16;
+        for i in 0..chunks {
+            // SAFETY: `i * 16 + 16 <= src.len()`, so the load is in `src`, and the store is in
+            // `dst`'s first `src.len()` bytes, 16-byte aligned because `dst` is.
+            unsafe {
+                let v = _mm_loadu_si128(src.as_ptr().add(i * 16).cast::<__m128i>());
+                _mm_stream_si128(dst.add(i * 16).cast::<__m128i>(), v);
+            }
+        }
+        let done = chunks * 16;
+        // SAFETY: the remaining bytes lie within both ranges.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(done), dst.add(done), src.len() - done)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller guarantees `dst` is valid for `src.len()` bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len())
+    };
+}
+
+impl Driver for Softnic {
+    fn rx_burst(
+        &mut self,
+        pools: &mut DriverPools,
+        out: &mut Vec<RxFrame>,
+        max: usize,
+    ) -> std::io::Result<usize> {
+        let mut produced = 0;
+        while produced < max && !self.done() {
+            if self.next_frame == 0 {
+                if !self.cfg.gap.is_zero() {
+                    let now = Instant::now();
+                    if now < self.due {
+                        break;
+                    }
+                    self.due = now.max(self.due) + self.cfg.gap;
+                }
+                self.patch(self.sent);
+            }
+            let Some(buf) = pools.alloc() else {
+                // The device has nowhere to put the frame: it is lost, as on a real NIC,
+                // and so is the rest of the message.
+                self.stats.rx_no_buffer += 1;
+                self.next_frame = 0;
+                self.sent += 1;
+                continue;
+            };
+            let frame = &self.frames[self.next_frame].bytes;
+            let len = frame.len();
+            if !self.dma(pools, buf, frame) {
+                pools.release(buf);
+                self.stats.rx_no_buffer += 1;
+            } else {
+                self.stats.rx_frames += 1;
+                self.stats.rx_bytes += len as u64;
+                out.push(RxFrame {
+                    buf,
+                    len: len as u32,
+                    family: Family::Ipv4,
+                });
+                produced += 1;
+            }
+            self.next_frame += 1;
+            if self.next_frame == self.frames.len() {
+                self.next_frame = 0;
+                self.sent += 1;
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.cfg.dma == Dma::NonTemporal && produced > 0 {
+            // SAFETY: `sfence` only orders stores; it makes the non-temporal stores visible
+            // before the descriptors that name the buffers are published.
+            unsafe { core::arch::x86_64::_mm_sfence() };
+        }
+        Ok(produced)
+    }
+
+    fn tx_burst(&mut self, pools: &mut DriverPools, frames: &[u32]) -> std::io::Result<()> {
+        let mut scratch = [0u8; 64];
+        for &buf in frames {
+            let b = pools.buffers();
+            match b.off_len(buf) {
+                Some((off, len)) => {
+                    let head = usize::from(len).min(scratch.len());
+                    let ok = b.read(buf, off.into(), &mut scratch[..head]).is_ok()
+                        && classify(&scratch[..head]).is_ok();
+                    if ok {
+                        self.stats.tx_frames += 1;
+                        self.stats.tx_bytes += u64::from(len);
+                    } else {
+                        self.sink_malformed += 1;
+                        self.stats.tx_errors += 1;
+                    }
+                }
+                None => self.stats.tx_errors += 1,
+            }
+            pools.release(buf);
+        }
+        Ok(())
+    }
+
+    fn rx_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        None
+    }
+
+    fn stats(&self) -> DriverStats {
+        self.stats.clone()
+    }
+
+    fn mac(&self) -> [u8; 6] {
+        self.cfg.mac
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etherparse::{NetSlice, SlicedPacket, TransportSlice};
+    use shmnet_chan::heap::heap_pools;
+    use shmnet_chan::{AllocPolicy, PoolGeometry};
+
+    fn pools() -> (shmnet_chan::ServerPools, DriverPools) {
+        heap_pools(
+            PoolGeometry {
+                pools: 2,
+                per_pool: 64,
+                data_size: 2048,
+                free_cap: 64,
+                policy: AllocPolicy::Lifo,
+            },
+            None,
+        )
+    }
+
+    #[test]
+    fn a_large_message_arrives_as_mtu_fragments_that_reassemble_to_the_pattern() {
+        for checksum in [false, true] {
+            let cfg = SoftnicConfig {
+                size: 14_792,
+                count: Some(3),
+                checksum,
+                ..SoftnicConfig::default()
+            };
+            let mut nic = Softnic::new(cfg).unwrap();
+            assert_eq!(nic.frames_per_message(), 10);
+            let (_server, mut drv) = pools();
+            let mut out = Vec::new();
+            for seq in 0..3u64 {
+                out.clear();
+                assert_eq!(nic.rx_burst(&mut drv, &mut out, 10).unwrap(), 10);
+                let mut defrag = etherparse::defrag::IpDefragPool::<(), ()>::new();
+                let mut whole = None;
+                for f in &out {
+                    let mut bytes = vec![0u8; f.len as usize];
+                    drv.buffers().read(f.buf, 0, &mut bytes).unwrap();
+                    let p = SlicedPacket::from_ethernet(&bytes).unwrap();
+                    let Some(NetSlice::Ipv4(ip)) = &p.net else {
+                        panic!("not IPv4")
+                    };
+                    assert!(ip.header().is_fragmenting_payload());
+                    if let Some(done) = defrag.process_sliced_packet(&p, (), ()).unwrap() {
+                        whole = Some(done.payload);
+                    }
+                    drv.release(f.buf);
+                }
+                let dgram = whole.expect("reassembled");
+                let udp = etherparse::UdpSlice::from_slice(&dgram).unwrap();
+                let mut want = Vec::new();
+                expected_payload(seq, 14_792, &mut want);
+                assert_eq!(udp.payload(), &want[..]);
+                if checksum {
+                    let c = udp
+                        .to_header()
+                        .calc_checksum_ipv4_raw([10, 0, 0, 2], [10, 0, 0, 1], udp.payload())
+                        .unwrap();
+                    assert_eq!(udp.checksum(), c, "UDP checksum of message {seq}");
+                } else {
+                    assert_eq!(udp.checksum(), 0);
+                }
+                let _ = TransportSlice::Udp(udp);
+            }
+            assert!(nic.done());
+            assert_eq!(nic.rx_burst(&mut drv, &mut out, 10).unwrap(), 0);
+        }
+    }
+
+    #[test]
+    fn an_empty_pool_drops_frames_and_counts_them() {
+        let cfg = SoftnicConfig {
+            size: 10,
+            count: Some(200),
+            ..SoftnicConfig::default()
+        };
+        let mut nic = Softnic::new(cfg).unwrap();
+        let (_server, mut drv) = pools();
+        let mut out = Vec::new();
+        while !nic.done() {
+            nic.rx_burst(&mut drv, &mut out, 32).unwrap();
+        }
+        assert_eq!(out.len(), 128, "every buffer used");
+        assert_eq!(nic.stats().rx_no_buffer, 72);
+    }
+
+    #[test]
+    fn nontemporal_dma_delivers_the_same_bytes() {
+        let mk = |dma| {
+            let mut nic = Softnic::new(SoftnicConfig {
+                size: 3000,
+                count: Some(1),
+                dma,
+                ..SoftnicConfig::default()
+            })
+            .unwrap();
+            let (_server, mut drv) = pools();
+            let mut out = Vec::new();
+            nic.rx_burst(&mut drv, &mut out, 8).unwrap();
+            out.iter()
+                .map(|f| {
+                    let mut b = vec![0u8; f.len as usize];
+                    drv.buffers().read(f.buf, 0, &mut b).unwrap();
+                    b
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(mk(Dma::Cached), mk(Dma::NonTemporal));
+    }
+}

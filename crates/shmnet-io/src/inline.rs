@@ -1,0 +1,350 @@
+//! The `inline` structure: driver, stack and applications in one thread — the monolithic
+//! kernel path, or a library OS. No queue between the parties: a received frame goes from
+//! the driver straight into [`Interface::receive`], and the built-in applications read their
+//! sockets in the same loop.
+//!
+//! The buffers still live in a shared window (the driver allocates them on its path, the
+//! stack frees them on the server's), so the inline structure moves exactly the same bytes
+//! as the others and differs only in where the parties run.
+
+use crate::driver::{Driver, DriverStats, RxFrame, softnic};
+use crate::pool::ChanPool;
+use shmnet_chan::{ChannelSpec, DriverPools, PoolSpec, Window};
+use shmnet_stack::{BufIdx, Config, EthernetAddress, Interface, NoHook, SocketHandle, Stats};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+/// A built-in application: what runs on a bound UDP port inside the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum App {
+    /// Sends every datagram back to its sender.
+    Echo(u16),
+    /// Reads and discards every datagram (copying it out, as `recv` does).
+    Sink(u16),
+    /// As `Sink`, and checks every byte against softnic's pattern of the given size.
+    CheckedSink(u16, usize),
+}
+
+impl App {
+    /// The UDP port it binds.
+    pub fn port(&self) -> u16 {
+        match *self {
+            Self::Echo(p) | Self::Sink(p) | Self::CheckedSink(p, _) => p,
+        }
+    }
+}
+
+/// What the server needs to know.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Our IPv4 address.
+    pub ip: Ipv4Addr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The pools of the window the buffers live in.
+    pub pools: PoolSpec,
+    /// Verify and generate UDP checksums.
+    pub checksum: bool,
+    /// Messages a socket queue holds before it drops.
+    pub rx_queue_limit: usize,
+    /// The applications.
+    pub apps: Vec<App>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+            prefix: 24,
+            pools: PoolSpec::default(),
+            checksum: true,
+            rx_queue_limit: 64,
+            apps: Vec::new(),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The window could not be made.
+    #[error("creating the buffer window: {0}")]
+    Window(#[from] shmnet_chan::window::CreateError),
+    /// Two applications want one port.
+    #[error("cannot bind UDP port {0}: {1}")]
+    Bind(u16, shmnet_stack::BindError),
+}
+
+/// What the built-in applications did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AppStats {
+    /// Datagrams read.
+    pub messages: u64,
+    /// Payload bytes read.
+    pub bytes: u64,
+    /// Datagrams whose bytes did not match the expected pattern (checked sinks).
+    pub corrupt: u64,
+    /// Datagrams an echo could not send back.
+    pub echo_failures: u64,
+}
+
+/// Driver, stack and applications in one thread.
+pub struct Inline<D: Driver> {
+    driver: D,
+    window: Window,
+    dpools: DriverPools,
+    pool: ChanPool,
+    iface: Interface,
+    sockets: Vec<(App, SocketHandle)>,
+    rx: Vec<RxFrame>,
+    tx: Vec<BufIdx>,
+    tx_idx: Vec<u32>,
+    recv_buf: Vec<u8>,
+    expect: Vec<u8>,
+    apps: AppStats,
+    epoch: Instant,
+}
+
+/// Frames taken from the driver per step.
+const BURST: usize = 32;
+
+impl<D: Driver> Inline<D> {
+    /// Creates the window, the stack (with the driver's MAC) and binds the applications.
+    pub fn new(driver: D, cfg: &ServeConfig) -> Result<Self, ServeError> {
+        let window = Window::create(&ChannelSpec {
+            rings: vec![],
+            pools: cfg.pools,
+            ..ChannelSpec::default()
+        })?;
+        let dpools = window.driver_pools().expect("fresh window");
+        let pool = ChanPool::new(window.server_pools().expect("fresh window"));
+        let mut scfg = Config::new(EthernetAddress(driver.mac()), cfg.ip, cfg.prefix);
+        scfg.udp_rx_checksum = cfg.checksum;
+        scfg.udp_tx_checksum = cfg.checksum;
+        scfg.rx_queue_limit = cfg.rx_queue_limit;
+        let mut iface = Interface::new(scfg);
+        let mut sockets = Vec::new();
+        for app in &cfg.apps {
+            let h = iface
+                .udp_bind_port(app.port())
+                .map_err(|e| ServeError::Bind(app.port(), e))?;
+            sockets.push((*app, h));
+        }
+        Ok(Self {
+            driver,
+            window,
+            dpools,
+            pool,
+            iface,
+            sockets,
+            rx: Vec::with_capacity(BURST),
+            tx: Vec::new(),
+            tx_idx: Vec::new(),
+            recv_buf: vec![0u8; 65_536],
+            expect: Vec::new(),
+            apps: AppStats::default(),
+            epoch: Instant::now(),
+        })
+    }
+
+    fn now(&self) -> shmnet_stack::Instant {
+        shmnet_stack::Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// One round: a burst from the driver through the stack, the applications, the timers,
+    /// and a burst to the driver. Returns how much work it found (0: idle).
+    pub fn step(&mut self) -> usize {
+        let now = self.now();
+        self.rx.clear();
+        // A driver error (e.g. the interface went away) leaves nothing received this round;
+        // it shows in the driver's counters.
+        let _ = self.driver.rx_burst(&mut self.dpools, &mut self.rx, BURST);
+        let mut work = self.rx.len();
+        for f in &self.rx {
+            self.iface
+                .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
+        }
+        for i in 0..self.sockets.len() {
+            let (app, h) = self.sockets[i];
+            while let Ok(Some(info)) =
+                self.iface
+                    .udp_recv(&mut self.pool, h, &mut self.recv_buf, &mut NoHook)
+            {
+                work += 1;
+                self.apps.messages += 1;
+                self.apps.bytes += info.len as u64;
+                match app {
+                    App::Sink(_) => {}
+                    App::CheckedSink(_, size) => {
+                        let seq = self.recv_buf[..8.min(info.len)]
+                            .iter()
+                            .rev()
+                            .fold(0u64, |a, &b| (a << 8) | u64::from(b));
+                        softnic::expected_payload(seq, size, &mut self.expect);
+                        if info.msg_len != size || self.recv_buf[..info.len] != self.expect[..] {
+                            self.apps.corrupt += 1;
+                        }
+                    }
+                    App::Echo(_) => {
+                        let data = &self.recv_buf[..info.len];
+                        if self
+                            .iface
+                            .udp_send_to(&mut self.pool, h, data, info.src, now, &mut self.tx)
+                            .is_err()
+                        {
+                            self.apps.echo_failures += 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.iface.poll(&mut self.pool, now, &mut self.tx);
+        if !self.tx.is_empty() {
+            work += self.tx.len();
+            self.tx_idx.clear();
+            self.tx_idx.extend(self.tx.drain(..).map(|b| b.0));
+            let _ = self.driver.tx_burst(&mut self.dpools, &self.tx_idx);
+        }
+        self.pool.pools().drain_deferred(64);
+        work
+    }
+
+    /// Runs until `stop` says so, sleeping on the driver's fd (or yielding) when idle.
+    pub fn run_until(&mut self, mut stop: impl FnMut(&Self) -> bool) {
+        while !stop(self) {
+            if self.step() == 0 {
+                self.idle(Duration::from_millis(10));
+            }
+        }
+    }
+
+    fn idle(&self, at_most: Duration) {
+        let wait = match self.iface.poll_at() {
+            Some(t) => {
+                Duration::from_nanos(t.nanos().saturating_sub(self.now().nanos())).min(at_most)
+            }
+            None => at_most,
+        };
+        match self.driver.rx_fd() {
+            Some(fd) => {
+                let ts = rustix::event::Timespec {
+                    tv_sec: wait.as_secs() as _,
+                    tv_nsec: wait.subsec_nanos() as _,
+                };
+                let mut fds = [rustix::event::PollFd::new(
+                    &fd,
+                    rustix::event::PollFlags::IN,
+                )];
+                let _ = rustix::event::poll(&mut fds, Some(&ts));
+            }
+            None => std::thread::yield_now(),
+        }
+    }
+
+    /// The built-in applications' counters.
+    pub fn app_stats(&self) -> &AppStats {
+        &self.apps
+    }
+
+    /// The stack's counters.
+    pub fn stack_stats(&self) -> &Stats {
+        self.iface.stats()
+    }
+
+    /// The driver's counters.
+    pub fn driver_stats(&self) -> DriverStats {
+        self.driver.stats()
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+
+    /// The window the buffers live in.
+    pub fn window(&self) -> &Window {
+        &self.window
+    }
+
+    /// The stack.
+    pub fn interface(&mut self) -> (&mut Interface, &mut ChanPool) {
+        (&mut self.iface, &mut self.pool)
+    }
+
+    /// Sends `data` from the socket bound to `port` (to drive traffic from a test or a tool).
+    pub fn send_to(
+        &mut self,
+        port: u16,
+        data: &[u8],
+        dst: SocketAddrV4,
+    ) -> Result<(), shmnet_stack::SendError> {
+        let now = self.now();
+        let h = self
+            .sockets
+            .iter()
+            .find(|(a, _)| a.port() == port)
+            .map(|(_, h)| *h)
+            .ok_or(shmnet_stack::SendError::InvalidHandle)?;
+        self.iface
+            .udp_send_to(&mut self.pool, h, data, dst, now, &mut self.tx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::softnic::{Softnic, SoftnicConfig};
+
+    fn run(size: usize, checksum: bool, dma: softnic::Dma) {
+        let count = 300;
+        let nic = Softnic::new(SoftnicConfig {
+            size,
+            count: Some(count),
+            checksum,
+            dma,
+            dst_ports: vec![5001],
+            ..SoftnicConfig::default()
+        })
+        .unwrap();
+        let cfg = ServeConfig {
+            checksum,
+            apps: vec![App::CheckedSink(5001, size)],
+            ..ServeConfig::default()
+        };
+        let mut s = Inline::new(nic, &cfg).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let work = s.step();
+            if work == 0 && s.driver().done() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "stalled");
+        }
+        let apps = s.app_stats().clone();
+        assert_eq!(
+            apps.messages,
+            count,
+            "{:?} {:?}",
+            s.stack_stats(),
+            s.driver_stats()
+        );
+        assert_eq!(apps.corrupt, 0);
+        let total = s.window().layout().pool_geometry().total();
+        assert_eq!(
+            s.window().buffers().free_count(),
+            total,
+            "every buffer back"
+        );
+    }
+
+    #[test]
+    fn softnic_messages_reach_the_sink_intact() {
+        for size in [10, 1472, 14_792] {
+            for checksum in [false, true] {
+                run(size, checksum, softnic::Dma::Cached);
+            }
+        }
+        run(14_792, true, softnic::Dma::NonTemporal);
+    }
+}

@@ -1,0 +1,110 @@
+//! The stack's view of a shared-memory pool set: [`shmnet_stack::BufferPool`] over
+//! shmnet-chan's server-side pools.
+//!
+//! The stack frees one buffer at a time and walks chains itself; shmnet-chan counts
+//! references on chain heads. Every buffer the stack holds has a count of 1, so freeing one
+//! buffer is "unlink it, drop its reference". Indices reaching the stack were validated by
+//! the ring that carried them (`Window::buffer_limits`); an index that is nevertheless out of
+//! range reads as an empty buffer and writes go nowhere — never a panic.
+
+use shmnet_chan::{NO_BUF, ServerPools};
+use shmnet_stack::{BufIdx, BufferPool};
+
+/// A pool set seen as the stack's [`BufferPool`].
+pub struct ChanPool {
+    pools: ServerPools,
+    capacity: usize,
+    total: usize,
+}
+
+impl ChanPool {
+    /// Wraps the server's pools.
+    pub fn new(pools: ServerPools) -> Self {
+        let g = pools.buffers().geometry();
+        Self {
+            capacity: g.data_size as usize,
+            total: g.total() as usize,
+            pools,
+        }
+    }
+
+    /// The pools, for what the stack does not do (draining deferred frees, statistics).
+    pub fn pools(&mut self) -> &mut ServerPools {
+        &mut self.pools
+    }
+}
+
+impl BufferPool for ChanPool {
+    fn alloc(&mut self) -> Option<BufIdx> {
+        self.pools.alloc().map(BufIdx)
+    }
+
+    fn free(&mut self, idx: BufIdx) {
+        let _ = self.pools.buffers().set_next(idx.0, NO_BUF);
+        self.pools.release(idx.0);
+    }
+
+    fn next(&self, idx: BufIdx) -> Option<BufIdx> {
+        self.pools.buffers().next(idx.0).map(BufIdx)
+    }
+
+    fn set_next(&mut self, idx: BufIdx, next: Option<BufIdx>) {
+        let _ = self
+            .pools
+            .buffers()
+            .set_next(idx.0, next.map_or(NO_BUF, |b| b.0));
+    }
+
+    fn off(&self, idx: BufIdx) -> u16 {
+        self.pools
+            .buffers()
+            .off_len(idx.0)
+            .map_or(0, |(off, _)| off)
+    }
+
+    fn set_off(&mut self, idx: BufIdx, off: u16) {
+        let b = self.pools.buffers();
+        let len = b.off_len(idx.0).map_or(0, |(_, len)| len);
+        let off = off.min(self.capacity as u16);
+        let len = len.min(self.capacity as u16 - off);
+        let _ = b.set_off_len(idx.0, off, len);
+    }
+
+    fn len(&self, idx: BufIdx) -> u16 {
+        self.pools
+            .buffers()
+            .off_len(idx.0)
+            .map_or(0, |(_, len)| len)
+    }
+
+    fn set_len(&mut self, idx: BufIdx, len: u16) {
+        let b = self.pools.buffers();
+        let off = b.off_len(idx.0).map_or(0, |(off, _)| off);
+        let len = len.min(self.capacity as u16 - off);
+        let _ = b.set_off_len(idx.0, off, len);
+    }
+
+    fn data(&self, idx: BufIdx) -> &[u8] {
+        // SAFETY: the stack owns every buffer whose index it holds (it was allocated here or
+        // handed over by the driver through a ring), and the slice's bounds are the buffer's.
+        unsafe { self.pools.buffers().data(idx.0) }.unwrap_or(&[])
+    }
+
+    fn data_mut(&mut self, idx: BufIdx) -> &mut [u8] {
+        // SAFETY: as in `data`; `&mut self` keeps any other slice from this pool from living
+        // alongside this one.
+        unsafe { self.pools.buffers().data_mut(idx.0) }.unwrap_or(&mut [])
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn free_count(&self) -> usize {
+        self.pools.buffers().free_count() as usize
+    }
+
+    fn total(&self) -> usize {
+        self.total
+    }
+}

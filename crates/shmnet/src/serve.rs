@@ -1,0 +1,243 @@
+//! `shmnet serve`: run the parties.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use shmnet_io::driver::Driver;
+use shmnet_io::driver::softnic::{Dma, Softnic, SoftnicConfig};
+use shmnet_io::inline::{App, Inline, ServeConfig};
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Structure {
+    /// Driver, stack and applications in one thread.
+    Inline,
+    /// Driver, protocol server and applications as processes sharing windows (not built yet).
+    Server,
+    /// As `server`, but packets cross as copied messages over a Unix socket (not built yet).
+    Ipc,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// The packet device: `softnic` (a software sender, see the --softnic-* options) or
+    /// `af_packet:IFACE` (a real interface; needs root or CAP_NET_RAW).
+    #[arg(long, default_value = "softnic")]
+    driver: String,
+    /// Our address and prefix, e.g. 10.0.0.1/24.
+    #[arg(long, default_value = "10.0.0.1/24", value_parser = parse_cidr)]
+    ip: (Ipv4Addr, u8),
+    /// How the parties are placed.
+    #[arg(long, value_enum, default_value = "inline")]
+    structure: Structure,
+    /// Run a UDP echo application on PORT (repeatable).
+    #[arg(long, value_name = "PORT")]
+    echo: Vec<u16>,
+    /// Run a UDP sink on PORT: read and discard (repeatable). With softnic, the sink checks
+    /// every byte of every message.
+    #[arg(long, value_name = "PORT")]
+    sink: Vec<u16>,
+    /// Stop after this many seconds (default: when softnic has sent --softnic-count
+    /// messages, else at Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Neither verify nor generate UDP checksums.
+    #[arg(long)]
+    no_checksum: bool,
+    /// softnic: UDP payload bytes per message.
+    #[arg(long, default_value_t = 14_792)]
+    softnic_size: usize,
+    /// softnic: messages to send (default 100,000).
+    #[arg(long, default_value_t = 100_000)]
+    softnic_count: u64,
+    /// softnic: microseconds between messages (0: back to back).
+    #[arg(long, default_value_t = 0.0)]
+    softnic_gap_us: f64,
+    /// softnic: how frames reach the buffers: `cached` stores, or `nt` (non-temporal,
+    /// around the cache).
+    #[arg(long, default_value = "cached")]
+    softnic_dma: Dma,
+    /// Print the final report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
+    let (a, p) = s
+        .split_once('/')
+        .ok_or_else(|| format!("expected ADDRESS/PREFIX like 10.0.0.1/24, got {s:?}"))?;
+    let ip = a.parse().map_err(|_| format!("bad IPv4 address {a:?}"))?;
+    let prefix: u8 = p.parse().map_err(|_| format!("bad prefix {p:?}"))?;
+    if prefix > 32 {
+        return Err(format!("prefix {prefix} is longer than 32"));
+    }
+    Ok((ip, prefix))
+}
+
+#[derive(serde::Serialize)]
+struct Report {
+    structure: &'static str,
+    driver: String,
+    seconds: f64,
+    messages: u64,
+    msgs_per_s: f64,
+    gbit_per_s: f64,
+    apps: shmnet_io::inline::AppStats,
+    driver_stats: shmnet_io::driver::DriverStats,
+    stack: Vec<(&'static str, u64)>,
+    window: shmnet_chan::WindowStats,
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    if a.structure != Structure::Inline {
+        bail!(
+            "--structure {:?} is not built yet: this version runs the inline structure only (the server and ipc structures are the next step of issue 4)",
+            a.structure
+        );
+    }
+    let apps: Vec<App> = a
+        .echo
+        .iter()
+        .map(|&p| App::Echo(p))
+        .chain(a.sink.iter().map(|&p| {
+            if a.driver == "softnic" {
+                App::CheckedSink(p, a.softnic_size)
+            } else {
+                App::Sink(p)
+            }
+        }))
+        .collect();
+    let cfg = ServeConfig {
+        ip: a.ip.0,
+        prefix: a.ip.1,
+        checksum: !a.no_checksum,
+        apps: apps.clone(),
+        ..ServeConfig::default()
+    };
+    if a.driver == "softnic" {
+        let Some(first) = apps.first() else {
+            bail!("softnic sends to an application: add --sink PORT (or --echo PORT)");
+        };
+        let nic = Softnic::new(SoftnicConfig {
+            ip: a.ip.0,
+            dst_ports: vec![first.port()],
+            size: a.softnic_size,
+            count: Some(a.softnic_count),
+            gap: Duration::from_secs_f64(a.softnic_gap_us / 1e6),
+            checksum: !a.no_checksum,
+            dma: a.softnic_dma,
+            ..SoftnicConfig::default()
+        })
+        .context("configuring softnic")?;
+        let server = Inline::new(nic, &cfg).context("starting the inline server")?;
+        serve(server, &a, |s| s.driver().done())
+    } else if let Some(iface) = a.driver.strip_prefix("af_packet:") {
+        bail!("the af_packet driver ({iface}) is not in this build yet")
+    } else {
+        bail!(
+            "unknown driver {:?}: use softnic or af_packet:IFACE",
+            a.driver
+        )
+    }
+}
+
+fn serve<D: Driver>(
+    mut server: Inline<D>,
+    a: &ServeArgs,
+    finished: impl Fn(&Inline<D>) -> bool,
+) -> Result<()> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed)).context("installing Ctrl-C")?;
+    let start = Instant::now();
+    let limit = a.duration.map(Duration::from_secs_f64);
+    let pb = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    let mut last = (Instant::now(), 0u64);
+    let mut idle_after_done = 0;
+    loop {
+        let work = server.step();
+        if work == 0 {
+            if finished(&server) {
+                idle_after_done += 1;
+                if idle_after_done > 100 {
+                    break;
+                }
+            }
+            std::thread::yield_now();
+        }
+        if stop.load(Ordering::Relaxed) || limit.is_some_and(|l| start.elapsed() >= l) {
+            break;
+        }
+        if last.0.elapsed() >= Duration::from_millis(500) {
+            let m = server.app_stats().messages;
+            let rate = (m - last.1) as f64 / last.0.elapsed().as_secs_f64();
+            pb.set_message(format!("{m} messages, {rate:.0}/s"));
+            pb.tick();
+            last = (Instant::now(), m);
+        }
+    }
+    pb.finish_and_clear();
+    let secs = start.elapsed().as_secs_f64();
+    let apps = server.app_stats().clone();
+    let report = Report {
+        structure: "inline",
+        driver: a.driver.clone(),
+        seconds: secs,
+        messages: apps.messages,
+        msgs_per_s: apps.messages as f64 / secs,
+        gbit_per_s: apps.bytes as f64 * 8.0 / secs / 1e9,
+        apps,
+        driver_stats: server.driver_stats(),
+        stack: server
+            .stack_stats()
+            .fields()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .collect(),
+        window: server.window().stats(),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "inline over {}: {} messages in {:.2} s = {:.0} msgs/s, {:.2} Gbit/s of payload",
+            report.driver, report.messages, secs, report.msgs_per_s, report.gbit_per_s
+        );
+        println!(
+            "apps: {} corrupt, {} echo failures",
+            report.apps.corrupt, report.apps.echo_failures
+        );
+        let d = &report.driver_stats;
+        println!(
+            "driver: rx {} frames ({} no buffer, {} runts, {} unknown type, {} device drops), tx {} frames ({} errors)",
+            d.rx_frames,
+            d.rx_no_buffer,
+            d.rx_runts,
+            d.rx_unknown_type,
+            d.rx_device_drops,
+            d.tx_frames,
+            d.tx_errors
+        );
+        let stack: Vec<String> = report
+            .stack
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!("stack: {}", stack.join(" "));
+        let p = &report.window.pools;
+        println!(
+            "pools: {} of {} buffers free, {} driver drops, {} deferred frees",
+            p.pools.iter().filter_map(|x| x.free).sum::<u32>(),
+            p.pools.iter().map(|x| x.buffers).sum::<u32>(),
+            p.driver_drops,
+            p.deferred
+        );
+    }
+    Ok(())
+}
