@@ -683,6 +683,53 @@ impl Consumer {
         outcome
     }
 
+    /// The first half of a wait on several things at once: announces that this consumer is
+    /// going to sleep, exactly as [`Consumer::wait`] does, but does not block. Returns `false`
+    /// (announcement withdrawn) if the ring already has work, or cannot sleep (polling mode).
+    /// After `true`, the caller blocks on [`Consumer::wake_fd`] among its other fds, and must
+    /// then call [`Consumer::finish_wait`].
+    pub fn prepare_wait(&mut self) -> bool {
+        if self.signal.is_none() || self.refresh_head() != 0 {
+            return false;
+        }
+        let word = self
+            .mem
+            .shared()
+            .head_word()
+            .fetch_or(SLEEPING, Ordering::AcqRel);
+        self.sleeps += 1;
+        let sleeps = self.sleeps;
+        let s = self.mem.shared();
+        s.consumer.counters.sleeps.store(sleeps, Ordering::Relaxed);
+        if self.accept_head(word as u32) != 0 {
+            self.mem
+                .shared()
+                .head_word()
+                .fetch_and(!SLEEPING, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The second half of a multi-wait: withdraws the announcement (a producer that woke us
+    /// already did) and consumes the pending event, so the next wait starts clean.
+    pub fn finish_wait(&mut self) {
+        self.mem
+            .shared()
+            .head_word()
+            .fetch_and(!SLEEPING, Ordering::Relaxed);
+        if let Some(s) = &self.signal {
+            s.clear();
+        }
+    }
+
+    /// The fd that becomes readable when the producer wakes this consumer (rings with
+    /// wake-ups on real eventfds only).
+    #[cfg(not(loom))]
+    pub fn wake_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        self.signal.as_ref().and_then(|s| s.fd())
+    }
+
     /// A snapshot of this ring's shared counters.
     pub fn stats(&self) -> RingStats {
         RingStats::read(self.mem.shared(), self.mem.capacity)

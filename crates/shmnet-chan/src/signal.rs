@@ -24,6 +24,16 @@ pub trait Signal: Send + Sync + fmt::Debug {
     /// Blocks until an event has been raised since the last wait returned, or `timeout`
     /// passes (`None`: no limit). Consumes all pending events.
     fn wait(&self, timeout: Option<Duration>) -> WaitOutcome;
+
+    /// A file descriptor that is readable while an event is pending, for callers that wait
+    /// on several things at once with `poll` (`None` if the signal has none).
+    #[cfg(not(loom))]
+    fn fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        None
+    }
+
+    /// Consumes pending events without blocking (after a `poll` said one is there).
+    fn clear(&self) {}
 }
 
 #[cfg(not(loom))]
@@ -79,6 +89,14 @@ mod eventfd {
     }
 
     impl Signal for EventFd {
+        fn fd(&self) -> Option<BorrowedFd<'_>> {
+            Some(self.0.as_fd())
+        }
+
+        fn clear(&self) {
+            self.drain();
+        }
+
         fn raise(&self) {
             let _ = rustix::io::write(&self.0, &1u64.to_ne_bytes());
         }

@@ -87,3 +87,32 @@ fn a_wait_times_out_when_nothing_arrives() {
         WaitOutcome::TimedOut
     );
 }
+
+#[test]
+fn a_multi_wait_is_woken_through_the_fd() {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let signal: Arc<dyn Signal> = Arc::new(EventFd::new().unwrap());
+    let (mut tx, mut rx) = heap_ring(8, Some(signal), DescLimits::OPAQUE);
+    // Nothing there: the consumer may sleep.
+    assert!(rx.prepare_wait());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.enqueue(Desc::new(7, 0)).unwrap();
+        });
+        let fd = rx.wake_fd().expect("an eventfd");
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: 30,
+            tv_nsec: 0,
+        };
+        assert_eq!(rustix::event::poll(&mut fds, Some(&ts)).unwrap(), 1);
+    });
+    rx.finish_wait();
+    assert_eq!(rx.dequeue(), Some(Desc::new(7, 0)));
+    assert_eq!(rx.stats().wakeups_sent, 1);
+    // Work already there: no sleep.
+    tx.enqueue(Desc::new(8, 0)).unwrap();
+    assert!(!rx.prepare_wait());
+    assert_eq!(rx.dequeue(), Some(Desc::new(8, 0)));
+}
