@@ -6,6 +6,10 @@
 
 #![warn(missing_docs)]
 
+pub mod client;
+pub mod control;
 pub mod driver;
 pub mod inline;
 pub mod pool;
+pub mod server;
+pub mod windows;

@@ -71,6 +71,9 @@ pub struct SoftnicConfig {
     pub checksum: bool,
     /// How frames reach the buffers.
     pub dma: Dma,
+    /// If set, nothing is sent until it becomes true (e.g. until an application has bound
+    /// its port).
+    pub gate: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for SoftnicConfig {
@@ -88,6 +91,7 @@ impl Default for SoftnicConfig {
             mtu: 1500,
             checksum: false,
             dma: Dma::Cached,
+            gate: None,
         }
     }
 }
@@ -343,6 +347,11 @@ impl Driver for Softnic {
         max: usize,
     ) -> std::io::Result<usize> {
         let mut produced = 0;
+        if let Some(g) = &self.cfg.gate {
+            if !g.load(std::sync::atomic::Ordering::Acquire) {
+                return Ok(0);
+            }
+        }
         while produced < max && !self.done() {
             if self.next_frame == 0 {
                 if !self.cfg.gap.is_zero() {

@@ -1,0 +1,405 @@
+//! The application side of the `server` structure.
+//!
+//! ```no_run
+//! use shmnet_io::client::Client;
+//! let client = Client::connect("/tmp/shmnet.sock")?;
+//! let sock = client.udp_bind(5001)?;
+//! let mut buf = vec![0u8; 65_536];
+//! let (n, from) = sock.recv(&mut buf)?;        // sleeps on a wake-up until a message comes
+//! sock.send_to(&buf[..n], from)?;              // echo it
+//! # Ok::<(), shmnet_io::client::ClientError>(())
+//! ```
+//!
+//! A received message is read where the driver put it, in the data window, and copied into
+//! the caller's buffer buffer by buffer; the chain then goes back to the server on the return
+//! queue. A message to send is copied into send buffers of the application's own window with
+//! the destination in front, and the server takes it from there.
+//!
+//! Everything read from the windows is checked (the server is trusted no more than any other
+//! peer): descriptor indices by the rings, chain walks bounded, lengths clamped.
+
+use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
+use crate::windows::{self, REQ, RET, RX, SEND_HEADER};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, OwnedFd};
+use shmnet_chan::handoff::recv_window;
+use shmnet_chan::{Consumer, Desc, NO_BUF, Producer, ServerPools, Window};
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddrV4;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// What went wrong, in terms an application can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server closed the connection or died.
+    #[error("the shmnet server has gone away")]
+    ServerGone,
+    /// The port is bound already (by this or another application).
+    #[error("{0}")]
+    Refused(String),
+    /// The message cannot be sent in one datagram.
+    #[error("a {0}-byte message does not fit in one UDP datagram (at most 65,507 bytes)")]
+    MessageTooLarge(usize),
+    /// Nothing arrived in time, or no send buffer came free in time.
+    #[error("timed out")]
+    TimedOut,
+    /// The server said something this client does not understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// The control socket failed.
+    #[error(transparent)]
+    Control(ControlError),
+}
+
+impl From<ControlError> for ClientError {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::HungUp => Self::ServerGone,
+            other => Self::Control(other),
+        }
+    }
+}
+
+struct Inner {
+    ctl: OwnedFd,
+    data: Window,
+    app: Window,
+    req: Producer,
+    rx: Consumer,
+    ret: Producer,
+    send_bufs: ServerPools,
+    /// Deliveries read off the ring for a socket other than the one being read.
+    pending: HashMap<u16, VecDeque<Desc>>,
+    gone: bool,
+}
+
+/// A connection to a shmnet server. Single-threaded: clone the sockets, not across threads.
+#[derive(Clone)]
+pub struct Client {
+    inner: Rc<RefCell<Inner>>,
+}
+
+/// A bound UDP socket.
+pub struct UdpSocket {
+    inner: Rc<RefCell<Inner>>,
+    id: u16,
+    port: u16,
+}
+
+impl Client {
+    /// Attaches to the server listening on `path`: version handshake, then both windows.
+    pub fn connect(path: impl AsRef<Path>) -> Result<Self, ClientError> {
+        let ctl = control::connect(path.as_ref())?;
+        control::send(
+            &ctl,
+            &Request::Hello {
+                version: PROTOCOL_VERSION,
+            },
+        )?;
+        match control::recv_blocking::<Response>(ctl.as_fd())? {
+            Response::Welcome { .. } => {}
+            Response::Error(e) => return Err(ClientError::Refused(e)),
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected Welcome, got {other:?}"
+                )));
+            }
+        }
+        let data = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let app = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let map = |e: shmnet_chan::window::HandleError| ClientError::Protocol(e.to_string());
+        let inner = Inner {
+            req: app.producer(REQ).map_err(map)?,
+            rx: app
+                .consumer_with_limits(RX, data.buffer_limits())
+                .map_err(map)?,
+            ret: app.producer(RET).map_err(map)?,
+            send_bufs: app.server_pools().map_err(map)?,
+            pending: HashMap::new(),
+            gone: false,
+            ctl,
+            data,
+            app,
+        };
+        Ok(Self {
+            inner: Rc::new(RefCell::new(inner)),
+        })
+    }
+
+    /// Binds UDP `port` on the server's address.
+    pub fn udp_bind(&self, port: u16) -> Result<UdpSocket, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        match i.call(Request::Bind { port })? {
+            Response::Bound { socket } => Ok(UdpSocket {
+                inner: self.inner.clone(),
+                id: socket as u16,
+                port,
+            }),
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected Bound, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Bytes of the two windows this application maps (data, own).
+    pub fn window_sizes(&self) -> (usize, usize) {
+        let i = self.inner.borrow();
+        (i.data.size(), i.app.size())
+    }
+}
+
+impl Inner {
+    fn call(&mut self, req: Request) -> Result<Response, ClientError> {
+        if self.gone {
+            return Err(ClientError::ServerGone);
+        }
+        let r = control::send(&self.ctl, &req)
+            .and_then(|()| control::recv_blocking::<Response>(self.ctl.as_fd()));
+        r.map_err(|e| self.fail(e))
+    }
+
+    fn fail(&mut self, e: ControlError) -> ClientError {
+        if matches!(e, ControlError::HungUp) {
+            self.gone = true;
+        }
+        e.into()
+    }
+
+    /// Whether the control socket says the server hung up (non-blocking).
+    fn check_alive(&mut self) -> Result<(), ClientError> {
+        if self.gone {
+            return Err(ClientError::ServerGone);
+        }
+        let mut fds = [PollFd::new(&self.ctl, PollFlags::IN)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        if rustix::event::poll(&mut fds, Some(&zero)).unwrap_or(0) > 0
+            && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR)
+        {
+            self.gone = true;
+            return Err(ClientError::ServerGone);
+        }
+        Ok(())
+    }
+
+    /// The next delivery for socket `id`, if any is there now.
+    fn next_for(&mut self, id: u16) -> Option<Desc> {
+        if let Some(d) = self.pending.get_mut(&id).and_then(VecDeque::pop_front) {
+            return Some(d);
+        }
+        while let Some(d) = self.rx.dequeue() {
+            let (sock, _) = windows::rx_meta(&d);
+            if sock == id {
+                return Some(d);
+            }
+            self.pending.entry(sock).or_default().push_back(d);
+        }
+        None
+    }
+
+    /// Copies the chain of delivery `d` into `buf` and gives the chain back.
+    fn take(&mut self, d: Desc, buf: &mut [u8]) -> Result<(usize, SocketAddrV4), ClientError> {
+        let (_, src) = windows::rx_meta(&d);
+        let bufs = self.data.buffers();
+        let total = bufs.geometry().total();
+        let want = (d.len as usize).min(buf.len());
+        let mut copied = 0;
+        let mut cur = d.buf;
+        for _ in 0..total {
+            if cur == NO_BUF || copied >= want {
+                break;
+            }
+            let Some((off, len)) = bufs.off_len(cur) else {
+                break;
+            };
+            let take = usize::from(len).min(want - copied);
+            if bufs
+                .read(cur, usize::from(off), &mut buf[copied..copied + take])
+                .is_err()
+            {
+                break;
+            }
+            copied += take;
+            cur = bufs.next(cur).unwrap_or(NO_BUF);
+        }
+        // Give the chain back; the return queue has room for everything we were given unless
+        // the server is not draining it, in which case wait for it (or for its death).
+        let back = Desc::new(d.buf, 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.ret.enqueue(back).is_err() {
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(ClientError::Protocol(
+                    "the server stopped taking buffers back".into(),
+                ));
+            }
+            std::thread::yield_now();
+        }
+        Ok((copied, src))
+    }
+
+    /// Sleeps until the receive queue has something, the server dies, or `deadline` passes.
+    fn sleep_rx(&mut self, deadline: Option<Instant>) -> Result<(), ClientError> {
+        if !self.rx.prepare_wait() {
+            return Ok(());
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let mut fds = vec![PollFd::new(&self.ctl, PollFlags::IN)];
+        if let Some(fd) = self.rx.wake_fd() {
+            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+        }
+        let ts = left.map(|l| Timespec {
+            tv_sec: l.as_secs() as _,
+            tv_nsec: l.subsec_nanos() as _,
+        });
+        let _ = rustix::event::poll(&mut fds, ts.as_ref());
+        let hup = fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR);
+        drop(fds);
+        self.rx.finish_wait();
+        if hup {
+            self.gone = true;
+            return Err(ClientError::ServerGone);
+        }
+        Ok(())
+    }
+}
+
+impl UdpSocket {
+    /// The bound port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Receives the next message, sleeping until one comes. Returns its length (truncated
+    /// to `buf`) and its sender.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<(usize, SocketAddrV4), ClientError> {
+        self.recv_until(buf, None)
+    }
+
+    /// As [`UdpSocket::recv`], giving up after `timeout`.
+    pub fn recv_timeout(
+        &self,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> Result<(usize, SocketAddrV4), ClientError> {
+        self.recv_until(buf, Some(Instant::now() + timeout))
+    }
+
+    /// Receives a message if one is there now.
+    pub fn try_recv(&self, buf: &mut [u8]) -> Result<Option<(usize, SocketAddrV4)>, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        match i.next_for(self.id) {
+            Some(d) => i.take(d, buf).map(Some),
+            None => i.check_alive().map(|()| None),
+        }
+    }
+
+    fn recv_until(
+        &self,
+        buf: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> Result<(usize, SocketAddrV4), ClientError> {
+        let mut i = self.inner.borrow_mut();
+        loop {
+            if let Some(d) = i.next_for(self.id) {
+                return i.take(d, buf);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(ClientError::TimedOut);
+            }
+            i.sleep_rx(deadline)?;
+        }
+    }
+
+    /// Sends `data` to `to`, waiting for send buffers if all are in use.
+    pub fn send_to(&self, data: &[u8], to: SocketAddrV4) -> Result<(), ClientError> {
+        self.send_inner(data, to, Some(Duration::from_secs(10)))
+    }
+
+    /// Sends `data` to `to` if send buffers are free now (else `TimedOut`).
+    pub fn try_send_to(&self, data: &[u8], to: SocketAddrV4) -> Result<(), ClientError> {
+        self.send_inner(data, to, None)
+    }
+
+    fn send_inner(
+        &self,
+        data: &[u8],
+        to: SocketAddrV4,
+        wait: Option<Duration>,
+    ) -> Result<(), ClientError> {
+        if data.len() > 65_507 {
+            return Err(ClientError::MessageTooLarge(data.len()));
+        }
+        let mut i = self.inner.borrow_mut();
+        i.check_alive()?;
+        // Send chains the server has finished with come back through the deferred queue.
+        i.send_bufs.drain_deferred(usize::MAX);
+        let size = i.send_bufs.buffers().geometry().data_size as usize;
+        let need = (SEND_HEADER + data.len()).div_ceil(size);
+        let mut chain = Vec::with_capacity(need);
+        for _ in 0..need {
+            let b = match wait {
+                Some(t) => i.send_bufs.alloc_wait(Some(t)),
+                None => i.send_bufs.alloc(),
+            };
+            match b {
+                Some(b) => chain.push(b),
+                None => {
+                    for b in chain {
+                        i.send_bufs.release(b);
+                    }
+                    return Err(ClientError::TimedOut);
+                }
+            }
+        }
+        let bufs = i.send_bufs.buffers();
+        let hdr = windows::encode_dst(to);
+        let mut rest = data;
+        for (k, &b) in chain.iter().enumerate() {
+            let mut at = 0;
+            if k == 0 {
+                bufs.write(b, 0, &hdr).expect("buffer holds the header");
+                at = SEND_HEADER;
+            }
+            let take = rest.len().min(size - at);
+            bufs.write(b, at, &rest[..take]).expect("sized to fit");
+            bufs.set_off_len(b, 0, (at + take) as u16)
+                .expect("sized to fit");
+            rest = &rest[take..];
+        }
+        bufs.chain(&chain).expect("our own buffers");
+        let d = Desc {
+            buf: chain[0],
+            len: data.len() as u32,
+            flags: 0,
+            aux: u32::from(self.id),
+        };
+        while i.req.enqueue(d).is_err() {
+            // The request queue is deeper than the send pool, so this only happens if the
+            // server stopped serving us.
+            i.check_alive()?;
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// Closes the socket on the server (also done when the application exits).
+    pub fn close(self) -> Result<(), ClientError> {
+        let mut i = self.inner.borrow_mut();
+        match i.call(Request::Close {
+            socket: u32::from(self.id),
+        })? {
+            Response::Closed { .. } => Ok(()),
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected Closed, got {other:?}"
+            ))),
+        }
+    }
+}

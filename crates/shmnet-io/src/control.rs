@@ -1,0 +1,194 @@
+//! The control plane: a `SOCK_SEQPACKET` Unix socket on which applications attach to the
+//! server, bind ports, and learn its counters.
+//!
+//! Every message is one packet holding one JSON object (the control path is not the data
+//! path: readability beats bytes here). Window hand-offs are packets of their own carrying
+//! the fds (see `shmnet_chan::handoff`). Packets keep their boundaries, so a JSON message and
+//! a hand-off never run together, and a hang-up reads as a zero-length packet: that is how
+//! each side notices the other's death.
+//!
+//! ```text
+//! app → server  {"Hello":{"version":1}}
+//! server → app  {"Welcome":{"version":1,"data_window":..., "app_window":...}}  then two hand-offs
+//! app → server  {"Bind":{"port":5001}}      server → app {"Bound":{"socket":0}} | {"Error":"…"}
+//! app → server  {"Close":{"socket":0}}      server → app {"Closed":{"socket":0}}
+//! any → server  {"Stats":null}              server → any {"Stats":{…}}
+//! ```
+
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
+use std::path::Path;
+
+/// The control protocol's version. Both sides must agree.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The default control socket path.
+pub const DEFAULT_SOCKET: &str = "/tmp/shmnet.sock";
+
+/// Largest control message.
+const MAX_MSG: usize = 64 * 1024;
+
+/// A message from an application (or `shmnet stats`) to the server.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Request {
+    /// The first message of an application.
+    Hello {
+        /// [`PROTOCOL_VERSION`] of the client.
+        version: u32,
+    },
+    /// Bind a UDP port.
+    Bind {
+        /// The port.
+        port: u16,
+    },
+    /// Close a socket.
+    Close {
+        /// The socket.
+        socket: u32,
+    },
+    /// Ask for every counter.
+    Stats,
+}
+
+/// A message from the server.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub enum Response {
+    /// The answer to `Hello`; the two window hand-offs follow.
+    Welcome {
+        /// The server's [`PROTOCOL_VERSION`].
+        version: u32,
+        /// Bytes of the data window (packet buffers, shared by all parties).
+        data_window: usize,
+        /// Bytes of this application's window (its queues and send buffers).
+        app_window: usize,
+    },
+    /// A socket was bound.
+    Bound {
+        /// Its number, used in descriptors.
+        socket: u32,
+    },
+    /// A socket was closed.
+    Closed {
+        /// Its number.
+        socket: u32,
+    },
+    /// Counters, as JSON.
+    Stats(serde_json::Value),
+    /// The request failed.
+    Error(String),
+}
+
+/// Why a control operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The peer hung up.
+    #[error("the peer closed the control socket")]
+    HungUp,
+    /// A socket call failed.
+    #[error("control socket: {0}")]
+    Io(#[from] std::io::Error),
+    /// The peer sent something that is not a message of this protocol.
+    #[error("malformed control message: {0}")]
+    Malformed(String),
+}
+
+/// Sends one message.
+pub fn send<T: serde::Serialize>(fd: impl AsFd, msg: &T) -> Result<(), ControlError> {
+    let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    rustix::net::send(fd, &bytes, SendFlags::NOSIGNAL).map_err(|e| {
+        if e == rustix::io::Errno::PIPE || e == rustix::io::Errno::CONNRESET {
+            ControlError::HungUp
+        } else {
+            ControlError::Io(e.into())
+        }
+    })?;
+    Ok(())
+}
+
+/// Receives one message; `Ok(None)` if the socket is non-blocking and nothing is there.
+pub fn recv<T: serde::de::DeserializeOwned>(fd: impl AsFd) -> Result<Option<T>, ControlError> {
+    let mut buf = vec![0u8; MAX_MSG];
+    match rustix::net::recv(fd, &mut buf, RecvFlags::empty()) {
+        Ok((0, _)) => Err(ControlError::HungUp),
+        Ok((n, _)) => serde_json::from_slice(&buf[..n])
+            .map(Some)
+            .map_err(|e| ControlError::Malformed(e.to_string())),
+        Err(rustix::io::Errno::AGAIN) => Ok(None),
+        Err(rustix::io::Errno::CONNRESET) => Err(ControlError::HungUp),
+        Err(e) => Err(ControlError::Io(e.into())),
+    }
+}
+
+/// Receives one message, blocking.
+pub fn recv_blocking<T: serde::de::DeserializeOwned>(fd: impl AsFd) -> Result<T, ControlError> {
+    let fd = fd.as_fd();
+    loop {
+        if let Some(m) = recv(fd)? {
+            return Ok(m);
+        }
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let _ = rustix::event::poll(&mut fds, None);
+    }
+}
+
+/// Listens on `path`, replacing a stale socket file nobody listens on, refusing to replace
+/// a live one.
+pub fn listen(path: &Path) -> Result<OwnedFd, ControlError> {
+    if path.exists() {
+        if connect(path).is_ok() {
+            return Err(ControlError::Io(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!(
+                    "a server is already listening on {}: stop it, or choose another path with --socket",
+                    path.display()
+                ),
+            )));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
+    rustix::net::bind(&fd, &addr).map_err(std::io::Error::from)?;
+    rustix::net::listen(&fd, 64).map_err(std::io::Error::from)?;
+    Ok(fd)
+}
+
+/// Connects to a server's control socket (blocking socket).
+pub fn connect(path: &Path) -> Result<OwnedFd, ControlError> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(std::io::Error::from)?;
+    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
+    rustix::net::connect(&fd, &addr).map_err(|e| {
+        std::io::Error::new(
+            std::io::Error::from(e).kind(),
+            format!(
+                "cannot reach a shmnet server at {}: {e} (is `shmnet serve` running, with this --socket?)",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(fd)
+}
+
+/// Accepts a pending connection (non-blocking), if any.
+pub fn accept(listener: impl AsFd) -> Result<Option<OwnedFd>, ControlError> {
+    match rustix::net::accept_with(listener, SocketFlags::CLOEXEC | SocketFlags::NONBLOCK) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(rustix::io::Errno::AGAIN) => Ok(None),
+        Err(e) => Err(ControlError::Io(e.into())),
+    }
+}

@@ -1,0 +1,703 @@
+//! The `server` structure: the protocol server in its own process, its driver as a thread
+//! beside it, and applications as separate processes — seed 002's protocol server with a
+//! shared-memory device interface.
+//!
+//! ```text
+//! driver thread ──IN_IPV4/IN_ARP──► server loop ──RX (per app)──► application process
+//!               ◄──────OUT────────             ◄──REQ, RET──────
+//!        \____ data window: packet buffers, mapped by everyone ____/
+//! ```
+//!
+//! The server loop is one thread. It sleeps only when every queue it consumes is empty and
+//! no control socket has anything to say, waiting on all their eventfds and sockets at once
+//! (the rings' multi-wait), so a busy server makes no system calls and an idle one burns no
+//! CPU.
+//!
+//! An application's window and every buffer it was handed are the server's to take back: the
+//! server records each chain it delivers until the application returns it, and when the
+//! application's control socket hangs up (it exited, or was killed) the server frees those
+//! chains, closes its sockets and drops its window. A return of a chain the application was
+//! never given is refused and counted.
+
+use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
+use crate::driver::{Driver, DriverStats, Family, RxFrame};
+use crate::inline::ServeConfig;
+use crate::pool::ChanPool;
+use crate::windows::{self, IN_ARP, IN_IPV4, OUT, REQ, RET, RX, SEND_HEADER};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, OwnedFd};
+use shmnet_chan::handoff::send_window;
+use shmnet_chan::{Consumer, Desc, DriverPools, NO_BUF, PageSize, Producer, Window};
+use shmnet_stack::{BufIdx, BufferPool, Config, EthernetAddress, Interface, SocketHandle};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Options of the server structure.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Address, pools, checksums, queue limits (its `apps` are ignored: applications attach).
+    pub serve: ServeConfig,
+    /// Where the control socket listens.
+    pub socket: PathBuf,
+    /// How the data window is paged.
+    pub page: PageSize,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The data window could not be made.
+    #[error("creating the data window: {0}")]
+    Window(#[from] shmnet_chan::window::CreateError),
+    /// The control socket could not be made.
+    #[error("control socket: {0}")]
+    Control(#[from] ControlError),
+}
+
+/// Counters of one attached application, as the server sees it.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct AppCounters {
+    /// Messages delivered to its receive queue.
+    pub delivered: u64,
+    /// Chains it gave back.
+    pub returned: u64,
+    /// Returns refused (a chain it was not holding).
+    pub bad_returns: u64,
+    /// Datagrams it sent.
+    pub sent: u64,
+    /// Sends refused (bad header, unbound socket, stack error).
+    pub bad_sends: u64,
+}
+
+/// The driver thread's counters, shared with the server loop.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct DriverThreadStats {
+    /// The driver's own counters.
+    pub driver: DriverStats,
+    /// Frames dropped because an IN queue was full.
+    pub in_queue_full: u64,
+}
+
+struct AppConn {
+    ctl: OwnedFd,
+    attached: Option<Attached>,
+    dead: bool,
+    counters: AppCounters,
+}
+
+struct Attached {
+    win: Window,
+    req: Consumer,
+    rx: Producer,
+    ret: Consumer,
+    send_bufs: DriverPools,
+    /// Socket number → stack socket.
+    sockets: Vec<Option<SocketHandle>>,
+    /// Heads of chains delivered and not yet returned.
+    outstanding: HashSet<u32>,
+}
+
+/// The server loop's state.
+pub struct Server {
+    data: Window,
+    pool: ChanPool,
+    in_ipv4: Consumer,
+    in_arp: Consumer,
+    out: Producer,
+    iface: Interface,
+    listener: OwnedFd,
+    socket_path: PathBuf,
+    apps: Vec<AppConn>,
+    driver_stop: Arc<AtomicBool>,
+    driver_stats: Arc<Mutex<DriverThreadStats>>,
+    driver_thread: Option<JoinHandle<()>>,
+    tx: Vec<BufIdx>,
+    scratch: Vec<u8>,
+    out_full: u64,
+    epoch: Instant,
+}
+
+impl Server {
+    /// Creates the data window and the control socket, and starts `driver` on a thread.
+    pub fn start<D: Driver + 'static>(
+        driver: D,
+        opts: &ServerOptions,
+    ) -> Result<Self, ServerError> {
+        let data = Window::create(&windows::data_window_spec(opts.serve.pools, opts.page))?;
+        let listener = control::listen(&opts.socket)?;
+        let mut cfg = Config::new(
+            EthernetAddress(driver.mac()),
+            opts.serve.ip,
+            opts.serve.prefix,
+        );
+        cfg.udp_rx_checksum = opts.serve.checksum;
+        cfg.udp_tx_checksum = opts.serve.checksum;
+        cfg.rx_queue_limit = opts.serve.rx_queue_limit;
+        let driver_stop = Arc::new(AtomicBool::new(false));
+        let driver_stats = Arc::new(Mutex::new(DriverThreadStats::default()));
+        let ends = DriverEnds {
+            pools: data.driver_pools().expect("fresh window"),
+            in_ipv4: data.producer(IN_IPV4).expect("fresh window"),
+            in_arp: data.producer(IN_ARP).expect("fresh window"),
+            out: data.consumer(OUT).expect("fresh window"),
+        };
+        let (stop, stats) = (driver_stop.clone(), driver_stats.clone());
+        let driver_thread = std::thread::Builder::new()
+            .name("shmnet-driver".into())
+            .spawn(move || drive(driver, ends, &stop, &stats))
+            .expect("spawn the driver thread");
+        Ok(Self {
+            pool: ChanPool::new(data.server_pools().expect("fresh window")),
+            in_ipv4: data.consumer(IN_IPV4).expect("fresh window"),
+            in_arp: data.consumer(IN_ARP).expect("fresh window"),
+            out: data.producer(OUT).expect("fresh window"),
+            data,
+            iface: Interface::new(cfg),
+            listener,
+            socket_path: opts.socket.clone(),
+            apps: Vec::new(),
+            driver_stop,
+            driver_stats,
+            driver_thread: Some(driver_thread),
+            tx: Vec::new(),
+            scratch: vec![0u8; 65_536],
+            out_full: 0,
+            epoch: Instant::now(),
+        })
+    }
+
+    fn now(&self) -> shmnet_stack::Instant {
+        shmnet_stack::Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// Whether the driver thread has stopped (it failed, or was told to).
+    pub fn driver_stopped(&self) -> bool {
+        self.driver_thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+
+    /// Applications attached now.
+    pub fn apps_attached(&self) -> usize {
+        self.apps.iter().filter(|a| a.attached.is_some()).count()
+    }
+
+    /// The data window.
+    pub fn data_window(&self) -> &Window {
+        &self.data
+    }
+
+    /// One round of the loop. Returns how much work it found (0: idle).
+    pub fn step(&mut self) -> usize {
+        let now = self.now();
+        let mut work = 0;
+        let mut batch = [Desc::default(); 32];
+        for family in [Family::Ipv4, Family::Arp] {
+            let ring = match family {
+                Family::Ipv4 => &mut self.in_ipv4,
+                Family::Arp => &mut self.in_arp,
+            };
+            let n = ring.dequeue_burst(&mut batch);
+            work += n;
+            for d in &batch[..n] {
+                self.iface
+                    .receive(&mut self.pool, BufIdx(d.buf), now, &mut self.tx);
+            }
+        }
+        work += self.accept();
+        for i in 0..self.apps.len() {
+            work += self.serve_app(i, now);
+        }
+        self.reap();
+        self.iface.poll(&mut self.pool, now, &mut self.tx);
+        work += self.flush_tx();
+        self.pool.pools().drain_deferred(64);
+        work
+    }
+
+    fn flush_tx(&mut self) -> usize {
+        if self.tx.is_empty() {
+            return 0;
+        }
+        let descs: Vec<Desc> = self
+            .tx
+            .iter()
+            .map(|b| Desc::new(b.0, u32::from(self.pool.len(*b))))
+            .collect();
+        let placed = self.out.enqueue_burst(&descs);
+        for d in &descs[placed..] {
+            self.out_full += 1;
+            self.pool.free(BufIdx(d.buf));
+        }
+        let n = self.tx.len();
+        self.tx.clear();
+        n
+    }
+
+    fn accept(&mut self) -> usize {
+        let mut n = 0;
+        while let Ok(Some(ctl)) = control::accept(&self.listener) {
+            self.apps.push(AppConn {
+                ctl,
+                attached: None,
+                dead: false,
+                counters: AppCounters::default(),
+            });
+            n += 1;
+        }
+        n
+    }
+
+    fn serve_app(&mut self, i: usize, now: shmnet_stack::Instant) -> usize {
+        let mut work = 0;
+        // Control requests.
+        loop {
+            let req = match control::recv::<Request>(&self.apps[i].ctl) {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(_) => {
+                    self.apps[i].dead = true;
+                    return work;
+                }
+            };
+            work += 1;
+            let resp = self.handle_request(i, req);
+            if let Some(r) = resp {
+                if control::send(&self.apps[i].ctl, &r).is_err() {
+                    self.apps[i].dead = true;
+                    return work;
+                }
+            }
+        }
+        let AppConn {
+            attached,
+            counters: c,
+            ..
+        } = &mut self.apps[i];
+        let Some(a) = attached.as_mut() else {
+            return work;
+        };
+        // Returns.
+        let mut batch = [Desc::default(); 32];
+        loop {
+            let n = a.ret.dequeue_burst(&mut batch);
+            if n == 0 {
+                break;
+            }
+            work += n;
+            for d in &batch[..n] {
+                if a.outstanding.remove(&d.buf) {
+                    c.returned += 1;
+                    self.pool.free_chain(BufIdx(d.buf));
+                } else {
+                    c.bad_returns += 1;
+                }
+            }
+        }
+        // Sends.
+        loop {
+            let n = a.req.dequeue_burst(&mut batch);
+            if n == 0 {
+                break;
+            }
+            work += n;
+            for d in &batch[..n] {
+                let sent = read_send(&a.win, d, &mut self.scratch).and_then(|(dst, len)| {
+                    let h = a.sockets.get(d.aux as usize).copied().flatten()?;
+                    self.iface
+                        .udp_send_to(
+                            &mut self.pool,
+                            h,
+                            &self.scratch[..len],
+                            dst,
+                            now,
+                            &mut self.tx,
+                        )
+                        .ok()
+                });
+                match sent {
+                    Some(()) => c.sent += 1,
+                    None => c.bad_sends += 1,
+                }
+                a.send_bufs.release(d.buf);
+            }
+        }
+        // Deliveries: as many queued messages as the application's receive queue takes.
+        let mut room = a.rx.free_slots();
+        for (sock, h) in a.sockets.iter().enumerate() {
+            let Some(h) = *h else { continue };
+            while room > 0 {
+                let Ok(Some(msg)) = self.iface.udp_recv_chain(h) else {
+                    break;
+                };
+                let d = windows::rx_desc(msg.head.0, msg.len as u32, sock as u16, msg.src);
+                if a.rx.enqueue(d).is_err() {
+                    // Cannot happen (we counted the room); never leak the chain if it does.
+                    self.pool.free_chain(msg.head);
+                    break;
+                }
+                a.outstanding.insert(msg.head.0);
+                c.delivered += 1;
+                room -= 1;
+                work += 1;
+            }
+        }
+        work
+    }
+
+    fn handle_request(&mut self, i: usize, req: Request) -> Option<Response> {
+        match req {
+            Request::Hello { version } => {
+                if version != PROTOCOL_VERSION {
+                    return Some(Response::Error(format!(
+                        "protocol version {version} is not {PROTOCOL_VERSION}: run the same shmnet version on both sides"
+                    )));
+                }
+                if self.apps[i].attached.is_some() {
+                    return Some(Response::Error("already attached".into()));
+                }
+                match self.attach(i) {
+                    Ok(()) => None,
+                    Err(e) => Some(Response::Error(e)),
+                }
+            }
+            Request::Bind { port } => {
+                let Some(a) = self.apps[i].attached.as_mut() else {
+                    return Some(Response::Error("say Hello first".into()));
+                };
+                match self.iface.udp_bind_port(port) {
+                    Ok(h) => {
+                        a.sockets.push(Some(h));
+                        Some(Response::Bound {
+                            socket: (a.sockets.len() - 1) as u32,
+                        })
+                    }
+                    Err(e) => Some(Response::Error(format!("cannot bind UDP port {port}: {e}"))),
+                }
+            }
+            Request::Close { socket } => {
+                let Some(a) = self.apps[i].attached.as_mut() else {
+                    return Some(Response::Error("say Hello first".into()));
+                };
+                match a.sockets.get_mut(socket as usize).and_then(Option::take) {
+                    Some(h) => {
+                        let _ = self.iface.udp_close(&mut self.pool, h);
+                        Some(Response::Closed { socket })
+                    }
+                    None => Some(Response::Error(format!("no socket {socket}"))),
+                }
+            }
+            Request::Stats => Some(Response::Stats(self.stats_json())),
+        }
+    }
+
+    /// Creates the application's window, answers its Hello, and hands over both windows.
+    fn attach(&mut self, i: usize) -> Result<(), String> {
+        let win = Window::create(&windows::app_window_spec()).map_err(|e| e.to_string())?;
+        let data_limits = self.data.buffer_limits();
+        let attached = Attached {
+            req: win.consumer(REQ).map_err(|e| e.to_string())?,
+            rx: win.producer(RX).map_err(|e| e.to_string())?,
+            ret: win
+                .consumer_with_limits(RET, data_limits)
+                .map_err(|e| e.to_string())?,
+            send_bufs: win.driver_pools().map_err(|e| e.to_string())?,
+            sockets: Vec::new(),
+            outstanding: HashSet::new(),
+            win,
+        };
+        let ctl = &self.apps[i].ctl;
+        let welcome = Response::Welcome {
+            version: PROTOCOL_VERSION,
+            data_window: self.data.size(),
+            app_window: attached.win.size(),
+        };
+        control::send(ctl, &welcome).map_err(|e| e.to_string())?;
+        send_window(ctl, &self.data).map_err(|e| e.to_string())?;
+        send_window(ctl, &attached.win).map_err(|e| e.to_string())?;
+        self.apps[i].attached = Some(attached);
+        Ok(())
+    }
+
+    /// Takes back everything dead applications held.
+    fn reap(&mut self) {
+        let mut i = 0;
+        while i < self.apps.len() {
+            if !self.apps[i].dead {
+                i += 1;
+                continue;
+            }
+            let app = self.apps.swap_remove(i);
+            if let Some(a) = app.attached {
+                for head in a.outstanding {
+                    self.pool.free_chain(BufIdx(head));
+                }
+                for h in a.sockets.into_iter().flatten() {
+                    let _ = self.iface.udp_close(&mut self.pool, h);
+                }
+            }
+        }
+    }
+
+    /// Sleeps until a queue, a control socket or the timers have work, at most `at_most`.
+    pub fn idle(&mut self, at_most: Duration) {
+        let wait = match self.iface.poll_at() {
+            Some(t) => {
+                Duration::from_nanos(t.nanos().saturating_sub(self.now().nanos())).min(at_most)
+            }
+            None => at_most,
+        };
+        // Announce sleep on every ring we consume; if one already has work, do not sleep.
+        let mut armed = 0;
+        let mut all_armed = true;
+        for c in self.consumers_mut() {
+            if c.prepare_wait() {
+                armed += 1;
+            } else {
+                all_armed = false;
+                break;
+            }
+        }
+        if all_armed {
+            let mut fds: Vec<PollFd<'_>> = self
+                .consumers()
+                .filter_map(|c| c.wake_fd())
+                .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
+                .collect();
+            fds.push(PollFd::new(&self.listener, PollFlags::IN));
+            for a in &self.apps {
+                fds.push(PollFd::new(&a.ctl, PollFlags::IN));
+            }
+            let ts = Timespec {
+                tv_sec: wait.as_secs() as _,
+                tv_nsec: wait.subsec_nanos() as _,
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        }
+        for c in self.consumers_mut().take(armed) {
+            c.finish_wait();
+        }
+    }
+
+    /// Every ring the server consumes, in a fixed order.
+    fn consumers_mut(&mut self) -> impl Iterator<Item = &mut Consumer> {
+        [&mut self.in_ipv4, &mut self.in_arp].into_iter().chain(
+            self.apps
+                .iter_mut()
+                .filter_map(|a| a.attached.as_mut())
+                .flat_map(|a| [&mut a.req, &mut a.ret]),
+        )
+    }
+
+    fn consumers(&self) -> impl Iterator<Item = &Consumer> {
+        [&self.in_ipv4, &self.in_arp].into_iter().chain(
+            self.apps
+                .iter()
+                .filter_map(|a| a.attached.as_ref())
+                .flat_map(|a| [&a.req, &a.ret]),
+        )
+    }
+
+    /// Every counter, as JSON (what `shmnet stats` prints).
+    pub fn stats_json(&self) -> serde_json::Value {
+        let stack: serde_json::Map<String, serde_json::Value> = self
+            .iface
+            .stats()
+            .fields()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
+        let driver = self
+            .driver_stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let apps: Vec<serde_json::Value> = self
+            .apps
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "attached": a.attached.is_some(),
+                    "sockets": a.attached.as_ref().map_or(0, |x| x.sockets.iter().flatten().count()),
+                    "holding": a.attached.as_ref().map_or(0, |x| x.outstanding.len()),
+                    "window_bytes": a.attached.as_ref().map_or(0, |x| x.win.size()),
+                    "window": a.attached.as_ref().map(|x| x.win.stats()),
+                    "counters": a.counters,
+                })
+            })
+            .collect();
+        let app_bytes: usize = self
+            .apps
+            .iter()
+            .filter_map(|a| a.attached.as_ref())
+            .map(|a| a.win.size())
+            .sum();
+        serde_json::json!({
+            "structure": "server",
+            "socket": self.socket_path,
+            "uptime_s": self.epoch.elapsed().as_secs_f64(),
+            "memory": {
+                "data_window_bytes": self.data.size(),
+                "app_windows_bytes": app_bytes,
+                "regions": self.data.layout().regions,
+            },
+            "data_window": self.data.stats(),
+            "driver": driver,
+            "driver_running": !self.driver_stopped(),
+            "out_queue_full": self.out_full,
+            "stack": stack,
+            "apps": apps,
+        })
+    }
+
+    /// Stops the driver thread and waits for it.
+    pub fn shutdown(&mut self) {
+        self.driver_stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.driver_thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.socket_path);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Reads a send request: the destination header and the payload of the chain at `d.buf` in
+/// the application's window, into `out`. `None` if the chain is malformed.
+fn read_send(win: &Window, d: &Desc, out: &mut [u8]) -> Option<(std::net::SocketAddrV4, usize)> {
+    let bufs = win.buffers();
+    let total = bufs.geometry().total();
+    let len = d.len as usize;
+    if len > out.len() {
+        return None;
+    }
+    let mut hdr = [0u8; SEND_HEADER];
+    let mut cur = d.buf;
+    let mut copied = 0;
+    let mut first = true;
+    for _ in 0..total {
+        if cur == NO_BUF || copied == len {
+            break;
+        }
+        let (off, blen) = bufs.off_len(cur)?;
+        let (mut off, mut blen) = (usize::from(off), usize::from(blen));
+        if first {
+            if blen < SEND_HEADER {
+                return None;
+            }
+            bufs.read(cur, off, &mut hdr).ok()?;
+            off += SEND_HEADER;
+            blen -= SEND_HEADER;
+            first = false;
+        }
+        let take = blen.min(len - copied);
+        bufs.read(cur, off, &mut out[copied..copied + take]).ok()?;
+        copied += take;
+        cur = bufs.next(cur).unwrap_or(NO_BUF);
+    }
+    (copied == len && !first).then(|| (windows::decode_dst(&hdr), len))
+}
+
+/// The driver thread's ends of the data window.
+struct DriverEnds {
+    pools: DriverPools,
+    in_ipv4: Producer,
+    in_arp: Producer,
+    out: Consumer,
+}
+
+/// The driver thread: device → IN queues, OUT queue → device. Never waits on the server.
+fn drive<D: Driver>(
+    mut driver: D,
+    mut ends: DriverEnds,
+    stop: &AtomicBool,
+    shared: &Mutex<DriverThreadStats>,
+) {
+    let mut rx: Vec<RxFrame> = Vec::with_capacity(32);
+    let mut ipv4 = Vec::with_capacity(32);
+    let mut arp = Vec::with_capacity(32);
+    let mut out = [Desc::default(); 32];
+    let mut out_idx = Vec::with_capacity(32);
+    let mut in_full = 0u64;
+    let mut rounds = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        rx.clear();
+        let _ = driver.rx_burst(&mut ends.pools, &mut rx, 32);
+        ipv4.clear();
+        arp.clear();
+        for f in &rx {
+            let d = Desc::new(f.buf, f.len);
+            match f.family {
+                Family::Ipv4 => ipv4.push(d),
+                Family::Arp => arp.push(d),
+            }
+        }
+        for (ring, frames) in [(&mut ends.in_ipv4, &ipv4), (&mut ends.in_arp, &arp)] {
+            let placed = ring.enqueue_burst(frames);
+            for d in &frames[placed..] {
+                in_full += 1;
+                ends.pools.release(d.buf);
+            }
+        }
+        let n = ends.out.dequeue_burst(&mut out);
+        if n > 0 {
+            out_idx.clear();
+            out_idx.extend(out[..n].iter().map(|d| d.buf));
+            let _ = driver.tx_burst(&mut ends.pools, &out_idx);
+        }
+        rounds += 1;
+        let idle = rx.is_empty() && n == 0;
+        if idle || rounds % 64 == 0 {
+            if let Ok(mut s) = shared.lock() {
+                s.driver = driver.stats();
+                s.in_queue_full = in_full;
+            }
+        }
+        if idle {
+            // Sleep until the device or the server has something, at most 10 ms (a softnic
+            // that paces its messages has no fd to wake us).
+            if ends.out.prepare_wait() {
+                let timeout = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: if driver.rx_fd().is_some() {
+                        10_000_000
+                    } else {
+                        200_000
+                    },
+                };
+                let mut fds: Vec<PollFd<'_>> = Vec::new();
+                if let Some(fd) = ends.out.wake_fd() {
+                    fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                }
+                if let Some(fd) = driver.rx_fd() {
+                    fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                }
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                ends.out.finish_wait();
+            }
+        }
+    }
+    if let Ok(mut s) = shared.lock() {
+        s.driver = driver.stats();
+        s.in_queue_full = in_full;
+    }
+}
+
+/// Reads a server's counters over its control socket (for `shmnet stats`).
+pub fn query_stats(socket: &std::path::Path) -> Result<serde_json::Value, ControlError> {
+    let fd = control::connect(socket)?;
+    control::send(&fd, &Request::Stats)?;
+    match control::recv_blocking::<Response>(fd.as_fd())? {
+        Response::Stats(v) => Ok(v),
+        Response::Error(e) => Err(ControlError::Malformed(e)),
+        other => Err(ControlError::Malformed(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
+}
