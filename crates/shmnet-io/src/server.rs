@@ -184,6 +184,15 @@ impl Server {
         self.apps.iter().filter(|a| a.attached.is_some()).count()
     }
 
+    /// Sockets bound by attached applications.
+    pub fn sockets_bound(&self) -> usize {
+        self.apps
+            .iter()
+            .filter_map(|a| a.attached.as_ref())
+            .map(|a| a.sockets.iter().flatten().count())
+            .sum()
+    }
+
     /// The data window.
     pub fn data_window(&self) -> &Window {
         &self.data
@@ -628,7 +637,13 @@ fn drive<D: Driver>(
     let mut rounds = 0u64;
     while !stop.load(Ordering::Relaxed) {
         rx.clear();
-        let _ = driver.rx_burst(&mut ends.pools, &mut rx, 32);
+        // Take from the device only what the IN queues can hold: frames left in the device
+        // are the device's to drop (and count), and a frame taken is never dropped for want
+        // of queue space after its buffer was filled.
+        let room = ends.in_ipv4.free_slots().min(ends.in_arp.free_slots()) as usize;
+        if room > 0 {
+            let _ = driver.rx_burst(&mut ends.pools, &mut rx, room.min(32));
+        }
         ipv4.clear();
         arp.clear();
         for f in &rx {

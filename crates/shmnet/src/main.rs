@@ -4,6 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+mod app;
 mod serve;
 
 #[derive(Parser)]
@@ -36,6 +37,12 @@ enum Command {
     ///   shmnet serve --driver af_packet:veth0 --ip 10.77.0.1/24 --echo 7
     #[command(verbatim_doc_comment)]
     Serve(serve::ServeArgs),
+    /// An application for a server started with --structure server.
+    #[command(subcommand)]
+    App(app::AppCmd),
+    /// Print the live counters of a running server: every queue, pool and layer, and the
+    /// memory its windows hold.
+    Stats(app::StatsArgs),
 }
 
 #[derive(Subcommand)]
@@ -167,9 +174,16 @@ fn bench_stack(a: StackArgs) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    // Die quietly when the reader of our output goes away (`shmnet stats | head`), as Unix
+    // tools do, instead of panicking on a failed print.
+    // SAFETY: restoring a signal's default disposition at the start of `main`, before any
+    // thread exists, races with nothing.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     match Cli::parse().command {
         Command::Bench(Bench::Chan(a)) => bench_chan(a),
         Command::Bench(Bench::Stack(a)) => bench_stack(a),
         Command::Serve(a) => serve::run(a),
+        Command::App(c) => app::run(c),
+        Command::Stats(a) => app::stats(a),
     }
 }

@@ -6,6 +6,7 @@ use shmnet_io::driver::Driver;
 use shmnet_io::driver::softnic::{Dma, Softnic, SoftnicConfig};
 use shmnet_io::inline::{App, Inline, ServeConfig};
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -49,6 +50,9 @@ pub struct ServeArgs {
     /// softnic: UDP payload bytes per message.
     #[arg(long, default_value_t = 14_792)]
     softnic_size: usize,
+    /// softnic in the server structure: the UDP port it sends to.
+    #[arg(long, default_value_t = 5001)]
+    softnic_port: u16,
     /// softnic: messages to send (default 100,000).
     #[arg(long, default_value_t = 100_000)]
     softnic_count: u64,
@@ -62,6 +66,9 @@ pub struct ServeArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
+    /// server structure: the control socket applications attach to.
+    #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
+    socket: PathBuf,
 }
 
 fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -91,11 +98,12 @@ struct Report {
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
-    if a.structure != Structure::Inline {
-        bail!(
-            "--structure {:?} is not built yet: this version runs the inline structure only (the server and ipc structures are the next step of issue 4)",
-            a.structure
-        );
+    match a.structure {
+        Structure::Inline => {}
+        Structure::Server => return run_server(a),
+        Structure::Ipc => bail!(
+            "--structure ipc is not built yet: this version has the inline and server structures"
+        ),
     }
     let apps: Vec<App> = a
         .echo
@@ -238,6 +246,91 @@ fn serve<D: Driver>(
             p.driver_drops,
             p.deferred
         );
+    }
+    Ok(())
+}
+
+fn run_server(a: ServeArgs) -> Result<()> {
+    use shmnet_io::server::{Server, ServerOptions};
+    if !a.echo.is_empty() || !a.sink.is_empty() {
+        bail!(
+            "in the server structure applications are processes of their own: start `shmnet app sink --port P` (or echo) after the server, not --sink/--echo"
+        );
+    }
+    let opts = ServerOptions {
+        serve: ServeConfig {
+            ip: a.ip.0,
+            prefix: a.ip.1,
+            checksum: !a.no_checksum,
+            ..ServeConfig::default()
+        },
+        socket: a.socket.clone(),
+        page: shmnet_chan::PageSize::Small,
+    };
+    let gate = Arc::new(AtomicBool::new(false));
+    let softnic = a.driver == "softnic";
+    let mut server = if softnic {
+        let nic = Softnic::new(SoftnicConfig {
+            ip: a.ip.0,
+            dst_ports: vec![a.softnic_port],
+            size: a.softnic_size,
+            count: Some(a.softnic_count),
+            gap: Duration::from_secs_f64(a.softnic_gap_us / 1e6),
+            checksum: !a.no_checksum,
+            dma: a.softnic_dma,
+            gate: Some(gate.clone()),
+            ..SoftnicConfig::default()
+        })
+        .context("configuring softnic")?;
+        Server::start(nic, &opts)
+    } else if let Some(iface) = a.driver.strip_prefix("af_packet:") {
+        bail!("the af_packet driver ({iface}) is not in this build yet")
+    } else {
+        bail!(
+            "unknown driver {:?}: use softnic or af_packet:IFACE",
+            a.driver
+        )
+    }
+    .context("starting the server")?;
+    let data_mib = server.data_window().size() as f64 / (1 << 20) as f64;
+    eprintln!(
+        "shmnet server on {} ({}/{}), control socket {}; data window {data_mib:.1} MiB{}",
+        a.driver,
+        a.ip.0,
+        a.ip.1,
+        a.socket.display(),
+        if softnic {
+            format!(
+                "; softnic sends {} messages of {} B to port {} once an application binds it",
+                a.softnic_count, a.softnic_size, a.softnic_port
+            )
+        } else {
+            String::new()
+        }
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed)).context("installing Ctrl-C")?;
+    let start = Instant::now();
+    let limit = a.duration.map(Duration::from_secs_f64);
+    while !stop.load(Ordering::Relaxed) && !limit.is_some_and(|l| start.elapsed() >= l) {
+        if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
+            gate.store(true, Ordering::Release);
+        }
+        if server.step() == 0 {
+            if server.driver_stopped() {
+                eprintln!("the driver stopped: shutting down");
+                break;
+            }
+            server.idle(Duration::from_millis(50));
+        }
+    }
+    let stats = server.stats_json();
+    server.shutdown();
+    if a.json {
+        println!("{stats}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
     }
     Ok(())
 }

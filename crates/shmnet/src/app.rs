@@ -1,0 +1,145 @@
+//! `shmnet app`: applications for the server structure, and `shmnet stats`.
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use shmnet_io::client::{Client, ClientError};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand)]
+pub enum AppCmd {
+    /// Receive and discard datagrams on a port (copying each out, as `recv` does), then
+    /// report messages per second.
+    Sink(AppArgs),
+    /// Send every datagram back to its sender.
+    Echo(AppArgs),
+}
+
+#[derive(Args)]
+pub struct AppArgs {
+    /// The UDP port to bind.
+    #[arg(long)]
+    port: u16,
+    /// Stop after this many messages (default: until the server goes away or 5 s of silence).
+    #[arg(long)]
+    count: Option<u64>,
+    /// The server's control socket.
+    #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: AppCmd) -> Result<()> {
+    let (echo, a) = match cmd {
+        AppCmd::Sink(a) => (false, a),
+        AppCmd::Echo(a) => (true, a),
+    };
+    let client = Client::connect(&a.socket).context("attaching to the server")?;
+    let sock = client
+        .udp_bind(a.port)
+        .with_context(|| format!("binding UDP port {}", a.port))?;
+    let (data, own) = client.window_sizes();
+    if !a.json {
+        eprintln!(
+            "attached to {}: port {} bound; mapping {:.1} MiB of data window and {:.1} MiB of our own",
+            a.socket.display(),
+            a.port,
+            data as f64 / (1 << 20) as f64,
+            own as f64 / (1 << 20) as f64
+        );
+    }
+    let mut buf = vec![0u8; 65_536];
+    let (mut n, mut bytes) = (0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let why = loop {
+        if a.count.is_some_and(|c| n >= c) {
+            break "count reached";
+        }
+        match sock.recv_timeout(&mut buf, Duration::from_secs(5)) {
+            Ok((len, from)) => {
+                first.get_or_insert_with(Instant::now);
+                last = Instant::now();
+                n += 1;
+                bytes += len as u64;
+                if echo {
+                    sock.send_to(&buf[..len], from)?;
+                }
+            }
+            Err(ClientError::TimedOut) if n > 0 => break "5 s of silence",
+            Err(ClientError::TimedOut) => continue,
+            Err(ClientError::ServerGone) => break "the server went away",
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64()).max(1e-9);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({"messages": n, "bytes": bytes, "seconds": secs,
+                "msgs_per_s": n as f64 / secs, "gbit_per_s": bytes as f64 * 8.0 / secs / 1e9, "stopped": why})
+        );
+    } else {
+        println!(
+            "{n} messages, {bytes} bytes in {secs:.3} s: {:.0} msgs/s, {:.2} Gbit/s ({why})",
+            n as f64 / secs,
+            bytes as f64 * 8.0 / secs / 1e9
+        );
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct StatsArgs {
+    /// The server's control socket.
+    #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Print every counter as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn stats(a: StatsArgs) -> Result<()> {
+    let v = shmnet_io::server::query_stats(&a.socket)
+        .with_context(|| format!("asking the server at {}", a.socket.display()))?;
+    if a.json {
+        println!("{v}");
+        return Ok(());
+    }
+    let g = |p: &str| v.pointer(p).cloned().unwrap_or_default();
+    let mib = |p: &str| g(p).as_f64().unwrap_or(0.0) / (1 << 20) as f64;
+    println!(
+        "server up {:.1} s; windows: data {:.1} MiB + apps {:.2} MiB = {:.1} MiB (a default server fits in 64 MiB)",
+        g("/uptime_s").as_f64().unwrap_or(0.0),
+        mib("/memory/data_window_bytes"),
+        mib("/memory/app_windows_bytes"),
+        mib("/memory/data_window_bytes") + mib("/memory/app_windows_bytes"),
+    );
+    println!("driver: {}", g("/driver"));
+    let names = ["in ipv4", "in arp", "out"];
+    if let Some(rings) = g("/data_window/rings").as_array() {
+        for (r, name) in rings.iter().zip(names) {
+            println!("queue {name:8}: {r}");
+        }
+    }
+    println!("pools: {}", g("/data_window/pools"));
+    if let Some(stack) = g("/stack").as_object() {
+        let nz: Vec<String> = stack
+            .iter()
+            .filter(|(_, v)| v.as_u64() != Some(0))
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        println!("stack: {}", nz.join(" "));
+    }
+    if let Some(apps) = g("/apps").as_array() {
+        for (i, app) in apps.iter().enumerate() {
+            println!(
+                "app {i}: sockets {} holding {} counters {}",
+                app["sockets"], app["holding"], app["counters"]
+            );
+        }
+    }
+    Ok(())
+}
