@@ -313,7 +313,7 @@ fn run_server(a: ServeArgs) -> Result<()> {
     ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed)).context("installing Ctrl-C")?;
     let start = Instant::now();
     let limit = a.duration.map(Duration::from_secs_f64);
-    while !stop.load(Ordering::Relaxed) && !limit.is_some_and(|l| start.elapsed() >= l) {
+    while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| start.elapsed() < l) {
         if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
             gate.store(true, Ordering::Release);
         }
