@@ -13,6 +13,8 @@
 //! app → server  {"Bind":{"port":5001}}      server → app {"Bound":{"socket":0}} | {"Error":"…"}
 //! app → server  {"Close":{"socket":0}}      server → app {"Closed":{"socket":0}}
 //! any → server  {"Stats":null}              server → any {"Stats":{…}}
+//! driver → server {"DriverHello":{"version":1}}  server → driver {"Welcome":…} then the data window
+//! server → driver "Start"                    driver → server {"DriverStats":{…}} every 100 ms
 //! ```
 
 use rustix::fd::{AsFd, OwnedFd};
@@ -48,6 +50,13 @@ pub enum Request {
     },
     /// Ask for every counter.
     Stats,
+    /// The first message of a driver process.
+    DriverHello {
+        /// [`PROTOCOL_VERSION`] of the driver.
+        version: u32,
+    },
+    /// A driver process's counters (sent every 100 ms).
+    DriverStats(crate::server::DriverThreadStats),
 }
 
 /// A message from the server.
@@ -74,6 +83,8 @@ pub enum Response {
     },
     /// Counters, as JSON.
     Stats(serde_json::Value),
+    /// To a driver process: start moving frames.
+    Start,
     /// The request failed.
     Error(String),
 }

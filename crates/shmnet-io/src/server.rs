@@ -73,8 +73,8 @@ pub struct AppCounters {
     pub bad_sends: u64,
 }
 
-/// The driver thread's counters, shared with the server loop.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+/// The driver's counters, as the server loop sees them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DriverThreadStats {
     /// The driver's own counters.
     pub driver: DriverStats,
@@ -112,9 +112,8 @@ pub struct Server {
     listener: OwnedFd,
     socket_path: PathBuf,
     apps: Vec<AppConn>,
-    driver_stop: Arc<AtomicBool>,
+    driver: DriverHost,
     driver_stats: Arc<Mutex<DriverThreadStats>>,
-    driver_thread: Option<JoinHandle<()>>,
     tx: Vec<BufIdx>,
     scratch: Vec<u8>,
     out_full: u64,
@@ -122,34 +121,97 @@ pub struct Server {
 }
 
 impl Server {
-    /// Creates the data window and the control socket, and starts `driver` on a thread.
+    /// Creates the data window and the control socket, and starts `driver` on a thread of
+    /// this process (`--driver-thread`).
     pub fn start<D: Driver + 'static>(
         driver: D,
         opts: &ServerOptions,
     ) -> Result<Self, ServerError> {
+        let mac = driver.mac();
+        let mut s = Self::create(mac, opts)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ends = DriverEnds::take(&s.data);
+        let (stop2, stats) = (stop.clone(), s.driver_stats.clone());
+        let handle = std::thread::Builder::new()
+            .name("shmnet-driver".into())
+            .spawn(move || drive(driver, ends, &stop2, &stats))
+            .expect("spawn the driver thread");
+        s.driver = DriverHost::Thread {
+            handle: Some(handle),
+            stop,
+        };
+        Ok(s)
+    }
+
+    /// Creates the data window and the control socket, starts the driver process with
+    /// `spawn` (given the control socket's path; the process must call
+    /// [`run_driver_process`]), and waits up to `patience` for it to attach. `mac` is the
+    /// device's address, which the stack answers for.
+    pub fn start_with_driver_process(
+        mac: [u8; 6],
+        opts: &ServerOptions,
+        spawn: impl FnOnce(&std::path::Path) -> std::io::Result<std::process::Child>,
+        patience: Duration,
+    ) -> Result<Self, ServerError> {
+        let mut s = Self::create(mac, opts)?;
+        let mut child = spawn(&s.socket_path).map_err(ControlError::Io)?;
+        let deadline = Instant::now() + patience;
+        let ctl = loop {
+            if let Some(fd) = control::accept(&s.listener)? {
+                match wait_message::<Request>(&fd, deadline) {
+                    Ok(Request::DriverHello { version }) if version == PROTOCOL_VERSION => {
+                        break fd;
+                    }
+                    // Not the driver (an application too early): turn it away.
+                    _ => {
+                        let _ = control::send(
+                            &fd,
+                            &Response::Error("the server is starting: try again".into()),
+                        );
+                        continue;
+                    }
+                }
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(ControlError::Malformed(format!(
+                    "the driver process exited ({status}) before attaching"
+                ))
+                .into());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(ControlError::Malformed(
+                    "the driver process did not attach in time".into(),
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        control::send(
+            &ctl,
+            &Response::Welcome {
+                version: PROTOCOL_VERSION,
+                data_window: s.data.size(),
+                app_window: 0,
+            },
+        )?;
+        send_window(&ctl, &s.data).map_err(ControlError::Io)?;
+        s.driver = DriverHost::Process {
+            ctl,
+            child: Some(child),
+            started: false,
+            gone: false,
+        };
+        Ok(s)
+    }
+
+    fn create(mac: [u8; 6], opts: &ServerOptions) -> Result<Self, ServerError> {
         let data = Window::create(&windows::data_window_spec(opts.serve.pools, opts.page))?;
         let listener = control::listen(&opts.socket)?;
-        let mut cfg = Config::new(
-            EthernetAddress(driver.mac()),
-            opts.serve.ip,
-            opts.serve.prefix,
-        );
+        let mut cfg = Config::new(EthernetAddress(mac), opts.serve.ip, opts.serve.prefix);
         cfg.udp_rx_checksum = opts.serve.checksum;
         cfg.udp_tx_checksum = opts.serve.checksum;
         cfg.rx_queue_limit = opts.serve.rx_queue_limit;
-        let driver_stop = Arc::new(AtomicBool::new(false));
-        let driver_stats = Arc::new(Mutex::new(DriverThreadStats::default()));
-        let ends = DriverEnds {
-            pools: data.driver_pools().expect("fresh window"),
-            in_ipv4: data.producer(IN_IPV4).expect("fresh window"),
-            in_arp: data.producer(IN_ARP).expect("fresh window"),
-            out: data.consumer(OUT).expect("fresh window"),
-        };
-        let (stop, stats) = (driver_stop.clone(), driver_stats.clone());
-        let driver_thread = std::thread::Builder::new()
-            .name("shmnet-driver".into())
-            .spawn(move || drive(driver, ends, &stop, &stats))
-            .expect("spawn the driver thread");
         Ok(Self {
             pool: ChanPool::new(data.server_pools().expect("fresh window")),
             in_ipv4: data.consumer(IN_IPV4).expect("fresh window"),
@@ -160,9 +222,8 @@ impl Server {
             listener,
             socket_path: opts.socket.clone(),
             apps: Vec::new(),
-            driver_stop,
-            driver_stats,
-            driver_thread: Some(driver_thread),
+            driver: DriverHost::None,
+            driver_stats: Arc::new(Mutex::new(DriverThreadStats::default())),
             tx: Vec::new(),
             scratch: vec![0u8; 65_536],
             out_full: 0,
@@ -170,13 +231,69 @@ impl Server {
         })
     }
 
+    /// The driver process's pid, if the driver runs as a process that is still there.
+    pub fn driver_pid(&self) -> Option<u32> {
+        match &self.driver {
+            DriverHost::Process { child: Some(c), .. } => Some(c.id()),
+            _ => None,
+        }
+    }
+
+    /// Tells a driver process to start moving frames (a driver thread always runs).
+    pub fn start_driver(&mut self) {
+        if let DriverHost::Process { ctl, started, .. } = &mut self.driver {
+            if !*started {
+                *started = control::send(&*ctl, &Response::Start).is_ok();
+            }
+        }
+    }
+
+    /// Reads a driver process's messages; notices its death.
+    fn watch_driver(&mut self) {
+        let DriverHost::Process {
+            ctl, child, gone, ..
+        } = &mut self.driver
+        else {
+            return;
+        };
+        if *gone {
+            return;
+        }
+        loop {
+            match control::recv::<Request>(&*ctl) {
+                Ok(Some(Request::DriverStats(st))) => {
+                    if let Ok(mut s) = self.driver_stats.lock() {
+                        *s = st;
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(_) => {
+                    *gone = true;
+                    if let Some(mut c) = child.take() {
+                        let _ = c.wait();
+                    }
+                    // What the driver had queued for us is still good. What it held (frames
+                    // between device and queue, frames taken off OUT) is lost with it: the
+                    // pools show the shortfall. The OUT queue restarts empty.
+                    self.out.resync();
+                    break;
+                }
+            }
+        }
+    }
+
     fn now(&self) -> shmnet_stack::Instant {
         shmnet_stack::Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
     }
 
-    /// Whether the driver thread has stopped (it failed, or was told to).
+    /// Whether the driver has stopped (its thread ended, or its process went away).
     pub fn driver_stopped(&self) -> bool {
-        self.driver_thread.as_ref().is_none_or(|t| t.is_finished())
+        match &self.driver {
+            DriverHost::None => true,
+            DriverHost::Thread { handle, .. } => handle.as_ref().is_none_or(|t| t.is_finished()),
+            DriverHost::Process { gone, .. } => *gone,
+        }
     }
 
     /// Applications attached now.
@@ -200,6 +317,7 @@ impl Server {
 
     /// One round of the loop. Returns how much work it found (0: idle).
     pub fn step(&mut self) -> usize {
+        self.watch_driver();
         let now = self.now();
         let mut work = 0;
         let mut batch = [Desc::default(); 32];
@@ -399,6 +517,9 @@ impl Server {
                 }
             }
             Request::Stats => Some(Response::Stats(self.stats_json())),
+            Request::DriverHello { .. } | Request::DriverStats(_) => Some(Response::Error(
+                "a driver attaches only while the server starts".into(),
+            )),
         }
     }
 
@@ -476,6 +597,12 @@ impl Server {
                 .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
                 .collect();
             fds.push(PollFd::new(&self.listener, PollFlags::IN));
+            if let DriverHost::Process {
+                ctl, gone: false, ..
+            } = &self.driver
+            {
+                fds.push(PollFd::new(ctl, PollFlags::IN));
+            }
             for a in &self.apps {
                 fds.push(PollFd::new(&a.ctl, PollFlags::IN));
             }
@@ -555,17 +682,39 @@ impl Server {
             "data_window": self.data.stats(),
             "driver": driver,
             "driver_running": !self.driver_stopped(),
+            "driver_placement": match self.driver {
+                DriverHost::None => "none",
+                DriverHost::Thread { .. } => "thread",
+                DriverHost::Process { .. } => "process",
+            },
             "out_queue_full": self.out_full,
             "stack": stack,
             "apps": apps,
         })
     }
 
-    /// Stops the driver thread and waits for it.
+    /// Stops the driver (thread: joined; process: its control socket closes and it exits)
+    /// and removes the control socket.
     pub fn shutdown(&mut self) {
-        self.driver_stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.driver_thread.take() {
-            let _ = t.join();
+        match std::mem::replace(&mut self.driver, DriverHost::None) {
+            DriverHost::Thread { handle, stop } => {
+                stop.store(true, Ordering::Relaxed);
+                if let Some(t) = handle {
+                    let _ = t.join();
+                }
+            }
+            DriverHost::Process { ctl, child, .. } => {
+                drop(ctl);
+                if let Some(mut c) = child {
+                    let deadline = Instant::now() + Duration::from_secs(2);
+                    while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+            DriverHost::None => {}
         }
         let _ = std::fs::remove_file(&self.socket_path);
     }
@@ -613,12 +762,133 @@ fn read_send(win: &Window, d: &Desc, out: &mut [u8]) -> Option<(std::net::Socket
     (copied == len && !first).then(|| (windows::decode_dst(&hdr), len))
 }
 
-/// The driver thread's ends of the data window.
+/// Where the driver runs.
+enum DriverHost {
+    /// Not started (or shut down).
+    None,
+    /// A thread of this process.
+    Thread {
+        handle: Option<JoinHandle<()>>,
+        stop: Arc<AtomicBool>,
+    },
+    /// A process of its own, attached through the control socket.
+    Process {
+        ctl: OwnedFd,
+        child: Option<std::process::Child>,
+        started: bool,
+        gone: bool,
+    },
+}
+
+/// Waits for one message on a non-blocking socket until `deadline`.
+fn wait_message<T: serde::de::DeserializeOwned>(
+    fd: &OwnedFd,
+    deadline: Instant,
+) -> Result<T, ControlError> {
+    loop {
+        if let Some(m) = control::recv(fd)? {
+            return Ok(m);
+        }
+        if Instant::now() > deadline {
+            return Err(ControlError::Malformed("no message in time".into()));
+        }
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+    }
+}
+
+/// The driver's ends of the data window.
 struct DriverEnds {
     pools: DriverPools,
     in_ipv4: Producer,
     in_arp: Producer,
     out: Consumer,
+}
+
+impl DriverEnds {
+    fn take(data: &Window) -> Self {
+        Self {
+            pools: data
+                .driver_pools()
+                .expect("the driver's ends are taken once"),
+            in_ipv4: data
+                .producer(IN_IPV4)
+                .expect("the driver's ends are taken once"),
+            in_arp: data
+                .producer(IN_ARP)
+                .expect("the driver's ends are taken once"),
+            out: data
+                .consumer(OUT)
+                .expect("the driver's ends are taken once"),
+        }
+    }
+}
+
+/// The body of a driver process: attaches to the server at `socket`, waits for the word to
+/// start, then moves frames between `driver` and the data window until the server goes away
+/// (its control socket hangs up), sending its counters every 100 ms.
+pub fn run_driver_process<D: Driver>(
+    driver: D,
+    socket: &std::path::Path,
+) -> Result<(), ControlError> {
+    let ctl = control::connect(socket)?;
+    control::send(
+        &ctl,
+        &Request::DriverHello {
+            version: PROTOCOL_VERSION,
+        },
+    )?;
+    match control::recv_blocking::<Response>(ctl.as_fd())? {
+        Response::Welcome { .. } => {}
+        Response::Error(e) => return Err(ControlError::Malformed(e)),
+        other => {
+            return Err(ControlError::Malformed(format!(
+                "expected Welcome, got {other:?}"
+            )));
+        }
+    }
+    let data = shmnet_chan::handoff::recv_window(&ctl)
+        .map_err(|e| ControlError::Malformed(e.to_string()))?;
+    match control::recv_blocking::<Response>(ctl.as_fd())? {
+        Response::Start => {}
+        other => {
+            return Err(ControlError::Malformed(format!(
+                "expected Start, got {other:?}"
+            )));
+        }
+    }
+    let ends = DriverEnds::take(&data);
+    let stop = AtomicBool::new(false);
+    let stats = Mutex::new(DriverThreadStats::default());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // The watcher: reports counters, and stops the driver when the server is gone.
+            loop {
+                let mut fds = [PollFd::new(&ctl, PollFlags::IN)];
+                let ts = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000_000,
+                };
+                let ready = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0);
+                let hup = ready > 0 && matches!(control::recv::<Response>(&ctl), Err(_));
+                let st = stats.lock().map(|s| s.clone()).unwrap_or_default();
+                if hup || control::send(&ctl, &Request::DriverStats(st)).is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+        });
+        drive(driver, ends, &stop, &stats);
+        stop.store(true, Ordering::Relaxed);
+    });
+    Ok(())
 }
 
 /// The driver thread: device → IN queues, OUT queue → device. Never waits on the server.

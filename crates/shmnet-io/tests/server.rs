@@ -72,6 +72,128 @@ fn app_checked_receiver() {
     println!("done");
 }
 
+/// Driver-process entry: a softnic sending `SHMNET_N` messages of `SHMNET_SIZE` bytes to
+/// PORT, attached to the server at `SHMNET_TEST_SOCKET`.
+#[test]
+#[ignore = "driver-process entry; run by the parent tests"]
+fn driver_process_softnic() {
+    let Some(socket) = child_env("SHMNET_TEST_SOCKET") else {
+        eprintln!("driver_process_softnic: not started by a parent test; nothing to do");
+        return;
+    };
+    let nic = Softnic::new(SoftnicConfig {
+        size: child_env("SHMNET_SIZE").unwrap().parse().unwrap(),
+        count: Some(child_env("SHMNET_N").unwrap().parse().unwrap()),
+        checksum: true,
+        dst_ports: vec![PORT],
+        gap: Duration::from_micros(20),
+        ..SoftnicConfig::default()
+    })
+    .unwrap();
+    shmnet_io::server::run_driver_process(nic, std::path::Path::new(&socket)).expect("driver");
+}
+
+fn start_with_process(tag: &str, count: u64, size: usize) -> Server {
+    let server = Server::start_with_driver_process(
+        SoftnicConfig::default().mac,
+        &ServerOptions {
+            serve: ServeConfig::default(),
+            socket: socket_path(tag),
+            page: PageSize::Small,
+        },
+        |path| {
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "driver_process_softnic",
+                    "--exact",
+                    "--ignored",
+                    "--test-threads=1",
+                ])
+                .env("SHMNET_TEST_SOCKET", path)
+                .env("SHMNET_N", count.to_string())
+                .env("SHMNET_SIZE", size.to_string())
+                .stdout(Stdio::null())
+                .spawn()
+        },
+        Duration::from_secs(30),
+    )
+    .expect("start the server with a driver process");
+    assert_eq!(server.stats_json()["driver_placement"], "process");
+    server
+}
+
+#[test]
+fn three_processes_driver_server_application() {
+    let (count, size) = (2_000u64, 14_792usize);
+    let server = start_with_process("3proc", count, size);
+    let mut r = Running {
+        server,
+        gate: Arc::new(AtomicBool::new(false)),
+    };
+    let path = socket_path("3proc");
+    let mut app = spawn_app(
+        "app_checked_receiver",
+        &path,
+        &[
+            ("SHMNET_N", count.to_string()),
+            ("SHMNET_SIZE", size.to_string()),
+        ],
+    );
+    let out = lines(&mut app);
+    let mut exited = None;
+    serve_until(&mut r, |r| {
+        if let Ok(line) = out.try_recv() {
+            if line.ends_with("bound") {
+                r.server.start_driver();
+            }
+        }
+        exited = app.try_wait().unwrap();
+        exited.is_some()
+    });
+    let stats = r.server.stats_json();
+    assert!(exited.unwrap().success(), "application failed: {stats:#}");
+    // The driver process reports its counters every 100 ms.
+    serve_until(&mut r, |r| {
+        r.server.stats_json()["driver"]["driver"]["rx_frames"] == count * 10
+    });
+    assert!(all_free(&mut r), "buffers leaked: {stats:#}");
+}
+
+#[test]
+fn a_killed_driver_process_is_reported_and_the_server_keeps_answering() {
+    let server = start_with_process("killdrv", 1_000_000, 1_472);
+    let mut r = Running {
+        server,
+        gate: Arc::new(AtomicBool::new(false)),
+    };
+    r.server.start_driver();
+    // Let it run a moment, then kill the driver process the hard way.
+    serve_until(&mut r, |r| {
+        r.server.stats_json()["driver"]["driver"]["rx_frames"]
+            .as_u64()
+            .unwrap_or(0)
+            > 1000
+    });
+    let pid = r
+        .server
+        .driver_pid()
+        .expect("the driver process is running");
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    serve_until(&mut r, |r| r.server.driver_stopped());
+    // The server still answers on its control socket (the loop must run while we ask).
+    let path = socket_path("killdrv");
+    let asker = std::thread::spawn(move || shmnet_io::server::query_stats(&path));
+    serve_until(&mut r, |_| asker.is_finished());
+    let st = asker.join().unwrap().expect("the server answers");
+    assert_eq!(st["driver_running"], false);
+}
+
 struct Running {
     server: Server,
     gate: Arc<AtomicBool>,

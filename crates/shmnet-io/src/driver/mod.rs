@@ -45,7 +45,7 @@ pub fn classify(frame: &[u8]) -> Result<Family, Shed> {
 }
 
 /// Counters every driver keeps.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DriverStats {
     /// Frames received from the device.
     pub rx_frames: u64,
@@ -59,6 +59,12 @@ pub struct DriverStats {
     pub rx_unknown_type: u64,
     /// Frames dropped by the device or kernel before we saw them (as it reports them).
     pub rx_device_drops: u64,
+    /// Frames seen but not for us (another host's unicast, outgoing, unwanted multicast).
+    pub rx_filtered: u64,
+    /// Frames longer than a pool buffer (or truncated by the device), dropped.
+    pub rx_oversize: u64,
+    /// Device descriptors that failed a bounds check (each drops what it described).
+    pub rx_bad_ring: u64,
     /// Frames transmitted.
     pub tx_frames: u64,
     /// Bytes transmitted.
