@@ -65,15 +65,23 @@ impl From<ControlError> for ClientError {
 
 struct Inner {
     ctl: OwnedFd,
+    /// The shared-memory parts; `None` in the `ipc` structure.
+    shm: Option<Shm>,
+    /// Deliveries read off the ring for a socket other than the one being read.
+    pending: HashMap<u16, VecDeque<Desc>>,
+    /// `ipc`: datagrams received in packets for a socket other than the one being read.
+    ipc_pending: HashMap<u16, VecDeque<(Vec<u8>, SocketAddrV4)>>,
+    packet: Vec<u8>,
+    gone: bool,
+}
+
+struct Shm {
     data: Window,
     app: Window,
     req: Producer,
     rx: Consumer,
     ret: Producer,
     send_bufs: ServerPools,
-    /// Deliveries read off the ring for a socket other than the one being read.
-    pending: HashMap<u16, VecDeque<Desc>>,
-    gone: bool,
 }
 
 /// A connection to a shmnet server. Single-threaded: clone the sockets, not across threads.
@@ -99,30 +107,39 @@ impl Client {
                 version: PROTOCOL_VERSION,
             },
         )?;
-        match control::recv_blocking::<Response>(ctl.as_fd())? {
-            Response::Welcome { .. } => {}
+        let ipc = match control::recv_blocking::<Response>(ctl.as_fd())? {
+            Response::Welcome { ipc, .. } => ipc,
             Response::Error(e) => return Err(ClientError::Refused(e)),
             other => {
                 return Err(ClientError::Protocol(format!(
                     "expected Welcome, got {other:?}"
                 )));
             }
-        }
-        let data = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let app = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let map = |e: shmnet_chan::window::HandleError| ClientError::Protocol(e.to_string());
+        };
+        let shm = if ipc {
+            None
+        } else {
+            let data = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let app = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
+            let map = |e: shmnet_chan::window::HandleError| ClientError::Protocol(e.to_string());
+            Some(Shm {
+                req: app.producer(REQ).map_err(map)?,
+                rx: app
+                    .consumer_with_limits(RX, data.buffer_limits())
+                    .map_err(map)?,
+                ret: app.producer(RET).map_err(map)?,
+                send_bufs: app.server_pools().map_err(map)?,
+                data,
+                app,
+            })
+        };
         let inner = Inner {
-            req: app.producer(REQ).map_err(map)?,
-            rx: app
-                .consumer_with_limits(RX, data.buffer_limits())
-                .map_err(map)?,
-            ret: app.producer(RET).map_err(map)?,
-            send_bufs: app.server_pools().map_err(map)?,
-            pending: HashMap::new(),
-            gone: false,
             ctl,
-            data,
-            app,
+            shm,
+            pending: HashMap::new(),
+            ipc_pending: HashMap::new(),
+            packet: vec![0u8; 65_536 + control::IPC_HEADER],
+            gone: false,
         };
         Ok(Self {
             inner: Rc::new(RefCell::new(inner)),
@@ -145,10 +162,18 @@ impl Client {
         }
     }
 
-    /// Bytes of the two windows this application maps (data, own).
+    /// Bytes of the two windows this application maps (data, own); zeros in the `ipc`
+    /// structure, which shares no memory.
     pub fn window_sizes(&self) -> (usize, usize) {
         let i = self.inner.borrow();
-        (i.data.size(), i.app.size())
+        i.shm
+            .as_ref()
+            .map_or((0, 0), |s| (s.data.size(), s.app.size()))
+    }
+
+    /// Whether the server runs the `ipc` structure (datagrams copied through the socket).
+    pub fn is_ipc(&self) -> bool {
+        self.inner.borrow().shm.is_none()
     }
 }
 
@@ -157,9 +182,93 @@ impl Inner {
         if self.gone {
             return Err(ClientError::ServerGone);
         }
-        let r = control::send(&self.ctl, &req)
-            .and_then(|()| control::recv_blocking::<Response>(self.ctl.as_fd()));
-        r.map_err(|e| self.fail(e))
+        control::send(&self.ctl, &req).map_err(|e| self.fail(e))?;
+        // In the ipc structure datagrams share the socket: set aside any that come first.
+        loop {
+            let n = self.read_packet(None)?.ok_or(ClientError::TimedOut)?;
+            if self.packet.first() == Some(&control::TAG_DELIVER) {
+                self.stash_ipc(n);
+                continue;
+            }
+            return serde_json::from_slice(&self.packet[..n])
+                .map_err(|e| ClientError::Protocol(e.to_string()));
+        }
+    }
+
+    /// Reads one packet from the server into `self.packet`, waiting until `deadline`
+    /// (`None`: without limit). `Ok(None)` on timeout.
+    fn read_packet(&mut self, deadline: Option<Instant>) -> Result<Option<usize>, ClientError> {
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let mut fds = [PollFd::new(&self.ctl, PollFlags::IN)];
+            let ts = left.map(|l| Timespec {
+                tv_sec: l.as_secs() as _,
+                tv_nsec: l.subsec_nanos() as _,
+            });
+            let ready = rustix::event::poll(&mut fds, ts.as_ref()).unwrap_or(0);
+            if ready == 0 {
+                if left.is_some_and(|l| l.is_zero()) {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let mut buf = std::mem::take(&mut self.packet);
+            let r = rustix::net::recv(&self.ctl, &mut buf, rustix::net::RecvFlags::DONTWAIT);
+            self.packet = buf;
+            match r {
+                Ok((0, _)) => {
+                    self.gone = true;
+                    return Err(ClientError::ServerGone);
+                }
+                Ok((n, _)) => return Ok(Some(n)),
+                Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => {
+                    self.gone = true;
+                    return Err(ClientError::ServerGone);
+                }
+            }
+        }
+    }
+
+    /// Sets aside an `ipc` delivery of `n` bytes in `self.packet`.
+    fn stash_ipc(&mut self, n: usize) {
+        if let Some((_, sock, src)) = control::parse_ipc_header(&self.packet[..n]) {
+            let payload = self.packet[control::IPC_HEADER..n].to_vec();
+            self.ipc_pending
+                .entry(sock)
+                .or_default()
+                .push_back((payload, src));
+        }
+    }
+
+    /// `ipc`: the next datagram for socket `id`, waiting until `deadline`.
+    fn ipc_recv(
+        &mut self,
+        id: u16,
+        buf: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<(usize, SocketAddrV4)>, ClientError> {
+        loop {
+            if let Some((data, src)) = self.ipc_pending.get_mut(&id).and_then(VecDeque::pop_front) {
+                let n = data.len().min(buf.len());
+                buf[..n].copy_from_slice(&data[..n]);
+                return Ok(Some((n, src)));
+            }
+            let Some(n) = self.read_packet(deadline)? else {
+                return Ok(None);
+            };
+            match control::parse_ipc_header(&self.packet[..n]) {
+                Some((control::TAG_DELIVER, sock, src)) if sock == id => {
+                    let len = (n - control::IPC_HEADER).min(buf.len());
+                    buf[..len].copy_from_slice(
+                        &self.packet[control::IPC_HEADER..control::IPC_HEADER + len],
+                    );
+                    return Ok(Some((len, src)));
+                }
+                Some((control::TAG_DELIVER, ..)) => self.stash_ipc(n),
+                _ => {}
+            }
+        }
     }
 
     fn fail(&mut self, e: ControlError) -> ClientError {
@@ -193,7 +302,8 @@ impl Inner {
         if let Some(d) = self.pending.get_mut(&id).and_then(VecDeque::pop_front) {
             return Some(d);
         }
-        while let Some(d) = self.rx.dequeue() {
+        let shm = self.shm.as_mut()?;
+        while let Some(d) = shm.rx.dequeue() {
             let (sock, _) = windows::rx_meta(&d);
             if sock == id {
                 return Some(d);
@@ -206,7 +316,11 @@ impl Inner {
     /// Copies the chain of delivery `d` into `buf` and gives the chain back.
     fn take(&mut self, d: Desc, buf: &mut [u8]) -> Result<(usize, SocketAddrV4), ClientError> {
         let (_, src) = windows::rx_meta(&d);
-        let bufs = self.data.buffers();
+        let shm = self
+            .shm
+            .as_mut()
+            .expect("deliveries come only with windows");
+        let bufs = shm.data.buffers();
         let total = bufs.geometry().total();
         let want = (d.len as usize).min(buf.len());
         let mut copied = 0;
@@ -232,7 +346,11 @@ impl Inner {
         // the server is not draining it, in which case wait for it (or for its death).
         let back = Desc::new(d.buf, 0);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.ret.enqueue(back).is_err() {
+        while self
+            .shm
+            .as_mut()
+            .is_some_and(|s| s.ret.enqueue(back).is_err())
+        {
             self.check_alive()?;
             if Instant::now() > deadline {
                 return Err(ClientError::Protocol(
@@ -246,12 +364,16 @@ impl Inner {
 
     /// Sleeps until the receive queue has something, the server dies, or `deadline` passes.
     fn sleep_rx(&mut self, deadline: Option<Instant>) -> Result<(), ClientError> {
-        if !self.rx.prepare_wait() {
+        let Some(shm) = self.shm.as_mut() else {
+            return Ok(());
+        };
+        if !shm.rx.prepare_wait() {
             return Ok(());
         }
+        let shm = self.shm.as_ref().expect("checked above");
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         let mut fds = vec![PollFd::new(&self.ctl, PollFlags::IN)];
-        if let Some(fd) = self.rx.wake_fd() {
+        if let Some(fd) = shm.rx.wake_fd() {
             fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
         }
         let ts = left.map(|l| Timespec {
@@ -261,7 +383,9 @@ impl Inner {
         let _ = rustix::event::poll(&mut fds, ts.as_ref());
         let hup = fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR);
         drop(fds);
-        self.rx.finish_wait();
+        if let Some(shm) = self.shm.as_mut() {
+            shm.rx.finish_wait();
+        }
         if hup {
             self.gone = true;
             return Err(ClientError::ServerGone);
@@ -294,6 +418,9 @@ impl UdpSocket {
     /// Receives a message if one is there now.
     pub fn try_recv(&self, buf: &mut [u8]) -> Result<Option<(usize, SocketAddrV4)>, ClientError> {
         let mut i = self.inner.borrow_mut();
+        if i.shm.is_none() {
+            return i.ipc_recv(self.id, buf, Some(Instant::now()));
+        }
         match i.next_for(self.id) {
             Some(d) => i.take(d, buf).map(Some),
             None => i.check_alive().map(|()| None),
@@ -306,6 +433,11 @@ impl UdpSocket {
         deadline: Option<Instant>,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
         let mut i = self.inner.borrow_mut();
+        if i.shm.is_none() {
+            return i
+                .ipc_recv(self.id, buf, deadline)?
+                .ok_or(ClientError::TimedOut);
+        }
         loop {
             if let Some(d) = i.next_for(self.id) {
                 return i.take(d, buf);
@@ -338,27 +470,49 @@ impl UdpSocket {
         }
         let mut i = self.inner.borrow_mut();
         i.check_alive()?;
+        let id = self.id;
+        if i.shm.is_none() {
+            let hdr = control::ipc_header(control::TAG_SEND, id, to);
+            let deadline = wait.map(|w| Instant::now() + w);
+            loop {
+                match control::send_raw(&i.ctl, &[&hdr, data]) {
+                    Ok(true) => return Ok(()),
+                    Ok(false) if deadline.is_some_and(|d| Instant::now() < d) => {
+                        let mut fds = [PollFd::new(&i.ctl, PollFlags::OUT)];
+                        let ts = Timespec {
+                            tv_sec: 0,
+                            tv_nsec: 10_000_000,
+                        };
+                        let _ = rustix::event::poll(&mut fds, Some(&ts));
+                    }
+                    Ok(false) => return Err(ClientError::TimedOut),
+                    Err(e) => return Err(i.fail(e)),
+                }
+            }
+        }
+        let i = &mut *i;
+        let shm = i.shm.as_mut().expect("checked above");
         // Send chains the server has finished with come back through the deferred queue.
-        i.send_bufs.drain_deferred(usize::MAX);
-        let size = i.send_bufs.buffers().geometry().data_size as usize;
+        shm.send_bufs.drain_deferred(usize::MAX);
+        let size = shm.send_bufs.buffers().geometry().data_size as usize;
         let need = (SEND_HEADER + data.len()).div_ceil(size);
         let mut chain = Vec::with_capacity(need);
         for _ in 0..need {
             let b = match wait {
-                Some(t) => i.send_bufs.alloc_wait(Some(t)),
-                None => i.send_bufs.alloc(),
+                Some(t) => shm.send_bufs.alloc_wait(Some(t)),
+                None => shm.send_bufs.alloc(),
             };
             match b {
                 Some(b) => chain.push(b),
                 None => {
                     for b in chain {
-                        i.send_bufs.release(b);
+                        shm.send_bufs.release(b);
                     }
                     return Err(ClientError::TimedOut);
                 }
             }
         }
-        let bufs = i.send_bufs.buffers();
+        let bufs = shm.send_bufs.buffers();
         let hdr = windows::encode_dst(to);
         let mut rest = data;
         for (k, &b) in chain.iter().enumerate() {
@@ -378,9 +532,9 @@ impl UdpSocket {
             buf: chain[0],
             len: data.len() as u32,
             flags: 0,
-            aux: u32::from(self.id),
+            aux: u32::from(id),
         };
-        while i.req.enqueue(d).is_err() {
+        while i.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
             // The request queue is deeper than the send pool, so this only happens if the
             // server stopped serving us.
             i.check_alive()?;

@@ -70,6 +70,9 @@ pub enum Response {
         data_window: usize,
         /// Bytes of this application's window (its queues and send buffers).
         app_window: usize,
+        /// The `ipc` structure: no windows follow; data travels in packets on this socket.
+        #[serde(default)]
+        ipc: bool,
     },
     /// A socket was bound.
     Bound {
@@ -114,6 +117,69 @@ pub fn send<T: serde::Serialize>(fd: impl AsFd, msg: &T) -> Result<(), ControlEr
         }
     })?;
     Ok(())
+}
+
+/// In the `ipc` structure: a packet carrying a received datagram, server → application:
+/// `[TAG_DELIVER, socket (u16 LE), source address (4), source port (u16 BE)]` + payload.
+pub const TAG_DELIVER: u8 = 0x01;
+/// In the `ipc` structure: a packet carrying a datagram to send, application → server:
+/// `[TAG_SEND, socket (u16 LE), destination address (4), destination port (u16 BE)]` +
+/// payload.
+pub const TAG_SEND: u8 = 0x02;
+/// Bytes in front of an `ipc` data packet's payload.
+pub const IPC_HEADER: usize = 9;
+
+/// Builds the header of an `ipc` data packet.
+pub fn ipc_header(tag: u8, socket: u16, addr: std::net::SocketAddrV4) -> [u8; IPC_HEADER] {
+    let mut h = [0u8; IPC_HEADER];
+    h[0] = tag;
+    h[1..3].copy_from_slice(&socket.to_le_bytes());
+    h[3..7].copy_from_slice(&addr.ip().octets());
+    h[7..9].copy_from_slice(&addr.port().to_be_bytes());
+    h
+}
+
+/// Reads the header of an `ipc` data packet (`None` if it is too short).
+pub fn parse_ipc_header(p: &[u8]) -> Option<(u8, u16, std::net::SocketAddrV4)> {
+    let h = p.get(..IPC_HEADER)?;
+    Some((
+        h[0],
+        u16::from_le_bytes([h[1], h[2]]),
+        std::net::SocketAddrV4::new(
+            std::net::Ipv4Addr::new(h[3], h[4], h[5], h[6]),
+            u16::from_be_bytes([h[7], h[8]]),
+        ),
+    ))
+}
+
+/// Receives one raw packet into `buf`; `Ok(None)` if nothing is there (non-blocking).
+pub fn recv_raw(fd: impl AsFd, buf: &mut [u8]) -> Result<Option<usize>, ControlError> {
+    match rustix::net::recv(fd, buf, RecvFlags::empty()) {
+        Ok((0, _)) => Err(ControlError::HungUp),
+        Ok((n, _)) => Ok(Some(n)),
+        Err(rustix::io::Errno::AGAIN) => Ok(None),
+        Err(rustix::io::Errno::CONNRESET) => Err(ControlError::HungUp),
+        Err(e) => Err(ControlError::Io(e.into())),
+    }
+}
+
+/// Sends one raw packet made of `parts` (gathered); `Ok(false)` if the socket is full.
+pub fn send_raw(fd: impl AsFd, parts: &[&[u8]]) -> Result<bool, ControlError> {
+    let iov: Vec<std::io::IoSlice<'_>> = parts.iter().map(|p| std::io::IoSlice::new(p)).collect();
+    let mut control = rustix::net::SendAncillaryBuffer::default();
+    match rustix::net::sendmsg(
+        fd,
+        &iov,
+        &mut control,
+        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+    ) {
+        Ok(_) => Ok(true),
+        Err(rustix::io::Errno::AGAIN) => Ok(false),
+        Err(rustix::io::Errno::PIPE) | Err(rustix::io::Errno::CONNRESET) => {
+            Err(ControlError::HungUp)
+        }
+        Err(e) => Err(ControlError::Io(e.into())),
+    }
 }
 
 /// Receives one message; `Ok(None)` if the socket is non-blocking and nothing is there.

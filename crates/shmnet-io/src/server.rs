@@ -45,6 +45,9 @@ pub struct ServerOptions {
     pub socket: PathBuf,
     /// How the data window is paged.
     pub page: PageSize,
+    /// The `ipc` structure: frames between driver and server, and datagrams between server
+    /// and applications, cross as copied messages over Unix sockets instead of shared queues.
+    pub ipc: bool,
 }
 
 /// Why the server could not start.
@@ -85,6 +88,8 @@ pub struct DriverThreadStats {
 struct AppConn {
     ctl: OwnedFd,
     attached: Option<Attached>,
+    /// An application of the `ipc` structure: its sockets (socket number → stack socket).
+    ipc: Option<Vec<Option<SocketHandle>>>,
     dead: bool,
     counters: AppCounters,
 }
@@ -117,6 +122,10 @@ pub struct Server {
     tx: Vec<BufIdx>,
     scratch: Vec<u8>,
     out_full: u64,
+    /// The `ipc` structure: the server's end of the driver's socket.
+    ipc_driver: Option<OwnedFd>,
+    /// `ipc`: frames or datagrams that could not be sent because a socket was full.
+    ipc_drops: u64,
     epoch: Instant,
 }
 
@@ -130,12 +139,27 @@ impl Server {
         let mac = driver.mac();
         let mut s = Self::create(mac, opts)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let ends = DriverEnds::take(&s.data);
         let (stop2, stats) = (stop.clone(), s.driver_stats.clone());
-        let handle = std::thread::Builder::new()
-            .name("shmnet-driver".into())
-            .spawn(move || drive(driver, ends, &stop2, &stats))
-            .expect("spawn the driver thread");
+        let handle = if opts.ipc {
+            let (ours, theirs) = rustix::net::socketpair(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+                None,
+            )
+            .map_err(|e| ControlError::Io(e.into()))?;
+            s.ipc_driver = Some(ours);
+            let pools = s.data.driver_pools().expect("fresh window");
+            std::thread::Builder::new()
+                .name("shmnet-driver".into())
+                .spawn(move || drive_ipc(driver, pools, theirs, &stop2, &stats))
+        } else {
+            let ends = DriverEnds::take(&s.data);
+            std::thread::Builder::new()
+                .name("shmnet-driver".into())
+                .spawn(move || drive(driver, ends, &stop2, &stats))
+        }
+        .expect("spawn the driver thread");
         s.driver = DriverHost::Thread {
             handle: Some(handle),
             stop,
@@ -193,6 +217,7 @@ impl Server {
                 version: PROTOCOL_VERSION,
                 data_window: s.data.size(),
                 app_window: 0,
+                ipc: false,
             },
         )?;
         send_window(&ctl, &s.data).map_err(ControlError::Io)?;
@@ -227,6 +252,8 @@ impl Server {
             tx: Vec::new(),
             scratch: vec![0u8; 65_536],
             out_full: 0,
+            ipc_driver: None,
+            ipc_drops: 0,
             epoch: Instant::now(),
         })
     }
@@ -298,15 +325,23 @@ impl Server {
 
     /// Applications attached now.
     pub fn apps_attached(&self) -> usize {
-        self.apps.iter().filter(|a| a.attached.is_some()).count()
+        self.apps
+            .iter()
+            .filter(|a| a.attached.is_some() || a.ipc.is_some())
+            .count()
     }
 
     /// Sockets bound by attached applications.
     pub fn sockets_bound(&self) -> usize {
         self.apps
             .iter()
-            .filter_map(|a| a.attached.as_ref())
-            .map(|a| a.sockets.iter().flatten().count())
+            .map(|a| {
+                a.attached
+                    .as_ref()
+                    .map(|x| &x.sockets)
+                    .or(a.ipc.as_ref())
+                    .map_or(0, |s| s.iter().flatten().count())
+            })
             .sum()
     }
 
@@ -333,6 +368,7 @@ impl Server {
                     .receive(&mut self.pool, BufIdx(d.buf), now, &mut self.tx);
             }
         }
+        work += self.receive_ipc_frames(now);
         work += self.accept();
         for i in 0..self.apps.len() {
             work += self.serve_app(i, now);
@@ -344,9 +380,55 @@ impl Server {
         work
     }
 
+    /// `ipc`: frames from the driver's socket, each received straight into a pool buffer.
+    fn receive_ipc_frames(&mut self, now: shmnet_stack::Instant) -> usize {
+        let Some(sock) = &self.ipc_driver else {
+            return 0;
+        };
+        let mut n = 0;
+        while n < 32 {
+            let Some(b) = self.pool.alloc() else {
+                // No buffer: take the frame off the socket anyway and drop it.
+                match control::recv_raw(sock, &mut self.scratch) {
+                    Ok(Some(_)) => {
+                        self.ipc_drops += 1;
+                        n += 1;
+                        continue;
+                    }
+                    _ => break,
+                }
+            };
+            let got = control::recv_raw(sock, self.pool.data_mut(b));
+            match got {
+                Ok(Some(len)) if len <= self.pool.capacity() => {
+                    self.pool.set_off(b, 0);
+                    self.pool.set_len(b, len as u16);
+                    self.iface.receive(&mut self.pool, b, now, &mut self.tx);
+                    n += 1;
+                }
+                _ => {
+                    self.pool.free(b);
+                    break;
+                }
+            }
+        }
+        n
+    }
+
     fn flush_tx(&mut self) -> usize {
         if self.tx.is_empty() {
             return 0;
+        }
+        if let Some(sock) = &self.ipc_driver {
+            let n = self.tx.len();
+            for b in self.tx.drain(..) {
+                let bytes = shmnet_stack::buf::valid(&self.pool, b);
+                if !matches!(control::send_raw(sock, &[bytes]), Ok(true)) {
+                    self.ipc_drops += 1;
+                }
+                self.pool.free(b);
+            }
+            return n;
         }
         let descs: Vec<Desc> = self
             .tx
@@ -369,6 +451,7 @@ impl Server {
             self.apps.push(AppConn {
                 ctl,
                 attached: None,
+                ipc: None,
                 dead: false,
                 counters: AppCounters::default(),
             });
@@ -379,28 +462,44 @@ impl Server {
 
     fn serve_app(&mut self, i: usize, now: shmnet_stack::Instant) -> usize {
         let mut work = 0;
-        // Control requests.
+        // Control requests (and, in the ipc structure, datagrams to send).
         loop {
-            let req = match control::recv::<Request>(&self.apps[i].ctl) {
-                Ok(Some(r)) => r,
+            let n = match control::recv_raw(&self.apps[i].ctl, &mut self.scratch) {
+                Ok(Some(n)) => n,
                 Ok(None) => break,
                 Err(_) => {
+                    // Gone — but what it queued before it went (sends, returns) still
+                    // counts: serve its rings once more below, then reap it.
                     self.apps[i].dead = true;
-                    return work;
+                    break;
                 }
             };
             work += 1;
-            let resp = self.handle_request(i, req);
+            if self.scratch.first() == Some(&control::TAG_SEND) {
+                self.ipc_send(i, n, now);
+                continue;
+            }
+            let resp = match serde_json::from_slice::<Request>(&self.scratch[..n]) {
+                Ok(req) => self.handle_request(i, req),
+                Err(e) => Some(Response::Error(format!("malformed request: {e}"))),
+            };
             if let Some(r) = resp {
                 if control::send(&self.apps[i].ctl, &r).is_err() {
                     self.apps[i].dead = true;
-                    return work;
+                    break;
                 }
             }
+        }
+        if self.apps[i].ipc.is_some() {
+            if self.apps[i].dead {
+                return work;
+            }
+            return work + self.ipc_deliver(i);
         }
         let AppConn {
             attached,
             counters: c,
+            dead,
             ..
         } = &mut self.apps[i];
         let Some(a) = attached.as_mut() else {
@@ -451,6 +550,9 @@ impl Server {
                 a.send_bufs.release(d.buf);
             }
         }
+        if *dead {
+            return work;
+        }
         // Deliveries: as many queued messages as the application's receive queue takes.
         let mut room = a.rx.free_slots();
         for (sock, h) in a.sockets.iter().enumerate() {
@@ -474,6 +576,63 @@ impl Server {
         work
     }
 
+    /// `ipc`: a datagram the application sent in a packet (`n` bytes in the scratch buffer).
+    fn ipc_send(&mut self, i: usize, n: usize, now: shmnet_stack::Instant) {
+        let app = &mut self.apps[i];
+        let ok = control::parse_ipc_header(&self.scratch[..n]).and_then(|(_, sock, dst)| {
+            let h = app
+                .ipc
+                .as_ref()?
+                .get(usize::from(sock))
+                .copied()
+                .flatten()?;
+            self.iface
+                .udp_send_to(
+                    &mut self.pool,
+                    h,
+                    &self.scratch[control::IPC_HEADER..n],
+                    dst,
+                    now,
+                    &mut self.tx,
+                )
+                .ok()
+        });
+        match ok {
+            Some(()) => app.counters.sent += 1,
+            None => app.counters.bad_sends += 1,
+        }
+    }
+
+    /// `ipc`: copies each queued message into a packet and sends it; a message the socket
+    /// cannot take now stays queued (peeked, not taken).
+    fn ipc_deliver(&mut self, i: usize) -> usize {
+        let mut work = 0;
+        let app = &mut self.apps[i];
+        let Some(sockets) = &app.ipc else { return 0 };
+        for (sock, h) in sockets.iter().enumerate() {
+            let Some(h) = *h else { continue };
+            while let Ok(Some(msg)) = self.iface.udp_peek(h) {
+                let len = copy_chain(&self.pool, &msg, &mut self.scratch);
+                let hdr = control::ipc_header(control::TAG_DELIVER, sock as u16, msg.src);
+                match control::send_raw(&app.ctl, &[&hdr, &self.scratch[..len]]) {
+                    Ok(true) => {
+                        if let Ok(Some(m)) = self.iface.udp_recv_chain(h) {
+                            self.pool.free_chain(m.head);
+                        }
+                        app.counters.delivered += 1;
+                        work += 1;
+                    }
+                    Ok(false) => break,
+                    Err(_) => {
+                        app.dead = true;
+                        return work;
+                    }
+                }
+            }
+        }
+        work
+    }
+
     fn handle_request(&mut self, i: usize, req: Request) -> Option<Response> {
         match req {
             Request::Hello { version } => {
@@ -482,8 +641,17 @@ impl Server {
                         "protocol version {version} is not {PROTOCOL_VERSION}: run the same shmnet version on both sides"
                     )));
                 }
-                if self.apps[i].attached.is_some() {
+                if self.apps[i].attached.is_some() || self.apps[i].ipc.is_some() {
                     return Some(Response::Error("already attached".into()));
+                }
+                if self.ipc_driver.is_some() {
+                    self.apps[i].ipc = Some(Vec::new());
+                    return Some(Response::Welcome {
+                        version: PROTOCOL_VERSION,
+                        data_window: 0,
+                        app_window: 0,
+                        ipc: true,
+                    });
                 }
                 match self.attach(i) {
                     Ok(()) => None,
@@ -491,24 +659,36 @@ impl Server {
                 }
             }
             Request::Bind { port } => {
-                let Some(a) = self.apps[i].attached.as_mut() else {
+                let app = &mut self.apps[i];
+                let Some(sockets) = app
+                    .attached
+                    .as_mut()
+                    .map(|a| &mut a.sockets)
+                    .or(app.ipc.as_mut())
+                else {
                     return Some(Response::Error("say Hello first".into()));
                 };
                 match self.iface.udp_bind_port(port) {
                     Ok(h) => {
-                        a.sockets.push(Some(h));
+                        sockets.push(Some(h));
                         Some(Response::Bound {
-                            socket: (a.sockets.len() - 1) as u32,
+                            socket: (sockets.len() - 1) as u32,
                         })
                     }
                     Err(e) => Some(Response::Error(format!("cannot bind UDP port {port}: {e}"))),
                 }
             }
             Request::Close { socket } => {
-                let Some(a) = self.apps[i].attached.as_mut() else {
+                let app = &mut self.apps[i];
+                let Some(sockets) = app
+                    .attached
+                    .as_mut()
+                    .map(|a| &mut a.sockets)
+                    .or(app.ipc.as_mut())
+                else {
                     return Some(Response::Error("say Hello first".into()));
                 };
-                match a.sockets.get_mut(socket as usize).and_then(Option::take) {
+                match sockets.get_mut(socket as usize).and_then(Option::take) {
                     Some(h) => {
                         let _ = self.iface.udp_close(&mut self.pool, h);
                         Some(Response::Closed { socket })
@@ -543,6 +723,7 @@ impl Server {
             version: PROTOCOL_VERSION,
             data_window: self.data.size(),
             app_window: attached.win.size(),
+            ipc: false,
         };
         control::send(ctl, &welcome).map_err(|e| e.to_string())?;
         send_window(ctl, &self.data).map_err(|e| e.to_string())?;
@@ -560,6 +741,9 @@ impl Server {
                 continue;
             }
             let app = self.apps.swap_remove(i);
+            for h in app.ipc.into_iter().flatten().flatten() {
+                let _ = self.iface.udp_close(&mut self.pool, h);
+            }
             if let Some(a) = app.attached {
                 for head in a.outstanding {
                     self.pool.free_chain(BufIdx(head));
@@ -597,6 +781,9 @@ impl Server {
                 .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
                 .collect();
             fds.push(PollFd::new(&self.listener, PollFlags::IN));
+            if let Some(sock) = &self.ipc_driver {
+                fds.push(PollFd::new(sock, PollFlags::IN));
+            }
             if let DriverHost::Process {
                 ctl, gone: false, ..
             } = &self.driver
@@ -655,7 +842,7 @@ impl Server {
             .iter()
             .map(|a| {
                 serde_json::json!({
-                    "attached": a.attached.is_some(),
+                    "attached": a.attached.is_some() || a.ipc.is_some(),
                     "sockets": a.attached.as_ref().map_or(0, |x| x.sockets.iter().flatten().count()),
                     "holding": a.attached.as_ref().map_or(0, |x| x.outstanding.len()),
                     "window_bytes": a.attached.as_ref().map_or(0, |x| x.win.size()),
@@ -671,7 +858,8 @@ impl Server {
             .map(|a| a.win.size())
             .sum();
         serde_json::json!({
-            "structure": "server",
+            "structure": if self.ipc_driver.is_some() { "ipc" } else { "server" },
+            "ipc_drops": self.ipc_drops,
             "socket": self.socket_path,
             "uptime_s": self.epoch.elapsed().as_secs_f64(),
             "memory": {
@@ -724,6 +912,21 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Copies the bytes of `msg`'s chain into `dst` without freeing it; returns the length.
+fn copy_chain(pool: &ChanPool, msg: &shmnet_stack::Message, dst: &mut [u8]) -> usize {
+    let mut at = 0;
+    let mut cur = Some(msg.head);
+    for _ in 0..msg.bufs {
+        let Some(b) = cur else { break };
+        let bytes = shmnet_stack::buf::valid(pool, b);
+        let take = bytes.len().min(dst.len() - at);
+        dst[at..at + take].copy_from_slice(&bytes[..take]);
+        at += take;
+        cur = pool.next(b);
+    }
+    at
 }
 
 /// Reads a send request: the destination header and the payload of the chain at `d.buf` in
@@ -874,7 +1077,7 @@ pub fn run_driver_process<D: Driver>(
                     tv_nsec: 100_000_000,
                 };
                 let ready = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0);
-                let hup = ready > 0 && matches!(control::recv::<Response>(&ctl), Err(_));
+                let hup = ready > 0 && control::recv::<Response>(&ctl).is_err();
                 let st = stats.lock().map(|s| s.clone()).unwrap_or_default();
                 if hup || control::send(&ctl, &Request::DriverStats(st)).is_err() {
                     stop.store(true, Ordering::Relaxed);
@@ -971,6 +1174,101 @@ fn drive<D: Driver>(
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = in_full;
+    }
+}
+
+/// The driver thread of the `ipc` structure: every received frame is copied into a packet
+/// on `sock` (and its buffer freed at once); every packet from `sock` is copied into a buffer
+/// and transmitted — the message-based device interface seed 002 replaced.
+fn drive_ipc<D: Driver>(
+    mut driver: D,
+    mut pools: DriverPools,
+    sock: OwnedFd,
+    stop: &AtomicBool,
+    shared: &Mutex<DriverThreadStats>,
+) {
+    let mut rx: Vec<RxFrame> = Vec::with_capacity(32);
+    let mut tx = Vec::with_capacity(32);
+    let mut dropped = 0u64;
+    let mut rounds = 0u64;
+    // Frames the server's socket could not take yet: the device keeps them, in order, so
+    // the comparison with the shared queues is lossless.
+    let mut pending: std::collections::VecDeque<RxFrame> = std::collections::VecDeque::new();
+    while !stop.load(Ordering::Relaxed) {
+        rx.clear();
+        if pending.is_empty() {
+            let _ = driver.rx_burst(&mut pools, &mut rx, 32);
+            pending.extend(rx.iter().copied());
+        }
+        let mut blocked = false;
+        while let Some(f) = pending.front().copied() {
+            // SAFETY: the driver owns the buffer it filled until it releases it below.
+            let bytes = unsafe { pools.buffers().data(f.buf) }
+                .ok()
+                .and_then(|d| d.get(..f.len as usize));
+            match bytes.map(|b| control::send_raw(&sock, &[b])) {
+                Some(Ok(true)) => {}
+                Some(Ok(false)) => {
+                    blocked = true;
+                    break;
+                }
+                _ => dropped += 1,
+            }
+            pending.pop_front();
+            pools.release(f.buf);
+        }
+        tx.clear();
+        while tx.len() < 32 {
+            let Some(b) = pools.alloc() else { break };
+            // SAFETY: the buffer was just allocated to us.
+            let Ok(dst) = (unsafe { pools.buffers().data_mut(b) }) else {
+                pools.release(b);
+                break;
+            };
+            match control::recv_raw(&sock, dst) {
+                Ok(Some(n)) => {
+                    let _ = pools.buffers().set_off_len(b, 0, n as u16);
+                    tx.push(b);
+                }
+                _ => {
+                    pools.release(b);
+                    break;
+                }
+            }
+        }
+        if !tx.is_empty() {
+            let _ = driver.tx_burst(&mut pools, &tx);
+        }
+        rounds += 1;
+        let idle = rx.is_empty() && tx.is_empty();
+        if idle || rounds % 64 == 0 {
+            if let Ok(mut s) = shared.lock() {
+                s.driver = driver.stats();
+                s.in_queue_full = dropped;
+            }
+        }
+        if idle || blocked {
+            let mut fds = vec![PollFd::new(&sock, PollFlags::IN)];
+            if blocked {
+                fds[0] = PollFd::new(&sock, PollFlags::IN | PollFlags::OUT);
+            }
+            if let Some(fd) = driver.rx_fd() {
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+            let ts = Timespec {
+                tv_sec: 0,
+                tv_nsec: if driver.rx_fd().is_some() {
+                    10_000_000
+                } else {
+                    200_000
+                },
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        }
+    }
+    if let Ok(mut s) = shared.lock() {
+        s.driver = driver.stats();
+        s.in_queue_full = dropped;
     }
 }
 

@@ -40,6 +40,9 @@ enum Command {
     /// An application for a server started with --structure server.
     #[command(subcommand)]
     App(app::AppCmd),
+    /// A driver process of the server structure (started by `shmnet serve`).
+    #[command(hide = true)]
+    Driver(serve::DriverProcessArgs),
     /// Print the live counters of a running server: every queue, pool and layer, and the
     /// memory its windows hold.
     Stats(app::StatsArgs),
@@ -185,5 +188,6 @@ fn main() -> Result<()> {
         Command::Serve(a) => serve::run(a),
         Command::App(c) => app::run(c),
         Command::Stats(a) => app::stats(a),
+        Command::Driver(a) => serve::run_driver(a),
     }
 }

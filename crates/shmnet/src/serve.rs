@@ -21,15 +21,104 @@ pub enum Structure {
     Ipc,
 }
 
-#[derive(Args)]
-pub struct ServeArgs {
+/// The packet device and, for softnic, what it sends.
+#[derive(Args, Clone)]
+pub struct DriverArgs {
     /// The packet device: `softnic` (a software sender, see the --softnic-* options) or
     /// `af_packet:IFACE` (a real interface; needs root or CAP_NET_RAW).
     #[arg(long, default_value = "softnic")]
     driver: String,
+    /// softnic: UDP payload bytes per message.
+    #[arg(long, default_value_t = 14_792)]
+    softnic_size: usize,
+    /// softnic in the server and ipc structures: the UDP port it sends to.
+    #[arg(long, default_value_t = 5001)]
+    softnic_port: u16,
+    /// softnic: messages to send (default 100,000).
+    #[arg(long, default_value_t = 100_000)]
+    softnic_count: u64,
+    /// softnic: microseconds between messages (0: back to back).
+    #[arg(long, default_value_t = 0.0)]
+    softnic_gap_us: f64,
+    /// softnic: how frames reach the buffers: `cached` stores, or `nt` (non-temporal,
+    /// around the cache).
+    #[arg(long, default_value = "cached")]
+    softnic_dma: Dma,
     /// Our address and prefix, e.g. 10.0.0.1/24.
     #[arg(long, default_value = "10.0.0.1/24", value_parser = parse_cidr)]
     ip: (Ipv4Addr, u8),
+    /// Neither verify nor generate UDP checksums.
+    #[arg(long)]
+    no_checksum: bool,
+}
+
+impl DriverArgs {
+    fn softnic(&self, port: u16, gate: Option<Arc<AtomicBool>>) -> Result<Softnic> {
+        Softnic::new(SoftnicConfig {
+            ip: self.ip.0,
+            dst_ports: vec![port],
+            size: self.softnic_size,
+            count: Some(self.softnic_count),
+            gap: Duration::from_secs_f64(self.softnic_gap_us / 1e6),
+            checksum: !self.no_checksum,
+            dma: self.softnic_dma,
+            gate,
+            ..SoftnicConfig::default()
+        })
+        .context("configuring softnic")
+    }
+
+    /// The arguments that recreate these options in a driver process.
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            format!("--driver={}", self.driver),
+            format!("--softnic-size={}", self.softnic_size),
+            format!("--softnic-port={}", self.softnic_port),
+            format!("--softnic-count={}", self.softnic_count),
+            format!("--softnic-gap-us={}", self.softnic_gap_us),
+            format!(
+                "--softnic-dma={}",
+                match self.softnic_dma {
+                    Dma::Cached => "cached",
+                    Dma::NonTemporal => "nt",
+                }
+            ),
+            format!("--ip={}/{}", self.ip.0, self.ip.1),
+        ]
+        .into_iter()
+        .chain(self.no_checksum.then(|| "--no-checksum".to_string()))
+        .collect()
+    }
+}
+
+#[derive(Args)]
+pub struct DriverProcessArgs {
+    #[command(flatten)]
+    dev: DriverArgs,
+    /// The server's control socket.
+    #[arg(long)]
+    socket: PathBuf,
+}
+
+/// The hidden `shmnet driver` command: a driver process of the server structure.
+pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
+    if a.dev.driver == "softnic" {
+        let nic = a.dev.softnic(a.dev.softnic_port, None)?;
+        shmnet_io::server::run_driver_process(nic, &a.socket).context("driver process")?;
+        Ok(())
+    } else {
+        bail!("unknown driver {:?}", a.dev.driver)
+    }
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    dev: DriverArgs,
+    /// server structure: run the driver as a thread of the server process instead of a
+    /// process of its own.
+    #[arg(long)]
+    driver_thread: bool,
     /// How the parties are placed.
     #[arg(long, value_enum, default_value = "inline")]
     structure: Structure,
@@ -44,25 +133,6 @@ pub struct ServeArgs {
     /// messages, else at Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
-    /// Neither verify nor generate UDP checksums.
-    #[arg(long)]
-    no_checksum: bool,
-    /// softnic: UDP payload bytes per message.
-    #[arg(long, default_value_t = 14_792)]
-    softnic_size: usize,
-    /// softnic in the server structure: the UDP port it sends to.
-    #[arg(long, default_value_t = 5001)]
-    softnic_port: u16,
-    /// softnic: messages to send (default 100,000).
-    #[arg(long, default_value_t = 100_000)]
-    softnic_count: u64,
-    /// softnic: microseconds between messages (0: back to back).
-    #[arg(long, default_value_t = 0.0)]
-    softnic_gap_us: f64,
-    /// softnic: how frames reach the buffers: `cached` stores, or `nt` (non-temporal,
-    /// around the cache).
-    #[arg(long, default_value = "cached")]
-    softnic_dma: Dma,
     /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
@@ -101,52 +171,50 @@ pub fn run(a: ServeArgs) -> Result<()> {
     match a.structure {
         Structure::Inline => {}
         Structure::Server => return run_server(a),
-        Structure::Ipc => bail!(
-            "--structure ipc is not built yet: this version has the inline and server structures"
-        ),
+        Structure::Ipc => return run_server(a),
     }
     let apps: Vec<App> = a
         .echo
         .iter()
         .map(|&p| App::Echo(p))
         .chain(a.sink.iter().map(|&p| {
-            if a.driver == "softnic" {
-                App::CheckedSink(p, a.softnic_size)
+            if a.dev.driver == "softnic" {
+                App::CheckedSink(p, a.dev.softnic_size)
             } else {
                 App::Sink(p)
             }
         }))
         .collect();
     let cfg = ServeConfig {
-        ip: a.ip.0,
-        prefix: a.ip.1,
-        checksum: !a.no_checksum,
+        ip: a.dev.ip.0,
+        prefix: a.dev.ip.1,
+        checksum: !a.dev.no_checksum,
         apps: apps.clone(),
         ..ServeConfig::default()
     };
-    if a.driver == "softnic" {
+    if a.dev.driver == "softnic" {
         let Some(first) = apps.first() else {
             bail!("softnic sends to an application: add --sink PORT (or --echo PORT)");
         };
         let nic = Softnic::new(SoftnicConfig {
-            ip: a.ip.0,
+            ip: a.dev.ip.0,
             dst_ports: vec![first.port()],
-            size: a.softnic_size,
-            count: Some(a.softnic_count),
-            gap: Duration::from_secs_f64(a.softnic_gap_us / 1e6),
-            checksum: !a.no_checksum,
-            dma: a.softnic_dma,
+            size: a.dev.softnic_size,
+            count: Some(a.dev.softnic_count),
+            gap: Duration::from_secs_f64(a.dev.softnic_gap_us / 1e6),
+            checksum: !a.dev.no_checksum,
+            dma: a.dev.softnic_dma,
             ..SoftnicConfig::default()
         })
         .context("configuring softnic")?;
         let server = Inline::new(nic, &cfg).context("starting the inline server")?;
         serve(server, &a, |s| s.driver().done())
-    } else if let Some(iface) = a.driver.strip_prefix("af_packet:") {
+    } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
         bail!("the af_packet driver ({iface}) is not in this build yet")
     } else {
         bail!(
             "unknown driver {:?}: use softnic or af_packet:IFACE",
-            a.driver
+            a.dev.driver
         )
     }
 }
@@ -195,7 +263,7 @@ fn serve<D: Driver>(
     let apps = server.app_stats().clone();
     let report = Report {
         structure: "inline",
-        driver: a.driver.clone(),
+        driver: a.dev.driver.clone(),
         seconds: secs,
         messages: apps.messages,
         msgs_per_s: apps.messages as f64 / secs,
@@ -259,50 +327,64 @@ fn run_server(a: ServeArgs) -> Result<()> {
     }
     let opts = ServerOptions {
         serve: ServeConfig {
-            ip: a.ip.0,
-            prefix: a.ip.1,
-            checksum: !a.no_checksum,
+            ip: a.dev.ip.0,
+            prefix: a.dev.ip.1,
+            checksum: !a.dev.no_checksum,
             ..ServeConfig::default()
         },
         socket: a.socket.clone(),
         page: shmnet_chan::PageSize::Small,
+        ipc: false,
     };
+    let ipc = a.structure == Structure::Ipc;
+    let opts = ServerOptions { ipc, ..opts };
     let gate = Arc::new(AtomicBool::new(false));
-    let softnic = a.driver == "softnic";
-    let mut server = if softnic {
-        let nic = Softnic::new(SoftnicConfig {
-            ip: a.ip.0,
-            dst_ports: vec![a.softnic_port],
-            size: a.softnic_size,
-            count: Some(a.softnic_count),
-            gap: Duration::from_secs_f64(a.softnic_gap_us / 1e6),
-            checksum: !a.no_checksum,
-            dma: a.softnic_dma,
-            gate: Some(gate.clone()),
-            ..SoftnicConfig::default()
-        })
-        .context("configuring softnic")?;
-        Server::start(nic, &opts)
-    } else if let Some(iface) = a.driver.strip_prefix("af_packet:") {
-        bail!("the af_packet driver ({iface}) is not in this build yet")
-    } else {
+    let softnic = a.dev.driver == "softnic";
+    let as_thread = a.driver_thread || ipc;
+    let mut server = if !softnic {
+        if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
+            bail!("the af_packet driver ({iface}) is not in this build yet")
+        }
         bail!(
             "unknown driver {:?}: use softnic or af_packet:IFACE",
-            a.driver
+            a.dev.driver
+        )
+    } else if as_thread {
+        Server::start(
+            a.dev.softnic(a.dev.softnic_port, Some(gate.clone()))?,
+            &opts,
+        )
+    } else {
+        let exe = std::env::current_exe().context("finding this program to start the driver")?;
+        let dev = a.dev.clone();
+        Server::start_with_driver_process(
+            shmnet_io::driver::softnic::SoftnicConfig::default().mac,
+            &opts,
+            |path| {
+                std::process::Command::new(exe)
+                    .arg("driver")
+                    .args(dev.to_args())
+                    .arg("--socket")
+                    .arg(path)
+                    .spawn()
+            },
+            Duration::from_secs(10),
         )
     }
     .context("starting the server")?;
     let data_mib = server.data_window().size() as f64 / (1 << 20) as f64;
     eprintln!(
-        "shmnet server on {} ({}/{}), control socket {}; data window {data_mib:.1} MiB{}",
-        a.driver,
-        a.ip.0,
-        a.ip.1,
+        "shmnet {} structure, driver {} ({}) on {}/{}, control socket {}; data window {data_mib:.1} MiB{}",
+        if ipc { "ipc" } else { "server" },
+        a.dev.driver,
+        if as_thread { "thread" } else { "process" },
+        a.dev.ip.0,
+        a.dev.ip.1,
         a.socket.display(),
         if softnic {
             format!(
                 "; softnic sends {} messages of {} B to port {} once an application binds it",
-                a.softnic_count, a.softnic_size, a.softnic_port
+                a.dev.softnic_count, a.dev.softnic_size, a.dev.softnic_port
             )
         } else {
             String::new()
@@ -316,6 +398,7 @@ fn run_server(a: ServeArgs) -> Result<()> {
     while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| start.elapsed() < l) {
         if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
             gate.store(true, Ordering::Release);
+            server.start_driver();
         }
         if server.step() == 0 {
             if server.driver_stopped() {

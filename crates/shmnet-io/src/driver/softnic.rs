@@ -160,6 +160,10 @@ pub struct Softnic {
     due: Instant,
     stats: DriverStats,
     sink_malformed: u64,
+    /// ARP replies owed to the stack (the simulated peer answers requests for its address).
+    arp_replies: std::collections::VecDeque<Vec<u8>>,
+    /// UDP datagrams (first fragments) transmitted to the simulated peer.
+    sink_udp: u64,
 }
 
 impl Softnic {
@@ -234,6 +238,8 @@ impl Softnic {
             due: Instant::now(),
             stats: DriverStats::default(),
             sink_malformed: 0,
+            arp_replies: std::collections::VecDeque::new(),
+            sink_udp: 0,
             cfg,
         })
     }
@@ -256,6 +262,43 @@ impl Softnic {
     /// Transmitted frames that were not well-formed Ethernet frames.
     pub fn sink_malformed(&self) -> u64 {
         self.sink_malformed
+    }
+
+    /// UDP datagrams transmitted to the simulated peer (counted at their first fragment).
+    pub fn sink_udp(&self) -> u64 {
+        self.sink_udp
+    }
+
+    /// Looks at a transmitted frame's first bytes: answers an ARP request for the peer's
+    /// address, counts UDP datagrams.
+    fn sink(&mut self, head: &[u8]) {
+        match classify(head) {
+            Ok(Family::Arp) => {
+                let arp = &head[ETH..];
+                let is_request = arp[6..8] == [0, 1];
+                if is_request && arp[24..28] == self.cfg.peer_ip.octets() {
+                    let mut r = Vec::with_capacity(42);
+                    r.extend_from_slice(&arp[8..14]); // to the requester's MAC
+                    r.extend_from_slice(&self.cfg.peer_mac);
+                    r.extend_from_slice(&0x0806u16.to_be_bytes());
+                    r.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
+                    r.extend_from_slice(&self.cfg.peer_mac);
+                    r.extend_from_slice(&self.cfg.peer_ip.octets());
+                    r.extend_from_slice(&arp[8..18]); // requester's MAC and address
+                    if self.arp_replies.len() < 16 {
+                        self.arp_replies.push_back(r);
+                    }
+                }
+            }
+            Ok(Family::Ipv4) => {
+                let ip = &head[ETH..];
+                let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
+                if ip[9] == 17 && first_fragment {
+                    self.sink_udp += 1;
+                }
+            }
+            Err(_) => {}
+        }
     }
 
     /// Patches the template for message `seq`: IPv4 identification and header checksums of
@@ -347,6 +390,27 @@ impl Driver for Softnic {
         max: usize,
     ) -> std::io::Result<usize> {
         let mut produced = 0;
+        while produced < max {
+            let Some(reply) = self.arp_replies.pop_front() else {
+                break;
+            };
+            let Some(buf) = pools.alloc() else {
+                self.stats.rx_no_buffer += 1;
+                continue;
+            };
+            if self.dma(pools, buf, &reply) {
+                self.stats.rx_frames += 1;
+                self.stats.rx_bytes += reply.len() as u64;
+                out.push(RxFrame {
+                    buf,
+                    len: reply.len() as u32,
+                    family: Family::Arp,
+                });
+                produced += 1;
+            } else {
+                pools.release(buf);
+            }
+        }
         if let Some(g) = &self.cfg.gate {
             if !g.load(std::sync::atomic::Ordering::Acquire) {
                 return Ok(0);
@@ -413,6 +477,7 @@ impl Driver for Softnic {
                     if ok {
                         self.stats.tx_frames += 1;
                         self.stats.tx_bytes += u64::from(len);
+                        self.sink(&scratch[..head]);
                     } else {
                         self.sink_malformed += 1;
                         self.stats.tx_errors += 1;
