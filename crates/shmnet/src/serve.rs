@@ -105,10 +105,13 @@ pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
     if a.dev.driver == "softnic" {
         let nic = a.dev.softnic(a.dev.softnic_port, None)?;
         shmnet_io::server::run_driver_process(nic, &a.socket).context("driver process")?;
-        Ok(())
+    } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
+        let nic = open_af_packet(iface)?;
+        shmnet_io::server::run_driver_process(nic, &a.socket).context("driver process")?;
     } else {
         bail!("unknown driver {:?}", a.dev.driver)
     }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -210,13 +213,53 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let server = Inline::new(nic, &cfg).context("starting the inline server")?;
         serve(server, &a, |s| s.driver().done())
     } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
-        bail!("the af_packet driver ({iface}) is not in this build yet")
+        let nic = open_af_packet(iface)?;
+        let server = Inline::new(nic, &cfg).context("starting the inline server")?;
+        eprintln!(
+            "shmnet inline on {iface} as {}/{}: answering ARP and ping; UDP {}; Ctrl-C to stop",
+            a.dev.ip.0,
+            a.dev.ip.1,
+            describe_apps(&apps)
+        );
+        serve(server, &a, |_| false)
     } else {
         bail!(
             "unknown driver {:?}: use softnic or af_packet:IFACE",
             a.dev.driver
         )
     }
+}
+
+fn describe_apps(apps: &[App]) -> String {
+    if apps.is_empty() {
+        return "ports: none (add --echo PORT or --sink PORT)".into();
+    }
+    apps.iter()
+        .map(|a| match a {
+            App::Echo(p) => format!("echo on {p}"),
+            App::Sink(p) | App::CheckedSink(p, _) => format!("sink on {p}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn open_af_packet(iface: &str) -> Result<shmnet_io::driver::af_packet::AfPacket> {
+    shmnet_io::driver::af_packet::AfPacket::open(iface, Default::default())
+        .with_context(|| format!("opening {iface} with AF_PACKET"))
+}
+
+/// The MAC address of `iface`, as the kernel reports it.
+fn mac_of(iface: &str) -> Result<[u8; 6]> {
+    let text = std::fs::read_to_string(format!("/sys/class/net/{iface}/address"))
+        .with_context(|| format!("no network interface named {iface:?} (see `ip link`)"))?;
+    let bytes: Vec<u8> = text
+        .trim()
+        .split(':')
+        .filter_map(|h| u8::from_str_radix(h, 16).ok())
+        .collect();
+    bytes
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("{iface} has no Ethernet address ({})", text.trim()))
 }
 
 fn serve<D: Driver>(
@@ -341,24 +384,30 @@ fn run_server(a: ServeArgs) -> Result<()> {
     let gate = Arc::new(AtomicBool::new(false));
     let softnic = a.dev.driver == "softnic";
     let as_thread = a.driver_thread || ipc;
-    let mut server = if !softnic {
-        if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
-            bail!("the af_packet driver ({iface}) is not in this build yet")
-        }
+    let af_packet = a.dev.driver.strip_prefix("af_packet:");
+    if !softnic && af_packet.is_none() {
         bail!(
             "unknown driver {:?}: use softnic or af_packet:IFACE",
             a.dev.driver
         )
-    } else if as_thread {
-        Server::start(
-            a.dev.softnic(a.dev.softnic_port, Some(gate.clone()))?,
-            &opts,
-        )
+    }
+    let mut server = if as_thread {
+        match af_packet {
+            Some(iface) => Server::start(open_af_packet(iface)?, &opts),
+            None => Server::start(
+                a.dev.softnic(a.dev.softnic_port, Some(gate.clone()))?,
+                &opts,
+            ),
+        }
     } else {
+        let mac = match af_packet {
+            Some(iface) => mac_of(iface)?,
+            None => shmnet_io::driver::softnic::SoftnicConfig::default().mac,
+        };
         let exe = std::env::current_exe().context("finding this program to start the driver")?;
         let dev = a.dev.clone();
         Server::start_with_driver_process(
-            shmnet_io::driver::softnic::SoftnicConfig::default().mac,
+            mac,
             &opts,
             |path| {
                 std::process::Command::new(exe)
@@ -372,6 +421,9 @@ fn run_server(a: ServeArgs) -> Result<()> {
         )
     }
     .context("starting the server")?;
+    if !softnic {
+        server.start_driver();
+    }
     let data_mib = server.data_window().size() as f64 / (1 << 20) as f64;
     eprintln!(
         "shmnet {} structure, driver {} ({}) on {}/{}, control socket {}; data window {data_mib:.1} MiB{}",

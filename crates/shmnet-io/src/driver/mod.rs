@@ -5,6 +5,7 @@
 //! ([`classify`]): runts and unknown EtherTypes are shed here, before they cost the protocol
 //! server anything.
 
+pub mod af_packet;
 pub mod softnic;
 
 use shmnet_chan::DriverPools;

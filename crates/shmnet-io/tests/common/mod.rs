@@ -1,0 +1,5 @@
+//! Fixtures shared by integration tests.
+
+#![allow(dead_code)]
+
+pub mod netns;
