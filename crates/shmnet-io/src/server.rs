@@ -840,6 +840,7 @@ impl Server {
         let apps: Vec<serde_json::Value> = self
             .apps
             .iter()
+            .filter(|a| a.attached.is_some() || a.ipc.is_some())
             .map(|a| {
                 serde_json::json!({
                     "attached": a.attached.is_some() || a.ipc.is_some(),
