@@ -650,35 +650,16 @@ impl Consumer {
             crate::sync::spin_hint();
             return WaitOutcome::Woken;
         };
-        if self.refresh_head() != 0 {
+        if !self.prepare_wait() {
             return WaitOutcome::Woken;
         }
-        // Announce sleep and look for work in one step (see the module docs).
-        let word = self
-            .mem
-            .shared()
-            .head_word()
-            .fetch_or(SLEEPING, Ordering::AcqRel);
-        // Counted at the announcement, not at the block: the producer may answer an
-        // announcement that is then withdrawn, and every wake-up sent must match one.
-        self.sleeps += 1;
-        let sleeps = self.sleeps;
-        self.mem
-            .shared()
-            .consumer
-            .counters
-            .sleeps
-            .store(sleeps, Ordering::Relaxed);
-        if self.accept_head(word as u32) != 0 {
-            let s = self.mem.shared();
-            s.head_word().fetch_and(!SLEEPING, Ordering::Relaxed);
-            return WaitOutcome::Woken;
-        }
-        let s = self.mem.shared();
         let outcome = signal.wait(timeout);
         // A producer that woke us already cleared the bit; after a timeout it is still set.
         if outcome == WaitOutcome::TimedOut {
-            s.head_word().fetch_and(!SLEEPING, Ordering::Relaxed);
+            self.mem
+                .shared()
+                .head_word()
+                .fetch_and(!SLEEPING, Ordering::Relaxed);
         }
         outcome
     }
@@ -692,11 +673,14 @@ impl Consumer {
         if self.signal.is_none() || self.refresh_head() != 0 {
             return false;
         }
+        // Announce sleep and look for work in one step (see the module docs).
         let word = self
             .mem
             .shared()
             .head_word()
             .fetch_or(SLEEPING, Ordering::AcqRel);
+        // Counted at the announcement, not at the block: the producer may answer an
+        // announcement that is then withdrawn, and every wake-up sent must match one.
         self.sleeps += 1;
         let sleeps = self.sleeps;
         let s = self.mem.shared();

@@ -235,14 +235,22 @@ impl BufferPool for HeapPool {
     }
 
     fn free_chain(&mut self, head: BufIdx) -> usize {
+        // `free` for each buffer, with the header looked up once per buffer.
+        let total = self.hdr.len();
         let mut cur = Some(head);
         let mut n = 0;
         while let Some(idx) = cur {
-            if n >= self.total() || !self.hdr[idx.as_usize()].in_use {
+            if n >= total {
                 break;
             }
-            cur = self.hdr[idx.as_usize()].next;
-            self.free(idx);
+            let h = &mut self.hdr[idx.as_usize()];
+            if !h.in_use {
+                break;
+            }
+            cur = h.next;
+            h.in_use = false;
+            h.next = None;
+            self.free.push(idx);
             n += 1;
         }
         n

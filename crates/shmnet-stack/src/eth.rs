@@ -19,12 +19,18 @@ pub struct EthHeader {
 /// Parse the header of `frame`; `None` if it is shorter than a header (a runt).
 #[inline]
 pub fn parse(frame: &[u8]) -> Option<EthHeader> {
-    let f = EthernetFrame::new_checked(frame).ok()?;
-    let r = EthernetRepr::parse(&f).ok()?;
+    let hdr = frame.first_chunk::<HEADER_LEN>()?;
+    // The EtherType through smoltcp's view; the two addresses are copied straight out of the
+    // array (destination first, then source, as in smoltcp's field layout), because
+    // smoltcp's address accessors go through `Address::from_bytes`, which is not inlinable
+    // across crates and would cost two calls per frame.
+    let f = EthernetFrame::new_unchecked(hdr);
+    let (dst, rest) = hdr.split_first_chunk::<6>()?;
+    let (src, _) = rest.split_first_chunk::<6>()?;
     Some(EthHeader {
-        dst: r.dst_addr,
-        src: r.src_addr,
-        ethertype: r.ethertype,
+        dst: EthernetAddress(*dst),
+        src: EthernetAddress(*src),
+        ethertype: f.ethertype(),
     })
 }
 

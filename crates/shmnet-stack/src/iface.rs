@@ -187,6 +187,18 @@ pub struct Interface {
     next_ident: u16,
     next_ephemeral: u16,
     scratch: Vec<BufIdx>,
+    /// Our subnet's broadcast address when the prefix is shorter than 31 bits, else the
+    /// limited broadcast (computed once: the configuration never changes).
+    subnet_bcast: Ipv4Addr,
+}
+
+fn subnet_broadcast(ip: Ipv4Addr, prefix_len: u8) -> Ipv4Addr {
+    let mask = match prefix_len {
+        0 => 0,
+        p if p >= 32 => u32::MAX,
+        p => u32::MAX << (32 - p),
+    };
+    Ipv4Addr::from(u32::from(ip) | !mask)
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -213,6 +225,11 @@ impl Interface {
             next_ident: 1,
             next_ephemeral: EPHEMERAL_FIRST,
             scratch: Vec::new(),
+            subnet_bcast: if cfg.prefix_len < 31 {
+                subnet_broadcast(cfg.ipv4, cfg.prefix_len)
+            } else {
+                Ipv4Addr::BROADCAST
+            },
             cfg,
         }
     }
@@ -248,16 +265,6 @@ impl Interface {
         self.neighbors.insert(ip, mac, now, exp);
     }
 
-    fn subnet_broadcast(&self) -> Ipv4Addr {
-        let bits = u32::from(self.cfg.ipv4);
-        let mask = match self.cfg.prefix_len {
-            0 => 0,
-            p if p >= 32 => u32::MAX,
-            p => u32::MAX << (32 - p),
-        };
-        Ipv4Addr::from(bits | !mask)
-    }
-
     fn on_link(&self, ip: Ipv4Addr) -> bool {
         let mask = match self.cfg.prefix_len {
             0 => 0,
@@ -267,8 +274,9 @@ impl Interface {
         (u32::from(ip) ^ u32::from(self.cfg.ipv4)) & mask == 0
     }
 
+    #[inline]
     fn is_broadcast(&self, ip: Ipv4Addr) -> bool {
-        ip.is_broadcast() || (self.cfg.prefix_len < 31 && ip == self.subnet_broadcast())
+        ip.is_broadcast() || ip == self.subnet_bcast
     }
 
     // ------------------------------------------------------------------ receive path
@@ -311,6 +319,7 @@ impl Interface {
         }
     }
 
+    #[inline(never)]
     fn rx_arp<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,

@@ -41,12 +41,21 @@ pub struct FragKey {
     pub ident: u16,
 }
 
-/// One received fragment: `len` payload bytes at offset `offset`, held in `buf`.
+/// One received fragment: `len` payload bytes at offset `offset`, held in `buf`. Offsets and
+/// lengths are below 65,536 (checked against [`MAX_PAYLOAD`] before a fragment is kept), so
+/// 32 bits hold them: a fragment list entry is 12 bytes.
 #[derive(Clone, Copy, Debug)]
 struct Frag {
-    offset: usize,
-    len: usize,
+    offset: u32,
+    len: u32,
     buf: BufIdx,
+}
+
+impl Frag {
+    #[inline]
+    fn end(&self) -> u32 {
+        self.offset + self.len
+    }
 }
 
 #[derive(Debug)]
@@ -220,7 +229,74 @@ impl Reassembler {
     }
 
     /// Offer a fragment. The caller has already expired the table at `now`.
+    ///
+    /// Inlined: the common case ([`try_append`](Self::try_append)) costs no call; the rest
+    /// is out of line.
+    #[inline]
     pub fn insert<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        frag: Fragment,
+        now: Instant,
+    ) -> Outcome {
+        if self.try_append(&frag) {
+            return Outcome::Held;
+        }
+        self.insert_any(pool, frag, now)
+    }
+
+    /// The common case of [`insert`](Self::insert), cheap enough to inline into the caller:
+    /// a middle fragment (more-fragments set, end not yet known) of the newest datagram,
+    /// arriving in order after the fragments it already has. Returns whether it was kept
+    /// (the outcome is then [`Outcome::Held`]); when not, nothing has changed and `insert`
+    /// decides — it would have kept such a fragment exactly so. The caller has already
+    /// expired the table.
+    #[inline]
+    pub fn try_append(&mut self, frag: &Fragment) -> bool {
+        let max_frags = self.max_frags;
+        let Some(e) = self.entries.last_mut() else {
+            return false;
+        };
+        if e.key != frag.key {
+            return false;
+        }
+        let State::Live {
+            frags,
+            total: None,
+            have,
+        } = &mut e.state
+        else {
+            return false;
+        };
+        let (offset, len) = (frag.offset, frag.len);
+        let Some(last) = frags.last() else {
+            return false;
+        };
+        if !frag.more
+            || len == 0
+            || len % 8 != 0
+            || offset + len > MAX_PAYLOAD
+            || last.end() as usize > offset
+            || frags.len() >= max_frags
+        {
+            return false;
+        }
+        // `last.end() <= offset` and `len > 0`, so `last.offset < offset`: it goes at the end,
+        // and nothing follows it; the datagram's end is unknown, so it is not complete.
+        frags.push(Frag {
+            offset: offset as u32,
+            len: len as u32,
+            buf: frag.buf,
+        });
+        *have += len;
+        e.ttl = frag.ttl;
+        e.src_mac = frag.src_mac;
+        true
+    }
+
+    /// Any fragment: the general case of [`insert`](Self::insert).
+    #[inline(never)]
+    fn insert_any<P: BufferPool + ?Sized>(
         &mut self,
         pool: &mut P,
         frag: Fragment,
@@ -288,7 +364,7 @@ impl Reassembler {
 
     /// Put `frag` into entry `i`. `Ok(complete?)` when kept; `Err` when refused (the fragment
     /// is not kept; the caller frees it and, for anything but a duplicate or a discard,
-    /// abandons the datagram).
+    /// abandons the datagram). The caller has checked `end <= MAX_PAYLOAD`.
     fn place<P: BufferPool + ?Sized>(
         &mut self,
         pool: &P,
@@ -301,16 +377,18 @@ impl Reassembler {
         let State::Live { frags, total, have } = &mut e.state else {
             return Err(FragDrop::Discarded);
         };
+        // Both fit in 32 bits: `end <= MAX_PAYLOAD`.
+        let (offset, end32) = (frag.offset as u32, end as u32);
         // Where it goes: the first fragment with an offset >= ours (usually the end: fragments
         // tend to arrive in order).
         let at = match frags.last() {
-            Some(last) if last.offset < frag.offset => frags.len(),
+            Some(last) if last.offset < offset => frags.len(),
             None => 0,
-            _ => frags.partition_point(|f| f.offset < frag.offset),
+            _ => frags.partition_point(|f| f.offset < offset),
         };
         if let Some(next) = frags
             .get(at)
-            .filter(|n| n.offset == frag.offset && n.len == frag.len)
+            .filter(|n| n.offset == offset && n.end() == end32)
         {
             // Same place: a duplicate if the bytes agree, else an overlap.
             return if valid(pool, next.buf) == valid(pool, frag.buf) {
@@ -323,20 +401,17 @@ impl Reassembler {
             if total.is_some_and(|t| t != end) {
                 return Err(FragDrop::BadFragment);
             }
-            if frags.last().is_some_and(|f| f.offset + f.len > end) {
+            if frags.last().is_some_and(|f| f.end() > end32) {
                 return Err(FragDrop::BadFragment);
             }
             *total = Some(end);
         } else if total.is_some_and(|t| end >= t) {
             return Err(FragDrop::BadFragment);
         }
-        if at > 0 {
-            let prev = frags[at - 1];
-            if prev.offset + prev.len > frag.offset {
-                return Err(FragDrop::Overlap);
-            }
+        if at > 0 && frags[at - 1].end() > offset {
+            return Err(FragDrop::Overlap);
         }
-        if frags.get(at).is_some_and(|next| next.offset < end) {
+        if frags.get(at).is_some_and(|next| next.offset < end32) {
             return Err(FragDrop::Overlap);
         }
         if frags.len() >= max_frags {
@@ -345,8 +420,8 @@ impl Reassembler {
         frags.insert(
             at,
             Frag {
-                offset: frag.offset,
-                len: frag.len,
+                offset,
+                len: end32 - offset,
                 buf: frag.buf,
             },
         );

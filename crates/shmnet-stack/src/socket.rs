@@ -102,24 +102,25 @@ pub fn copy_out<P: BufferPool + ?Sized, H: RecvHook + ?Sized>(
     dst: &mut [u8],
     hook: &mut H,
 ) -> usize {
+    // What will be copied: the message, cut to the caller's buffer.
+    let want = msg.len.min(dst.len());
+    let dst = &mut dst[..want];
     let mut at = 0;
-    let mut cur = Some(msg.head);
-    let mut n = 0;
-    while let Some(idx) = cur {
-        if n >= msg.bufs || at >= dst.len() {
-            break;
-        }
-        let seg = valid(pool, idx);
-        let k = seg.len().min(dst.len() - at).min(msg.len - at);
+    let mut cur = msg.head;
+    for _ in 0..msg.bufs {
+        let seg = valid(pool, cur);
+        let k = seg.len().min(want - at);
         if k > 0 {
             let src = seg.as_ptr();
-            hook.on_buffer(idx, src, k);
+            hook.on_buffer(cur, src, k);
             dst[at..at + k].copy_from_slice(&seg[..k]);
-            hook.after_buffer(idx, src, k);
+            hook.after_buffer(cur, src, k);
             at += k;
         }
-        n += 1;
-        cur = pool.next(idx);
+        match pool.next(cur) {
+            Some(next) if at < want => cur = next,
+            _ => break,
+        }
     }
     pool.free_chain(msg.head);
     at
