@@ -94,6 +94,23 @@ struct AppConn {
     counters: AppCounters,
 }
 
+impl AppConn {
+    /// Its sockets (socket number → stack socket), once it has said Hello.
+    fn sockets_mut(&mut self) -> Option<&mut Vec<Option<SocketHandle>>> {
+        match (&mut self.attached, &mut self.ipc) {
+            (Some(a), _) => Some(&mut a.sockets),
+            (None, ipc) => ipc.as_mut(),
+        }
+    }
+
+    fn sockets(&self) -> Option<&Vec<Option<SocketHandle>>> {
+        self.attached
+            .as_ref()
+            .map(|a| &a.sockets)
+            .or(self.ipc.as_ref())
+    }
+}
+
 struct Attached {
     win: Window,
     req: Consumer,
@@ -335,13 +352,7 @@ impl Server {
     pub fn sockets_bound(&self) -> usize {
         self.apps
             .iter()
-            .map(|a| {
-                a.attached
-                    .as_ref()
-                    .map(|x| &x.sockets)
-                    .or(a.ipc.as_ref())
-                    .map_or(0, |s| s.iter().flatten().count())
-            })
+            .map(|a| a.sockets().map_or(0, |s| s.iter().flatten().count()))
             .sum()
     }
 
@@ -659,13 +670,7 @@ impl Server {
                 }
             }
             Request::Bind { port } => {
-                let app = &mut self.apps[i];
-                let Some(sockets) = app
-                    .attached
-                    .as_mut()
-                    .map(|a| &mut a.sockets)
-                    .or(app.ipc.as_mut())
-                else {
+                let Some(sockets) = self.apps[i].sockets_mut() else {
                     return Some(Response::Error("say Hello first".into()));
                 };
                 match self.iface.udp_bind_port(port) {
@@ -679,13 +684,7 @@ impl Server {
                 }
             }
             Request::Close { socket } => {
-                let app = &mut self.apps[i];
-                let Some(sockets) = app
-                    .attached
-                    .as_mut()
-                    .map(|a| &mut a.sockets)
-                    .or(app.ipc.as_mut())
-                else {
+                let Some(sockets) = self.apps[i].sockets_mut() else {
                     return Some(Response::Error("say Hello first".into()));
                 };
                 match sockets.get_mut(socket as usize).and_then(Option::take) {

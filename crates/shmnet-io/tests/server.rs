@@ -140,17 +140,9 @@ fn three_processes_driver_server_application() {
             ("SHMNET_SIZE", size.to_string()),
         ],
     );
-    let out = lines(&mut app);
-    let mut exited = None;
-    serve_until(&mut r, |r| {
-        if let Ok(line) = out.try_recv() {
-            if line.ends_with("bound") {
-                r.server.start_driver();
-            }
-        }
-        exited = app.try_wait().unwrap();
-        exited.is_some()
-    });
+    let exited = Some(serve_app_to_exit(&mut r, &mut app, |r| {
+        r.server.start_driver()
+    }));
     let stats = r.server.stats_json();
     assert!(exited.unwrap().success(), "application failed: {stats:#}");
     // The driver process reports its counters every 100 ms.
@@ -250,6 +242,27 @@ fn serve_until(r: &mut Running, mut done: impl FnMut(&mut Running) -> bool) {
     }
 }
 
+/// Serves until the application `app` exits, calling `on_bound` when it reports that its
+/// port is bound; returns how it exited.
+fn serve_app_to_exit(
+    r: &mut Running,
+    app: &mut Child,
+    mut on_bound: impl FnMut(&mut Running),
+) -> std::process::ExitStatus {
+    let out = lines(app);
+    let mut exited = None;
+    serve_until(r, |r| {
+        if let Ok(line) = out.try_recv() {
+            if line.ends_with("bound") {
+                on_bound(r);
+            }
+        }
+        exited = app.try_wait().unwrap();
+        exited.is_some()
+    });
+    exited.expect("serve_until returns once the application exited")
+}
+
 /// Reads the child's stdout lines on a thread; returns a receiver of lines. (The child is a
 /// test harness: its first line of ours shares a line with the harness's "test … ".)
 fn lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
@@ -311,17 +324,9 @@ fn receive_all(tag: &str, ipc: bool) {
             ("SHMNET_SIZE", size.to_string()),
         ],
     );
-    let out = lines(&mut app);
-    let mut exited = None;
-    serve_until(&mut r, |r| {
-        if let Ok(line) = out.try_recv() {
-            if line.ends_with("bound") {
-                r.gate.store(true, Ordering::Release);
-            }
-        }
-        exited = app.try_wait().unwrap();
-        exited.is_some()
-    });
+    let exited = Some(serve_app_to_exit(&mut r, &mut app, |r| {
+        r.gate.store(true, Ordering::Release)
+    }));
     let status = exited.unwrap();
     let stats = r.server.stats_json();
     assert!(status.success(), "application failed: {status}: {stats:#}");
@@ -346,17 +351,9 @@ fn echo_all(tag: &str, ipc: bool) {
         &socket_path(tag),
         &[("SHMNET_N", count.to_string())],
     );
-    let out = lines(&mut app);
-    let mut exited = None;
-    serve_until(&mut r, |r| {
-        if let Ok(line) = out.try_recv() {
-            if line.ends_with("bound") {
-                r.gate.store(true, Ordering::Release);
-            }
-        }
-        exited = app.try_wait().unwrap();
-        exited.is_some()
-    });
+    let exited = Some(serve_app_to_exit(&mut r, &mut app, |r| {
+        r.gate.store(true, Ordering::Release)
+    }));
     assert!(exited.unwrap().success(), "{:#}", r.server.stats_json());
     // Every echo left as a frame through the driver (plus the ARP request that found the
     // simulated peer), checked as well-formed by softnic's sink.
@@ -419,17 +416,9 @@ fn a_killed_application_gives_everything_back_and_the_server_serves_the_next() {
             ("SHMNET_SIZE", size.to_string()),
         ],
     );
-    let out = lines(&mut second);
-    let mut exited = None;
-    serve_until(&mut r, |r| {
-        if let Ok(line) = out.try_recv() {
-            if line.ends_with("bound") {
-                r.gate.store(true, Ordering::Release);
-            }
-        }
-        exited = second.try_wait().unwrap();
-        exited.is_some()
-    });
+    let exited = Some(serve_app_to_exit(&mut r, &mut second, |r| {
+        r.gate.store(true, Ordering::Release)
+    }));
     assert!(exited.unwrap().success());
     // Let softnic finish into the void (no socket: counted drops), then check the pools.
     serve_until(&mut r, |r| r.server.apps_attached() == 0);

@@ -146,26 +146,27 @@ fn bench_chan(a: ChanArgs) -> Result<()> {
         cpus: a.cpus,
         rte_ring_bench: a.rte_ring_bench,
     };
-    let pb = spinner(false);
-    let report = shmnet_lab::bench::chan::run(&opts, &mut |step| pb.set_message(step.to_string()));
-    pb.finish_and_clear();
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).context("serialising the report")?
-        );
-    } else {
-        print!("{report}");
-    }
-    Ok(())
+    emit(a.json, |progress| {
+        shmnet_lab::bench::chan::run(&opts, progress)
+    })
 }
 
 fn bench_stack(a: StackArgs) -> Result<()> {
+    emit(a.json, |progress| {
+        shmnet_lab::bench::stack::run(a.quick, progress)
+    })
+}
+
+/// Runs a benchmark with a progress spinner on stderr, then prints its report: one JSON
+/// object with `json`, else the human tables.
+fn emit<R: serde::Serialize + std::fmt::Display>(
+    json: bool,
+    run: impl FnOnce(&mut dyn FnMut(&str)) -> R,
+) -> Result<()> {
     let pb = spinner(false);
-    let report =
-        shmnet_lab::bench::stack::run(a.quick, &mut |step| pb.set_message(step.to_string()));
+    let report = run(&mut |step| pb.set_message(step.to_string()));
     pb.finish_and_clear();
-    if a.json {
+    if json {
         println!(
             "{}",
             serde_json::to_string(&report).context("serialising the report")?

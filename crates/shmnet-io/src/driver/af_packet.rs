@@ -111,6 +111,7 @@
 //! datagrams became 42 received + 958 `rx_device_drops` (the test
 //! `a_full_ring_is_counted_as_device_drops`).
 
+use super::checksum::{fold, sum16};
 use super::{Driver, DriverStats, ETH_HDR, RxFrame, classify};
 use shmnet_chan::DriverPools;
 use std::cell::Cell;
@@ -993,25 +994,6 @@ fn check_geometry(o: &AfPacketOptions) -> Result<(), AfPacketError> {
         ));
     }
     Ok(())
-}
-
-/// Sums 16-bit big-endian words (one's complement, unfolded).
-fn sum16(mut acc: u64, bytes: &[u8]) -> u64 {
-    let mut it = bytes.chunks_exact(2);
-    for w in &mut it {
-        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    if let [last] = it.remainder() {
-        acc += u64::from(*last) << 8;
-    }
-    acc
-}
-
-fn fold(mut acc: u64) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
 }
 
 /// For an unfragmented IPv4 UDP or TCP frame whose checksum was left to offload, the offset

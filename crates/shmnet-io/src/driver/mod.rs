@@ -6,6 +6,7 @@
 //! server anything.
 
 pub mod af_packet;
+mod checksum;
 pub mod softnic;
 
 use shmnet_chan::DriverPools;

@@ -16,6 +16,7 @@
 //! What is transmitted to it is sunk: counted, checked to be a well-formed Ethernet frame
 //! (malformed ones counted), and freed.
 
+use super::checksum::{fold, sum16};
 use super::{Driver, DriverStats, Family, RxFrame, classify};
 use etherparse::{IpNumber, Ipv4Header, UdpHeader};
 use shmnet_chan::DriverPools;
@@ -127,31 +128,12 @@ const ETH: usize = 14;
 const IP: usize = 20;
 const UDP: usize = 8;
 
-/// Ones-complement sum of big-endian 16-bit words (odd tail padded with zero).
-fn sum16(bytes: &[u8], mut acc: u32) -> u32 {
-    let mut chunks = bytes.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        acc += u32::from(*last) << 8;
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
-}
-
 /// The software device.
 pub struct Softnic {
     cfg: SoftnicConfig,
     frames: Vec<TemplateFrame>,
     /// Ones-complement sum of everything the UDP checksum covers, with the sequence bytes 0.
-    udp_sum_base: u32,
+    udp_sum_base: u64,
     /// Messages fully produced.
     sent: u64,
     /// Next frame of the current message to produce.
@@ -220,16 +202,16 @@ impl Softnic {
         }
         // Pseudo header + UDP header + payload, with the port of the first message and the
         // sequence bytes zero; both are added per message.
-        let mut acc = sum16(&cfg.peer_ip.octets(), 0);
-        acc = sum16(&cfg.ip.octets(), acc);
-        acc += 17 + datagram_len as u32;
-        acc = sum16(&datagram[..6], acc); // ports and length; checksum field is 0
+        let mut acc = sum16(0, &cfg.peer_ip.octets());
+        acc = sum16(acc, &cfg.ip.octets());
+        acc += 17 + datagram_len as u64;
+        acc = sum16(acc, &datagram[..6]); // ports and length; checksum field is 0
         let mut zeroed = payload.clone();
         let n = zeroed.len().min(8);
         zeroed[..n].fill(0);
-        acc = sum16(&zeroed, acc);
+        acc = sum16(acc, &zeroed);
         // Remove the first port: it is added back per message.
-        let udp_sum_base = acc - u32::from(cfg.dst_ports[0]);
+        let udp_sum_base = acc - u64::from(cfg.dst_ports[0]);
         Ok(Self {
             frames,
             udp_sum_base,
@@ -310,7 +292,7 @@ impl Softnic {
             let ip = &mut f.bytes[ETH..ETH + IP];
             ip[4..6].copy_from_slice(&id);
             ip[10..12].fill(0);
-            let c = !fold(sum16(ip, 0));
+            let c = !fold(sum16(0, ip));
             ip[10..12].copy_from_slice(&c.to_be_bytes());
         }
         let first = &mut self.frames[0].bytes;
@@ -322,7 +304,7 @@ impl Softnic {
         let checksum = if self.cfg.checksum {
             let mut padded = [0u8; 8];
             padded[..n].copy_from_slice(&seq_bytes[..n]);
-            let c = !fold(sum16(&padded, self.udp_sum_base + u32::from(port)));
+            let c = !fold(sum16(self.udp_sum_base + u64::from(port), &padded));
             if c == 0 { 0xffff } else { c }
         } else {
             0
