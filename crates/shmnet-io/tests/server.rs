@@ -140,11 +140,9 @@ fn three_processes_driver_server_application() {
             ("SHMNET_SIZE", size.to_string()),
         ],
     );
-    let exited = Some(serve_app_to_exit(&mut r, &mut app, |r| {
-        r.server.start_driver()
-    }));
+    let exited = serve_app_to_exit(&mut r, &mut app, |r| r.server.start_driver());
     let stats = r.server.stats_json();
-    assert!(exited.unwrap().success(), "application failed: {stats:#}");
+    assert!(exited.success(), "application failed: {stats:#}");
     // The driver process reports its counters every 100 ms.
     serve_until(&mut r, |r| {
         r.server.stats_json()["driver"]["driver"]["rx_frames"] == count * 10
@@ -324,10 +322,8 @@ fn receive_all(tag: &str, ipc: bool) {
             ("SHMNET_SIZE", size.to_string()),
         ],
     );
-    let exited = Some(serve_app_to_exit(&mut r, &mut app, |r| {
-        r.gate.store(true, Ordering::Release)
-    }));
-    let status = exited.unwrap();
+    let exited = serve_app_to_exit(&mut r, &mut app, |r| r.gate.store(true, Ordering::Release));
+    let status = exited;
     let stats = r.server.stats_json();
     assert!(status.success(), "application failed: {status}: {stats:#}");
     assert!(all_free(&mut r), "buffers leaked: {stats:#}");
@@ -351,10 +347,8 @@ fn echo_all(tag: &str, ipc: bool) {
         &socket_path(tag),
         &[("SHMNET_N", count.to_string())],
     );
-    let exited = Some(serve_app_to_exit(&mut r, &mut app, |r| {
-        r.gate.store(true, Ordering::Release)
-    }));
-    assert!(exited.unwrap().success(), "{:#}", r.server.stats_json());
+    let exited = serve_app_to_exit(&mut r, &mut app, |r| r.gate.store(true, Ordering::Release));
+    assert!(exited.success(), "{:#}", r.server.stats_json());
     // Every echo left as a frame through the driver (plus the ARP request that found the
     // simulated peer), checked as well-formed by softnic's sink.
     serve_until(&mut r, |r| {
@@ -416,10 +410,10 @@ fn a_killed_application_gives_everything_back_and_the_server_serves_the_next() {
             ("SHMNET_SIZE", size.to_string()),
         ],
     );
-    let exited = Some(serve_app_to_exit(&mut r, &mut second, |r| {
+    let exited = serve_app_to_exit(&mut r, &mut second, |r| {
         r.gate.store(true, Ordering::Release)
-    }));
-    assert!(exited.unwrap().success());
+    });
+    assert!(exited.success());
     // Let softnic finish into the void (no socket: counted drops), then check the pools.
     serve_until(&mut r, |r| r.server.apps_attached() == 0);
     let stats = r.server.stats_json();
