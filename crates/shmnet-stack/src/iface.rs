@@ -452,11 +452,11 @@ impl Interface {
                         FragDrop::Duplicate => &mut self.stats.reasm_duplicate,
                         FragDrop::Oversize => &mut self.stats.reasm_oversize,
                         FragDrop::TooManyFrags => &mut self.stats.reasm_too_many_frags,
-                        FragDrop::TableFull => &mut self.stats.reasm_table_full,
                     };
                     *c += 1;
                 }
             }
+            self.stats.reasm_table_full = self.reasm.evictions();
         } else {
             let dg = Datagram {
                 head: frame,

@@ -7,7 +7,11 @@
 //!
 //! * At most `capacity` datagrams in the table (64 by default), keyed by
 //!   (source, destination, protocol, identification). A fragment of a new datagram when the
-//!   table is full is refused.
+//!   table is full evicts the oldest entry (earliest deadline), freeing its buffers and
+//!   counting it ([`Reassembler::evictions`]). Refusing the newcomer instead would let a burst
+//!   of incomplete datagrams — lost fragments under overload, or an attacker's — block every
+//!   fragmented datagram until the timeout; evicting the oldest sheds the stale ones first,
+//!   as Linux does under memory pressure.
 //! * A datagram's deadline is fixed when its first fragment arrives (`now + timeout`); later
 //!   fragments do not extend it. At the deadline its buffers are freed.
 //! * The fragments of a live entry never overlap and all lie within the datagram's total
@@ -106,8 +110,6 @@ pub enum FragDrop {
     Oversize,
     /// Too many fragments for one datagram: abandoned.
     TooManyFrags,
-    /// The table is full.
-    TableFull,
 }
 
 /// A fragment as offered to the reassembler.
@@ -140,6 +142,8 @@ pub struct Reassembler {
     /// before it).
     earliest: Instant,
     capacity: usize,
+    /// Entries evicted because the table was full.
+    evictions: u64,
     timeout: u64,
     max_frags: usize,
 }
@@ -156,6 +160,7 @@ impl Reassembler {
             spare: Vec::new(),
             earliest: Instant::from_nanos(u64::MAX),
             capacity,
+            evictions: 0,
             timeout,
             max_frags: max_frags.max(1),
         }
@@ -323,8 +328,7 @@ impl Reassembler {
             Some(i) => i,
             None => {
                 if self.entries.len() >= self.capacity {
-                    pool.free(frag.buf);
-                    return Outcome::Dropped(FragDrop::TableFull);
+                    self.evict_oldest(pool);
                 }
                 let deadline = Instant::from_nanos(now.nanos().saturating_add(self.timeout));
                 self.earliest = self.earliest.min(deadline);
@@ -457,6 +461,26 @@ impl Reassembler {
         };
         self.recycle(frags);
         dg
+    }
+
+    /// Removes the entry with the earliest deadline (the oldest), freeing its fragments.
+    fn evict_oldest<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
+        let Some(i) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].deadline) else {
+            return;
+        };
+        let e = self.entries.swap_remove(i);
+        if let State::Live { frags, .. } = e.state {
+            for f in &frags {
+                pool.free(f.buf);
+            }
+            self.recycle(frags);
+        }
+        self.evictions += 1;
+    }
+
+    /// Datagrams (live or dead) evicted so far to make room for newer ones.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
     }
 
     /// Abandon entry `i`: free its fragments and mark it dead until its deadline.

@@ -85,7 +85,8 @@ stats! {
     reasm_oversize,
     /// Too many fragments for one datagram.
     reasm_too_many_frags,
-    /// Reassembly table full: fragment of a new datagram refused.
+    /// Reassembly table full: the oldest datagram was evicted (its fragments freed) to make
+    /// room for a new one.
     reasm_table_full,
     /// Datagram abandoned because its timeout (from the first fragment) expired.
     reasm_timeout,
