@@ -35,6 +35,11 @@ enum Command {
     ///   shmnet serve --sink 5001                          softnic sends 100,000 14,792-byte messages to a checking sink
     ///   shmnet serve --sink 5001 --softnic-dma nt         the same, the "device" writing around the cache
     ///   shmnet serve --driver af_packet:veth0 --ip 10.77.0.1/24 --echo 7
+    ///   shmnet serve --structure server &  shmnet app sink --port 5001
+    ///                                                     driver, server, application: 3 processes
+    ///   shmnet serve --structure ipc &  shmnet app sink --port 5001
+    ///                                                     the same, copied through Unix sockets
+    ///   shmnet stats                                      every counter of a running server
     #[command(verbatim_doc_comment)]
     Serve(serve::ServeArgs),
     /// An application for a server started with --structure server.

@@ -47,14 +47,45 @@ pub struct DriverArgs {
     /// Our address and prefix, e.g. 10.0.0.1/24.
     #[arg(long, default_value = "10.0.0.1/24", value_parser = parse_cidr)]
     ip: (Ipv4Addr, u8),
+    /// Our MAC address with softnic (default 02:00:00:00:00:01). With af_packet shmnet uses
+    /// the interface's own address.
+    #[arg(long, value_parser = parse_mac)]
+    mac: Option<[u8; 6]>,
     /// Neither verify nor generate UDP checksums.
     #[arg(long)]
     no_checksum: bool,
 }
 
+fn parse_mac(s: &str) -> Result<[u8; 6], String> {
+    let bytes: Vec<u8> = s
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16))
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("bad MAC address {s:?}: use six hex bytes like 02:00:00:00:00:01"))?;
+    bytes
+        .try_into()
+        .map_err(|_| format!("bad MAC address {s:?}: use six hex bytes like 02:00:00:00:00:01"))
+}
+
 impl DriverArgs {
+    /// softnic's MAC: `--mac`, or its default.
+    fn softnic_mac(&self) -> [u8; 6] {
+        self.mac.unwrap_or(SoftnicConfig::default().mac)
+    }
+
+    /// Refuses options that do not apply to the chosen driver.
+    fn check(&self) -> Result<()> {
+        if self.mac.is_some() && self.driver != "softnic" {
+            bail!(
+                "--mac applies to softnic only: with af_packet, shmnet answers with the interface's own MAC address (change it with `ip link set IFACE address …`)"
+            );
+        }
+        Ok(())
+    }
+
     fn softnic(&self, port: u16, gate: Option<Arc<AtomicBool>>) -> Result<Softnic> {
         Softnic::new(SoftnicConfig {
+            mac: self.softnic_mac(),
             ip: self.ip.0,
             dst_ports: vec![port],
             size: self.softnic_size,
@@ -84,6 +115,14 @@ impl DriverArgs {
                 }
             ),
             format!("--ip={}/{}", self.ip.0, self.ip.1),
+            format!(
+                "--mac={}",
+                self.softnic_mac()
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(":")
+            ),
         ]
         .into_iter()
         .chain(self.no_checksum.then(|| "--no-checksum".to_string()))
@@ -102,6 +141,7 @@ pub struct DriverProcessArgs {
 
 /// The hidden `shmnet driver` command: a driver process of the server structure.
 pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
+    a.dev.check()?;
     if a.dev.driver == "softnic" {
         let nic = a.dev.softnic(a.dev.softnic_port, None)?;
         shmnet_io::server::run_driver_process(nic, &a.socket).context("driver process")?;
@@ -171,6 +211,7 @@ struct Report {
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {
+    a.dev.check()?;
     match a.structure {
         Structure::Inline => {}
         Structure::Server => return run_server(a),
@@ -199,17 +240,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let Some(first) = apps.first() else {
             bail!("softnic sends to an application: add --sink PORT (or --echo PORT)");
         };
-        let nic = Softnic::new(SoftnicConfig {
-            ip: a.dev.ip.0,
-            dst_ports: vec![first.port()],
-            size: a.dev.softnic_size,
-            count: Some(a.dev.softnic_count),
-            gap: Duration::from_secs_f64(a.dev.softnic_gap_us / 1e6),
-            checksum: !a.dev.no_checksum,
-            dma: a.dev.softnic_dma,
-            ..SoftnicConfig::default()
-        })
-        .context("configuring softnic")?;
+        let nic = a.dev.softnic(first.port(), None)?;
         let server = Inline::new(nic, &cfg).context("starting the inline server")?;
         serve(server, &a, |s| s.driver().done())
     } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
@@ -402,7 +433,7 @@ fn run_server(a: ServeArgs) -> Result<()> {
     } else {
         let mac = match af_packet {
             Some(iface) => mac_of(iface)?,
-            None => shmnet_io::driver::softnic::SoftnicConfig::default().mac,
+            None => a.dev.softnic_mac(),
         };
         let exe = std::env::current_exe().context("finding this program to start the driver")?;
         let dev = a.dev.clone();
