@@ -9,6 +9,7 @@
 pub mod client;
 pub mod control;
 pub mod driver;
+mod driver_host;
 pub mod inline;
 pub mod pool;
 pub mod server;

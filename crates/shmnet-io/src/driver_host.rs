@@ -1,0 +1,290 @@
+//! The driver's side of the `server` and `ipc` structures: the loop that moves frames
+//! between a device and the data window (as a thread of the server, or as a process of its
+//! own attached through the control socket), and its `ipc` twin that copies every frame
+//! through a socket instead.
+
+use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
+use crate::driver::{Driver, DriverStats, Family, RxFrame};
+use crate::windows::{IN_ARP, IN_IPV4, OUT};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, OwnedFd};
+use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The driver's counters, as the server loop sees them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DriverThreadStats {
+    /// The driver's own counters.
+    pub driver: DriverStats,
+    /// Frames dropped because an IN queue was full.
+    pub in_queue_full: u64,
+}
+
+/// The driver's ends of the data window.
+pub(crate) struct DriverEnds {
+    pools: DriverPools,
+    in_ipv4: Producer,
+    in_arp: Producer,
+    out: Consumer,
+}
+
+impl DriverEnds {
+    pub(crate) fn take(data: &Window) -> Self {
+        Self {
+            pools: data
+                .driver_pools()
+                .expect("the driver's ends are taken once"),
+            in_ipv4: data
+                .producer(IN_IPV4)
+                .expect("the driver's ends are taken once"),
+            in_arp: data
+                .producer(IN_ARP)
+                .expect("the driver's ends are taken once"),
+            out: data
+                .consumer(OUT)
+                .expect("the driver's ends are taken once"),
+        }
+    }
+}
+
+/// The body of a driver process: attaches to the server at `socket`, waits for the word to
+/// start, then moves frames between `driver` and the data window until the server goes away
+/// (its control socket hangs up), sending its counters every 100 ms.
+pub fn run_driver_process<D: Driver>(
+    driver: D,
+    socket: &std::path::Path,
+) -> Result<(), ControlError> {
+    let ctl = control::connect(socket)?;
+    control::send(
+        &ctl,
+        &Request::DriverHello {
+            version: PROTOCOL_VERSION,
+        },
+    )?;
+    match control::recv_blocking::<Response>(ctl.as_fd())? {
+        Response::Welcome { .. } => {}
+        Response::Error(e) => return Err(ControlError::Malformed(e)),
+        other => {
+            return Err(ControlError::Malformed(format!(
+                "expected Welcome, got {other:?}"
+            )));
+        }
+    }
+    let data = shmnet_chan::handoff::recv_window(&ctl)
+        .map_err(|e| ControlError::Malformed(e.to_string()))?;
+    match control::recv_blocking::<Response>(ctl.as_fd())? {
+        Response::Start => {}
+        other => {
+            return Err(ControlError::Malformed(format!(
+                "expected Start, got {other:?}"
+            )));
+        }
+    }
+    let ends = DriverEnds::take(&data);
+    let stop = AtomicBool::new(false);
+    let stats = Mutex::new(DriverThreadStats::default());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // The watcher: reports counters, and stops the driver when the server is gone.
+            loop {
+                let mut fds = [PollFd::new(&ctl, PollFlags::IN)];
+                let ts = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 100_000_000,
+                };
+                let ready = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0);
+                let hup = ready > 0 && control::recv::<Response>(&ctl).is_err();
+                let st = stats.lock().map(|s| s.clone()).unwrap_or_default();
+                if hup || control::send(&ctl, &Request::DriverStats(st)).is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+        });
+        drive(driver, ends, &stop, &stats);
+        stop.store(true, Ordering::Relaxed);
+    });
+    Ok(())
+}
+
+/// The driver thread: device → IN queues, OUT queue → device. Never waits on the server.
+pub(crate) fn drive<D: Driver>(
+    mut driver: D,
+    mut ends: DriverEnds,
+    stop: &AtomicBool,
+    shared: &Mutex<DriverThreadStats>,
+) {
+    let mut rx: Vec<RxFrame> = Vec::with_capacity(32);
+    let mut ipv4 = Vec::with_capacity(32);
+    let mut arp = Vec::with_capacity(32);
+    let mut out = [Desc::default(); 32];
+    let mut out_idx = Vec::with_capacity(32);
+    let mut in_full = 0u64;
+    let mut rounds = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        rx.clear();
+        // Take from the device only what the IN queues can hold: frames left in the device
+        // are the device's to drop (and count), and a frame taken is never dropped for want
+        // of queue space after its buffer was filled.
+        let room = ends.in_ipv4.free_slots().min(ends.in_arp.free_slots()) as usize;
+        if room > 0 {
+            let _ = driver.rx_burst(&mut ends.pools, &mut rx, room.min(32));
+        }
+        ipv4.clear();
+        arp.clear();
+        for f in &rx {
+            let d = Desc::new(f.buf, f.len);
+            match f.family {
+                Family::Ipv4 => ipv4.push(d),
+                Family::Arp => arp.push(d),
+            }
+        }
+        for (ring, frames) in [(&mut ends.in_ipv4, &ipv4), (&mut ends.in_arp, &arp)] {
+            let placed = ring.enqueue_burst(frames);
+            for d in &frames[placed..] {
+                in_full += 1;
+                ends.pools.release(d.buf);
+            }
+        }
+        let n = ends.out.dequeue_burst(&mut out);
+        if n > 0 {
+            out_idx.clear();
+            out_idx.extend(out[..n].iter().map(|d| d.buf));
+            let _ = driver.tx_burst(&mut ends.pools, &out_idx);
+        }
+        rounds += 1;
+        let idle = rx.is_empty() && n == 0;
+        if idle || rounds % 64 == 0 {
+            if let Ok(mut s) = shared.lock() {
+                s.driver = driver.stats();
+                s.in_queue_full = in_full;
+            }
+        }
+        if idle {
+            // Sleep until the device or the server has something, at most 10 ms (a softnic
+            // that paces its messages has no fd to wake us).
+            if ends.out.prepare_wait() {
+                let timeout = Timespec {
+                    tv_sec: 0,
+                    tv_nsec: if driver.rx_fd().is_some() {
+                        10_000_000
+                    } else {
+                        200_000
+                    },
+                };
+                let mut fds: Vec<PollFd<'_>> = Vec::new();
+                if let Some(fd) = ends.out.wake_fd() {
+                    fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                }
+                if let Some(fd) = driver.rx_fd() {
+                    fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                }
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                ends.out.finish_wait();
+            }
+        }
+    }
+    if let Ok(mut s) = shared.lock() {
+        s.driver = driver.stats();
+        s.in_queue_full = in_full;
+    }
+}
+
+/// The driver thread of the `ipc` structure: every received frame is copied into a packet
+/// on `sock` (and its buffer freed at once); every packet from `sock` is copied into a buffer
+/// and transmitted — the message-based device interface seed 002 replaced.
+pub(crate) fn drive_ipc<D: Driver>(
+    mut driver: D,
+    mut pools: DriverPools,
+    sock: OwnedFd,
+    stop: &AtomicBool,
+    shared: &Mutex<DriverThreadStats>,
+) {
+    let mut rx: Vec<RxFrame> = Vec::with_capacity(32);
+    let mut tx = Vec::with_capacity(32);
+    let mut dropped = 0u64;
+    let mut rounds = 0u64;
+    // Frames the server's socket could not take yet: the device keeps them, in order, so
+    // the comparison with the shared queues is lossless.
+    let mut pending: std::collections::VecDeque<RxFrame> = std::collections::VecDeque::new();
+    while !stop.load(Ordering::Relaxed) {
+        rx.clear();
+        if pending.is_empty() {
+            let _ = driver.rx_burst(&mut pools, &mut rx, 32);
+            pending.extend(rx.iter().copied());
+        }
+        let mut blocked = false;
+        while let Some(f) = pending.front().copied() {
+            // SAFETY: the driver owns the buffer it filled until it releases it below.
+            let bytes = unsafe { pools.buffers().data(f.buf) }
+                .ok()
+                .and_then(|d| d.get(..f.len as usize));
+            match bytes.map(|b| control::send_raw(&sock, &[b])) {
+                Some(Ok(true)) => {}
+                Some(Ok(false)) => {
+                    blocked = true;
+                    break;
+                }
+                _ => dropped += 1,
+            }
+            pending.pop_front();
+            pools.release(f.buf);
+        }
+        tx.clear();
+        while tx.len() < 32 {
+            let Some(b) = pools.alloc() else { break };
+            // SAFETY: the buffer was just allocated to us.
+            let Ok(dst) = (unsafe { pools.buffers().data_mut(b) }) else {
+                pools.release(b);
+                break;
+            };
+            match control::recv_raw(&sock, dst) {
+                Ok(Some(n)) => {
+                    let _ = pools.buffers().set_off_len(b, 0, n as u16);
+                    tx.push(b);
+                }
+                _ => {
+                    pools.release(b);
+                    break;
+                }
+            }
+        }
+        if !tx.is_empty() {
+            let _ = driver.tx_burst(&mut pools, &tx);
+        }
+        rounds += 1;
+        let idle = rx.is_empty() && tx.is_empty();
+        if idle || rounds % 64 == 0 {
+            if let Ok(mut s) = shared.lock() {
+                s.driver = driver.stats();
+                s.in_queue_full = dropped;
+            }
+        }
+        if idle || blocked {
+            let mut fds = vec![PollFd::new(&sock, PollFlags::IN)];
+            if blocked {
+                fds[0] = PollFd::new(&sock, PollFlags::IN | PollFlags::OUT);
+            }
+            if let Some(fd) = driver.rx_fd() {
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+            let ts = Timespec {
+                tv_sec: 0,
+                tv_nsec: if driver.rx_fd().is_some() {
+                    10_000_000
+                } else {
+                    200_000
+                },
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        }
+    }
+    if let Ok(mut s) = shared.lock() {
+        s.driver = driver.stats();
+        s.in_queue_full = dropped;
+    }
+}
