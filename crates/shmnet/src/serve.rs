@@ -478,6 +478,13 @@ fn run_server(a: ServeArgs) -> Result<()> {
     ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed)).context("installing Ctrl-C")?;
     let start = Instant::now();
     let limit = a.duration.map(Duration::from_secs_f64);
+    // A live status line on a terminal (indicatif hides it otherwise).
+    let pb = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new_spinner()
+    };
+    let mut last = (Instant::now(), 0u64);
     while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| start.elapsed() < l) {
         if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
             gate.store(true, Ordering::Release);
@@ -485,12 +492,27 @@ fn run_server(a: ServeArgs) -> Result<()> {
         }
         if server.step() == 0 {
             if server.driver_stopped() {
-                eprintln!("the driver stopped: shutting down");
+                // Without its device the server has nothing to serve: say so and exit, so
+                // that applications see the server go and a supervisor can restart it.
+                pb.suspend(|| eprintln!("the driver stopped: shutting down"));
                 break;
             }
             server.idle(Duration::from_millis(50));
         }
+        if last.0.elapsed() >= Duration::from_secs(1) {
+            let st = server.stats_json();
+            let delivered = st["stack"]["udp_delivered"].as_u64().unwrap_or(0);
+            let rate = (delivered - last.1.min(delivered)) as f64 / last.0.elapsed().as_secs_f64();
+            pb.set_message(format!(
+                "{} applications, {delivered} datagrams delivered ({rate:.0}/s), {} frames from the driver",
+                server.apps_attached(),
+                st["driver"]["driver"]["rx_frames"]
+            ));
+            pb.tick();
+            last = (Instant::now(), delivered);
+        }
     }
+    pb.finish_and_clear();
     let stats = server.stats_json();
     server.shutdown();
     if a.json {
