@@ -48,6 +48,20 @@ impl DriverEnds {
     }
 }
 
+/// How long an idle driver loop may sleep: until its device's fd or the server wakes it,
+/// but no longer than a paced device needs (softnic's next message), and 10 ms at most.
+fn idle_timeout<D: Driver>(driver: &D) -> Timespec {
+    let cap = std::time::Duration::from_millis(10);
+    let t = match (driver.rx_fd(), driver.idle_hint()) {
+        (Some(_), _) | (None, None) => cap,
+        (None, Some(hint)) => hint.min(cap),
+    };
+    Timespec {
+        tv_sec: 0,
+        tv_nsec: t.subsec_nanos() as _,
+    }
+}
+
 /// The body of a driver process: attaches to the server at `socket`, waits for the word to
 /// start, then moves frames between `driver` and the data window until the server goes away
 /// (its control socket hangs up), sending its counters every 100 ms.
@@ -168,14 +182,7 @@ pub(crate) fn drive<D: Driver>(
             // Sleep until the device or the server has something, at most 10 ms (a softnic
             // that paces its messages has no fd to wake us).
             if ends.out.prepare_wait() {
-                let timeout = Timespec {
-                    tv_sec: 0,
-                    tv_nsec: if driver.rx_fd().is_some() {
-                        10_000_000
-                    } else {
-                        200_000
-                    },
-                };
+                let timeout = idle_timeout(&driver);
                 let mut fds: Vec<PollFd<'_>> = Vec::new();
                 if let Some(fd) = ends.out.wake_fd() {
                     fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
@@ -272,14 +279,7 @@ pub(crate) fn drive_ipc<D: Driver>(
             if let Some(fd) = driver.rx_fd() {
                 fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
             }
-            let ts = Timespec {
-                tv_sec: 0,
-                tv_nsec: if driver.rx_fd().is_some() {
-                    10_000_000
-                } else {
-                    200_000
-                },
-            };
+            let ts = idle_timeout(&driver);
             let _ = rustix::event::poll(&mut fds, Some(&ts));
         }
     }

@@ -117,6 +117,12 @@ pub trait Driver: Send {
     /// to sleep instead of polling (`None`: poll).
     fn rx_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>>;
 
+    /// For a device without an fd: how long until it will have frames again (`None`: no
+    /// idea). A caller that sleeps when idle sleeps no longer than this.
+    fn idle_hint(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// The driver's counters.
     fn stats(&self) -> DriverStats;
 

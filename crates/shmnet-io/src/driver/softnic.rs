@@ -476,6 +476,18 @@ impl Driver for Softnic {
         None
     }
 
+    fn idle_hint(&self) -> Option<Duration> {
+        let gated = self
+            .cfg
+            .gate
+            .as_ref()
+            .is_some_and(|g| !g.load(std::sync::atomic::Ordering::Acquire));
+        if self.done() || gated || !self.arp_replies.is_empty() {
+            return None;
+        }
+        Some(self.due.saturating_duration_since(Instant::now()))
+    }
+
     fn stats(&self) -> DriverStats {
         self.stats.clone()
     }
