@@ -48,13 +48,17 @@ impl DriverEnds {
     }
 }
 
-/// How long an idle driver loop may sleep: until its device's fd or the server wakes it,
-/// but no longer than a paced device needs (softnic's next message), and 10 ms at most.
+/// How long an idle driver loop may sleep: a device with an fd wakes it (10 ms at most); one
+/// without sleeps no longer than its own hint (a paced softnic's next message), and 200 µs at
+/// most — its loop is also idle when the IN queues are full, and nothing signals when they
+/// drain.
 fn idle_timeout<D: Driver>(driver: &D) -> Timespec {
-    let cap = std::time::Duration::from_millis(10);
     let t = match (driver.rx_fd(), driver.idle_hint()) {
-        (Some(_), _) | (None, None) => cap,
-        (None, Some(hint)) => hint.min(cap),
+        (Some(_), _) => std::time::Duration::from_millis(10),
+        (None, hint) => {
+            let cap = std::time::Duration::from_micros(200);
+            hint.map_or(cap, |h| h.min(cap))
+        }
     };
     Timespec {
         tv_sec: 0,

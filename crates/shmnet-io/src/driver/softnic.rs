@@ -482,7 +482,8 @@ impl Driver for Softnic {
             .gate
             .as_ref()
             .is_some_and(|g| !g.load(std::sync::atomic::Ordering::Acquire));
-        if self.done() || gated || !self.arp_replies.is_empty() {
+        // Only a paced softnic knows when it will have more: back to back, it always has.
+        if self.done() || gated || self.cfg.gap.is_zero() || !self.arp_replies.is_empty() {
             return None;
         }
         Some(self.due.saturating_duration_since(Instant::now()))
