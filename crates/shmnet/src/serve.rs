@@ -293,21 +293,46 @@ fn mac_of(iface: &str) -> Result<[u8; 6]> {
         .map_err(|_| anyhow::anyhow!("{iface} has no Ethernet address ({})", text.trim()))
 }
 
+/// What ends a run of `shmnet serve` (Ctrl-C or `--duration`), and its status line (shown on
+/// a terminal, hidden with `--json`).
+struct RunControl {
+    stop: Arc<AtomicBool>,
+    start: Instant,
+    limit: Option<Duration>,
+    pb: indicatif::ProgressBar,
+}
+
+impl RunControl {
+    fn new(a: &ServeArgs) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed))
+            .context("installing Ctrl-C")?;
+        Ok(Self {
+            stop,
+            start: Instant::now(),
+            limit: a.duration.map(Duration::from_secs_f64),
+            pb: if a.json {
+                indicatif::ProgressBar::hidden()
+            } else {
+                indicatif::ProgressBar::new_spinner()
+            },
+        })
+    }
+
+    /// Neither Ctrl-C nor the time limit has come.
+    fn keep_going(&self) -> bool {
+        !self.stop.load(Ordering::Relaxed) && self.limit.is_none_or(|l| self.start.elapsed() < l)
+    }
+}
+
 fn serve<D: Driver>(
     mut server: Inline<D>,
     a: &ServeArgs,
     finished: impl Fn(&Inline<D>) -> bool,
 ) -> Result<()> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed)).context("installing Ctrl-C")?;
-    let start = Instant::now();
-    let limit = a.duration.map(Duration::from_secs_f64);
-    let pb = if a.json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new_spinner()
-    };
+    let run = RunControl::new(a)?;
+    let (start, pb) = (run.start, &run.pb);
     let mut last = (Instant::now(), 0u64);
     let mut idle_after_done = 0;
     loop {
@@ -321,7 +346,7 @@ fn serve<D: Driver>(
             }
             std::thread::yield_now();
         }
-        if stop.load(Ordering::Relaxed) || limit.is_some_and(|l| start.elapsed() >= l) {
+        if !run.keep_going() {
             break;
         }
         if last.0.elapsed() >= Duration::from_millis(500) {
@@ -473,19 +498,10 @@ fn run_server(a: ServeArgs) -> Result<()> {
             String::new()
         }
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed)).context("installing Ctrl-C")?;
-    let start = Instant::now();
-    let limit = a.duration.map(Duration::from_secs_f64);
-    // A live status line on a terminal (indicatif hides it otherwise).
-    let pb = if a.json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new_spinner()
-    };
+    let run = RunControl::new(&a)?;
+    let pb = &run.pb;
     let mut last = (Instant::now(), 0u64);
-    while !stop.load(Ordering::Relaxed) && limit.is_none_or(|l| start.elapsed() < l) {
+    while run.keep_going() {
         if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
             gate.store(true, Ordering::Release);
             server.start_driver();
