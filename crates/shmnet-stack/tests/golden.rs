@@ -202,15 +202,8 @@ fn captured_ping_is_answered() {
 #[test]
 fn emitted_udp_parses_back_with_etherparse() {
     for checksum in [false, true] {
-        let mut cfg = config();
-        cfg.udp_tx_checksum = checksum;
-        let mut ifc = Interface::new(cfg);
+        let mut ifc = sender(checksum);
         let mut pool = HeapPool::with_count(64);
-        ifc.add_neighbor(
-            Ipv4Addr::from(PEER_IP),
-            EthernetAddress(PEER_MAC),
-            Instant::ZERO,
-        );
         let s = ifc.udp_bind_port(5353).unwrap();
         let data = pattern(777, 9);
         let mut tx = Vec::new();

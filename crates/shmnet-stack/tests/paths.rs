@@ -134,15 +134,8 @@ fn reassemble_with_etherparse(frames: &[Vec<u8>]) -> Vec<u8> {
 #[test]
 fn send_fragments_seed_message() {
     for checksum in [false, true] {
-        let mut cfg = config();
-        cfg.udp_tx_checksum = checksum;
-        let mut ifc = Interface::new(cfg);
+        let mut ifc = sender(checksum);
         let mut pool = HeapPool::with_count(64);
-        ifc.add_neighbor(
-            Ipv4Addr::from(PEER_IP),
-            EthernetAddress(PEER_MAC),
-            Instant::ZERO,
-        );
         let s = ifc.udp_bind_port(5000).unwrap();
         let data = pattern(SEED_MSG, 42);
         let mut tx = Vec::new();

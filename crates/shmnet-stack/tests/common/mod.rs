@@ -23,6 +23,20 @@ pub fn iface() -> Interface {
     Interface::new(config())
 }
 
+/// An interface that already knows the peer's MAC (so sends go out without ARP), generating
+/// UDP checksums or not.
+pub fn sender(checksum: bool) -> Interface {
+    let mut cfg = config();
+    cfg.udp_tx_checksum = checksum;
+    let mut ifc = Interface::new(cfg);
+    ifc.add_neighbor(
+        Ipv4Addr::from(PEER_IP),
+        EthernetAddress(PEER_MAC),
+        Instant::ZERO,
+    );
+    ifc
+}
+
 pub fn pool() -> HeapPool {
     HeapPool::with_count(256)
 }
