@@ -13,50 +13,9 @@
 //! number of messages.
 
 use std::hint::black_box;
-use std::net::{Ipv4Addr, SocketAddrV4};
 
-use shmnet_stack::buf::chain_to_vec;
-use shmnet_stack::{
-    BufIdx, BufferPool, Config, EthernetAddress, HeapPool, Instant, Interface, NoHook, SocketHandle,
-};
-
-const OUR_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 1]);
-const PEER_MAC: EthernetAddress = EthernetAddress([0x02, 0, 0, 0, 0, 2]);
-const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
-const PORT: u16 = 5001;
-
-fn config(mac: EthernetAddress, ip: Ipv4Addr, checksum: bool) -> Config {
-    let mut c = Config::new(mac, ip, 24);
-    c.udp_rx_checksum = checksum;
-    c.udp_tx_checksum = checksum;
-    c
-}
-
-fn frames(size: usize, checksum: bool) -> Vec<Vec<u8>> {
-    let mut peer = Interface::new(config(PEER_MAC, PEER_IP, checksum));
-    let mut pool = HeapPool::with_count(64);
-    peer.add_neighbor(OUR_IP, OUR_MAC, Instant::ZERO);
-    let s = peer.udp_bind_port(5000).expect("bind");
-    let data: Vec<u8> = (0..size).map(|i| i as u8).collect();
-    let mut tx = Vec::new();
-    peer.udp_send_to(
-        &mut pool,
-        s,
-        &data,
-        SocketAddrV4::new(OUR_IP, PORT),
-        Instant::ZERO,
-        &mut tx,
-    )
-    .expect("send");
-    tx.into_iter()
-        .map(|b: BufIdx| {
-            let v = chain_to_vec(&pool, b);
-            pool.free_chain(b);
-            v
-        })
-        .collect()
-}
+use shmnet_stack::bench::{receiver, rx_frames};
+use shmnet_stack::{BufIdx, BufferPool, HeapPool, Instant, Interface, NoHook, SocketHandle};
 
 /// The receiving side: an interface with one bound socket, its pool, and the user buffer.
 struct Rx {
@@ -92,11 +51,8 @@ fn main() {
     let total: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(400);
     // As in the benchmark for 14,792-byte messages: batches of four, frames at headroom 30.
     let batch = 4;
-    let fr = frames(size, checksum);
-    let mut cfg = config(OUR_MAC, OUR_IP, checksum);
-    cfg.rx_queue_limit = batch;
-    let mut ifc = Interface::new(cfg);
-    let sock = ifc.udp_bind_port(PORT).expect("bind");
+    let fr = rx_frames(size, checksum);
+    let (ifc, sock) = receiver(checksum, batch);
     let mut rx = Rx {
         ifc,
         pool: HeapPool::with_count(batch * fr.len() + 64),

@@ -32,7 +32,7 @@ use std::time::Instant as WallClock;
 
 use crate::buf::{BufIdx, BufferPool, HeapPool, chain_to_vec, set_window};
 use crate::iface::{Config, Interface};
-use crate::socket::NoHook;
+use crate::socket::{NoHook, SocketHandle};
 use crate::{EthernetAddress, Instant};
 
 /// The message sizes measured.
@@ -94,6 +94,18 @@ fn config(mac: EthernetAddress, ip: Ipv4Addr, checksum: bool) -> Config {
     c
 }
 
+/// The benchmark's receiving interface, holding up to `queue_limit` messages on the socket it
+/// binds for [`rx_frames`]' messages.
+pub fn receiver(checksum: bool, queue_limit: usize) -> (Interface, SocketHandle) {
+    let mut cfg = config(OUR_MAC, OUR_IP, checksum);
+    cfg.rx_queue_limit = queue_limit;
+    let mut ifc = Interface::new(cfg);
+    let sock = ifc
+        .udp_bind_port(PORT)
+        .expect("a fresh interface has every port free");
+    (ifc, sock)
+}
+
 /// Messages per batch: enough to dwarf the two clock reads, few enough that a batch's frames
 /// (one 2 KB buffer each) stay around 100 KB and so in the L2 cache, as when each message is
 /// processed soon after it arrived (seed 000's unsaturated case).
@@ -110,8 +122,9 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// The frames of one message from the peer, built by a second interface's send path.
-fn rx_frames(size: usize, checksum: bool) -> Vec<Vec<u8>> {
+/// The frames of one `size`-byte message from the peer to [`receiver`]'s socket, built by a
+/// second interface's send path. (Also the workload of `examples/rx_profile`.)
+pub fn rx_frames(size: usize, checksum: bool) -> Vec<Vec<u8>> {
     let mut peer = Interface::new(config(PEER_MAC, PEER_IP, checksum));
     let mut pool = HeapPool::with_count(64);
     peer.add_neighbor(OUR_IP, OUR_MAC, Instant::ZERO);
@@ -160,12 +173,7 @@ fn bench_rx(size: usize, checksum: bool, batches: usize) -> ([f64; 3], usize) {
     let frames = rx_frames(size, checksum);
     let n = batch_len(size);
     let mut pool = HeapPool::with_count(n * frames.len() + 64);
-    let mut cfg = config(OUR_MAC, OUR_IP, checksum);
-    cfg.rx_queue_limit = n;
-    let mut ifc = Interface::new(cfg);
-    let Ok(s) = ifc.udp_bind_port(PORT) else {
-        return ([f64::NAN; 3], frames.len());
-    };
+    let (mut ifc, s) = receiver(checksum, n);
     let mut user_store = vec![0u8; USER_LEN + 64];
     let user = aligned(&mut user_store, USER_LEN);
     let mut loaded: Vec<BufIdx> = Vec::with_capacity(n * frames.len());
