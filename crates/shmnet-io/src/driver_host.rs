@@ -19,6 +19,22 @@ pub struct DriverThreadStats {
     pub driver: DriverStats,
     /// Frames dropped because an IN queue was full.
     pub in_queue_full: u64,
+    /// CPU microseconds the driver thread used (user + system), filled in when it stops (a
+    /// driver process's are its parent's to read from `wait`).
+    #[serde(default)]
+    pub cpu_us: u64,
+}
+
+/// CPU seconds (user + system) the calling thread has used.
+pub fn thread_cpu_s() -> f64 {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// The driver's ends of the data window.
@@ -202,6 +218,7 @@ pub(crate) fn drive<D: Driver>(
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = in_full;
+        s.cpu_us = (thread_cpu_s() * 1e6) as u64;
     }
 }
 
@@ -290,5 +307,6 @@ pub(crate) fn drive_ipc<D: Driver>(
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = dropped;
+        s.cpu_us = (thread_cpu_s() * 1e6) as u64;
     }
 }

@@ -22,7 +22,7 @@
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::driver::{Driver, Family};
 use crate::driver_host::{DriverEnds, drive, drive_ipc};
-pub use crate::driver_host::{DriverThreadStats, run_driver_process};
+pub use crate::driver_host::{DriverThreadStats, run_driver_process, thread_cpu_s};
 use crate::inline::ServeConfig;
 use crate::pool::ChanPool;
 use crate::windows::{self, IN_ARP, IN_IPV4, OUT, REQ, RET, RX, SEND_HEADER};
@@ -37,6 +37,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// `ipc`: frames the server holds for a driver socket that is full, at most.
+const IPC_TX_PENDING: usize = 1024;
 
 /// Options of the server structure.
 #[derive(Clone, Debug)]
@@ -424,15 +427,26 @@ impl Server {
             return 0;
         }
         if let Some(sock) = &self.ipc_driver {
-            let n = self.tx.len();
-            for b in self.tx.drain(..) {
+            // Frames the driver's socket cannot take now wait here, in order (as the ipc
+            // driver keeps what the server's socket cannot take), up to a bound.
+            let mut done = 0;
+            for &b in &self.tx {
                 let bytes = shmnet_stack::buf::valid(&self.pool, b);
-                if !matches!(control::send_raw(sock, &[bytes]), Ok(true)) {
-                    self.ipc_drops += 1;
+                match control::send_raw(sock, &[bytes]) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(_) => self.ipc_drops += 1,
                 }
                 self.pool.free(b);
+                done += 1;
             }
-            return n;
+            self.tx.drain(..done);
+            let excess = self.tx.len().saturating_sub(IPC_TX_PENDING);
+            for b in self.tx.drain(..excess) {
+                self.pool.free(b);
+                self.ipc_drops += 1;
+            }
+            return done;
         }
         let descs: Vec<Desc> = self
             .tx
@@ -774,7 +788,13 @@ impl Server {
                 .collect();
             fds.push(PollFd::new(&self.listener, PollFlags::IN));
             if let Some(sock) = &self.ipc_driver {
-                fds.push(PollFd::new(sock, PollFlags::IN));
+                // Frames waiting for room in the driver's socket: wake when it has some.
+                let out = if self.tx.is_empty() {
+                    PollFlags::empty()
+                } else {
+                    PollFlags::OUT
+                };
+                fds.push(PollFd::new(sock, PollFlags::IN | out));
             }
             if let DriverHost::Process {
                 ctl, gone: false, ..

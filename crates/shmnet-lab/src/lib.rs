@@ -8,4 +8,7 @@
 
 pub mod bench;
 pub mod machine;
+pub mod netbench;
+/// Grouped bar charts normalised to the fastest bar of each group, as PNG.
+pub mod plot;
 pub mod tsc;

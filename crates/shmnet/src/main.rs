@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 mod app;
+mod netbench;
 mod serve;
 
 #[derive(Parser)]
@@ -17,7 +18,9 @@ memory windows (memfd regions holding descriptor queues and buffer pools), so pa
 where the wire put it until the application reads it.\n\n\
 This build has the shared-memory channel, the protocol stack, and their benchmarks. Start with:\n  \
 shmnet bench chan --quick      the queue against rtrb and rte_ring, and the pools\n  \
-shmnet bench stack --quick     the stack's receive and send paths against memcpy"
+shmnet bench stack --quick     the stack's receive and send paths against memcpy\n  \
+shmnet ttcp --quick            streaming throughput: kernel, ipc, server, inline\n  \
+shmnet rr --quick              request-response latency and rate, same structures"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,6 +54,33 @@ enum Command {
     /// Print the live counters of a running server: every queue, pool and layer, and the
     /// memory its windows hold.
     Stats(app::StatsArgs),
+    /// Streaming throughput by structure (seed 002's ttcp): kernel, ipc, server, inline ×
+    /// message sizes × directions, with the kernel and memcpy measured in the same run.
+    ///
+    /// Each cell starts its parties as processes (the kernel's sender and receiver; or
+    /// `shmnet serve` with softnic as the wire, and an application), runs for --seconds,
+    /// and reports messages/s, payload Gbit/s, CPU per message from every party (wait4),
+    /// sleeps (voluntary context switches) per message, and every lost message with where
+    /// it was lost. The sender keeps a window of messages in flight (UDP has none; seed 002's
+    /// ttcp ran over TCP), the same for every structure.
+    ///
+    /// Examples:
+    ///   shmnet ttcp --quick                           the whole table in about half a minute
+    ///   shmnet ttcp --structure kernel,server --size 10 --dir rx
+    ///   shmnet ttcp --json --plot ttcp.png            rows as JSON, bars like the seed's figures
+    #[command(verbatim_doc_comment)]
+    Ttcp(netbench::TtcpArgs),
+    /// Request–response by structure (seed 002's X11perf dot analog): 32-byte requests each
+    /// echoed back, 1 and 16 in flight; transactions/s and p50/p99 latency.
+    ///
+    /// Examples:
+    ///   shmnet rr --quick
+    ///   shmnet rr --structure kernel,server --outstanding 1 --seconds 5 --json
+    #[command(verbatim_doc_comment)]
+    Rr(netbench::RrArgs),
+    /// One party of a ttcp or rr cell (started by them).
+    #[command(hide = true)]
+    Worker(netbench::WorkerArgs),
 }
 
 #[derive(Subcommand)]
@@ -164,7 +194,7 @@ fn bench_stack(a: StackArgs) -> Result<()> {
 
 /// Runs a benchmark with a progress spinner on stderr, then prints its report: one JSON
 /// object with `json`, else the human tables.
-fn emit<R: serde::Serialize + std::fmt::Display>(
+pub(crate) fn emit<R: serde::Serialize + std::fmt::Display>(
     json: bool,
     run: impl FnOnce(&mut dyn FnMut(&str)) -> R,
 ) -> Result<()> {
@@ -195,5 +225,8 @@ fn main() -> Result<()> {
         Command::App(c) => app::run(c),
         Command::Stats(a) => app::stats(a),
         Command::Driver(a) => serve::run_driver(a),
+        Command::Ttcp(a) => netbench::ttcp(a),
+        Command::Rr(a) => netbench::rr(a),
+        Command::Worker(a) => netbench::worker(a),
     }
 }

@@ -3,8 +3,9 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use shmnet_io::driver::Driver;
-use shmnet_io::driver::softnic::{Dma, Softnic, SoftnicConfig};
+use shmnet_io::driver::softnic::{BoardRole, Dma, Softnic, SoftnicConfig};
 use shmnet_io::inline::{App, Inline, ServeConfig};
+use shmnet_io::scoreboard::Scoreboard;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,6 +55,15 @@ pub struct DriverArgs {
     /// Neither verify nor generate UDP checksums.
     #[arg(long)]
     no_checksum: bool,
+    /// softnic in a benchmark run: the run's scoreboard (set by `shmnet ttcp` and `shmnet rr`).
+    #[arg(long, hide = true, value_name = "PATH")]
+    softnic_board: Option<PathBuf>,
+    /// softnic in a benchmark run: its part (send, sink, rr).
+    #[arg(long, hide = true, default_value = "send")]
+    softnic_role: String,
+    /// softnic in an rr run: requests in flight.
+    #[arg(long, hide = true, default_value_t = 1)]
+    softnic_outstanding: u32,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
@@ -83,8 +93,26 @@ impl DriverArgs {
         Ok(())
     }
 
+    /// The benchmark scoreboard and softnic's part in it, if this is a benchmark run.
+    fn board(&self) -> Result<Option<(Arc<Scoreboard>, BoardRole)>> {
+        let Some(path) = &self.softnic_board else {
+            return Ok(None);
+        };
+        let role = match self.softnic_role.as_str() {
+            "send" => BoardRole::Send,
+            "sink" => BoardRole::Sink,
+            "rr" => BoardRole::RequestResponse {
+                outstanding: self.softnic_outstanding.max(1),
+            },
+            other => bail!("unknown softnic role {other:?}: use send, sink or rr"),
+        };
+        let board = Scoreboard::open(path).context("opening the benchmark scoreboard")?;
+        Ok(Some((Arc::new(board), role)))
+    }
+
     fn softnic(&self, port: u16, gate: Option<Arc<AtomicBool>>) -> Result<Softnic> {
         Softnic::new(SoftnicConfig {
+            board: self.board()?,
             mac: self.softnic_mac(),
             ip: self.ip.0,
             dst_ports: vec![port],
@@ -126,6 +154,13 @@ impl DriverArgs {
         ]
         .into_iter()
         .chain(self.no_checksum.then(|| "--no-checksum".to_string()))
+        .chain(self.softnic_board.iter().flat_map(|p| {
+            [
+                format!("--softnic-board={}", p.display()),
+                format!("--softnic-role={}", self.softnic_role),
+                format!("--softnic-outstanding={}", self.softnic_outstanding),
+            ]
+        }))
         .collect()
     }
 }
@@ -182,6 +217,9 @@ pub struct ServeArgs {
     /// server structure: the control socket applications attach to.
     #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
     socket: PathBuf,
+    /// Messages a socket's receive queue holds before the stack drops (and counts) more.
+    #[arg(long, default_value_t = 64, value_name = "MESSAGES")]
+    rx_queue: usize,
 }
 
 fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -234,6 +272,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         prefix: a.dev.ip.1,
         checksum: !a.dev.no_checksum,
         apps: apps.clone(),
+        rx_queue_limit: a.rx_queue,
         ..ServeConfig::default()
     };
     if a.dev.driver == "softnic" {
@@ -429,6 +468,7 @@ fn run_server(a: ServeArgs) -> Result<()> {
             ip: a.dev.ip.0,
             prefix: a.dev.ip.1,
             checksum: !a.dev.no_checksum,
+            rx_queue_limit: a.rx_queue,
             ..ServeConfig::default()
         },
         socket: a.socket.clone(),
@@ -501,7 +541,10 @@ fn run_server(a: ServeArgs) -> Result<()> {
     let run = RunControl::new(&a)?;
     let pb = &run.pb;
     let mut last = (Instant::now(), 0u64);
-    while run.keep_going() {
+    // A benchmark run ends when its harness says so on the scoreboard.
+    let board = a.dev.board()?.map(|(b, _)| b);
+    let quit = || board.as_ref().is_some_and(|b| b.quitting());
+    while run.keep_going() && !quit() {
         if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
             gate.store(true, Ordering::Release);
             server.start_driver();
@@ -529,12 +572,37 @@ fn run_server(a: ServeArgs) -> Result<()> {
         }
     }
     pb.finish_and_clear();
-    let stats = server.stats_json();
     server.shutdown();
+    let mut stats = server.stats_json();
+    // Who used the CPU: the server loop, and the driver (its thread's own count, or the
+    // driver process reaped by `shutdown`).
+    let driver_thread_s = stats["driver"]["cpu_us"].as_f64().unwrap_or(0.0) / 1e6;
+    let (own, children) = (
+        process_cpu_s(libc::RUSAGE_SELF),
+        process_cpu_s(libc::RUSAGE_CHILDREN),
+    );
+    stats["cpu_s"] = if as_thread {
+        serde_json::json!({"server": own - driver_thread_s, "driver": driver_thread_s})
+    } else {
+        serde_json::json!({"server": own, "driver": children})
+    };
     if a.json {
         println!("{stats}");
     } else {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     }
     Ok(())
+}
+
+/// CPU seconds (user + system) used by this process (`RUSAGE_SELF`) or its reaped children
+/// (`RUSAGE_CHILDREN`).
+pub fn process_cpu_s(who: libc::c_int) -> f64 {
+    // SAFETY: `getrusage` writes one `rusage` into the zeroed value we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -18,6 +18,7 @@
 
 use super::checksum::{fold, sum16};
 use super::{Driver, DriverStats, Family, RxFrame, classify};
+use crate::scoreboard::{Permit, Scoreboard};
 use etherparse::{IpNumber, Ipv4Header, UdpHeader};
 use shmnet_chan::DriverPools;
 use std::net::Ipv4Addr;
@@ -75,6 +76,27 @@ pub struct SoftnicConfig {
     /// If set, nothing is sent until it becomes true (e.g. until an application has bound
     /// its port).
     pub gate: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// A benchmark run's scoreboard, and this device's part in the run (see [`BoardRole`]).
+    /// With a board, `count` is ignored: the board's limit, window and stop rule.
+    pub board: Option<(std::sync::Arc<Scoreboard>, BoardRole)>,
+}
+
+/// What a softnic does in a benchmark run (`shmnet ttcp`, `shmnet rr`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoardRole {
+    /// The streaming sender (ttcp receive): messages as the board's window and stop rule
+    /// allow; publishes `sent`.
+    Send,
+    /// The receiving peer (ttcp transmit): sends nothing; publishes the UDP datagrams
+    /// transmitted to it since the run started as `received`.
+    Sink,
+    /// The requester (rr): keeps `outstanding` requests in flight, each answered by a
+    /// datagram back to the peer carrying the request's first 8 bytes; records each
+    /// transaction's time as a latency sample; publishes `sent` and `received` (replies).
+    RequestResponse {
+        /// Requests in flight.
+        outstanding: u32,
+    },
 }
 
 impl Default for SoftnicConfig {
@@ -93,6 +115,7 @@ impl Default for SoftnicConfig {
             checksum: false,
             dma: Dma::Cached,
             gate: None,
+            board: None,
         }
     }
 }
@@ -146,7 +169,31 @@ pub struct Softnic {
     arp_replies: std::collections::VecDeque<Vec<u8>>,
     /// UDP datagrams (first fragments) transmitted to the simulated peer.
     sink_udp: u64,
+    /// The run's state when the device plays a part in a benchmark run.
+    run: RunState,
 }
+
+/// A softnic's state in a benchmark run (all zero without a board).
+#[derive(Default)]
+struct RunState {
+    /// The board said there is nothing more to send.
+    finished: bool,
+    /// The last message could not start: the run had not begun or the window was full.
+    waiting: bool,
+    /// The receiver's count as last read (see [`Scoreboard::permit`]).
+    seen_received: u64,
+    /// `sink_udp` when the run started (Sink: what came before is not the run's).
+    sink_base: Option<u64>,
+    /// RequestResponse: requests in flight, oldest first, with when they left.
+    in_flight: std::collections::VecDeque<(u64, Instant)>,
+    /// RequestResponse: replies matched to a request.
+    replies: u64,
+    /// RequestResponse: requests given up on after [`RR_TIMEOUT`] without a reply.
+    timeouts: u64,
+}
+
+/// How long a request may wait for its reply before the requester gives up on it.
+const RR_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Softnic {
     /// Builds the template for `cfg`.
@@ -222,6 +269,10 @@ impl Softnic {
             sink_malformed: 0,
             arp_replies: std::collections::VecDeque::new(),
             sink_udp: 0,
+            run: RunState {
+                finished: matches!(cfg.board, Some((_, BoardRole::Sink))),
+                ..RunState::default()
+            },
             cfg,
         })
     }
@@ -238,7 +289,76 @@ impl Softnic {
 
     /// Whether every configured message has been produced.
     pub fn done(&self) -> bool {
-        self.cfg.count.is_some_and(|c| self.sent >= c)
+        match self.cfg.board {
+            Some(_) => self.run.finished,
+            None => self.cfg.count.is_some_and(|c| self.sent >= c),
+        }
+    }
+
+    /// RequestResponse: requests that got no reply within a second.
+    pub fn request_timeouts(&self) -> u64 {
+        self.run.timeouts
+    }
+
+    /// With a board: may the next message start now?
+    fn board_permit(&mut self) -> Permit {
+        let Some((board, role)) = &self.cfg.board else {
+            return Permit::Go;
+        };
+        match *role {
+            BoardRole::Send => board.permit(self.sent, &mut self.run.seen_received),
+            BoardRole::Sink => Permit::Done,
+            BoardRole::RequestResponse { outstanding } => {
+                let now = Instant::now();
+                while self
+                    .run
+                    .in_flight
+                    .front()
+                    .is_some_and(|(_, t)| now.duration_since(*t) > RR_TIMEOUT)
+                {
+                    self.run.in_flight.pop_front();
+                    self.run.timeouts += 1;
+                }
+                // The window is ours to keep: requests in flight, not the board's counts.
+                let mut unused = 0;
+                match board.permit(0, &mut unused) {
+                    Permit::Go if self.run.in_flight.len() >= outstanding as usize => Permit::Wait,
+                    Permit::Go if board.limit() != 0 && self.sent >= board.limit() => Permit::Done,
+                    p => p,
+                }
+            }
+        }
+    }
+
+    /// A UDP datagram left for the peer: count it for the run.
+    fn board_sunk(&mut self, payload_head: &[u8]) {
+        let Some((board, role)) = &self.cfg.board else {
+            return;
+        };
+        match *role {
+            BoardRole::Send => {}
+            BoardRole::Sink => {
+                if let Some(base) = self.run.sink_base {
+                    board.set_received(self.sink_udp - base);
+                }
+            }
+            BoardRole::RequestResponse { .. } => {
+                let Some(seq) = payload_head
+                    .get(..8)
+                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                else {
+                    return;
+                };
+                let Some(pos) = self.run.in_flight.iter().position(|(s, _)| *s == seq) else {
+                    return; // a reply to a request we gave up on, or not a reply at all
+                };
+                if let Some((_, at)) = self.run.in_flight.remove(pos) {
+                    board.record_sample(at.elapsed().as_nanos() as u64);
+                    self.run.replies += 1;
+                    board.set_received(self.run.replies);
+                }
+            }
+        }
     }
 
     /// Transmitted frames that were not well-formed Ethernet frames.
@@ -277,6 +397,9 @@ impl Softnic {
                 let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
                 if ip[9] == 17 && first_fragment {
                     self.sink_udp += 1;
+                    let payload = usize::from(ip[0] & 0x0f) * 4 + UDP;
+                    let head = ip.get(payload..).unwrap_or(&[]).to_vec();
+                    self.board_sunk(&head);
                 }
             }
             Err(_) => {}
@@ -310,6 +433,14 @@ impl Softnic {
             0
         };
         first[udp + 6..udp + 8].copy_from_slice(&checksum.to_be_bytes());
+    }
+
+    /// With a board: tells it how many messages have left.
+    fn publish_sent(&self) {
+        if let Some((board, BoardRole::Send | BoardRole::RequestResponse { .. })) = &self.cfg.board
+        {
+            board.set_sent(self.sent);
+        }
     }
 
     fn dma(&self, pools: &DriverPools, buf: u32, frame: &[u8]) -> bool {
@@ -395,11 +526,30 @@ impl Driver for Softnic {
         }
         if let Some(g) = &self.cfg.gate {
             if !g.load(std::sync::atomic::Ordering::Acquire) {
-                return Ok(0);
+                return Ok(produced);
             }
         }
+        if let Some((board, _)) = &self.cfg.board {
+            if !board.go() {
+                self.run.waiting = true;
+                return Ok(produced);
+            }
+            self.run.sink_base.get_or_insert(self.sink_udp);
+        }
+        self.run.waiting = false;
         while produced < max && !self.done() {
             if self.next_frame == 0 {
+                match self.board_permit() {
+                    Permit::Go => {}
+                    Permit::Wait => {
+                        self.run.waiting = true;
+                        break;
+                    }
+                    Permit::Done => {
+                        self.run.finished = true;
+                        break;
+                    }
+                }
                 if !self.cfg.gap.is_zero() {
                     let now = Instant::now();
                     if now < self.due {
@@ -408,6 +558,9 @@ impl Driver for Softnic {
                     self.due = now.max(self.due) + self.cfg.gap;
                 }
                 self.patch(self.sent);
+                if let Some((_, BoardRole::RequestResponse { .. })) = &self.cfg.board {
+                    self.run.in_flight.push_back((self.sent, Instant::now()));
+                }
             }
             let Some(buf) = pools.alloc() else {
                 // The device has nowhere to put the frame: it is lost, as on a real NIC,
@@ -415,6 +568,7 @@ impl Driver for Softnic {
                 self.stats.rx_no_buffer += 1;
                 self.next_frame = 0;
                 self.sent += 1;
+                self.publish_sent();
                 continue;
             };
             let frame = &self.frames[self.next_frame].bytes;
@@ -436,6 +590,7 @@ impl Driver for Softnic {
             if self.next_frame == self.frames.len() {
                 self.next_frame = 0;
                 self.sent += 1;
+                self.publish_sent();
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -482,6 +637,12 @@ impl Driver for Softnic {
             .gate
             .as_ref()
             .is_some_and(|g| !g.load(std::sync::atomic::Ordering::Acquire));
+        // A sender held back by a benchmark's window learns of the receiver's progress from
+        // no file descriptor: look again soon.
+        if self.run.waiting && matches!(self.cfg.board, Some((_, BoardRole::Send))) && !self.done()
+        {
+            return Some(Duration::from_micros(5));
+        }
         // Only a paced softnic knows when it will have more: back to back, it always has.
         if self.done() || gated || self.cfg.gap.is_zero() || !self.arp_replies.is_empty() {
             return None;

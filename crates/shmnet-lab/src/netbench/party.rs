@@ -1,0 +1,147 @@
+//! The processes of one benchmark cell: started with their output captured, watched for an
+//! early death, and reaped with `wait4` so that each one's CPU time and context switches
+//! (its reaped children's included: `shmnet serve` reaps its driver process) are known
+//! exactly.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A process of the cell.
+pub(crate) struct Party {
+    pub name: &'static str,
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+/// What a party left behind.
+#[derive(Debug, Default)]
+pub(crate) struct Finished {
+    pub name: &'static str,
+    /// User + system CPU seconds, its reaped descendants included.
+    pub cpu_s: f64,
+    /// Voluntary context switches (it blocked: slept on a queue, a socket, a timer).
+    pub voluntary_switches: u64,
+    /// Involuntary context switches (the scheduler took the CPU away).
+    pub involuntary_switches: u64,
+    pub stdout: String,
+    pub stderr: String,
+    /// Exit code, or `None` if killed by a signal (including by us, after its patience ran
+    /// out).
+    pub code: Option<i32>,
+}
+
+fn reader(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+impl Party {
+    /// Starts `exe args…` with standard output and error captured.
+    pub fn spawn(
+        name: &'static str,
+        exe: &std::path::Path,
+        args: &[String],
+    ) -> Result<Self, String> {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::null())
+            // Errors, not backtraces: the report quotes the last lines of what a party said.
+            .env("RUST_BACKTRACE", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("starting {name} ({}): {e}", exe.display()))?;
+        let stdout = child.stdout.take().map(reader);
+        let stderr = child.stderr.take().map(reader);
+        Ok(Self {
+            name,
+            child,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Whether it has exited (without reaping it).
+    pub fn has_exited(&self) -> bool {
+        // SAFETY: `waitid` with WNOWAIT only inspects our own child, writing one siginfo.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                self.child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            );
+            r == 0 && info.si_pid() != 0
+        }
+    }
+
+    /// Waits for it to exit (killing it after `patience`) and collects what it left.
+    pub fn finish(self, patience: Duration) -> Finished {
+        let pid = self.child.id() as libc::pid_t;
+        let deadline = Instant::now() + patience;
+        let mut killed = false;
+        let (status, ru) = loop {
+            let mut status = 0;
+            // SAFETY: `wait4` on our own child, writing one status and one rusage.
+            let (r, ru) = unsafe {
+                let mut ru: libc::rusage = std::mem::zeroed();
+                let r = libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru);
+                (r, ru)
+            };
+            if r == pid {
+                break (status, ru);
+            }
+            if r < 0 {
+                break (0, ru);
+            }
+            if !killed && Instant::now() > deadline {
+                // SAFETY: signalling our own child, which has not been reaped yet.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                killed = true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        let join =
+            |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+        Finished {
+            name: self.name,
+            cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
+            voluntary_switches: ru.ru_nvcsw as u64,
+            involuntary_switches: ru.ru_nivcsw as u64,
+            stdout: join(self.stdout),
+            stderr: join(self.stderr),
+            code: (libc::WIFEXITED(status) && !killed).then(|| libc::WEXITSTATUS(status)),
+        }
+    }
+}
+
+impl Finished {
+    /// The JSON object it printed last, if any.
+    pub fn json(&self) -> Option<serde_json::Value> {
+        self.stdout
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l.trim()).ok())
+    }
+
+    /// A one-line account of a failure, for an error message.
+    pub fn failure(&self) -> String {
+        let tail: Vec<&str> = self.stderr.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!(
+            "{} exited with {}: {}",
+            self.name,
+            self.code
+                .map_or("a signal".to_string(), |c| format!("code {c}")),
+            tail.join(" | ")
+        )
+    }
+}

@@ -1,0 +1,191 @@
+//! `shmnet rr`: request–response, the analog of seed 002's X11perf dot test — small requests
+//! each answered by a reply, with 1 and with 16 in flight; transactions per second and the
+//! latency distribution (HdrHistogram, from every transaction's own time).
+//!
+//! The requester times each transaction from just before its request leaves to just after
+//! its reply is seen: in the shmnet structures that is softnic (the wire: it "receives" the
+//! request into a buffer and sees the reply transmitted), in the kernel structure a client
+//! process with a UDP socket. The responder is an application that echoes.
+
+use super::{Launch, Roles, Structure, losses, start};
+use hdrhistogram::Histogram;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RrOptions {
+    /// How to start the parties.
+    pub launch: Launch,
+    /// Structures, in order.
+    pub structures: Vec<Structure>,
+    /// Requests in flight, each a separate cell.
+    pub outstanding: Vec<u32>,
+    /// Request (and reply) bytes.
+    pub size: usize,
+    /// Transactions per cell (else `seconds`).
+    pub count: Option<u64>,
+    /// Seconds per cell.
+    pub seconds: f64,
+}
+
+/// One cell's figures.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RrRow {
+    /// Structure.
+    pub structure: Structure,
+    /// Requests in flight.
+    pub outstanding: u32,
+    /// Request bytes.
+    pub size: usize,
+    /// Transactions completed per second.
+    pub transactions_per_s: f64,
+    /// Median latency, µs.
+    pub p50_us: f64,
+    /// 99th percentile latency, µs.
+    pub p99_us: f64,
+    /// Largest latency, µs.
+    pub max_us: f64,
+    /// CPU seconds per transaction, every party.
+    pub cpu_s_per_txn: f64,
+    /// Voluntary context switches (sleeps) per transaction, every party.
+    pub sleeps_per_txn: f64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Replies received.
+    pub received: u64,
+    /// Requests without a reply.
+    pub lost: u64,
+    /// Where: every nonzero loss counter.
+    pub lost_where: BTreeMap<String, u64>,
+    /// Lost requests no counter accounts for.
+    pub unaccounted: u64,
+    /// Transactions timed (every reply, unless the sample area filled).
+    pub samples: usize,
+}
+
+/// Everything one `shmnet rr` run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RrReport {
+    /// One row per cell.
+    pub rows: Vec<RrRow>,
+    /// Cells that failed to run, with why.
+    pub failed: Vec<String>,
+    /// Where it ran.
+    pub machine: crate::machine::Machine,
+}
+
+/// Runs every cell.
+pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
+    let mut rows = Vec::new();
+    let mut failed = Vec::new();
+    for &outstanding in &o.outstanding {
+        for &structure in &o.structures {
+            let label = format!("rr {} in flight {}", outstanding, structure.name());
+            progress(&label);
+            match cell(o, structure, outstanding, &mut |n, t| {
+                progress(&format!(
+                    "{label}: {n} transactions, {:.0}/s",
+                    n as f64 / t.max(1e-9)
+                ));
+            }) {
+                Ok(r) => rows.push(r),
+                Err(e) => failed.push(format!("{label}: {e}")),
+            }
+        }
+    }
+    RrReport {
+        rows,
+        failed,
+        machine: crate::machine::Machine::this(),
+    }
+}
+
+fn cell(
+    o: &RrOptions,
+    structure: Structure,
+    outstanding: u32,
+    progress: &mut dyn FnMut(u64, f64),
+) -> Result<RrRow, String> {
+    let running = start(
+        &o.launch,
+        structure,
+        &Roles::RequestResponse(outstanding),
+        o.size,
+        0,
+        o.count.unwrap_or(0),
+        64,
+    )?;
+    let seconds = o.count.is_none().then_some(o.seconds);
+    let out = super::run(running, seconds, progress)?;
+    let mut h =
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+    for &ns in &out.samples {
+        let _ = h.record(u64::from(ns).max(1));
+    }
+    let us = |q: f64| {
+        if h.is_empty() {
+            0.0
+        } else {
+            h.value_at_quantile(q) as f64 / 1e3
+        }
+    };
+    let lost_where = losses(&out.parties);
+    let lost = out.sent.saturating_sub(out.received);
+    let n = out.received.max(1) as f64;
+    Ok(RrRow {
+        structure,
+        outstanding,
+        size: o.size,
+        transactions_per_s: out.received as f64 / out.seconds,
+        p50_us: us(0.5),
+        p99_us: us(0.99),
+        max_us: if h.is_empty() {
+            0.0
+        } else {
+            h.max() as f64 / 1e3
+        },
+        cpu_s_per_txn: out.parties.iter().map(|p| p.cpu_s).sum::<f64>() / n,
+        sleeps_per_txn: out
+            .parties
+            .iter()
+            .map(|p| p.voluntary_switches)
+            .sum::<u64>() as f64
+            / n,
+        sent: out.sent,
+        received: out.received,
+        lost,
+        unaccounted: lost.saturating_sub(lost_where.values().sum()),
+        lost_where,
+        samples: out.samples.len(),
+    })
+}
+
+impl fmt::Display for RrReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "rr on {} ({} CPUs)", self.machine.cpu, self.machine.cpus)?;
+        writeln!(
+            f,
+            "{:>9} {:<7} {:>10} {:>9} {:>9} {:>11} {:>7} {:>6}",
+            "in flight", "struct", "txn/s", "p50 µs", "p99 µs", "CPU µs/txn", "sleeps", "lost"
+        )?;
+        for r in &self.rows {
+            writeln!(
+                f,
+                "{:>9} {:<7} {:>10.0} {:>9.1} {:>9.1} {:>11.2} {:>7.2} {:>6}",
+                r.outstanding,
+                r.structure.name(),
+                r.transactions_per_s,
+                r.p50_us,
+                r.p99_us,
+                r.cpu_s_per_txn * 1e6,
+                r.sleeps_per_txn,
+                r.lost
+            )?;
+        }
+        for e in &self.failed {
+            writeln!(f, "FAILED {e}")?;
+        }
+        Ok(())
+    }
+}

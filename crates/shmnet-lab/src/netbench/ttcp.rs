@@ -1,0 +1,451 @@
+//! `shmnet ttcp`: streaming throughput, one direction at a time, per structure and message
+//! size — seed 002's "TTCP Transmit" and "TTCP Receive", with the kernel measured in the same
+//! run.
+//!
+//! - `rx`: messages come from the wire to an application (softnic sends; the kernel's
+//!   sender sends over loopback).
+//! - `tx`: an application sends them to the wire (softnic sinks them; the kernel's receiver
+//!   reads them from loopback).
+//!
+//! Over loopback one kernel run is both directions at once — the sender's system call runs
+//! the kernel's transmit path and, in the same context, its receive path up to the socket
+//! queue — so the kernel's `tx` and `rx` cells measure the same pair, quoted at the sender
+//! and at the receiver. That is more work than a shmnet structure does for one direction
+//! (softnic's half of the wire is nearly free), which the report says beside the figures.
+
+use super::{Launch, Roles, Structure, losses, memcpy_cold_gbit_per_s, memcpy_gbit_per_s, start};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+/// The direction of a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dir {
+    /// Application → wire.
+    Tx,
+    /// Wire → application.
+    Rx,
+}
+
+impl std::str::FromStr for Dir {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tx" => Ok(Self::Tx),
+            "rx" => Ok(Self::Rx),
+            _ => Err(format!("unknown direction {s:?}: use tx or rx")),
+        }
+    }
+}
+
+impl Dir {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Tx => "tx",
+            Self::Rx => "rx",
+        }
+    }
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct TtcpOptions {
+    /// How to start the parties.
+    pub launch: Launch,
+    /// Structures, in order.
+    pub structures: Vec<Structure>,
+    /// UDP payload sizes.
+    pub sizes: Vec<usize>,
+    /// Directions.
+    pub dirs: Vec<Dir>,
+    /// Messages per cell (else `seconds`).
+    pub count: Option<u64>,
+    /// Seconds per cell.
+    pub seconds: f64,
+    /// The sender's window in messages (default: [`default_window`]).
+    pub window: Option<u64>,
+}
+
+/// The default window: 1 MiB of messages, between 8 and 256 of them — enough to keep every
+/// party busy, and within what every queue on the way holds (socket queues are set to the
+/// window; 256 × 1 frame, or 70 × 10 frames of 14,792 B, fit the pools).
+pub fn default_window(size: usize) -> u64 {
+    ((1usize << 20) / size.max(1)).clamp(8, 256) as u64
+}
+
+/// One cell's figures.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TtcpRow {
+    /// Structure.
+    pub structure: Structure,
+    /// UDP payload bytes per message.
+    pub size: usize,
+    /// Direction.
+    pub dir: Dir,
+    /// Messages received per second.
+    pub msgs_per_s: f64,
+    /// Payload Gbit/s received.
+    pub gbit_per_s: f64,
+    /// CPU seconds (every party, user + system) per message received.
+    pub cpu_s_per_msg: f64,
+    /// Messages sent and not received.
+    pub lost: u64,
+    /// Where: every nonzero loss counter (frames where the place counts frames).
+    pub lost_where: BTreeMap<String, u64>,
+    /// Lost messages no counter accounts for (0 when the bookkeeping holds).
+    pub unaccounted: u64,
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages received.
+    pub received: u64,
+    /// Seconds from the start to the last arrival.
+    pub seconds: f64,
+    /// The sender's window, messages.
+    pub window: u64,
+    /// CPU microseconds per message, by party (driver, server, app, …).
+    pub cpu_us_per_msg_by_party: BTreeMap<String, f64>,
+    /// Voluntary context switches (sleeps) per message, all parties.
+    pub sleeps_per_msg: f64,
+    /// Involuntary context switches (preemptions) per message, all parties.
+    pub preemptions_per_msg: f64,
+}
+
+/// A target of the issue, checked against the kernel in the same run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Target {
+    /// Direction.
+    pub dir: Dir,
+    /// Size.
+    pub size: usize,
+    /// What is compared.
+    pub what: String,
+    /// The figure.
+    pub measured: f64,
+    /// What it must reach.
+    pub required: f64,
+    /// Whether it did.
+    pub met: bool,
+    /// The `server` cell's CPU per message by party, and what limits it.
+    pub limited_by: String,
+}
+
+/// The copy-out bound for one size.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Memcpy {
+    /// Bytes.
+    pub size: usize,
+    /// Gbit/s of a `memcpy` of that size from a source in the cache, this run (the bound
+    /// the issue's target is measured against).
+    pub gbit_per_s: f64,
+    /// Gbit/s of a `memcpy` of that size from a source in memory (not in any cache).
+    pub cold_gbit_per_s: f64,
+}
+
+/// Everything one `shmnet ttcp` run measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct TtcpReport {
+    /// One row per cell.
+    pub rows: Vec<TtcpRow>,
+    /// Cells that failed to run, with why.
+    pub failed: Vec<String>,
+    /// `memcpy` per size, same run.
+    pub memcpy: Vec<Memcpy>,
+    /// The issue's targets, where kernel and server both ran.
+    pub targets: Vec<Target>,
+    /// UDP checksums in the shmnet structures.
+    pub checksum: bool,
+    /// Where it ran.
+    pub machine: crate::machine::Machine,
+}
+
+/// Runs every cell; `progress` hears what is running.
+pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
+    let mut rows = Vec::new();
+    let mut failed = Vec::new();
+    for &dir in &o.dirs {
+        for &size in &o.sizes {
+            for &structure in &o.structures {
+                let label = format!("{} {size} B {}", dir.name(), structure.name());
+                progress(&label);
+                match cell(o, structure, dir, size, &mut |n, t| {
+                    progress(&format!(
+                        "{label}: {n} messages, {:.0}/s",
+                        n as f64 / t.max(1e-9)
+                    ));
+                }) {
+                    Ok(r) => rows.push(r),
+                    Err(e) => failed.push(format!("{label}: {e}")),
+                }
+            }
+        }
+    }
+    progress("memcpy baseline");
+    let memcpy: Vec<Memcpy> = o
+        .sizes
+        .iter()
+        .map(|&size| Memcpy {
+            size,
+            gbit_per_s: memcpy_gbit_per_s(size, Duration::from_millis(100)),
+            cold_gbit_per_s: memcpy_cold_gbit_per_s(size, Duration::from_millis(100)),
+        })
+        .collect();
+    let targets = targets(&rows, &memcpy);
+    TtcpReport {
+        rows,
+        failed,
+        memcpy,
+        targets,
+        checksum: o.launch.checksum,
+        machine: crate::machine::Machine::this(),
+    }
+}
+
+fn cell(
+    o: &TtcpOptions,
+    structure: Structure,
+    dir: Dir,
+    size: usize,
+    progress: &mut dyn FnMut(u64, f64),
+) -> Result<TtcpRow, String> {
+    let window = o.window.unwrap_or_else(|| default_window(size));
+    let roles = match dir {
+        Dir::Tx => Roles::Transmit,
+        Dir::Rx => Roles::Receive,
+    };
+    let rx_queue = (window as usize).max(64);
+    let running = start(
+        &o.launch,
+        structure,
+        &roles,
+        size,
+        window,
+        o.count.unwrap_or(0),
+        rx_queue,
+    )?;
+    let seconds = o.count.is_none().then_some(o.seconds);
+    let out = super::run(running, seconds, progress)?;
+    let lost_where = losses(&out.parties);
+    let lost = out.sent.saturating_sub(out.received);
+    let counted: u64 = lost_where.values().sum();
+    let n = out.received.max(1) as f64;
+    let cpu: f64 = out.parties.iter().map(|p| p.cpu_s).sum();
+    let mut by_party = BTreeMap::new();
+    for p in &out.parties {
+        // `shmnet serve` splits its time between the server loop and the driver.
+        match p.json().filter(|_| p.name == "serve") {
+            Some(v) => {
+                let s = v["cpu_s"]["server"].as_f64().unwrap_or(0.0);
+                let d = v["cpu_s"]["driver"].as_f64().unwrap_or(0.0);
+                by_party.insert("server".to_string(), s * 1e6 / n);
+                by_party.insert("driver".to_string(), d * 1e6 / n);
+                // What `wait4` saw beyond the two (start-up, the control thread).
+                by_party.insert(
+                    "serve (rest)".to_string(),
+                    (p.cpu_s - s - d).max(0.0) * 1e6 / n,
+                );
+            }
+            None => {
+                by_party.insert(p.name.to_string(), p.cpu_s * 1e6 / n);
+            }
+        }
+    }
+    Ok(TtcpRow {
+        structure,
+        size,
+        dir,
+        msgs_per_s: out.received as f64 / out.seconds,
+        gbit_per_s: (out.received * size as u64 * 8) as f64 / out.seconds / 1e9,
+        cpu_s_per_msg: cpu / n,
+        lost,
+        unaccounted: lost.saturating_sub(counted),
+        lost_where,
+        sent: out.sent,
+        received: out.received,
+        seconds: out.seconds,
+        window,
+        cpu_us_per_msg_by_party: by_party,
+        sleeps_per_msg: out
+            .parties
+            .iter()
+            .map(|p| p.voluntary_switches)
+            .sum::<u64>() as f64
+            / n,
+        preemptions_per_msg: out
+            .parties
+            .iter()
+            .map(|p| p.involuntary_switches)
+            .sum::<u64>() as f64
+            / n,
+    })
+}
+
+/// The issue's targets: `server` ≥ 20× the kernel's msgs/s at 10 B and ≥ 10× at 1 KB; at
+/// 8 KB and 14,792 B, ≥ 70 % of `memcpy`'s Gbit/s.
+fn targets(rows: &[TtcpRow], memcpy: &[Memcpy]) -> Vec<Target> {
+    let find = |s, d, z| {
+        rows.iter()
+            .find(|r| r.structure == s && r.dir == d && r.size == z)
+    };
+    let mut out = Vec::new();
+    for dir in [Dir::Tx, Dir::Rx] {
+        for size in [10usize, 1024, 8192, 14_792] {
+            let Some(server) = find(Structure::Server, dir, size) else {
+                continue;
+            };
+            let limited_by = limit(server);
+            if size <= 1024 {
+                let Some(kernel) = find(Structure::Kernel, dir, size) else {
+                    continue;
+                };
+                let want = if size == 10 { 20.0 } else { 10.0 };
+                let ratio = server.msgs_per_s / kernel.msgs_per_s.max(1e-9);
+                out.push(Target {
+                    dir,
+                    size,
+                    what: "server msgs/s ÷ kernel msgs/s".into(),
+                    measured: ratio,
+                    required: want,
+                    met: ratio >= want,
+                    limited_by,
+                });
+            } else if let Some(m) = memcpy.iter().find(|m| m.size == size) {
+                let share = server.gbit_per_s / m.gbit_per_s.max(1e-9);
+                out.push(Target {
+                    dir,
+                    size,
+                    what: "server Gbit/s ÷ memcpy Gbit/s".into(),
+                    measured: share,
+                    required: 0.7,
+                    met: share >= 0.7,
+                    limited_by,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// What limits a cell: the busiest party and the whole CPU bill against this machine's
+/// cores. With more busy parties than cores, throughput is bounded by the sum of every
+/// party's CPU per message over the cores, not by the busiest party alone.
+fn limit(r: &TtcpRow) -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let total_us = r.cpu_s_per_msg * 1e6;
+    let parts: Vec<String> = r
+        .cpu_us_per_msg_by_party
+        .iter()
+        .filter(|(_, v)| **v > 0.0005)
+        .map(|(k, v)| format!("{k} {v:.2}"))
+        .collect();
+    let busiest = r
+        .cpu_us_per_msg_by_party
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or("-", |(k, _)| k.as_str());
+    format!(
+        "CPU µs/msg: {} (total {total_us:.2}; {cores:.0} cores bound the rate at {:.0}/s, measured {:.0}/s); busiest: {busiest}; {:.2} sleeps/msg",
+        parts.join(", "),
+        cores / (total_us / 1e6).max(1e-12),
+        r.msgs_per_s,
+        r.sleeps_per_msg
+    )
+}
+
+fn si(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.2} M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1} k", x / 1e3)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+impl fmt::Display for TtcpReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "ttcp on {} ({} CPUs); UDP checksums {} in shmnet (loopback computes none)",
+            self.machine.cpu,
+            self.machine.cpus,
+            if self.checksum { "on" } else { "off" }
+        )?;
+        writeln!(
+            f,
+            "{:<3} {:>6}  {:<7} {:>10} {:>8} {:>11} {:>7} {:>7}  where lost",
+            "dir", "size", "struct", "msgs/s", "Gbit/s", "CPU µs/msg", "sleeps", "lost",
+        )?;
+        for r in &self.rows {
+            let wher: Vec<String> = r
+                .lost_where
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect();
+            writeln!(
+                f,
+                "{:<3} {:>6}  {:<7} {:>10} {:>8.2} {:>11.3} {:>7.2} {:>7}  {}",
+                r.dir.name(),
+                r.size,
+                r.structure.name(),
+                si(r.msgs_per_s),
+                r.gbit_per_s,
+                r.cpu_s_per_msg * 1e6,
+                r.sleeps_per_msg,
+                r.lost,
+                wher.join(", ")
+            )?;
+        }
+        for e in &self.failed {
+            writeln!(f, "FAILED {e}")?;
+        }
+        let m: Vec<String> = self
+            .memcpy
+            .iter()
+            .map(|m| {
+                format!(
+                    "{} B {:.1} / {:.1}",
+                    m.size, m.gbit_per_s, m.cold_gbit_per_s
+                )
+            })
+            .collect();
+        writeln!(
+            f,
+            "memcpy Gbit/s, source in cache / in memory (same run): {}",
+            m.join(", ")
+        )?;
+        if !self.targets.is_empty() {
+            writeln!(f, "targets (server against the same run):")?;
+            for t in &self.targets {
+                writeln!(
+                    f,
+                    "  {} {:>6} B  {} = {:.2} (need ≥ {}) {}",
+                    t.dir.name(),
+                    t.size,
+                    t.what,
+                    t.measured,
+                    t.required,
+                    if t.met { "MET" } else { "NOT MET" }
+                )?;
+                if !t.met {
+                    writeln!(f, "      {}", t.limited_by)?;
+                }
+                if let (false, Some(m)) = (
+                    t.size <= 1024,
+                    self.memcpy.iter().find(|m| m.size == t.size),
+                ) {
+                    writeln!(
+                        f,
+                        "      against a memcpy from memory ({:.1} Gbit/s): {:.2}",
+                        m.cold_gbit_per_s,
+                        t.measured * m.gbit_per_s / m.cold_gbit_per_s.max(1e-9)
+                    )?;
+                }
+            }
+        }
+        writeln!(
+            f,
+            "kernel tx and rx are one loopback pair quoted at the sender and at the receiver: it runs both directions' protocol work."
+        )
+    }
+}

@@ -1,0 +1,480 @@
+//! The processes of a `ttcp` or `rr` cell other than `shmnet serve`: each a body that the
+//! hidden `shmnet worker` command runs, driven by the cell's [`Scoreboard`], printing one
+//! JSON object on standard output when the harness says quit.
+//!
+//! Every sender and receiver does the same work whatever the structure: a receiver copies
+//! each message out into its own buffer (as `recv` does) and counts it; a sender writes the
+//! message's sequence number into its first 8 bytes and sends it. Nothing checks the bytes:
+//! the tests of each structure do that; this measures.
+
+use serde_json::{Value, json};
+use shmnet_io::client::{Client, ClientError};
+use shmnet_io::driver::softnic::{BoardRole, Softnic, SoftnicConfig};
+use shmnet_io::inline::{App, Inline, ServeConfig};
+use shmnet_io::scoreboard::{Permit, Scoreboard};
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The UDP port the receiving application binds in the shmnet structures.
+pub const APP_PORT: u16 = 5001;
+/// The simulated peer (softnic) in the shmnet structures: where a sending application sends.
+pub const PEER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40000);
+/// The port a sending application sends from.
+pub const SOURCE_PORT: u16 = 40001;
+
+/// How long a receiver waits for a message before looking at the board again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What went wrong in a worker.
+pub type Result<T> = std::result::Result<T, String>;
+
+/// A sender held back by the window: spin briefly, then yield, then sleep a little (the
+/// receiver's progress has no file descriptor to wait on).
+struct Backoff(u32);
+
+impl Backoff {
+    fn wait(&mut self) {
+        self.0 += 1;
+        if self.0 < 64 {
+            std::hint::spin_loop();
+        } else if self.0 < 128 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(5));
+        }
+    }
+}
+
+/// A message of `size` bytes for sequence number `seq`.
+fn stamp(buf: &mut [u8], seq: u64) {
+    let n = buf.len().min(8);
+    buf[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
+}
+
+fn wait_for_quit(board: &Scoreboard) {
+    while !board.quitting() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn udp_socket() -> Result<UdpSocket> {
+    UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("UDP socket: {e}"))
+}
+
+/// Asks for a receive buffer of `bytes` (beyond `rmem_max` when allowed to: root); returns
+/// what the kernel granted.
+fn grow_rcvbuf(sock: &UdpSocket, bytes: i32) -> i32 {
+    use std::os::fd::AsRawFd;
+    let fd = sock.as_raw_fd();
+    let set = |opt| {
+        // SAFETY: a valid socket and a pointer to an int of the stated size.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        }
+    };
+    if set(libc::SO_RCVBUFFORCE) != 0 {
+        set(libc::SO_RCVBUF);
+    }
+    let mut got: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: as above, with room for the answer.
+    unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&mut got as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    got
+}
+
+/// The kernel's count of datagrams it dropped for the UDP socket bound to `port` on
+/// loopback (the `drops` column of `/proc/net/udp`: receive buffer full).
+fn kernel_socket_drops(port: u16) -> u64 {
+    let want = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/udp")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .find(|l| l.split_whitespace().nth(1) == Some(want.as_str()))
+        .and_then(|l| l.split_whitespace().last()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `kernel` receiver: a Linux UDP socket on loopback; publishes its port, counts what
+/// arrives, and at the end the kernel's drop count for it.
+pub fn kernel_recv(board: &Scoreboard) -> Result<Value> {
+    let sock = udp_socket()?;
+    let rcvbuf = grow_rcvbuf(&sock, 8 << 20);
+    sock.set_read_timeout(Some(POLL))
+        .map_err(|e| e.to_string())?;
+    let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+    board.set_port(port);
+    board.add_ready();
+    let mut buf = vec![0u8; 65_536];
+    let (mut n, mut bytes) = (0u64, 0u64);
+    while !board.quitting() {
+        match sock.recv(&mut buf) {
+            Ok(len) => {
+                n += 1;
+                bytes += len as u64;
+                board.set_received(n);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("recv: {e}")),
+        }
+    }
+    Ok(json!({"received": n, "bytes": bytes, "rcvbuf": rcvbuf,
+        "lost": {"kernel: socket receive buffer full": kernel_socket_drops(port)}}))
+}
+
+/// `kernel` sender: sends `size`-byte messages to the receiver's port as the board allows.
+pub fn kernel_send(board: &Scoreboard, size: usize) -> Result<Value> {
+    let sock = udp_socket()?;
+    let port = wait_port(board)?;
+    sock.connect((Ipv4Addr::LOCALHOST, port))
+        .map_err(|e| e.to_string())?;
+    board.add_ready();
+    let mut msg = vec![0x5au8; size];
+    let (mut sent, mut seen, mut errors) = (0u64, 0u64, 0u64);
+    let mut backoff = Backoff(0);
+    loop {
+        match board.permit(sent, &mut seen) {
+            Permit::Go => {
+                backoff.0 = 0;
+                stamp(&mut msg, sent);
+                if sock.send(&msg).is_err() {
+                    errors += 1;
+                }
+                sent += 1;
+                board.set_sent(sent);
+            }
+            Permit::Wait => backoff.wait(),
+            Permit::Done => break,
+        }
+    }
+    wait_for_quit(board);
+    Ok(json!({"sent": sent, "lost": {"kernel: send failed": errors}}))
+}
+
+fn wait_port(board: &Scoreboard) -> Result<u16> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let p = board.port();
+        if p != 0 {
+            return Ok(p);
+        }
+        if Instant::now() > deadline || board.quitting() {
+            return Err("the receiver never published its port".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// `kernel` rr server: echoes every datagram to its sender.
+pub fn kernel_echo(board: &Scoreboard) -> Result<Value> {
+    let sock = udp_socket()?;
+    sock.set_read_timeout(Some(POLL))
+        .map_err(|e| e.to_string())?;
+    let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+    board.set_port(port);
+    board.add_ready();
+    let mut buf = vec![0u8; 65_536];
+    let (mut n, mut failed) = (0u64, 0u64);
+    while !board.quitting() {
+        if let Ok((len, from)) = sock.recv_from(&mut buf) {
+            n += 1;
+            if sock.send_to(&buf[..len], from).is_err() {
+                failed += 1;
+            }
+        }
+    }
+    Ok(
+        json!({"echoed": n, "lost": {"kernel: socket receive buffer full": kernel_socket_drops(port),
+        "kernel: echo send failed": failed}}),
+    )
+}
+
+/// `kernel` rr client: keeps `outstanding` requests of `size` bytes in flight to the echo
+/// server, timing each from send to reply.
+pub fn kernel_rr(board: &Scoreboard, size: usize, outstanding: u32) -> Result<Value> {
+    let sock = udp_socket()?;
+    let port = wait_port(board)?;
+    sock.connect((Ipv4Addr::LOCALHOST, port))
+        .map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(POLL))
+        .map_err(|e| e.to_string())?;
+    board.add_ready();
+    while !board.go() && !board.quitting() {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    let mut msg = vec![0x5au8; size.max(8)];
+    let mut reply = vec![0u8; 65_536];
+    let mut in_flight: VecDeque<(u64, Instant)> = VecDeque::new();
+    let (mut sent, mut replies, mut timeouts, mut unused) = (0u64, 0u64, 0u64, 0u64);
+    loop {
+        let mut done = false;
+        while in_flight.len() < outstanding as usize {
+            match board.permit(sent, &mut unused) {
+                Permit::Go => {
+                    stamp(&mut msg, sent);
+                    in_flight.push_back((sent, Instant::now()));
+                    let _ = sock.send(&msg);
+                    sent += 1;
+                    board.set_sent(sent);
+                }
+                Permit::Wait => break,
+                Permit::Done => {
+                    done = true;
+                    break;
+                }
+            }
+        }
+        if done && in_flight.is_empty() {
+            break;
+        }
+        match sock.recv(&mut reply) {
+            Ok(len) if len >= 8 => {
+                let seq = u64::from_le_bytes(reply[..8].try_into().expect("8 bytes"));
+                if let Some(pos) = in_flight.iter().position(|(s, _)| *s == seq) {
+                    if let Some((_, at)) = in_flight.remove(pos) {
+                        board.record_sample(at.elapsed().as_nanos() as u64);
+                        replies += 1;
+                        board.set_received(replies);
+                    }
+                }
+            }
+            _ => {
+                let now = Instant::now();
+                while in_flight
+                    .front()
+                    .is_some_and(|(_, t)| now.duration_since(*t) > Duration::from_secs(1))
+                {
+                    in_flight.pop_front();
+                    timeouts += 1;
+                }
+                if board.quitting() {
+                    break;
+                }
+            }
+        }
+    }
+    wait_for_quit(board);
+    Ok(json!({"sent": sent, "replies": replies, "lost": {"client: no reply within 1 s": timeouts}}))
+}
+
+/// Attaches to the server, trying again for a while: its control socket exists before its
+/// driver process has attached, and until then it turns applications away.
+fn connect(socket: &Path) -> Result<Client> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match Client::connect(socket) {
+            Ok(c) => return Ok(c),
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!(
+                    "attaching to the server at {}: {e}",
+                    socket.display()
+                ));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// `server`/`ipc` receiving application: binds [`APP_PORT`] and copies out every message.
+pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
+    let client = connect(socket)?;
+    let sock = client.udp_bind(APP_PORT).map_err(|e| e.to_string())?;
+    board.add_ready();
+    let mut buf = vec![0u8; 65_536];
+    let (mut n, mut bytes) = (0u64, 0u64);
+    while !board.quitting() {
+        match sock.recv_timeout(&mut buf, POLL) {
+            Ok((len, _)) => {
+                n += 1;
+                bytes += len as u64;
+                board.set_received(n);
+            }
+            Err(ClientError::TimedOut) => {}
+            Err(ClientError::ServerGone) => break,
+            Err(e) => return Err(format!("recv: {e}")),
+        }
+    }
+    Ok(json!({"received": n, "bytes": bytes}))
+}
+
+/// `server`/`ipc` sending application: sends `size`-byte messages to [`PEER`] as the board
+/// allows. One message first (before it says it is ready) so that the server has the
+/// peer's Ethernet address before the run starts.
+pub fn shm_send(board: &Scoreboard, socket: &Path, size: usize) -> Result<Value> {
+    let client = connect(socket)?;
+    let sock = client.udp_bind(SOURCE_PORT).map_err(|e| e.to_string())?;
+    let mut msg = vec![0x5au8; size];
+    stamp(&mut msg, u64::MAX);
+    sock.send_to(&msg, PEER)
+        .map_err(|e| format!("first send: {e}"))?;
+    std::thread::sleep(Duration::from_millis(100));
+    board.add_ready();
+    let (mut sent, mut seen, mut failed) = (0u64, 0u64, 0u64);
+    let mut backoff = Backoff(0);
+    loop {
+        match board.permit(sent, &mut seen) {
+            Permit::Go => {
+                backoff.0 = 0;
+                stamp(&mut msg, sent);
+                match sock.send_to(&msg, PEER) {
+                    Ok(()) => {}
+                    Err(ClientError::ServerGone) => return Err("the server went away".into()),
+                    Err(_) => failed += 1,
+                }
+                sent += 1;
+                board.set_sent(sent);
+            }
+            Permit::Wait => backoff.wait(),
+            Permit::Done => break,
+        }
+    }
+    wait_for_quit(board);
+    Ok(json!({"sent": sent, "lost": {"app: send failed (no send buffer in 10 s)": failed}}))
+}
+
+/// `server`/`ipc` rr application: echoes every datagram on [`APP_PORT`] to its sender.
+pub fn shm_echo(board: &Scoreboard, socket: &Path) -> Result<Value> {
+    let client = connect(socket)?;
+    let sock = client.udp_bind(APP_PORT).map_err(|e| e.to_string())?;
+    board.add_ready();
+    let mut buf = vec![0u8; 65_536];
+    let (mut n, mut failed) = (0u64, 0u64);
+    while !board.quitting() {
+        match sock.recv_timeout(&mut buf, POLL) {
+            Ok((len, from)) => {
+                n += 1;
+                if sock.send_to(&buf[..len], from).is_err() {
+                    failed += 1;
+                }
+            }
+            Err(ClientError::TimedOut) => {}
+            Err(ClientError::ServerGone) => break,
+            Err(e) => return Err(format!("recv: {e}")),
+        }
+    }
+    Ok(json!({"echoed": n, "lost": {"app: echo send failed": failed}}))
+}
+
+/// What the `inline` worker does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InlineJob {
+    /// softnic sends, the built-in application receives (ttcp rx).
+    Receive,
+    /// The built-in application sends, softnic sinks (ttcp tx).
+    Transmit,
+    /// softnic requests, the built-in application echoes (rr).
+    Echo {
+        /// Requests in flight.
+        outstanding: u32,
+    },
+}
+
+/// `inline`: driver, stack and application in this one thread.
+pub fn inline(
+    board: Arc<Scoreboard>,
+    job: InlineJob,
+    size: usize,
+    checksum: bool,
+    rx_queue: usize,
+) -> Result<Value> {
+    let (role, app) = match job {
+        InlineJob::Receive => (BoardRole::Send, App::Sink(APP_PORT)),
+        InlineJob::Transmit => (BoardRole::Sink, App::Sink(SOURCE_PORT)),
+        InlineJob::Echo { outstanding } => (
+            BoardRole::RequestResponse { outstanding },
+            App::Echo(APP_PORT),
+        ),
+    };
+    let nic = Softnic::new(SoftnicConfig {
+        size,
+        checksum,
+        dst_ports: vec![APP_PORT],
+        peer_ip: *PEER.ip(),
+        src_port: PEER.port(),
+        board: Some((board.clone(), role)),
+        ..SoftnicConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let cfg = ServeConfig {
+        checksum,
+        rx_queue_limit: rx_queue,
+        apps: vec![app],
+        ..ServeConfig::default()
+    };
+    let mut server = Inline::new(nic, &cfg).map_err(|e| e.to_string())?;
+    let mut msg = vec![0x5au8; size];
+    if job == InlineJob::Transmit {
+        // Learn the peer's Ethernet address before the run.
+        stamp(&mut msg, u64::MAX);
+        let _ = server.send_to(SOURCE_PORT, &msg, PEER);
+        for _ in 0..100 {
+            server.step();
+        }
+    }
+    board.add_ready();
+    let (mut sent, mut seen, mut failed) = (0u64, 0u64, 0u64);
+    let mut rounds = 0u64;
+    loop {
+        if job == InlineJob::Transmit {
+            for _ in 0..32 {
+                if board.permit(sent, &mut seen) != Permit::Go {
+                    break;
+                }
+                stamp(&mut msg, sent);
+                if server.send_to(SOURCE_PORT, &msg, PEER).is_err() {
+                    failed += 1;
+                }
+                sent += 1;
+            }
+            board.set_sent(sent);
+        }
+        let work = server.step();
+        if job == InlineJob::Receive {
+            board.set_received(server.app_stats().messages);
+        }
+        // Look at the quit word now and then: it is the harness's line, not ours.
+        rounds += 1;
+        if (work == 0 || rounds % 1024 == 0) && board.quitting() {
+            break;
+        }
+        if work == 0 && !board.go() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    let stack: serde_json::Map<String, Value> = server
+        .stack_stats()
+        .fields()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into()))
+        .collect();
+    Ok(json!({
+        "sent": sent,
+        "apps": server.app_stats(),
+        "stack": stack,
+        "driver": server.driver_stats(),
+        "request_timeouts": server.driver().request_timeouts(),
+        "lost": {"app: send failed": failed},
+    }))
+}

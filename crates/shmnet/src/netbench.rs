@@ -1,0 +1,311 @@
+//! `shmnet ttcp`, `shmnet rr`, and the hidden `shmnet worker` their cells start.
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use shmnet_lab::netbench::rr::{RrOptions, RrReport};
+use shmnet_lab::netbench::ttcp::{Dir, TtcpOptions, TtcpReport};
+use shmnet_lab::netbench::worker::{self, InlineJob};
+use shmnet_lab::netbench::{Launch, Structure};
+use shmnet_lab::plot::{Bar, Group, Panel};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn list<T: std::str::FromStr<Err = String>>(s: &str) -> Result<Vec<T>, String> {
+    s.split(',').map(|x| x.trim().parse()).collect()
+}
+
+fn sizes(s: &str) -> Result<Vec<usize>, String> {
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|x| x.trim().parse().map_err(|_| format!("bad size {x:?}")))
+        .collect::<Result<_, _>>()?;
+    if let Some(bad) = v.iter().find(|&&z| z == 0 || z > 65_507) {
+        return Err(format!("a UDP message holds 1 to 65,507 bytes, not {bad}"));
+    }
+    Ok(v)
+}
+
+#[derive(Args)]
+pub struct TtcpArgs {
+    /// Structures to compare: kernel (Linux UDP over loopback), ipc (shmnet, messages copied
+    /// through sockets), server (shmnet, shared windows, 3 processes), inline (one process).
+    #[arg(long, default_value = "kernel,ipc,server,inline", value_parser = list::<Structure>)]
+    structure: std::vec::Vec<Structure>,
+    /// UDP payload bytes per message (comma-separated).
+    #[arg(long, default_value = "10,1024,8192,14792", value_parser = sizes)]
+    size: std::vec::Vec<usize>,
+    /// Directions: tx (application → wire), rx (wire → application).
+    #[arg(long, default_value = "tx,rx", value_parser = list::<Dir>)]
+    dir: std::vec::Vec<Dir>,
+    /// Messages per cell (instead of --seconds).
+    #[arg(long, conflicts_with = "seconds")]
+    count: Option<u64>,
+    /// Seconds per cell (default 2; 0.25 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// A quarter second per cell: the whole table in about half a minute.
+    #[arg(long)]
+    quick: bool,
+    /// The sender's window in messages (default: 1 MiB of messages, 8 to 256).
+    #[arg(long)]
+    window: Option<u64>,
+    /// UDP checksums on in the shmnet structures (loopback computes none, so off by default).
+    #[arg(long)]
+    checksum: bool,
+    /// Print one JSON object (rows as the issue names them, and everything else).
+    #[arg(long)]
+    json: bool,
+    /// Draw the bars, normalised to the fastest structure per size, into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RrArgs {
+    /// Structures to compare (as for ttcp).
+    #[arg(long, default_value = "kernel,ipc,server,inline", value_parser = list::<Structure>)]
+    structure: std::vec::Vec<Structure>,
+    /// Requests in flight (comma-separated; each is a cell).
+    #[arg(long, default_value = "1,16")]
+    outstanding: String,
+    /// Request and reply bytes.
+    #[arg(long, default_value_t = 32)]
+    size: usize,
+    /// Transactions per cell (instead of --seconds).
+    #[arg(long, conflicts_with = "seconds")]
+    count: Option<u64>,
+    /// Seconds per cell (default 2; 0.25 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// A quarter second per cell.
+    #[arg(long)]
+    quick: bool,
+    /// UDP checksums on in the shmnet structures.
+    #[arg(long)]
+    checksum: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn launch(checksum: bool) -> Result<Launch> {
+    // The parties sleep in short waits (a sender held back by its window looks again every
+    // few microseconds); the default 50 µs timer slack would stretch every one of them. The
+    // children inherit it.
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    Ok(Launch {
+        exe: std::env::current_exe().context("finding this program to start the parties")?,
+        checksum,
+    })
+}
+
+fn seconds(given: Option<f64>, quick: bool) -> Result<f64> {
+    let s = given.unwrap_or(if quick { 0.25 } else { 2.0 });
+    if !(s > 0.0 && s.is_finite()) {
+        bail!("--seconds must be a positive number of seconds");
+    }
+    Ok(s)
+}
+
+pub fn ttcp(a: TtcpArgs) -> Result<()> {
+    if a.window == Some(0) {
+        eprintln!(
+            "note: --window 0 lets the sender run unchecked: expect losses, each counted where it happened"
+        );
+    }
+    let opts = TtcpOptions {
+        launch: launch(a.checksum)?,
+        structures: a.structure,
+        sizes: a.size,
+        dirs: a.dir,
+        count: a.count,
+        seconds: seconds(a.seconds, a.quick)?,
+        window: a.window,
+    };
+    let plot = a.plot.clone();
+    let json = a.json;
+    let mut report = None;
+    crate::emit(json, |progress| {
+        let r = shmnet_lab::netbench::ttcp::run(&opts, progress);
+        report = Some(r.clone());
+        r
+    })?;
+    let report = report.expect("emit ran the benchmark");
+    if let Some(path) = plot {
+        draw_ttcp(&report, &path)?;
+        if !json {
+            println!("plot: {}", path.display());
+        }
+    }
+    if !report.failed.is_empty() {
+        bail!("{} cell(s) failed (see above)", report.failed.len());
+    }
+    Ok(())
+}
+
+fn draw_ttcp(report: &TtcpReport, path: &std::path::Path) -> Result<()> {
+    let panels: Vec<Panel> = [Dir::Tx, Dir::Rx]
+        .into_iter()
+        .filter(|d| report.rows.iter().any(|r| r.dir == *d))
+        .map(|d| {
+            let mut sizes: Vec<usize> = report
+                .rows
+                .iter()
+                .filter(|r| r.dir == d)
+                .map(|r| r.size)
+                .collect();
+            sizes.dedup();
+            Panel {
+                title: match d {
+                    Dir::Tx => "ttcp transmit".into(),
+                    Dir::Rx => "ttcp receive".into(),
+                },
+                groups: sizes
+                    .into_iter()
+                    .map(|size| Group {
+                        label: format!("{size} B"),
+                        bars: report
+                            .rows
+                            .iter()
+                            .filter(|r| r.dir == d && r.size == size)
+                            .map(|r| Bar {
+                                series: r.structure.name().into(),
+                                value: r.msgs_per_s,
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    shmnet_lab::plot::normalized_bars(
+        path,
+        "shmnet ttcp: messages/s by structure",
+        "relative to the fastest",
+        &panels,
+        &|v| {
+            if v >= 1e6 {
+                format!("{:.1}M", v / 1e6)
+            } else {
+                format!("{:.0}k", v / 1e3)
+            }
+        },
+    )
+    .with_context(|| format!("drawing {}", path.display()))
+}
+
+pub fn rr(a: RrArgs) -> Result<()> {
+    let outstanding: Vec<u32> = a
+        .outstanding
+        .split(',')
+        .map(|x| x.trim().parse::<u32>())
+        .collect::<Result<_, _>>()
+        .ok()
+        .filter(|v: &Vec<u32>| v.iter().all(|&n| (1..=4096).contains(&n)))
+        .context("--outstanding takes numbers from 1 to 4096, like 1,16")?;
+    if !(8..=1472).contains(&a.size) {
+        bail!("--size must be 8 to 1,472 bytes (the sequence number takes 8; one frame)");
+    }
+    let opts = RrOptions {
+        launch: launch(a.checksum)?,
+        structures: a.structure,
+        outstanding,
+        size: a.size,
+        count: a.count,
+        seconds: seconds(a.seconds, a.quick)?,
+    };
+    let mut failed = 0;
+    crate::emit(a.json, |progress| {
+        let r: RrReport = shmnet_lab::netbench::rr::run(&opts, progress);
+        failed = r.failed.len();
+        r
+    })?;
+    if failed > 0 {
+        bail!("{failed} cell(s) failed (see above)");
+    }
+    Ok(())
+}
+
+/// The hidden `shmnet worker` command: one party of a ttcp or rr cell.
+#[derive(Args)]
+pub struct WorkerArgs {
+    /// Which party.
+    #[arg(value_enum)]
+    job: WorkerJob,
+    /// The cell's scoreboard.
+    #[arg(long)]
+    board: PathBuf,
+    /// Message bytes.
+    #[arg(long, default_value_t = 10)]
+    size: usize,
+    /// rr: requests in flight.
+    #[arg(long, default_value_t = 1)]
+    outstanding: u32,
+    /// server/ipc: the server's control socket.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// inline: rx, tx or rr:N.
+    #[arg(long, default_value = "rx")]
+    job_kind: String,
+    /// inline: socket queue limit.
+    #[arg(long, default_value_t = 64)]
+    rx_queue: usize,
+    /// inline: UDP checksums.
+    #[arg(long)]
+    checksum: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WorkerJob {
+    KernelRecv,
+    KernelSend,
+    KernelEcho,
+    KernelRr,
+    ShmRecv,
+    ShmSend,
+    ShmEcho,
+    Inline,
+}
+
+pub fn worker(a: WorkerArgs) -> Result<()> {
+    let board = Arc::new(
+        shmnet_io::scoreboard::Scoreboard::open(&a.board).context("opening the scoreboard")?,
+    );
+    let socket = || {
+        a.socket
+            .clone()
+            .context("this worker needs --socket (the server's control socket)")
+    };
+    let out = match a.job {
+        WorkerJob::KernelRecv => worker::kernel_recv(&board),
+        WorkerJob::KernelSend => worker::kernel_send(&board, a.size),
+        WorkerJob::KernelEcho => worker::kernel_echo(&board),
+        WorkerJob::KernelRr => worker::kernel_rr(&board, a.size, a.outstanding),
+        WorkerJob::ShmRecv => worker::shm_recv(&board, &socket()?),
+        WorkerJob::ShmSend => worker::shm_send(&board, &socket()?, a.size),
+        WorkerJob::ShmEcho => worker::shm_echo(&board, &socket()?),
+        WorkerJob::Inline => {
+            let job = match a.job_kind.as_str() {
+                "rx" => InlineJob::Receive,
+                "tx" => InlineJob::Transmit,
+                other => match other.strip_prefix("rr:").and_then(|n| n.parse().ok()) {
+                    Some(outstanding) => InlineJob::Echo { outstanding },
+                    None => bail!("unknown inline job {other:?}: rx, tx or rr:N"),
+                },
+            };
+            worker::inline(board.clone(), job, a.size, a.checksum, a.rx_queue)
+        }
+    };
+    match out {
+        Ok(v) => {
+            println!("{v}");
+            Ok(())
+        }
+        Err(e) => {
+            // Let the others leave too: the harness reports this party's error.
+            board.set_quit();
+            bail!(e)
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! `shmnet ttcp` and `shmnet rr` keep their own books: every message a cell sends is counted
+//! as received, or as lost in a named place. These run the real commands (every structure,
+//! its parties as processes) on small counts; they assert bookkeeping, never speed.
+
+use serde_json::Value;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One benchmark at a time: each starts several processes, and this machine has few cores.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn shmnet(args: &[&str]) -> Value {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+        .args(args)
+        .output()
+        .expect("run shmnet");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "shmnet {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+/// sent = received + lost, and the loss counters account for every lost message.
+fn check_books(row: &Value, sent_field: &str) {
+    let (sent, received, lost) = (u(row, sent_field), u(row, "received"), u(row, "lost"));
+    assert_eq!(sent, received + lost, "{row}");
+    assert_eq!(u(row, "unaccounted"), 0, "a loss no counter names: {row}");
+    if lost > 0 {
+        let counted: u64 = row["lost_where"]
+            .as_object()
+            .expect("lost_where")
+            .values()
+            .filter_map(Value::as_u64)
+            .sum();
+        assert!(counted >= lost, "{row}");
+    }
+}
+
+#[test]
+fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
+    let v = shmnet(&["ttcp", "--quick", "--count", "3000", "--json"]);
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(
+        rows.len(),
+        4 * 4 * 2,
+        "4 structures × 4 sizes × 2 directions"
+    );
+    for r in rows {
+        for k in [
+            "structure",
+            "size",
+            "dir",
+            "msgs_per_s",
+            "gbit_per_s",
+            "cpu_s_per_msg",
+            "lost",
+        ] {
+            assert!(!r[k].is_null(), "{k} missing in {r}");
+        }
+        check_books(r, "sent");
+        // With the window on, nothing is lost: every queue on the way holds the window.
+        assert_eq!(u(r, "sent"), 3000, "{r}");
+        assert_eq!(u(r, "lost"), 0, "{r}");
+        assert!(r["cpu_s_per_msg"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let memcpy = v["memcpy"].as_array().expect("memcpy");
+    assert_eq!(memcpy.len(), 4);
+    assert!(!v["targets"].as_array().expect("targets").is_empty());
+}
+
+#[test]
+fn ttcp_without_a_window_names_the_place_of_every_loss() {
+    let v = shmnet(&[
+        "ttcp",
+        "--structure",
+        "kernel,server,inline",
+        "--size",
+        "10",
+        "--dir",
+        "rx",
+        "--window",
+        "0",
+        "--count",
+        "200000",
+        "--json",
+    ]);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3, "{v}");
+    for r in rows {
+        check_books(r, "sent");
+        assert!(u(r, "received") > 0, "{r}");
+    }
+}
+
+#[test]
+fn rr_times_every_transaction_and_loses_none() {
+    let v = shmnet(&["rr", "--quick", "--count", "2000", "--json"]);
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 4 * 2, "4 structures × (1 and 16 in flight)");
+    for r in rows {
+        check_books(r, "sent");
+        assert_eq!(u(r, "lost"), 0, "{r}");
+        assert_eq!(u(r, "samples"), u(r, "received"), "every reply timed: {r}");
+        let (p50, p99) = (r["p50_us"].as_f64().unwrap(), r["p99_us"].as_f64().unwrap());
+        assert!(p50 > 0.0 && p50 <= p99, "{r}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_hint() {
+    for (args, hint) in [
+        (
+            &["ttcp", "--structure", "kernal"][..],
+            "use kernel, ipc, server or inline",
+        ),
+        (&["ttcp", "--size", "70000"][..], "1 to 65,507"),
+        (&["rr", "--outstanding", "0"][..], "1 to 4096"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+            .args(args)
+            .output()
+            .expect("run shmnet");
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(hint), "{args:?}: {err}");
+    }
+}
