@@ -16,7 +16,8 @@ mod serve;
     long_about = "shmnet runs a packet driver, a protocol server and applications as parties that share \
 memory windows (memfd regions holding descriptor queues and buffer pools), so packet data stays \
 where the wire put it until the application reads it.\n\n\
-This build has the shared-memory channel, the protocol stack, and their benchmarks. Start with:\n  \
+This build has the shared-memory channel, the protocol stack, the inline, server and ipc \
+structures, and the benchmarks that compare them with the kernel. Start with:\n  \
 shmnet bench chan --quick      the queue against rtrb and rte_ring, and the pools\n  \
 shmnet bench stack --quick     the stack's receive and send paths against memcpy\n  \
 shmnet ttcp --quick            streaming throughput: kernel, ipc, server, inline\n  \

@@ -748,6 +748,108 @@ mod tests {
         assert_eq!(nic.stats().rx_no_buffer, 72);
     }
 
+    fn board(window: u64, limit: u64) -> (std::sync::Arc<Scoreboard>, std::path::PathBuf) {
+        let path = crate::scoreboard::temp_path("softnic-test");
+        let b = Scoreboard::create(&path, window, limit, 64).unwrap();
+        (std::sync::Arc::new(b), path)
+    }
+
+    #[test]
+    fn as_a_sender_it_waits_for_go_keeps_to_the_window_and_stops_at_the_limit() {
+        let (b, path) = board(3, 5);
+        let mut nic = Softnic::new(SoftnicConfig {
+            size: 10,
+            board: Some((b.clone(), BoardRole::Send)),
+            ..SoftnicConfig::default()
+        })
+        .unwrap();
+        let (_server, mut drv) = pools();
+        let mut out = Vec::new();
+        assert_eq!(
+            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
+            0,
+            "before go"
+        );
+        b.set_go();
+        assert_eq!(
+            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
+            3,
+            "the window"
+        );
+        assert_eq!(b.sent(), 3);
+        assert_eq!(
+            nic.idle_hint(),
+            Some(Duration::from_micros(5)),
+            "look again soon"
+        );
+        b.set_received(3);
+        assert_eq!(
+            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
+            2,
+            "the limit"
+        );
+        assert!(nic.done());
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn as_a_requester_it_times_each_reply_and_as_a_sink_it_counts_from_go() {
+        let (b, path) = board(0, 0);
+        let mut nic = Softnic::new(SoftnicConfig {
+            size: 32,
+            board: Some((b.clone(), BoardRole::RequestResponse { outstanding: 2 })),
+            ..SoftnicConfig::default()
+        })
+        .unwrap();
+        let (_server, mut drv) = pools();
+        let mut out = Vec::new();
+        b.set_go();
+        assert_eq!(
+            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
+            2,
+            "two in flight"
+        );
+        assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 0);
+        // Echo the first request back: the frame with its addresses swapped is a reply.
+        let mut frame = vec![0u8; out[0].len as usize];
+        drv.buffers().read(out[0].buf, 0, &mut frame).unwrap();
+        let reply = drv.alloc().unwrap();
+        drv.buffers().write(reply, 0, &frame).unwrap();
+        drv.buffers()
+            .set_off_len(reply, 0, frame.len() as u16)
+            .unwrap();
+        nic.tx_burst(&mut drv, &[reply]).unwrap();
+        assert_eq!(b.received(), 1);
+        assert_eq!(b.samples().len(), 1, "one transaction timed");
+        assert_eq!(
+            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
+            1,
+            "room for one more"
+        );
+        let _ = std::fs::remove_file(&path);
+
+        let (b, path) = board(0, 0);
+        let mut sink = Softnic::new(SoftnicConfig {
+            board: Some((b.clone(), BoardRole::Sink)),
+            ..SoftnicConfig::default()
+        })
+        .unwrap();
+        assert!(sink.done(), "a sink sends nothing");
+        let send_one = |sink: &mut Softnic, drv: &mut DriverPools| {
+            let r = drv.alloc().unwrap();
+            drv.buffers().write(r, 0, &frame).unwrap();
+            drv.buffers().set_off_len(r, 0, frame.len() as u16).unwrap();
+            sink.tx_burst(drv, &[r]).unwrap();
+        };
+        send_one(&mut sink, &mut drv); // before the run: not counted
+        b.set_go();
+        sink.rx_burst(&mut drv, &mut out, 32).unwrap();
+        send_one(&mut sink, &mut drv);
+        send_one(&mut sink, &mut drv);
+        assert_eq!(b.received(), 2);
+        let _ = std::fs::remove_file(path);
+    }
+
     #[test]
     fn nontemporal_dma_delivers_the_same_bytes() {
         let mk = |dma| {
