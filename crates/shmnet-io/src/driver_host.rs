@@ -25,12 +25,13 @@ pub struct DriverThreadStats {
     pub cpu_us: u64,
 }
 
-/// CPU seconds (user + system) the calling thread has used.
-pub fn thread_cpu_s() -> f64 {
+/// CPU seconds (user + system) used by `who`: `libc::RUSAGE_THREAD` (the calling thread),
+/// `RUSAGE_SELF` (this process) or `RUSAGE_CHILDREN` (its reaped children).
+pub fn rusage_cpu_s(who: libc::c_int) -> f64 {
     // SAFETY: `getrusage` writes one `rusage` into the zeroed value we pass.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        libc::getrusage(who, &mut ru);
         ru
     };
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
@@ -218,7 +219,7 @@ pub(crate) fn drive<D: Driver>(
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = in_full;
-        s.cpu_us = (thread_cpu_s() * 1e6) as u64;
+        s.cpu_us = (rusage_cpu_s(libc::RUSAGE_THREAD) * 1e6) as u64;
     }
 }
 
@@ -307,6 +308,6 @@ pub(crate) fn drive_ipc<D: Driver>(
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = dropped;
-        s.cpu_us = (thread_cpu_s() * 1e6) as u64;
+        s.cpu_us = (rusage_cpu_s(libc::RUSAGE_THREAD) * 1e6) as u64;
     }
 }

@@ -22,7 +22,7 @@
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::driver::{Driver, Family};
 use crate::driver_host::{DriverEnds, drive, drive_ipc};
-pub use crate::driver_host::{DriverThreadStats, run_driver_process, thread_cpu_s};
+pub use crate::driver_host::{DriverThreadStats, run_driver_process, rusage_cpu_s};
 use crate::inline::ServeConfig;
 use crate::pool::ChanPool;
 use crate::windows::{self, IN_ARP, IN_IPV4, OUT, REQ, RET, RX, SEND_HEADER};

@@ -578,8 +578,8 @@ fn run_server(a: ServeArgs) -> Result<()> {
     // driver process reaped by `shutdown`).
     let driver_thread_s = stats["driver"]["cpu_us"].as_f64().unwrap_or(0.0) / 1e6;
     let (own, children) = (
-        process_cpu_s(libc::RUSAGE_SELF),
-        process_cpu_s(libc::RUSAGE_CHILDREN),
+        shmnet_io::server::rusage_cpu_s(libc::RUSAGE_SELF),
+        shmnet_io::server::rusage_cpu_s(libc::RUSAGE_CHILDREN),
     );
     stats["cpu_s"] = if as_thread {
         serde_json::json!({"server": own - driver_thread_s, "driver": driver_thread_s})
@@ -592,17 +592,4 @@ fn run_server(a: ServeArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     }
     Ok(())
-}
-
-/// CPU seconds (user + system) used by this process (`RUSAGE_SELF`) or its reaped children
-/// (`RUSAGE_CHILDREN`).
-pub fn process_cpu_s(who: libc::c_int) -> f64 {
-    // SAFETY: `getrusage` writes one `rusage` into the zeroed value we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(who, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

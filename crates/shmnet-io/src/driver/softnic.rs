@@ -331,7 +331,7 @@ impl Softnic {
     }
 
     /// A UDP datagram left for the peer: count it for the run.
-    fn board_sunk(&mut self, payload_head: &[u8]) {
+    fn board_sunk(&mut self, seq: Option<u64>) {
         let Some((board, role)) = &self.cfg.board else {
             return;
         };
@@ -343,10 +343,7 @@ impl Softnic {
                 }
             }
             BoardRole::RequestResponse { .. } => {
-                let Some(seq) = payload_head
-                    .get(..8)
-                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                else {
+                let Some(seq) = seq else {
                     return;
                 };
                 let Some(pos) = self.run.in_flight.iter().position(|(s, _)| *s == seq) else {
@@ -397,9 +394,14 @@ impl Softnic {
                 let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
                 if ip[9] == 17 && first_fragment {
                     self.sink_udp += 1;
-                    let payload = usize::from(ip[0] & 0x0f) * 4 + UDP;
-                    let head = ip.get(payload..).unwrap_or(&[]).to_vec();
-                    self.board_sunk(&head);
+                    if self.cfg.board.is_some() {
+                        // The payload's first 8 bytes: an rr reply's sequence number.
+                        let at = usize::from(ip[0] & 0x0f) * 4 + UDP;
+                        let seq = ip
+                            .get(at..at + 8)
+                            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+                        self.board_sunk(seq);
+                    }
                 }
             }
             Err(_) => {}
