@@ -24,6 +24,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use shmnet_chan::handoff::recv_window;
 use shmnet_chan::{Consumer, Desc, NO_BUF, Producer, ServerPools, Window};
+use shmnet_stack::{BufIdx, NoHook, RecvHook};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddrV4;
@@ -314,7 +315,12 @@ impl Inner {
     }
 
     /// Copies the chain of delivery `d` into `buf` and gives the chain back.
-    fn take(&mut self, d: Desc, buf: &mut [u8]) -> Result<(usize, SocketAddrV4), ClientError> {
+    fn take<H: RecvHook + ?Sized>(
+        &mut self,
+        d: Desc,
+        buf: &mut [u8],
+        hook: &mut H,
+    ) -> Result<(usize, SocketAddrV4), ClientError> {
         let (_, src) = windows::rx_meta(&d);
         let shm = self
             .shm
@@ -333,11 +339,24 @@ impl Inner {
                 break;
             };
             let take = usize::from(len).min(want - copied);
+            // The instrument sees the bytes only once the buffer's geometry has vouched for
+            // them (`read` below makes the same check).
+            let start = usize::from(off);
+            // SAFETY: this application owns the delivered chain until it returns it below.
+            let seen = unsafe { bufs.data(cur) }
+                .ok()
+                .and_then(|d| d.get(start..start + take));
+            if let Some(data) = seen {
+                hook.on_buffer(BufIdx(cur), data);
+            }
             if bufs
-                .read(cur, usize::from(off), &mut buf[copied..copied + take])
+                .read(cur, start, &mut buf[copied..copied + take])
                 .is_err()
             {
                 break;
+            }
+            if let Some(data) = seen {
+                hook.after_buffer(BufIdx(cur), data);
             }
             copied += take;
             cur = bufs.next(cur).unwrap_or(NO_BUF);
@@ -422,15 +441,36 @@ impl UdpSocket {
             return i.ipc_recv(self.id, buf, Some(Instant::now()));
         }
         match i.next_for(self.id) {
-            Some(d) => i.take(d, buf).map(Some),
+            Some(d) => i.take(d, buf, &mut NoHook).map(Some),
             None => i.check_alive().map(|()| None),
         }
+    }
+
+    /// As [`UdpSocket::recv_timeout`], with an instrument around the copy of every buffer
+    /// (the residency probe: see `shmnet_stack::RecvHook`). In the `ipc` structure, where
+    /// messages arrive already copied into a socket's bytes, the hook is not called.
+    pub fn recv_with_hook<H: RecvHook + ?Sized>(
+        &self,
+        buf: &mut [u8],
+        timeout: Duration,
+        hook: &mut H,
+    ) -> Result<(usize, SocketAddrV4), ClientError> {
+        self.recv_until_with(buf, Some(Instant::now() + timeout), hook)
     }
 
     fn recv_until(
         &self,
         buf: &mut [u8],
         deadline: Option<Instant>,
+    ) -> Result<(usize, SocketAddrV4), ClientError> {
+        self.recv_until_with(buf, deadline, &mut NoHook)
+    }
+
+    fn recv_until_with<H: RecvHook + ?Sized>(
+        &self,
+        buf: &mut [u8],
+        deadline: Option<Instant>,
+        hook: &mut H,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
         let mut i = self.inner.borrow_mut();
         if i.shm.is_none() {
@@ -440,7 +480,7 @@ impl UdpSocket {
         }
         loop {
             if let Some(d) = i.next_for(self.id) {
-                return i.take(d, buf);
+                return i.take(d, buf, hook);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ClientError::TimedOut);

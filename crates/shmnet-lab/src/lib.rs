@@ -7,8 +7,13 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod cacheinfo;
+pub mod calibrate;
 pub mod machine;
+pub mod mem;
 pub mod netbench;
 /// Grouped bar charts normalised to the fastest bar of each group, as PNG.
 pub mod plot;
+pub mod residency;
+pub mod suite;
 pub mod tsc;

@@ -26,7 +26,7 @@ impl Machine {
         };
         Self {
             cpu: field("model name").unwrap_or_else(|| "unknown".into()),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: online_cpus(),
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
@@ -51,4 +51,12 @@ impl std::fmt::Display for Machine {
             }
         )
     }
+}
+
+/// CPUs online on this machine, whatever this thread's affinity (which
+/// `available_parallelism` follows).
+pub fn online_cpus() -> usize {
+    // SAFETY: `sysconf` reads a value and has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(1)
 }

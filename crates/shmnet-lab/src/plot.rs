@@ -168,7 +168,7 @@ pub fn normalized_bars(
 }
 
 /// The PNG encoder picks the format from the file name's extension, so insist on `.png`.
-fn check_png_path(path: &Path) -> Result<(), PlotError> {
+pub(crate) fn check_png_path(path: &Path) -> Result<(), PlotError> {
     let is_png = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("png"));
@@ -224,17 +224,17 @@ fn series_color(series: &str, order: &[&str]) -> RGBColor {
 }
 
 /// Maps any drawing error into [`PlotError::Draw`].
-fn draw_err(e: impl std::fmt::Display) -> PlotError {
+pub(crate) fn draw_err(e: impl std::fmt::Display) -> PlotError {
     PlotError::Draw(e.to_string())
 }
 
 /// A text style in the registered font.
-fn text_style(size: f64) -> TextStyle<'static> {
+pub(crate) fn text_style(size: f64) -> TextStyle<'static> {
     TextStyle::from((FONT_FAMILY, size).into_font()).color(&BLACK)
 }
 
 /// Registers the font with plotters, once per process; later calls return the first outcome.
-fn ensure_font() -> Result<(), PlotError> {
+pub(crate) fn ensure_font() -> Result<(), PlotError> {
     static FONT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     match FONT.get_or_init(load_font) {
         Ok(_) => Ok(()),

@@ -31,15 +31,16 @@ pub struct Message {
 /// probe) can time each copy. Both methods default to nothing and are inlined, so
 /// [`NoHook`] costs nothing.
 pub trait RecvHook {
-    /// Immediately before `len` bytes at `src` (inside buffer `buf`) are copied out.
+    /// Immediately before `data` (the bytes of buffer `buf` about to be copied) is copied
+    /// out. The bytes may live in memory another process can write: treat them as untrusted.
     #[inline(always)]
-    fn on_buffer(&mut self, buf: BufIdx, src: *const u8, len: usize) {
-        let _ = (buf, src, len);
+    fn on_buffer(&mut self, buf: BufIdx, data: &[u8]) {
+        let _ = (buf, data);
     }
     /// Immediately after that copy.
     #[inline(always)]
-    fn after_buffer(&mut self, buf: BufIdx, src: *const u8, len: usize) {
-        let _ = (buf, src, len);
+    fn after_buffer(&mut self, buf: BufIdx, data: &[u8]) {
+        let _ = (buf, data);
     }
 }
 
@@ -111,10 +112,9 @@ pub fn copy_out<P: BufferPool + ?Sized, H: RecvHook + ?Sized>(
         let seg = valid(pool, cur);
         let k = seg.len().min(want - at);
         if k > 0 {
-            let src = seg.as_ptr();
-            hook.on_buffer(cur, src, k);
+            hook.on_buffer(cur, &seg[..k]);
             dst[at..at + k].copy_from_slice(&seg[..k]);
-            hook.after_buffer(cur, src, k);
+            hook.after_buffer(cur, &seg[..k]);
             at += k;
         }
         match pool.next(cur) {

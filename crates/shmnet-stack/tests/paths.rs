@@ -24,12 +24,12 @@ struct Probe {
 }
 
 impl RecvHook for Probe {
-    fn on_buffer(&mut self, buf: BufIdx, src: *const u8, len: usize) {
-        assert!(!self.open && !src.is_null());
+    fn on_buffer(&mut self, buf: BufIdx, data: &[u8]) {
+        assert!(!self.open && !data.is_empty());
         self.open = true;
-        self.calls.push((buf, len));
+        self.calls.push((buf, data.len()));
     }
-    fn after_buffer(&mut self, _buf: BufIdx, _src: *const u8, _len: usize) {
+    fn after_buffer(&mut self, _buf: BufIdx, _data: &[u8]) {
         assert!(self.open);
         self.open = false;
     }

@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 mod app;
+mod lab;
 mod netbench;
 mod serve;
 
@@ -79,6 +80,45 @@ enum Command {
     ///   shmnet rr --structure kernel,server --outstanding 1 --seconds 5 --json
     #[command(verbatim_doc_comment)]
     Rr(netbench::RrArgs),
+    /// This machine's Table 1 (seed 000): timer cost and step, line loads from L1, L2, the
+    /// last level and memory (clean and dirty victims), TLB misses on 4 KiB and 2 MiB pages,
+    /// memcpy bandwidth, and what loading one packet buffer costs from each place.
+    ///
+    /// Examples:
+    ///   shmnet calibrate
+    ///   shmnet calibrate --json > table1.json     for `shmnet residency --calibration`
+    #[command(verbatim_doc_comment)]
+    Calibrate(lab::CalibrateArgs),
+    /// Seed 000's experiment: time the load of every buffer at copy-out and histogram how
+    /// much of it was still in the cache.
+    ///
+    /// softnic sends 14,792-byte messages (ten 1,480-byte IP fragments) through the stack to
+    /// a socket; the application copies each out, and the probe times the load of each data
+    /// buffer just before, minus the same load from L1. Output: the seed's summary rows (%
+    /// buffers totally within cache, below a 100 % clean miss, below/above a 100 % dirty
+    /// miss, average overhead ticks per word), the histogram, and the distribution by
+    /// fragment position with Kolmogorov–Smirnov tests between positions.
+    ///
+    /// Examples:
+    ///   shmnet residency                                   inline, 2 ms gap
+    ///   shmnet residency --gap 0 --queue 16                saturated, a deeper queue
+    ///   shmnet residency --structure server --cores split --plot hist.png
+    ///   shmnet residency --load 256 --json                 with the synthetic application
+    #[command(verbatim_doc_comment)]
+    Residency(lab::ResidencyArgs),
+    /// Seed 000's tables on this machine in one run: calibration (Table 1), structures ×
+    /// gap (Table 2), TLB forcing and checksum (Table 3), queue and load (Table 4), and the
+    /// seed's rules (LIFO buffers, 2 MiB pages, one context) plus cached vs non-temporal DMA.
+    ///
+    /// Writes DIR/report.md with the tables and figures, a PNG of histograms per table, and
+    /// every run's JSON. About a minute; --quick about 20 s. 2 MiB pages need reserved huge
+    /// pages (scripts/lab reserves them when run as root); without them that run says why.
+    ///
+    /// Examples:
+    ///   shmnet lab --quick
+    ///   shmnet lab --out /tmp/lab && less /tmp/lab/report.md
+    #[command(verbatim_doc_comment)]
+    Lab(lab::LabArgs),
     /// One party of a ttcp or rr cell (started by them).
     #[command(hide = true)]
     Worker(netbench::WorkerArgs),
@@ -160,6 +200,17 @@ fn spinner(hidden: bool) -> indicatif::ProgressBar {
     pb
 }
 
+/// A progress bar on stderr for a run whose fraction done is known (positions 0..=1000).
+pub(crate) fn progress_bar() -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(1000);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {percent:>3}% {msg}")
+            .expect("a valid template"),
+    );
+    pb.enable_steady_tick(std::time::Duration::from_millis(120));
+    pb
+}
+
 fn bench_chan(a: ChanArgs) -> Result<()> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     if a.cpus.0.max(a.cpus.1) >= cpus {
@@ -229,5 +280,8 @@ fn main() -> Result<()> {
         Command::Ttcp(a) => netbench::ttcp(a),
         Command::Rr(a) => netbench::rr(a),
         Command::Worker(a) => netbench::worker(a),
+        Command::Calibrate(a) => lab::calibrate(a),
+        Command::Residency(a) => lab::residency(a),
+        Command::Lab(a) => lab::lab(a),
     }
 }

@@ -220,6 +220,24 @@ pub struct ServeArgs {
     /// Messages a socket's receive queue holds before the stack drops (and counts) more.
     #[arg(long, default_value_t = 64, value_name = "MESSAGES")]
     rx_queue: usize,
+    /// The pages the packet buffers live on: `4k`, `2m` (reserved huge pages: write
+    /// /proc/sys/vm/nr_hugepages first) or `thp` (transparent huge pages where allowed).
+    #[arg(long, default_value = "4k", value_name = "4k|2m|thp")]
+    page: shmnet_chan::PageSize,
+    /// Which free buffer the driver is handed: `lifo` (the most recently freed, likely still
+    /// in the cache), `fifo` (the least recently freed) or `random`.
+    #[arg(long, default_value = "lifo", value_name = "lifo|fifo|random")]
+    alloc: shmnet_chan::AllocPolicy,
+}
+
+impl ServeArgs {
+    /// The buffer pools these options ask for.
+    fn pools(&self) -> shmnet_chan::PoolSpec {
+        shmnet_chan::PoolSpec {
+            policy: self.alloc,
+            ..shmnet_chan::PoolSpec::default()
+        }
+    }
 }
 
 fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -273,18 +291,18 @@ pub fn run(a: ServeArgs) -> Result<()> {
         checksum: !a.dev.no_checksum,
         apps: apps.clone(),
         rx_queue_limit: a.rx_queue,
-        ..ServeConfig::default()
+        pools: a.pools(),
     };
     if a.dev.driver == "softnic" {
         let Some(first) = apps.first() else {
             bail!("softnic sends to an application: add --sink PORT (or --echo PORT)");
         };
         let nic = a.dev.softnic(first.port(), None)?;
-        let server = Inline::new(nic, &cfg).context("starting the inline server")?;
+        let server = Inline::with_page(nic, &cfg, a.page).context("starting the inline server")?;
         serve(server, &a, |s| s.driver().done())
     } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
         let nic = open_af_packet(iface)?;
-        let server = Inline::new(nic, &cfg).context("starting the inline server")?;
+        let server = Inline::with_page(nic, &cfg, a.page).context("starting the inline server")?;
         eprintln!(
             "shmnet inline on {iface} as {}/{}: answering ARP and ping; UDP {}; Ctrl-C to stop",
             a.dev.ip.0,
@@ -469,10 +487,11 @@ fn run_server(a: ServeArgs) -> Result<()> {
             prefix: a.dev.ip.1,
             checksum: !a.dev.no_checksum,
             rx_queue_limit: a.rx_queue,
+            pools: a.pools(),
             ..ServeConfig::default()
         },
         socket: a.socket.clone(),
-        page: shmnet_chan::PageSize::Small,
+        page: a.page,
         ipc: false,
     };
     let ipc = a.structure == Structure::Ipc;

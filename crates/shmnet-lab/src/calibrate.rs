@@ -1,0 +1,667 @@
+//! `shmnet calibrate`: this machine's Table 1 — what the timer costs, what a line costs from
+//! each level of the memory system, what a TLB miss costs, how fast `memcpy` runs, and what
+//! loading one packet buffer costs hot, from the last-level cache and from memory (clean and
+//! behind dirty victims). The residency experiment reads its histograms against these.
+//!
+//! Method (the seed's Table 1 and Calibrator's, adapted to a machine with prefetchers and
+//! out-of-order execution):
+//!
+//! - Every figure is a TSC window (`lfence; rdtsc` … `rdtscp; lfence`) on a pinned thread;
+//!   the empty window's cost is subtracted; medians over many windows are quoted with their
+//!   10th and 90th percentiles.
+//! - **Line loads** follow a pointer chase through a random cyclic permutation of the lines
+//!   of a working set sized to sit in one level (half the L1, half the L2, the geometric mean
+//!   of L2 and last level, eight times the last level), on transparent huge pages so that TLB
+//!   misses stay out. Each load depends on the one before: no overlap, no prefetch.
+//! - **Memory, clean and dirty**: before each window a sweep fills the caches with clean
+//!   lines (loads) or dirty ones (stores) of another region; the chase that follows makes
+//!   every fill evict one of them. The difference is the write-back a dirty victim costs (the
+//!   seed's 18 vs 23 cycles).
+//! - **TLB**: one line per 4 KiB page over a span (64 MiB) far larger than the TLBs reach,
+//!   minus the same number of lines packed together (same cache footprint, few pages): the
+//!   cost of a page walk per load. The same span on 2 MiB pages needs 32 TLB entries, which
+//!   is the point of seed 000's "group TLB" rule; its figure is the extra cost that remains.
+//!   (A footprint that fits in L1, as Calibrator uses, cannot span more pages than a modern
+//!   second-level TLB holds: 1 MiB of lines is used instead, and the packed baseline cancels
+//!   it.)
+//! - **Buffer loads** use the residency probe's own routine ([`crate::mem::load`]) on a
+//!   buffer of the probe's size and alignment: hot (loaded twice, the second timed), after
+//!   the buffer was pushed out of L2 into the last level, and after `clflush` with the caches
+//!   full of clean or of dirty lines. Their differences from hot are the marks the residency
+//!   histograms are read against.
+
+use crate::cacheinfo::{self, CacheInfo, Sizes};
+use crate::machine::Machine;
+use crate::mem::{self, LINE, Paging, Region};
+use crate::tsc::{self, Calibration};
+use std::time::Duration;
+
+/// How many windows each figure is the median of.
+#[derive(Clone, Copy, Debug)]
+pub struct Effort {
+    /// Windows per figure.
+    pub windows: usize,
+}
+
+impl Effort {
+    /// The published figures.
+    pub const FULL: Self = Self { windows: 41 };
+    /// A few seconds.
+    pub const QUICK: Self = Self { windows: 11 };
+}
+
+/// A median with its spread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Spread {
+    /// 10th percentile.
+    pub p10: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+}
+
+impl Spread {
+    /// Of a set of samples (sorted in place); all zero when empty.
+    pub fn of(v: &mut [f64]) -> Self {
+        if v.is_empty() {
+            return Self::default();
+        }
+        let p50 = tsc::median(v);
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        Self {
+            p10: at(0.1),
+            p50,
+            p90: at(0.9),
+        }
+    }
+}
+
+/// The timer.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Timer {
+    /// Median ticks of an empty window (subtracted from every figure).
+    pub overhead_ticks: u64,
+    /// The counter's step: no difference smaller than this can be seen.
+    pub quantum_ticks: u64,
+    /// Ticks per nanosecond of wall-clock time.
+    pub ticks_per_ns: f64,
+}
+
+/// Ticks to load one line, by where it comes from.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct LineLoads {
+    /// From L1.
+    pub l1: f64,
+    /// From L2.
+    pub l2: f64,
+    /// From the last-level cache.
+    pub l3: f64,
+    /// From memory, the line it displaces clean.
+    pub dram: f64,
+    /// From memory, the line it displaces dirty (written back first).
+    pub dram_dirty: f64,
+}
+
+/// Ticks a TLB miss adds to a load.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct TlbMiss {
+    /// With 4 KiB pages: a page walk.
+    #[serde(rename = "4k")]
+    pub small: f64,
+    /// With 2 MiB pages over the same span (null if the kernel gave no huge pages).
+    #[serde(rename = "2m")]
+    pub huge: Option<f64>,
+}
+
+/// `memcpy` bandwidth by size, source and destination in cache (1 MiB: in L2/L3).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Memcpy {
+    /// 1,500 bytes.
+    #[serde(rename = "1500")]
+    pub b1500: f64,
+    /// 8 KiB.
+    #[serde(rename = "8192")]
+    pub b8192: f64,
+    /// 1 MiB.
+    #[serde(rename = "1048576")]
+    pub b1m: f64,
+}
+
+/// What loading one packet buffer with the probe's routine costs, in ticks beyond the same
+/// load from L1 (the probe's "overhead"), and the marks the residency summary classifies by.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct BufferCosts {
+    /// Buffer bytes.
+    pub bytes: usize,
+    /// Where the data starts within its 64-byte line.
+    pub line_offset: usize,
+    /// Median ticks of the whole window when the buffer is in L1 (timer overhead included).
+    pub hot_ticks: f64,
+    /// Overhead when the buffer is in the last-level cache but not in L2.
+    pub llc_overhead: Spread,
+    /// Overhead when no line is cached and every fill displaces a clean line.
+    pub clean_overhead: Spread,
+    /// Overhead when no line is cached and every fill displaces a dirty line.
+    pub dirty_overhead: Spread,
+}
+
+/// The marks a residency histogram is read against, in overhead ticks per buffer.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Marks {
+    /// At most this: every line came from some cache ("totally within cache").
+    pub cached_max: f64,
+    /// A 100 % miss rate on clean lines (the seed's 828–846 cycles).
+    pub clean: f64,
+    /// A 100 % miss rate on dirty lines (the seed's 1,058–1,081 cycles); never below `clean`.
+    pub dirty: f64,
+}
+
+impl BufferCosts {
+    /// The marks: a buffer counts as totally within cache up to the 90th percentile of the
+    /// last-level-cache loads; the miss marks are the medians.
+    pub fn marks(&self) -> Marks {
+        let clean = self.clean_overhead.p50.max(1.0);
+        Marks {
+            cached_max: self.llc_overhead.p90.max(0.0).min(clean / 2.0),
+            clean,
+            dirty: self.dirty_overhead.p50.max(clean),
+        }
+    }
+}
+
+/// Where the TLB figures came from.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct TlbMethod {
+    /// Bytes spanned by the spread lines.
+    pub span_bytes: usize,
+    /// Lines visited (one per 4 KiB of the span).
+    pub lines: usize,
+    /// Whether the 2 MiB measurement really ran on huge pages.
+    pub huge_backed: bool,
+}
+
+/// This machine's Table 1.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Table1 {
+    /// The machine.
+    pub machine: Machine,
+    /// The timer.
+    pub timer: Timer,
+    /// Ticks per line load by level (medians).
+    pub line_load_ticks: LineLoads,
+    /// Their spread.
+    pub line_load_spread: [Spread; 5],
+    /// Working set of each line-load figure, bytes (l1, l2, l3, dram).
+    pub working_sets: [usize; 4],
+    /// Ticks a TLB miss adds.
+    pub tlb_miss_ticks: TlbMiss,
+    /// How the TLB figures were taken.
+    pub tlb_method: TlbMethod,
+    /// `memcpy` in Gbit/s.
+    pub memcpy_gbit_per_s: Memcpy,
+    /// The probe's buffer load at the default buffer size (1,480 B).
+    pub buffer: BufferCosts,
+    /// The caches, as the kernel describes them.
+    pub caches: Vec<CacheInfo>,
+    /// Anything the reader should know (guessed sizes, no huge pages, …).
+    pub notes: Vec<String>,
+}
+
+/// The buffer the residency experiment times by default: a 1,480-byte IP fragment payload
+/// behind 34 bytes of Ethernet and IPv4 header.
+pub const DEFAULT_BUFFER: (usize, usize) = (1480, 34);
+
+/// Pins the calling thread to the CPU it is on, and restores its affinity when dropped.
+pub struct Pinned {
+    old: Option<rustix::thread::CpuSet>,
+}
+
+impl Pinned {
+    /// Pins to the current CPU (or `cpu`, if given).
+    pub fn here(cpu: Option<usize>) -> Self {
+        let old = rustix::thread::sched_getaffinity(None).ok();
+        let cpu = cpu.unwrap_or_else(rustix::thread::sched_getcpu);
+        tsc::pin_to(cpu);
+        Self { old }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(set) = &self.old {
+            let _ = rustix::thread::sched_setaffinity(None, set);
+        }
+    }
+}
+
+/// Measures Table 1. `progress` is told what is being measured.
+pub fn run(effort: Effort, progress: &mut dyn FnMut(&str)) -> Result<Table1, mem::MapError> {
+    let machine = Machine::this();
+    let _pin = Pinned::here(None);
+    let caches = cacheinfo::caches();
+    let sizes = Sizes::from_caches(&caches);
+    let mut notes = Vec::new();
+    if sizes.guessed {
+        notes.push(format!(
+            "the kernel did not describe every cache: planned with L1d {} KiB, L2 {} KiB, last level {} MiB",
+            sizes.l1d >> 10,
+            sizes.l2 >> 10,
+            sizes.llc >> 20
+        ));
+    }
+    progress("timer");
+    let cal = Calibration::measure(Duration::from_millis(50), 20_000);
+    let timer = Timer {
+        overhead_ticks: cal.empty_window_ticks,
+        quantum_ticks: cal.step_ticks,
+        ticks_per_ns: cal.ticks_per_ns,
+    };
+    let empty = cal.empty_window_ticks as f64;
+
+    progress("line loads: L1, L2, last level");
+    let ws = working_sets(&sizes);
+    let mut spreads = [Spread::default(); 5];
+    for (i, &bytes) in ws[..3].iter().enumerate() {
+        spreads[i] = cached_line_load(bytes, effort, empty)?;
+    }
+    progress("line loads: memory, clean and dirty victims");
+    let sweep_bytes = 2 * (sizes.l2 + sizes.llc) as usize;
+    let sweeper = Region::new(sweep_bytes, Paging::Huge)?;
+    let (clean, dirty) = memory_line_load(ws[3], &sweeper, sweep_bytes, effort, empty)?;
+    spreads[3] = clean;
+    spreads[4] = dirty;
+
+    progress("TLB misses");
+    let (tlb, tlb_method) = tlb_miss(effort, empty)?;
+    if !tlb_method.huge_backed {
+        notes.push(
+            "no transparent huge pages were given (see /sys/kernel/mm/transparent_hugepage/enabled): the 2 MiB TLB figure is missing, and line loads may include TLB misses".into(),
+        );
+    }
+
+    progress("memcpy");
+    let gbit = |bytes| memcpy_gbit(bytes, effort, &cal);
+    let memcpy = Memcpy {
+        b1500: gbit(1500),
+        b8192: gbit(8192),
+        b1m: gbit(1 << 20),
+    };
+
+    progress("buffer loads");
+    let buffer = buffer_costs(DEFAULT_BUFFER.0, DEFAULT_BUFFER.1, &sizes, effort)?;
+
+    Ok(Table1 {
+        machine,
+        timer,
+        line_load_ticks: LineLoads {
+            l1: spreads[0].p50,
+            l2: spreads[1].p50,
+            l3: spreads[2].p50,
+            dram: spreads[3].p50,
+            dram_dirty: spreads[4].p50,
+        },
+        line_load_spread: spreads,
+        working_sets: ws,
+        tlb_miss_ticks: tlb,
+        tlb_method,
+        memcpy_gbit_per_s: memcpy,
+        buffer,
+        caches,
+        notes,
+    })
+}
+
+/// Working sets that sit in L1, L2, the last level, and memory.
+fn working_sets(s: &Sizes) -> [usize; 4] {
+    let l1 = (s.l1d / 2) as usize;
+    let l2 = ((s.l2 / 2).max(s.l1d * 4)) as usize;
+    let mid = ((s.l2 as f64 * s.llc as f64).sqrt() as u64).next_power_of_two() / 2;
+    let l3 = (mid.max(s.l2 * 2)) as usize;
+    let dram = ((s.llc * 8).clamp(64 << 20, 1 << 30)) as usize;
+    [l1, l2, l3, dram]
+}
+
+/// The offsets of every line of `bytes`.
+fn all_lines(bytes: usize) -> Vec<usize> {
+    (0..bytes / LINE).map(|i| i * LINE).collect()
+}
+
+/// Median ticks per load of a chase over every line of a `bytes` working set (warmed first).
+fn cached_line_load(bytes: usize, effort: Effort, empty: f64) -> Result<Spread, mem::MapError> {
+    let r = Region::new(bytes, Paging::Huge)?;
+    let lines = all_lines(bytes);
+    let mut p = mem::build_chase(&r, &lines, bytes as u64);
+    let steps = lines.len().clamp(4096, 1 << 16);
+    // SAFETY: `p` is a chase on `r`, alive for this function.
+    p = unsafe { mem::chase(p, lines.len() * 2) };
+    let mut v = Vec::with_capacity(effort.windows);
+    for _ in 0..effort.windows {
+        let t0 = tsc::start();
+        // SAFETY: as above.
+        p = unsafe { mem::chase(p, steps) };
+        let t1 = tsc::stop();
+        v.push(((t1 - t0) as f64 - empty) / steps as f64);
+    }
+    Ok(Spread::of(&mut v))
+}
+
+/// Ticks per load from memory behind clean and behind dirty victims.
+fn memory_line_load(
+    bytes: usize,
+    sweeper: &Region,
+    sweep_bytes: usize,
+    effort: Effort,
+    empty: f64,
+) -> Result<(Spread, Spread), mem::MapError> {
+    let r = Region::new(bytes, Paging::Huge)?;
+    let lines = all_lines(bytes);
+    let mut p = mem::build_chase(&r, &lines, 1);
+    // Few loads per window, far fewer than the lines the caches hold, so that nearly every
+    // fill displaces a line of the sweep rather than one of the chase's own.
+    let steps = 2048;
+    let mut clean = Vec::new();
+    let mut dirty = Vec::new();
+    for i in 0..effort.windows * 2 {
+        let is_dirty = i % 2 == 1;
+        mem::sweep(sweeper, sweep_bytes, is_dirty);
+        let t0 = tsc::start();
+        // SAFETY: `p` is a chase on `r`, alive for this function.
+        p = unsafe { mem::chase(p, steps) };
+        let t1 = tsc::stop();
+        let per = ((t1 - t0) as f64 - empty) / steps as f64;
+        if is_dirty {
+            dirty.push(per)
+        } else {
+            clean.push(per)
+        }
+    }
+    Ok((Spread::of(&mut clean), Spread::of(&mut dirty)))
+}
+
+/// The page-walk cost per load with 4 KiB pages, and what remains of it on 2 MiB pages.
+fn tlb_miss(effort: Effort, empty: f64) -> Result<(TlbMiss, TlbMethod), mem::MapError> {
+    const SPAN: usize = 64 << 20;
+    let lines = SPAN / 4096;
+    // One line per page, its offset in the page stepping once every 32 pages, so that the
+    // lines' addresses (physical ones too, on 2 MiB pages) spread over 2,048 consecutive
+    // sets — as many as a 1 MiB L2 has — as the packed lines do; line `i % 64` in page `i`
+    // would crowd 64 sets.
+    let spread: Vec<usize> = (0..lines)
+        .map(|i| i * 4096 + ((i >> 5) % 64) * LINE)
+        .collect();
+    let packed = all_lines(lines * LINE);
+    let time = |r: &Region, offsets: &[usize]| {
+        let mut p = mem::build_chase(r, offsets, 3);
+        // SAFETY: `p` is a chase on `r`, which outlives this closure's use of it.
+        p = unsafe { mem::chase(p, offsets.len() * 2) };
+        let mut v = Vec::with_capacity(effort.windows);
+        for _ in 0..effort.windows {
+            let t0 = tsc::start();
+            // SAFETY: as above.
+            p = unsafe { mem::chase(p, offsets.len()) };
+            let t1 = tsc::stop();
+            v.push(((t1 - t0) as f64 - empty) / offsets.len() as f64);
+        }
+        tsc::median(&mut v)
+    };
+    let packed_region = Region::new(lines * LINE, Paging::Small)?;
+    let base = time(&packed_region, &packed);
+    drop(packed_region);
+    let small = Region::new(SPAN, Paging::Small)?;
+    let small_cost = time(&small, &spread);
+    drop(small);
+    let huge = Region::new(SPAN, Paging::Huge)?;
+    let huge_backed = huge.huge_backed().unwrap_or(false);
+    let huge_cost = time(&huge, &spread);
+    Ok((
+        TlbMiss {
+            small: (small_cost - base).max(0.0),
+            huge: huge_backed.then(|| (huge_cost - base).max(0.0)),
+        },
+        TlbMethod {
+            span_bytes: SPAN,
+            lines,
+            huge_backed,
+        },
+    ))
+}
+
+/// `memcpy` of `bytes` between two warm buffers, Gbit/s (median window).
+fn memcpy_gbit(bytes: usize, effort: Effort, cal: &Calibration) -> f64 {
+    let src = vec![0x5au8; bytes];
+    let mut dst = vec![0u8; bytes];
+    let reps = ((1 << 20) / bytes).clamp(1, 1000);
+    dst.copy_from_slice(&src);
+    let mut v = Vec::with_capacity(effort.windows);
+    for _ in 0..effort.windows {
+        let t0 = tsc::start();
+        for _ in 0..reps {
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&mut dst);
+        }
+        let t1 = tsc::stop();
+        let ns = cal.ns((t1 - t0).saturating_sub(cal.empty_window_ticks).max(1) as f64);
+        v.push((bytes * reps * 8) as f64 / ns);
+    }
+    tsc::median(&mut v)
+}
+
+/// What loading a `bytes` buffer starting `line_offset` bytes into a line costs, hot, from
+/// the last-level cache and from memory.
+pub fn buffer_costs(
+    bytes: usize,
+    line_offset: usize,
+    sizes: &Sizes,
+    effort: Effort,
+) -> Result<BufferCosts, mem::MapError> {
+    let _pin = Pinned::here(None);
+    let samples = effort.windows * 5;
+    let buf_region = Region::new(bytes + 2 * LINE, Paging::Small)?;
+    // SAFETY: `line_offset % 64 + bytes` fits the region (2 MiB).
+    let src = unsafe { buf_region.ptr().add(line_offset % LINE) };
+    let sweep_l2 = (sizes.l2 * 2) as usize;
+    let push_to_llc = (sizes.l2 * 4).min(sizes.llc / 2).max(sizes.l2) as usize;
+    let sweeper = Region::new(sweep_l2.max(push_to_llc), Paging::Huge)?;
+    let timed = || {
+        let t0 = tsc::start();
+        // SAFETY: `src .. src + bytes` is inside `buf_region`.
+        unsafe { mem::load(src, bytes) };
+        let t1 = tsc::stop();
+        (t1 - t0) as f64
+    };
+    let (mut hot, mut llc, mut clean, mut dirty) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..samples {
+        timed();
+        hot.push(timed());
+        mem::sweep(&sweeper, push_to_llc, false);
+        llc.push(timed());
+        mem::sweep(&sweeper, sweep_l2, false);
+        // SAFETY: the buffer's lines are mapped.
+        unsafe { mem::flush(src, bytes) };
+        clean.push(timed());
+        mem::sweep(&sweeper, sweep_l2, true);
+        // SAFETY: as above.
+        unsafe { mem::flush(src, bytes) };
+        dirty.push(timed());
+    }
+    let hot_ticks = tsc::median(&mut hot);
+    let over = |v: &mut Vec<f64>| {
+        let mut o: Vec<f64> = v.iter().map(|t| t - hot_ticks).collect();
+        Spread::of(&mut o)
+    };
+    Ok(BufferCosts {
+        bytes,
+        line_offset: line_offset % LINE,
+        hot_ticks,
+        llc_overhead: over(&mut llc),
+        clean_overhead: over(&mut clean),
+        dirty_overhead: over(&mut dirty),
+    })
+}
+
+impl std::fmt::Display for Table1 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = &self.timer;
+        writeln!(f, "Table 1 on {}", self.machine)?;
+        writeln!(
+            f,
+            "timer: empty window {} ticks, quantum {} ticks, {:.3} ticks/ns",
+            t.overhead_ticks, t.quantum_ticks, t.ticks_per_ns
+        )?;
+        writeln!(
+            f,
+            "\n{:<38} {:>9} {:>9} {:>9} {:>9}",
+            "event", "ticks", "p10", "p90", "ns"
+        )?;
+        let names = [
+            "line load from L1",
+            "line load from L2",
+            "line load from last-level cache",
+            "line fill from memory, clean victim",
+            "line fill from memory, dirty victim",
+        ];
+        for (name, s) in names.iter().zip(&self.line_load_spread) {
+            writeln!(
+                f,
+                "{name:<38} {:>9.1} {:>9.1} {:>9.1} {:>9.1}",
+                s.p50,
+                s.p10,
+                s.p90,
+                s.p50 / t.ticks_per_ns
+            )?;
+        }
+        let tl = &self.tlb_miss_ticks;
+        writeln!(
+            f,
+            "{:<38} {:>9.1} {:>9} {:>9} {:>9.1}",
+            "TLB miss, 4 KiB pages (page walk)",
+            tl.small,
+            "",
+            "",
+            tl.small / t.ticks_per_ns
+        )?;
+        match tl.huge {
+            Some(h) => writeln!(
+                f,
+                "{:<38} {:>9.1} {:>9} {:>9} {:>9.1}",
+                "same span on 2 MiB pages",
+                h,
+                "",
+                "",
+                h / t.ticks_per_ns
+            )?,
+            None => writeln!(f, "{:<38} {:>9}", "same span on 2 MiB pages", "n/a")?,
+        }
+        let b = &self.buffer;
+        writeln!(
+            f,
+            "\nloading one {} B buffer (the residency probe's load), overhead beyond L1 ({:.0} ticks):",
+            b.bytes, b.hot_ticks
+        )?;
+        for (name, s) in [
+            ("from the last-level cache", &b.llc_overhead),
+            ("100 % clean miss", &b.clean_overhead),
+            ("100 % dirty miss", &b.dirty_overhead),
+        ] {
+            writeln!(
+                f,
+                "  {name:<36} {:>9.0} {:>9.0} {:>9.0}",
+                s.p50, s.p10, s.p90
+            )?;
+        }
+        let m = &self.memcpy_gbit_per_s;
+        writeln!(
+            f,
+            "\nmemcpy: {:.0} Gbit/s at 1,500 B, {:.0} at 8 KiB, {:.0} at 1 MiB",
+            m.b1500, m.b8192, m.b1m
+        )?;
+        let ws = self.working_sets;
+        writeln!(
+            f,
+            "working sets: {} KiB, {} KiB, {} MiB, {} MiB; TLB span {} MiB ({} lines, 2 MiB pages {})",
+            ws[0] >> 10,
+            ws[1] >> 10,
+            ws[2] >> 20,
+            ws[3] >> 20,
+            self.tlb_method.span_bytes >> 20,
+            self.tlb_method.lines,
+            if self.tlb_method.huge_backed {
+                "given"
+            } else {
+                "refused"
+            }
+        )?;
+        for n in &self.notes {
+            writeln!(f, "note: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_orders_its_percentiles() {
+        let mut v: Vec<f64> = (0..101).rev().map(f64::from).collect();
+        let s = Spread::of(&mut v);
+        assert_eq!((s.p10, s.p50, s.p90), (10.0, 50.0, 90.0));
+        assert_eq!(Spread::of(&mut []), Spread::default());
+    }
+
+    #[test]
+    fn marks_never_put_dirty_below_clean_nor_cached_above_half_clean() {
+        let b = BufferCosts {
+            llc_overhead: Spread {
+                p10: 10.0,
+                p50: 20.0,
+                p90: 900.0,
+            },
+            clean_overhead: Spread {
+                p50: 1000.0,
+                ..Spread::default()
+            },
+            dirty_overhead: Spread {
+                p50: 800.0,
+                ..Spread::default()
+            },
+            ..BufferCosts::default()
+        };
+        let m = b.marks();
+        assert_eq!(m.clean, 1000.0);
+        assert_eq!(m.dirty, 1000.0);
+        assert_eq!(m.cached_max, 500.0);
+    }
+
+    #[test]
+    fn working_sets_sit_in_their_levels() {
+        let s = Sizes {
+            l1d: 32 << 10,
+            l2: 1 << 20,
+            llc: 32 << 20,
+            guessed: false,
+        };
+        let [l1, l2, l3, dram] = working_sets(&s);
+        assert!(l1 < (32 << 10));
+        assert!(l2 > (32 << 10) && l2 < (1 << 20));
+        assert!(l3 > (1 << 20) && l3 < (32 << 20));
+        assert!(dram > (32 << 20));
+    }
+
+    /// The one timing assertion: medians rise from L1 to memory. Loose on purpose:
+    /// each level only has to cost more than the one above it.
+    #[test]
+    fn line_loads_rise_from_l1_to_memory() {
+        let t = run(Effort::QUICK, &mut |_| {}).unwrap();
+        let l = t.line_load_ticks;
+        assert!(
+            l.l1 < l.l2 && l.l2 < l.l3 && l.l3 < l.dram,
+            "line loads do not rise: {l:?}"
+        );
+        assert!(t.timer.quantum_ticks >= 1);
+        let m = t.buffer.marks();
+        assert!(m.clean > 0.0 && m.dirty >= m.clean);
+    }
+}

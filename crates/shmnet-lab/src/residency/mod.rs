@@ -1,0 +1,443 @@
+//! `shmnet residency`: seed 000's experiment on this machine.
+//!
+//! softnic plays the sending host: messages of 14,792 bytes (ten 1,480-byte IPv4 fragments)
+//! arrive through the stack onto a UDP socket queue; the application copies each message out,
+//! and the [`probe`] times the load of every data buffer just before its copy. [`summary`]
+//! turns the timings into the seed's histogram, summary rows and per-position tests; the
+//! marks they are read against come from [`crate::calibrate`].
+//!
+//! The knobs are the seed's dimensions: inter-message gap, UDP checksum (which makes the
+//! protocol server read all the data early), TLB forcing, receive queue size, a synthetic
+//! application load ([`load`]), and beyond the seed: the structure (`inline`: one thread;
+//! `server`: the protocol server with its driver thread in one process, the application in
+//! this one), the cores they run on, the pool's allocation policy, the page size of the buffer
+//! window and whether the "device" writes into or around the cache.
+
+pub mod figure;
+pub mod load;
+pub mod probe;
+mod run_inline;
+mod run_server;
+pub mod summary;
+
+use crate::calibrate::Marks;
+use probe::{Probe, Sample};
+use shmnet_chan::{AllocPolicy, PageSize};
+use shmnet_io::driver::softnic::Dma;
+use shmnet_stack::{BufIdx, RecvHook};
+use summary::{Histogram, KsPair, Position, Summary};
+
+/// How the parties are placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Structure {
+    /// softnic, stack and application in one thread (the monolithic kernel path).
+    Inline,
+    /// The protocol server (with softnic as its driver thread) in a process of its own; the
+    /// application in this one (seed 002's protocol server; seed 000's Mach).
+    Server,
+}
+
+impl std::str::FromStr for Structure {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "inline" => Ok(Self::Inline),
+            "server" => Ok(Self::Server),
+            _ => Err(format!("unknown structure {s:?}: use inline or server")),
+        }
+    }
+}
+
+/// Where the parties run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cores {
+    /// All on one CPU: they take turns, as on the seed's uniprocessor.
+    Same,
+    /// The application on one CPU, the server (and its driver) on another.
+    Split,
+}
+
+impl std::str::FromStr for Cores {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "same" => Ok(Self::Same),
+            "split" => Ok(Self::Split),
+            _ => Err(format!("unknown placement {s:?}: use same or split")),
+        }
+    }
+}
+
+/// One run's settings.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Settings {
+    /// How the parties are placed.
+    pub structure: Structure,
+    /// Where they run.
+    pub cores: Cores,
+    /// Messages softnic sends.
+    pub messages: u64,
+    /// UDP payload bytes per message.
+    pub size: usize,
+    /// Microseconds from one message's start to the next (0: back to back, saturating).
+    pub gap_us: f64,
+    /// UDP checksums generated and verified (the server reads every byte early).
+    pub checksum: bool,
+    /// Touch each buffer's page (not its data lines) just before timing it.
+    pub tlb_force: bool,
+    /// Messages the socket's receive queue holds.
+    pub queue: usize,
+    /// The synthetic application's state block, bytes per word of message (0: none).
+    pub load_bytes: usize,
+    /// The range its blocks are spread over, bytes.
+    pub load_range_bytes: usize,
+    /// The pool's allocation policy.
+    pub alloc: AllocPolicy,
+    /// The buffer window's pages.
+    pub pages: PageSize,
+    /// How softnic writes frames into the buffers.
+    pub dma: Dma,
+    /// The application's CPU (the server's is the other one with `split`).
+    pub cpu: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            structure: Structure::Inline,
+            cores: Cores::Same,
+            messages: 300,
+            size: 14_792,
+            gap_us: 2000.0,
+            checksum: false,
+            tlb_force: false,
+            queue: 1,
+            load_bytes: 0,
+            load_range_bytes: crate::cacheinfo::Sizes::this().llc as usize,
+            alloc: AllocPolicy::Lifo,
+            pages: PageSize::Small,
+            dma: Dma::Cached,
+            cpu: 0,
+        }
+    }
+}
+
+impl Settings {
+    /// Refuses combinations that mean nothing, with what to do instead.
+    pub fn check(&self) -> Result<(), RunError> {
+        let bad = |m: &str| Err(RunError::Settings(m.to_string()));
+        if self.structure == Structure::Inline && self.cores == Cores::Split {
+            return bad(
+                "the inline structure runs every party in one thread: --cores split applies to --structure server",
+            );
+        }
+        if self.messages == 0 {
+            return bad("--messages must be at least 1");
+        }
+        if self.size == 0 || self.size > 65_507 {
+            return bad("--size must be 1 to 65,507 bytes (one UDP datagram)");
+        }
+        if self.queue == 0 {
+            return bad("--queue must be at least 1 message");
+        }
+        if !(self.gap_us >= 0.0 && self.gap_us <= 1e6) {
+            return bad("--gap must be 0 to 1,000,000 microseconds");
+        }
+        let cpus = crate::machine::online_cpus();
+        if self.cpu >= cpus || (self.cores == Cores::Split && cpus < 2) {
+            return bad(&format!(
+                "this machine has {cpus} CPU(s): --cpu must be below {cpus}, and --cores split needs two"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The server's CPU.
+    pub fn server_cpu(&self) -> usize {
+        let cpus = crate::machine::online_cpus();
+        match self.cores {
+            Cores::Same => self.cpu,
+            Cores::Split => (self.cpu + 1) % cpus.max(1),
+        }
+    }
+
+    /// A short name for tables: `inline`, `server/same` ….
+    pub fn label(&self) -> String {
+        match self.structure {
+            Structure::Inline => "inline".into(),
+            Structure::Server => format!(
+                "server/{}",
+                match self.cores {
+                    Cores::Same => "same",
+                    Cores::Split => "split",
+                }
+            ),
+        }
+    }
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The settings make no sense.
+    #[error("{0}")]
+    Settings(String),
+    /// Memory for the load generator could not be had.
+    #[error(transparent)]
+    Map(#[from] crate::mem::MapError),
+    /// The parties could not be set up.
+    #[error("{0}")]
+    Setup(String),
+    /// Nothing was received.
+    #[error("no message arrived: {0}")]
+    NothingReceived(String),
+}
+
+/// What happened to the messages.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Messages {
+    /// Sent by softnic.
+    pub sent: u64,
+    /// Copied out by the application.
+    pub received: u64,
+    /// Refused by the full socket queue.
+    pub queue_full: u64,
+    /// Lost anywhere else (no buffer, reassembly, the application's ring).
+    pub lost_elsewhere: u64,
+}
+
+/// One run's result (`--json`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Residency {
+    /// Buffers timed.
+    pub buffers: u64,
+    /// The settings.
+    pub settings: Settings,
+    /// The marks the buffers were classified against (overhead ticks).
+    pub marks: Marks,
+    /// The overhead histogram.
+    pub histogram: Histogram,
+    /// The seed's summary rows.
+    pub summary: Summary,
+    /// By position in the message.
+    pub positions: Vec<Position>,
+    /// KS tests between every pair of positions.
+    pub ks: Vec<KsPair>,
+    /// The messages.
+    pub messages: Messages,
+    /// In-cache load ticks (timer overhead included) by buffer length, medians.
+    pub in_cache_ticks: Vec<(u32, f64)>,
+    /// Buffers whose page could not be forced into the TLB.
+    pub unforced: u64,
+    /// Buffers timed but not kept (the reservation was full).
+    pub unrecorded: u64,
+    /// Bytes per word in `avg_overhead_ticks_per_word`.
+    pub word_bytes: usize,
+    /// Seconds the run took.
+    pub seconds: f64,
+}
+
+/// The application's instruments: the probe, and the load it puts on the cache.
+pub(crate) struct AppSide {
+    pub probe: Probe,
+    pub load: Option<load::Load>,
+}
+
+impl AppSide {
+    fn new(s: &Settings) -> Result<Self, RunError> {
+        let frags = s.size.div_ceil(1480) + 1;
+        Ok(Self {
+            probe: Probe::new(s.messages as usize * frags, s.tlb_force),
+            load: match s.load_bytes {
+                0 => None,
+                b => Some(load::Load::new(b, s.load_range_bytes)?),
+            },
+        })
+    }
+
+    /// After a message's copy: the next buffer starts a new message; the load walks it.
+    pub fn message_done(&mut self, data: &[u8]) {
+        self.probe.end_message();
+        if let Some(l) = &mut self.load {
+            l.on_message(data);
+        }
+    }
+}
+
+impl RecvHook for AppSide {
+    #[inline]
+    fn on_buffer(&mut self, buf: BufIdx, data: &[u8]) {
+        self.probe.on_buffer(buf, data);
+    }
+}
+
+/// Runs the experiment and classifies its buffers against `marks`. `exe` is this program
+/// (the server structure starts `exe serve`). `progress` gets a fraction done and a message.
+pub fn run(
+    settings: &Settings,
+    marks: Marks,
+    exe: &std::path::Path,
+    progress: &mut dyn FnMut(f64, &str),
+) -> Result<Residency, RunError> {
+    settings.check()?;
+    let t0 = std::time::Instant::now();
+    let mut app = AppSide::new(settings)?;
+    let messages = match settings.structure {
+        Structure::Inline => run_inline::run(settings, &mut app, progress)?,
+        Structure::Server => run_server::run(settings, &mut app, exe, progress)?,
+    };
+    if messages.received == 0 {
+        return Err(RunError::NothingReceived(format!(
+            "{} sent, {} refused by the full socket queue, {} lost elsewhere",
+            messages.sent, messages.queue_full, messages.lost_elsewhere
+        )));
+    }
+    let (unforced, unrecorded) = (app.probe.unforced, app.probe.unrecorded);
+    let quantum = crate::tsc::Calibration::measure(std::time::Duration::from_millis(2), 5000)
+        .step_ticks as f64;
+    Ok(analyse(
+        settings.clone(),
+        marks,
+        quantum,
+        app.probe.samples(),
+        messages,
+        unforced,
+        unrecorded,
+        t0.elapsed().as_secs_f64(),
+    ))
+}
+
+/// Turns samples into the result.
+#[allow(clippy::too_many_arguments)]
+pub fn analyse(
+    settings: Settings,
+    marks: Marks,
+    quantum: f64,
+    samples: &[Sample],
+    messages: Messages,
+    unforced: u64,
+    unrecorded: u64,
+    seconds: f64,
+) -> Residency {
+    let (over, medians) = summary::overheads(samples);
+    let (bin, limit) = Histogram::range_for(&marks, quantum);
+    let histogram = Histogram::build(&over, bin, limit);
+    let (positions, ks) = summary::by_position(&over, &marks, limit);
+    Residency {
+        buffers: samples.len() as u64,
+        summary: summary::summarize(&over, &marks, limit),
+        histogram,
+        positions,
+        ks,
+        messages,
+        in_cache_ticks: medians.into_iter().collect(),
+        unforced,
+        unrecorded,
+        word_bytes: summary::WORD_BYTES,
+        seconds,
+        settings,
+        marks,
+    }
+}
+
+impl std::fmt::Display for Residency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.settings;
+        let m = &self.messages;
+        writeln!(
+            f,
+            "residency: {} gap {} µs, checksum {}, TLB {}, queue {}, load {} B/word, {} alloc, {:?} pages, {:?} DMA",
+            s.label(),
+            s.gap_us,
+            if s.checksum { "on" } else { "off" },
+            if s.tlb_force { "forced" } else { "not forced" },
+            s.queue,
+            s.load_bytes,
+            format!("{:?}", s.alloc).to_lowercase(),
+            s.pages,
+            s.dma
+        )?;
+        writeln!(
+            f,
+            "messages: {} sent, {} received, {} refused by the full queue, {} lost elsewhere; {} buffers timed in {:.1} s",
+            m.sent, m.received, m.queue_full, m.lost_elsewhere, self.buffers, self.seconds
+        )?;
+        let k = &self.marks;
+        writeln!(
+            f,
+            "marks (overhead ticks per buffer): in cache ≤ {:.0}, 100 % clean miss {:.0}, 100 % dirty miss {:.0}",
+            k.cached_max, k.clean, k.dirty
+        )?;
+        let r = &self.summary;
+        writeln!(f, "\n{:<44} {:>8}", "observation", "value")?;
+        writeln!(
+            f,
+            "{:<44} {:>8.1}",
+            "% buffers totally within cache", r.fully_cached_pct
+        )?;
+        writeln!(
+            f,
+            "{:<44} {:>8.1}",
+            "% buffers less than 100 % clean miss", r.lt_clean_pct
+        )?;
+        writeln!(
+            f,
+            "{:<44} {:>8.1}",
+            "% buffers less than 100 % dirty miss", r.lt_dirty_pct
+        )?;
+        writeln!(
+            f,
+            "{:<44} {:>8.1}",
+            "% buffers greater than 100 % dirty miss", r.gt_dirty_pct
+        )?;
+        writeln!(
+            f,
+            "{:<44} {:>8.3}",
+            "average overhead ticks per word (8 B)", r.avg_overhead_ticks_per_word
+        )?;
+        writeln!(f, "\nby position in the message:")?;
+        writeln!(
+            f,
+            "{:>4} {:>8} {:>10} {:>9} {:>12} {:>10}",
+            "pos", "buffers", "median", "% cached", "ticks/word", "KS p vs 0"
+        )?;
+        for p in &self.positions {
+            let ks0 = self
+                .ks
+                .iter()
+                .find(|k| k.a == 0 && k.b == p.position)
+                .map_or("-".to_string(), |k| format!("{:.3}", k.p));
+            writeln!(
+                f,
+                "{:>4} {:>8} {:>10.0} {:>9.1} {:>12.3} {:>10}",
+                p.position,
+                p.buffers,
+                p.median_overhead_ticks,
+                p.summary.fully_cached_pct,
+                p.summary.avg_overhead_ticks_per_word,
+                ks0
+            )?;
+        }
+        let far: Vec<&KsPair> = self.ks.iter().filter(|k| k.b - k.a >= 4).collect();
+        let near: Vec<&KsPair> = self.ks.iter().filter(|k| k.b - k.a == 1).collect();
+        let sig = |v: &[&KsPair]| v.iter().filter(|k| k.p < 0.05).count();
+        writeln!(
+            f,
+            "KS (p < 0.05): {} of {} adjacent pairs differ, {} of {} pairs at least four apart",
+            sig(&near),
+            near.len(),
+            sig(&far),
+            far.len()
+        )?;
+        if self.unforced > 0 {
+            writeln!(
+                f,
+                "note: {} buffers left no line of their page free to force the TLB with",
+                self.unforced
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,199 @@
+//! The server structure: `shmnet serve --structure server --driver-thread` (the protocol
+//! server, softnic as its driver thread) in a process of its own, the application — with the
+//! probe — in this one, attached over the control socket and reading the buffers where the
+//! driver put them. `--cores same` puts both processes on one CPU (they take turns: the
+//! seed's scheduling points); `split` gives the server the other CPU.
+
+use super::{AppSide, Messages, RunError, Settings};
+use crate::calibrate::Pinned;
+use shmnet_chan::{AllocPolicy, PageSize};
+use shmnet_io::client::{Client, ClientError};
+use shmnet_io::driver::softnic::Dma;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The port softnic sends to.
+const PORT: u16 = 5001;
+/// Fragment payload bytes at softnic's 1,500-byte MTU.
+const FRAG: usize = 1480;
+
+/// The server process; killed and reaped, its socket removed, whatever happens.
+struct ServerProcess {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl ServerProcess {
+    /// What it said on standard error, if it has exited.
+    fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => {
+                let mut err = String::new();
+                if let Some(e) = self.child.stderr.as_mut() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                Some(format!("the server exited ({status}): {}", err.trim()))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn serve_args(s: &Settings, socket: &Path) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "serve",
+        "--structure=server",
+        "--driver-thread",
+        "--driver=softnic",
+    ]
+    .map(String::from)
+    .into();
+    a.push(format!("--softnic-size={}", s.size));
+    a.push(format!("--softnic-count={}", s.messages));
+    a.push(format!("--softnic-gap-us={}", s.gap_us));
+    a.push(format!("--softnic-port={PORT}"));
+    a.push(format!(
+        "--softnic-dma={}",
+        match s.dma {
+            Dma::Cached => "cached",
+            Dma::NonTemporal => "nt",
+        }
+    ));
+    a.push(format!("--rx-queue={}", s.queue));
+    a.push(format!(
+        "--page={}",
+        match s.pages {
+            PageSize::Small => "4k",
+            PageSize::Huge => "2m",
+            PageSize::Thp => "thp",
+        }
+    ));
+    a.push(format!(
+        "--alloc={}",
+        match s.alloc {
+            AllocPolicy::Lifo => "lifo",
+            AllocPolicy::Fifo => "fifo",
+            AllocPolicy::Random => "random",
+        }
+    ));
+    a.push(format!("--socket={}", socket.display()));
+    if !s.checksum {
+        a.push("--no-checksum".into());
+    }
+    a
+}
+
+pub(super) fn run(
+    s: &Settings,
+    app: &mut AppSide,
+    exe: &Path,
+    progress: &mut dyn FnMut(f64, &str),
+) -> Result<Messages, RunError> {
+    let socket = std::env::temp_dir().join(format!(
+        "shmnet-residency-{}-{}.sock",
+        std::process::id(),
+        fastrand::u32(..)
+    ));
+    // The server inherits the CPU this thread is pinned to when it starts it.
+    let _restore = Pinned::here(Some(s.server_cpu()));
+    let child = Command::new(exe)
+        .args(serve_args(s, &socket))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .env("RUST_BACKTRACE", "0")
+        .spawn()
+        .map_err(|e| RunError::Setup(format!("starting {} serve: {e}", exe.display())))?;
+    let mut server = ServerProcess {
+        child,
+        socket: socket.clone(),
+    };
+    crate::tsc::pin_to(s.cpu);
+
+    progress(0.0, "waiting for the server");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        match Client::connect(&socket) {
+            Ok(c) => break c,
+            Err(e) => {
+                if let Some(why) = server.exited() {
+                    return Err(RunError::Setup(why));
+                }
+                if Instant::now() > deadline {
+                    return Err(RunError::Setup(format!(
+                        "the server did not open {} within 20 s: {e}",
+                        socket.display()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
+    let sock = client
+        .udp_bind(PORT)
+        .map_err(|e| RunError::Setup(format!("binding UDP port {PORT}: {e}")))?;
+    let mut buf = vec![0u8; 65_536];
+    let per_message = (s.size + 8).div_ceil(FRAG) as u64;
+    let accounted = |stats: &serde_json::Value, received: u64| {
+        let queue_full = stats["stack"]["queue_full"].as_u64().unwrap_or(0);
+        received + queue_full >= s.messages
+    };
+    let mut last_report = Instant::now();
+    let mut last_message = Instant::now();
+    let mut received = 0u64;
+    while received < s.messages {
+        match sock.recv_with_hook(&mut buf, Duration::from_millis(200), app) {
+            Ok((n, _)) => {
+                received += 1;
+                last_message = Instant::now();
+                app.message_done(&buf[..n]);
+            }
+            Err(ClientError::TimedOut) => {
+                // Nothing for a while: stop once the server has accounted for every message
+                // (the rest were dropped at its full socket queue), or after ten quiet
+                // seconds (then the shortfall shows as lost elsewhere).
+                let stats = shmnet_io::server::query_stats(&socket).unwrap_or_default();
+                let patience =
+                    Duration::from_secs(10).max(Duration::from_secs_f64(s.gap_us * 20.0 / 1e6));
+                if accounted(&stats, received) || last_message.elapsed() > patience {
+                    break;
+                }
+            }
+            Err(e) => {
+                let why = server.exited().unwrap_or_default();
+                return Err(RunError::Setup(format!("receiving: {e} {why}")));
+            }
+        }
+        if last_report.elapsed() > Duration::from_millis(100) {
+            progress(
+                received as f64 / s.messages as f64,
+                &format!("{received} of {} messages", s.messages),
+            );
+            last_report = Instant::now();
+        }
+    }
+    let stats = shmnet_io::server::query_stats(&socket)
+        .map_err(|e| RunError::Setup(format!("reading the server's counters: {e}")))?;
+    drop(sock);
+    drop(client);
+    drop(server);
+    let frames = stats["driver"]["driver"]["rx_frames"].as_u64().unwrap_or(0);
+    let sent = (frames / per_message).min(s.messages);
+    let queue_full = stats["stack"]["queue_full"].as_u64().unwrap_or(0);
+    Ok(Messages {
+        sent,
+        received,
+        queue_full,
+        lost_elsewhere: sent.saturating_sub(received + queue_full),
+    })
+}

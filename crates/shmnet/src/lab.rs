@@ -1,0 +1,309 @@
+//! `shmnet calibrate`, `shmnet residency` and `shmnet lab`: seed 000's instruments.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use shmnet_chan::{AllocPolicy, PageSize};
+use shmnet_io::driver::softnic::Dma;
+use shmnet_lab::calibrate::{self, Effort, Marks};
+use shmnet_lab::residency::{self, Cores, Settings, Structure};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct CalibrateArgs {
+    /// A few seconds instead of about ten: fewer windows per figure.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn calibrate(a: CalibrateArgs) -> Result<()> {
+    let effort = if a.quick { Effort::QUICK } else { Effort::FULL };
+    let pb = crate::spinner(false);
+    let t = calibrate::run(effort, &mut |step| {
+        pb.set_message(format!("calibrating: {step}"))
+    })
+    .context("calibrating")?;
+    pb.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string(&t)?);
+    } else {
+        print!("{t}");
+    }
+    Ok(())
+}
+
+#[derive(Args, Clone)]
+pub struct ResidencyArgs {
+    /// Where the parties run: `inline` (softnic, stack and application in one thread) or
+    /// `server` (the protocol server and its driver thread in a process of their own).
+    #[arg(long, default_value = "inline", value_name = "inline|server")]
+    structure: Structure,
+    /// server: `same` (both processes on one CPU, taking turns) or `split` (one CPU each).
+    #[arg(long, default_value = "same", value_name = "same|split")]
+    cores: Cores,
+    /// Messages to send (ten timed buffers each at the default size).
+    #[arg(long, default_value_t = 300)]
+    messages: u64,
+    /// UDP payload bytes per message (14,792: ten 1,480-byte fragments).
+    #[arg(long, default_value_t = 14_792)]
+    size: usize,
+    /// Microseconds from one message to the next; 0 sends back to back (saturates).
+    #[arg(long, default_value_t = 2000.0, value_name = "MICROSECONDS")]
+    gap: f64,
+    /// Generate and verify UDP checksums: the stack reads all the data before the copy-out.
+    #[arg(long)]
+    checksum: bool,
+    /// Touch a word of each buffer's page (sharing no line with its data) just before
+    /// timing it, so no TLB miss is timed.
+    #[arg(long)]
+    tlb_force: bool,
+    /// Messages the socket's receive queue holds.
+    #[arg(long, default_value_t = 1, value_name = "MESSAGES")]
+    queue: usize,
+    /// The synthetic application: for each 8-byte word of a message, touch (read and
+    /// increment) a random state block of this many bytes. 0: none.
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    load: usize,
+    /// The range the state blocks are spread over (default: the last-level cache's size).
+    #[arg(long, value_name = "BYTES")]
+    load_range: Option<usize>,
+    /// Buffer allocation: `lifo` (most recently freed), `fifo` or `random`.
+    #[arg(long, default_value = "lifo", value_name = "lifo|fifo|random")]
+    alloc: AllocPolicy,
+    /// Pages of the buffer window: `4k` or `2m` (reserved huge pages: as root,
+    /// echo 16 > /proc/sys/vm/nr_hugepages).
+    #[arg(long, default_value = "4k", value_name = "4k|2m")]
+    pages: PageSize,
+    /// How softnic writes frames: `cached` stores, or `nt` (non-temporal, around the cache,
+    /// as a DMA engine does).
+    #[arg(long, default_value = "cached", value_name = "cached|nt")]
+    dma: Dma,
+    /// The application's CPU (with --cores split the server gets the next one).
+    #[arg(long, default_value_t = 0)]
+    cpu: usize,
+    /// 100 messages instead of 300.
+    #[arg(long)]
+    quick: bool,
+    /// Read the marks from a `shmnet calibrate --json` file instead of measuring them.
+    #[arg(long, value_name = "FILE")]
+    calibration: Option<PathBuf>,
+    /// Print one JSON object instead of the tables.
+    #[arg(long)]
+    json: bool,
+    /// Draw the overhead histogram into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+}
+
+impl ResidencyArgs {
+    fn settings(&self) -> Settings {
+        let d = Settings::default();
+        Settings {
+            structure: self.structure,
+            cores: self.cores,
+            messages: if self.quick {
+                self.messages.min(100)
+            } else {
+                self.messages
+            },
+            size: self.size,
+            gap_us: self.gap,
+            checksum: self.checksum,
+            tlb_force: self.tlb_force,
+            queue: self.queue,
+            load_bytes: self.load,
+            load_range_bytes: self.load_range.unwrap_or(d.load_range_bytes),
+            alloc: self.alloc,
+            pages: self.pages,
+            dma: self.dma,
+            cpu: self.cpu,
+        }
+    }
+}
+
+/// The marks: from a calibration file, else measured now (a second or two).
+pub fn marks(file: Option<&PathBuf>) -> Result<Marks> {
+    if let Some(path) = file {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "{} is not JSON from `shmnet calibrate --json`",
+                path.display()
+            )
+        })?;
+        let b = &v["buffer"];
+        let get = |k: &str| b[k]["p50"].as_f64();
+        let (Some(llc90), Some(clean), Some(dirty)) = (
+            b["llc_overhead"]["p90"].as_f64(),
+            get("clean_overhead"),
+            get("dirty_overhead"),
+        ) else {
+            bail!(
+                "{} has no buffer costs: make it with `shmnet calibrate --json > FILE`",
+                path.display()
+            );
+        };
+        let clean = clean.max(1.0);
+        return Ok(Marks {
+            cached_max: llc90.max(0.0).min(clean / 2.0),
+            clean,
+            dirty: dirty.max(clean),
+        });
+    }
+    let (bytes, offset) = calibrate::DEFAULT_BUFFER;
+    let costs = calibrate::buffer_costs(
+        bytes,
+        offset,
+        &shmnet_lab::cacheinfo::Sizes::this(),
+        Effort::QUICK,
+    )?;
+    Ok(costs.marks())
+}
+
+pub fn residency(a: ResidencyArgs) -> Result<()> {
+    let settings = a.settings();
+    settings.check()?;
+    let pb = crate::progress_bar();
+    pb.set_message("measuring the marks");
+    let marks = marks(a.calibration.as_ref())?;
+    let exe = std::env::current_exe().context("finding this program to start the server")?;
+    let r = residency::run(&settings, marks, &exe, &mut |frac, msg| {
+        pb.set_position((frac * 1000.0) as u64);
+        pb.set_message(msg.to_string());
+    })?;
+    pb.finish_and_clear();
+    if let Some(path) = &a.plot {
+        residency::figure::histograms(
+            path,
+            "overhead per buffer at copy-out",
+            &[(settings.label(), &r)],
+        )
+        .with_context(|| format!("drawing {}", path.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        print!("{r}");
+        if let Some(path) = &a.plot {
+            println!("histogram: {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct LabArgs {
+    /// About 20 s instead of about a minute: fewer messages per run, fewer calibration
+    /// windows.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write report.md, the PNGs and every run's JSON.
+    #[arg(long, default_value = "lab-report", value_name = "DIR")]
+    out: PathBuf,
+    /// Print the summary of every run as one JSON object when done.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Two bars: the runs of the suite, and the current run.
+struct Bars {
+    all: indicatif::ProgressBar,
+    cell: indicatif::ProgressBar,
+}
+
+impl shmnet_lab::suite::SuiteProgress for Bars {
+    fn cell(&mut self, index: usize, total: usize, name: &str) {
+        self.all.set_length(total as u64);
+        self.all.set_position(index as u64);
+        self.all.set_message(name.to_string());
+        self.cell.set_position(0);
+    }
+    fn step(&mut self, frac: f64, msg: &str) {
+        self.cell.set_position((frac * 1000.0) as u64);
+        self.cell.set_message(msg.to_string());
+    }
+}
+
+pub fn lab(a: LabArgs) -> Result<()> {
+    let exe = std::env::current_exe().context("finding this program to start the server")?;
+    let multi = indicatif::MultiProgress::new();
+    let all = multi.add(indicatif::ProgressBar::new(1));
+    all.set_style(
+        indicatif::ProgressStyle::with_template("run {pos}/{len} {bar:30} {elapsed} {msg}")
+            .expect("a valid template"),
+    );
+    let cell = multi.add(crate::progress_bar());
+    all.enable_steady_tick(std::time::Duration::from_millis(200));
+    let mut bars = Bars { all, cell };
+    let opts = shmnet_lab::suite::SuiteOptions {
+        quick: a.quick,
+        out: a.out.clone(),
+        exe,
+    };
+    let report = shmnet_lab::suite::run(&opts, &mut bars)?;
+    bars.cell.finish_and_clear();
+    bars.all.finish_and_clear();
+    if a.json {
+        let cells: serde_json::Map<String, serde_json::Value> = report
+            .cells
+            .iter()
+            .map(|(c, o)| {
+                let v = match o {
+                    shmnet_lab::suite::Outcome::Ran(r) => serde_json::json!({
+                        "table": c.table,
+                        "settings": r.settings,
+                        "summary": r.summary,
+                        "messages": r.messages,
+                    }),
+                    shmnet_lab::suite::Outcome::Failed { error } => {
+                        serde_json::json!({"table": c.table, "error": error})
+                    }
+                };
+                (c.name.clone(), v)
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({
+                "report": report.report,
+                "seconds": report.seconds,
+                "calibration": report.calibration,
+                "runs": cells,
+            })
+        );
+        return Ok(());
+    }
+    println!(
+        "{:<40} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "run", "% cached", "< clean", "< dirty", "> dirty", "ticks/word"
+    );
+    for (c, o) in &report.cells {
+        match o {
+            shmnet_lab::suite::Outcome::Ran(r) => {
+                let s = &r.summary;
+                println!(
+                    "{:<40} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>10.3}",
+                    c.name,
+                    s.fully_cached_pct,
+                    s.lt_clean_pct,
+                    s.lt_dirty_pct,
+                    s.gt_dirty_pct,
+                    s.avg_overhead_ticks_per_word
+                );
+            }
+            shmnet_lab::suite::Outcome::Failed { error } => {
+                println!("{:<40} did not run: {error}", c.name)
+            }
+        }
+    }
+    println!(
+        "\n{} runs in {:.0} s; report: {}",
+        report.cells.len(),
+        report.seconds,
+        report.report.display()
+    );
+    Ok(())
+}

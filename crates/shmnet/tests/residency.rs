@@ -1,0 +1,180 @@
+//! `shmnet calibrate`, `shmnet residency` and `shmnet lab` run end to end and keep their
+//! books: every buffer copied is in the histogram, every message sent is received or counted
+//! as dropped, the JSON has the fields the issue names. No test asserts a timing.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// One run at a time: the server structure pins processes to the CPUs.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run(args: &[&str]) -> Output {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    Command::new(env!("CARGO_BIN_EXE_shmnet"))
+        .args(args)
+        .output()
+        .expect("run shmnet")
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = run(args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "shmnet {args:?} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+/// The histogram holds every buffer timed; the messages add up; the rows are percentages
+/// in order; every position is there.
+fn check_run(r: &Value, messages: u64) {
+    let buffers = u(r, "buffers");
+    let h = &r["histogram"];
+    let binned: u64 = h["counts"]
+        .as_array()
+        .expect("counts")
+        .iter()
+        .map(|c| c.as_u64().expect("a count"))
+        .sum();
+    assert_eq!(binned + u(h, "overflow"), buffers, "{h}");
+    assert!(h["bin_ticks"].as_f64().unwrap() > 0.0);
+    let m = &r["messages"];
+    assert_eq!(u(m, "sent"), messages, "{m}");
+    assert_eq!(
+        u(m, "sent"),
+        u(m, "received") + u(m, "queue_full") + u(m, "lost_elsewhere"),
+        "{m}"
+    );
+    assert_eq!(u(m, "lost_elsewhere"), 0, "{m}");
+    // Ten data buffers per 14,792-byte message.
+    assert_eq!(buffers, u(m, "received") * 10, "{r}");
+    let s = &r["summary"];
+    let pct = |k: &str| s[k].as_f64().unwrap_or_else(|| panic!("{k} in {s}"));
+    let (a, b, c, d) = (
+        pct("fully_cached_pct"),
+        pct("lt_clean_pct"),
+        pct("lt_dirty_pct"),
+        pct("gt_dirty_pct"),
+    );
+    assert!(0.0 <= a && a <= b && b <= c && c <= 100.0, "{s}");
+    assert!((c + d - 100.0).abs() < 1e-6, "{s}");
+    assert!(pct("avg_overhead_ticks_per_word") >= 0.0);
+    let positions = r["positions"].as_array().expect("positions");
+    assert_eq!(positions.len(), 10, "{r}");
+    let per_position: u64 = positions.iter().map(|p| u(p, "buffers")).sum();
+    assert_eq!(per_position, buffers);
+    assert_eq!(
+        r["ks"].as_array().expect("ks").len(),
+        45,
+        "every pair of ten positions"
+    );
+    assert!(r["settings"].is_object());
+}
+
+#[test]
+fn a_quick_inline_run_accounts_for_every_buffer() {
+    let r = json(&["residency", "--quick", "--json"]);
+    check_run(&r, 100);
+    // One message at a time with a large gap: nothing is dropped.
+    assert_eq!(u(&r["messages"], "queue_full"), 0);
+}
+
+#[test]
+fn the_server_structure_on_two_cpus_with_every_knob() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIPPED: --cores split needs two CPUs");
+        return;
+    }
+    let r = json(&[
+        "residency",
+        "--structure=server",
+        "--cores=split",
+        "--messages=40",
+        "--gap=0",
+        "--queue=16",
+        "--checksum",
+        "--tlb-force",
+        "--load=64",
+        "--alloc=fifo",
+        "--dma=nt",
+        "--json",
+    ]);
+    check_run(&r, 40);
+    let s = &r["settings"];
+    assert_eq!(s["structure"], "server");
+    assert_eq!(s["cores"], "split");
+    assert_eq!(s["dma"], "non_temporal");
+}
+
+#[test]
+fn calibrate_json_has_the_fields_the_issue_names() {
+    let t = json(&["calibrate", "--quick", "--json"]);
+    for k in ["overhead_ticks", "quantum_ticks"] {
+        assert!(t["timer"][k].as_u64().is_some(), "timer.{k}: {t}");
+    }
+    for k in ["l1", "l2", "l3", "dram", "dram_dirty"] {
+        assert!(
+            t["line_load_ticks"][k].as_f64().is_some(),
+            "line_load_ticks.{k}"
+        );
+    }
+    assert!(t["tlb_miss_ticks"]["4k"].as_f64().is_some());
+    assert!(
+        t["tlb_miss_ticks"].get("2m").is_some(),
+        "2m present (null without THP)"
+    );
+    for k in ["1500", "8192", "1048576"] {
+        assert!(t["memcpy_gbit_per_s"][k].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn the_lab_writes_its_report_figures_and_runs() {
+    let dir = std::env::temp_dir().join(format!("shmnet-lab-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let r = json(&["lab", "--quick", "--json", "--out", dir.to_str().unwrap()]);
+    let runs = r["runs"].as_object().expect("runs");
+    assert!(runs.len() >= 15, "{r}");
+    let report = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
+    for needle in ["Table 1", "Table 2", "Table 3", "Table 4", "rules"] {
+        assert!(report.contains(needle), "report.md lacks {needle}");
+    }
+    for png in ["table2.png", "table3.png", "table4.png", "rules.png"] {
+        let bytes = std::fs::read(dir.join(png)).unwrap_or_default();
+        assert!(bytes.starts_with(b"\x89PNG"), "{png} is not a PNG");
+    }
+    // Every run left its JSON; a run that could not (no huge pages) says why.
+    for (name, v) in runs {
+        let text = std::fs::read_to_string(dir.join("runs").join(format!("{name}.json")))
+            .unwrap_or_else(|e| panic!("runs/{name}.json: {e}"));
+        let saved: Value = serde_json::from_str(&text).expect("run JSON parses");
+        assert!(
+            saved.get("buffers").is_some() || saved["error"].is_string(),
+            "{name}: {saved}"
+        );
+        if v.get("error").is_none() {
+            check_run(&saved, saved["settings"]["messages"].as_u64().unwrap());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn settings_that_mean_nothing_are_refused_with_what_to_do() {
+    let out = run(&["residency", "--cores=split"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--structure server"), "{err}");
+    let out = run(&["residency", "--queue=0"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--queue"));
+    let out = run(&["residency", "--calibration=/nonexistent.json"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.json"));
+}
