@@ -51,7 +51,7 @@ impl Effort {
 }
 
 /// A median with its spread.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Spread {
     /// 10th percentile.
     pub p10: f64,
@@ -130,7 +130,7 @@ pub struct Memcpy {
 
 /// What loading one packet buffer with the probe's routine costs, in ticks beyond the same
 /// load from L1 (the probe's "overhead"), and the marks the residency summary classifies by.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct BufferCosts {
     /// Buffer bytes.
     pub bytes: usize,
@@ -158,12 +158,16 @@ pub struct Marks {
 }
 
 impl BufferCosts {
-    /// The marks: a buffer counts as totally within cache up to the 90th percentile of the
-    /// last-level-cache loads; the miss marks are the medians.
+    /// The marks: the miss marks are the medians; a buffer counts as totally within cache
+    /// while its overhead is nearer the last-level-cache load's median than the clean miss's
+    /// (halfway between them). With prefetchers, one line from memory costs about as much as
+    /// a whole buffer from memory — a fill's latency, the rest streaming behind it — so the
+    /// overheads fall near one or the other and the halfway line separates them.
     pub fn marks(&self) -> Marks {
         let clean = self.clean_overhead.p50.max(1.0);
+        let llc = self.llc_overhead.p50.clamp(0.0, clean);
         Marks {
-            cached_max: self.llc_overhead.p90.max(0.0).min(clean / 2.0),
+            cached_max: (llc + clean) / 2.0,
             clean,
             dirty: self.dirty_overhead.p50.max(clean),
         }
@@ -612,7 +616,7 @@ mod tests {
     }
 
     #[test]
-    fn marks_never_put_dirty_below_clean_nor_cached_above_half_clean() {
+    fn marks_never_put_dirty_below_clean_and_split_cache_from_memory_halfway() {
         let b = BufferCosts {
             llc_overhead: Spread {
                 p10: 10.0,
@@ -632,7 +636,7 @@ mod tests {
         let m = b.marks();
         assert_eq!(m.clean, 1000.0);
         assert_eq!(m.dirty, 1000.0);
-        assert_eq!(m.cached_max, 500.0);
+        assert_eq!(m.cached_max, 510.0);
     }
 
     #[test]

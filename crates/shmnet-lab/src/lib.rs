@@ -1,8 +1,12 @@
 //! # shmnet-lab: the instruments
 //!
-//! The calibrated TSC ([`tsc`]), a record of the machine ([`machine`]), and the benchmarks
-//! ([`bench`]). Later: the residency probe and the experiments of the source documents.
-//! Everything here measures; nothing here is on the data path.
+//! The calibrated TSC ([`tsc`]), a record of the machine ([`machine`]), this machine's Table 1
+//! ([`calibrate`], on the primitives of [`mem`] and the cache sizes of [`cacheinfo`]), seed
+//! 000's residency experiment ([`residency`]: the probe, the synthetic load, the summary) and
+//! its suite ([`suite`]), and the benchmarks ([`bench`], [`netbench`]). Everything here
+//! measures; nothing here is on the data path. The probe, the calibrator and their memory
+//! primitives are written here rather than taken from a crate because they are the subject
+//! of the work: what they touch, in what order, is the measurement.
 
 #![warn(missing_docs)]
 

@@ -1,6 +1,6 @@
 //! `shmnet calibrate`, `shmnet residency` and `shmnet lab`: seed 000's instruments.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use shmnet_chan::{AllocPolicy, PageSize};
 use shmnet_io::driver::softnic::Dma;
@@ -134,24 +134,14 @@ pub fn marks(file: Option<&PathBuf>) -> Result<Marks> {
                 path.display()
             )
         })?;
-        let b = &v["buffer"];
-        let get = |k: &str| b[k]["p50"].as_f64();
-        let (Some(llc90), Some(clean), Some(dirty)) = (
-            b["llc_overhead"]["p90"].as_f64(),
-            get("clean_overhead"),
-            get("dirty_overhead"),
-        ) else {
-            bail!(
-                "{} has no buffer costs: make it with `shmnet calibrate --json > FILE`",
-                path.display()
-            );
-        };
-        let clean = clean.max(1.0);
-        return Ok(Marks {
-            cached_max: llc90.max(0.0).min(clean / 2.0),
-            clean,
-            dirty: dirty.max(clean),
-        });
+        let costs: calibrate::BufferCosts = serde_json::from_value(v["buffer"].clone())
+            .with_context(|| {
+                format!(
+                    "{} has no buffer costs: make it with `shmnet calibrate --json > FILE`",
+                    path.display()
+                )
+            })?;
+        return Ok(costs.marks());
     }
     let (bytes, offset) = calibrate::DEFAULT_BUFFER;
     let costs = calibrate::buffer_costs(

@@ -18,7 +18,9 @@ mod serve;
 memory windows (memfd regions holding descriptor queues and buffer pools), so packet data stays \
 where the wire put it until the application reads it.\n\n\
 This build has the shared-memory channel, the protocol stack, the inline, server and ipc \
-structures, and the benchmarks that compare them with the kernel. Start with:\n  \
+structures, the benchmarks that compare them with the kernel, and seed 000's residency lab. \
+Start with:\n  \
+shmnet lab --quick             how much packet data is still in the cache at copy-out\n  \
 shmnet bench chan --quick      the queue against rtrb and rte_ring, and the pools\n  \
 shmnet bench stack --quick     the stack's receive and send paths against memcpy\n  \
 shmnet ttcp --quick            streaming throughput: kernel, ipc, server, inline\n  \
