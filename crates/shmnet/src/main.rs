@@ -8,6 +8,7 @@ mod app;
 mod lab;
 mod netbench;
 mod serve;
+mod sim;
 
 #[derive(Parser)]
 #[command(
@@ -121,6 +122,11 @@ enum Command {
     ///   shmnet lab --out /tmp/lab && less /tmp/lab/report.md
     #[command(verbatim_doc_comment)]
     Lab(lab::LabArgs),
+    /// Simulate caches and TLBs from memory-reference traces (seed 001's simulator): the
+    /// machines of the seeds (hp720-1993, sgi-r4400-1994) and this one (from
+    /// `shmnet calibrate --json`). Run `shmnet sim run --help` for the trace formats.
+    #[command(subcommand)]
+    Sim(sim::SimCmd),
     /// One party of a ttcp or rr cell (started by them).
     #[command(hide = true)]
     Worker(netbench::WorkerArgs),
@@ -285,5 +291,6 @@ fn main() -> Result<()> {
         Command::Calibrate(a) => lab::calibrate(a),
         Command::Residency(a) => lab::residency(a),
         Command::Lab(a) => lab::lab(a),
+        Command::Sim(c) => sim::run(c),
     }
 }

@@ -1,0 +1,381 @@
+//! Machine presets and the ways a machine is named on the command line: a preset name, a
+//! preset file (TOML or JSON), or the JSON that `shmnet calibrate --json` prints.
+//!
+//! The presets are the files in `crates/shmnet-sim/presets/`, embedded in the binary;
+//! `shmnet sim machine NAME` (or [`Machine::to_toml_string`]) prints one to copy and edit.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::config::{
+    ByteSize, CacheConfig, ConfigError, Machine, MemoryConfig, Replacement, Side, TlbConfig,
+    TlbLevelConfig, Ways, WritePolicy,
+};
+
+/// The preset names, with their embedded text.
+pub const PRESETS: [(&str, &str); 3] = [
+    ("hp720-1993", include_str!("../presets/hp720-1993.toml")),
+    (
+        "sgi-r4400-1994",
+        include_str!("../presets/sgi-r4400-1994.toml"),
+    ),
+    ("this-machine", include_str!("../presets/this-machine.json")),
+];
+
+/// Why a machine could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    /// Neither a preset name nor an existing file.
+    #[error(
+        "{0:?} is neither a preset ({presets}) nor a file; give a preset name, a preset file (.toml or .json) or the output of `shmnet calibrate --json`",
+        presets = preset_names().join(", ")
+    )]
+    Unknown(String),
+    /// The file could not be read.
+    #[error("reading {path}: {err}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        err: std::io::Error,
+    },
+    /// The description is wrong.
+    #[error("{path}: {err}")]
+    Config {
+        /// The preset or file.
+        path: String,
+        /// What is wrong.
+        err: ConfigError,
+    },
+}
+
+/// The names of the presets.
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(n, _)| *n).collect()
+}
+
+/// The Zen 4 cache geometry assumed when a calibration gives no `"caches"`.
+const DEFAULT_CACHES: [(u32, &str, u64, u64, u64); 4] = [
+    (1, "data", 32 << 10, 64, 8),
+    (1, "instruction", 32 << 10, 64, 8),
+    (2, "unified", 1 << 20, 64, 8),
+    (3, "unified", 32 << 20, 64, 16),
+];
+
+/// Latencies assumed when a calibration lacks them (ticks).
+const DEFAULT_LOAD: [(&str, f64); 5] = [
+    ("l1", 4.0),
+    ("l2", 14.0),
+    ("l3", 50.0),
+    ("dram", 300.0),
+    ("dram_dirty", 320.0),
+];
+
+/// Ticks assumed for a first-level TLB miss that hits the second level (Zen 4: about 7
+/// cycles; an assumption, as a calibration does not measure it).
+pub const L2_TLB_HIT_TICKS: f64 = 7.0;
+
+impl Machine {
+    /// The preset named `name`.
+    pub fn preset(name: &str) -> Option<Machine> {
+        let text = PRESETS.iter().find(|(n, _)| *n == name)?.1;
+        let m = if name == "this-machine" {
+            let mut m = Machine::from_calibration_json(text).ok()?;
+            m.notes.push(
+                "built from the example calibration shipped with shmnet-sim (Zen 4 figures); for this machine's own, run `shmnet calibrate --json > cal.json` and pass --machine cal.json"
+                    .into(),
+            );
+            m
+        } else {
+            Machine::from_toml_str(text).ok()?
+        };
+        Some(m)
+    }
+
+    /// A preset name, or a path to a preset file (`.toml`, or JSON with the preset's fields)
+    /// or to the output of `shmnet calibrate --json`.
+    pub fn load(spec: &str) -> Result<Machine, MachineError> {
+        if PRESETS.iter().any(|(n, _)| *n == spec) {
+            return Machine::preset(spec).ok_or_else(|| MachineError::Unknown(spec.into()));
+        }
+        let path = Path::new(spec);
+        if !path.exists() {
+            return Err(MachineError::Unknown(spec.into()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|err| MachineError::Io {
+            path: spec.into(),
+            err,
+        })?;
+        Machine::from_text(&text).map_err(|err| MachineError::Config {
+            path: spec.into(),
+            err,
+        })
+    }
+
+    /// Parses a machine from text in any accepted form: TOML preset, JSON preset, or
+    /// calibration JSON (recognised by its `"line_load_ticks"`, `"timer"` or
+    /// `"caches"` with `"size_bytes"`).
+    pub fn from_text(text: &str) -> Result<Machine, ConfigError> {
+        if !text.trim_start().starts_with('{') {
+            return Machine::from_toml_str(text);
+        }
+        let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let calibration = v.get("line_load_ticks").is_some()
+            || v.get("timer").is_some()
+            || v.get("tlb_miss_ticks").is_some();
+        if calibration {
+            Machine::from_calibration_json(text)
+        } else {
+            Machine::from_json_str(text)
+        }
+    }
+
+    /// Builds a machine from the JSON `shmnet calibrate --json` prints: the hierarchy from
+    /// `"caches"` (Zen 4 defaults when absent, with a note saying so), latencies from
+    /// `"line_load_ticks"` (`l1`, `l2`, `l3` per level, `dram` and `dram_dirty` for memory),
+    /// TLB miss costs from `"tlb_miss_ticks"` (`4k`, `2m`).
+    ///
+    /// Assumed, and editable in the printed TOML: every cache write-back LRU; a data TLB of
+    /// 72 entries fully associative, then 3,072 entries 12-way, for 4 KiB pages and again for
+    /// 2 MiB pages (AMD Zen 4), an instruction TLB of 64 then 512 8-way entries; a first-level
+    /// TLB miss that hits the second level costs [`L2_TLB_HIT_TICKS`]. A geometry whose set
+    /// count is not a power of two is shrunk to the power of two below, with a note.
+    pub fn from_calibration_json(text: &str) -> Result<Machine, ConfigError> {
+        let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let mut notes = Vec::new();
+        let load = v.get("line_load_ticks");
+        let raw_caches: Vec<(u32, String, u64, u64, u64)> = match v
+            .get("caches")
+            .and_then(Value::as_array)
+        {
+            Some(list) if !list.is_empty() => list
+                .iter()
+                .map(|c| {
+                    let num = |k: &str| c.get(k).and_then(Value::as_u64);
+                    Ok((
+                        num("level").ok_or_else(|| bad("a cache without \"level\""))? as u32,
+                        c.get("type")
+                            .and_then(Value::as_str)
+                            .unwrap_or("unified")
+                            .to_string(),
+                        num("size_bytes").ok_or_else(|| bad("a cache without \"size_bytes\""))?,
+                        num("line_bytes").unwrap_or(64),
+                        num("ways").unwrap_or(0),
+                    ))
+                })
+                .collect::<Result<_, ConfigError>>()?,
+            _ => {
+                notes.push(
+                        "the calibration lists no caches; assumed AMD Zen 4's: 32 KiB 8-way L1 I and D, 1 MiB 8-way L2, 32 MiB 16-way L3, 64-byte lines"
+                            .into(),
+                    );
+                DEFAULT_CACHES
+                    .iter()
+                    .map(|&(l, t, s, b, w)| (l, t.to_string(), s, b, w))
+                    .collect()
+            }
+        };
+        let mut caches = Vec::new();
+        for (level, kind, size, line, ways) in raw_caches {
+            let side = match kind.as_str() {
+                "data" => Side::Data,
+                "instruction" => Side::Instruction,
+                _ => Side::Unified,
+            };
+            let name = match side {
+                Side::Data => format!("L{level}D"),
+                Side::Instruction => format!("L{level}I"),
+                Side::Unified => format!("L{level}"),
+            };
+            let line = if line.is_power_of_two() { line } else { 64 };
+            let lines = (size / line).max(1);
+            let ways = if ways == 0 || ways > lines {
+                lines
+            } else {
+                ways
+            };
+            let mut sets = (lines / ways).max(1);
+            if !sets.is_power_of_two() {
+                let fixed = 1u64 << (63 - sets.leading_zeros());
+                notes.push(format!(
+                    "{name}: {size} bytes in {ways}-way sets of {line}-byte lines make {sets} sets, not a power of two; simulated with {fixed} sets ({} bytes)",
+                    fixed * ways * line
+                ));
+                sets = fixed;
+            }
+            let hit = tick(load, &format!("l{level}"), &mut notes);
+            let mut c = CacheConfig::new(
+                &name,
+                level,
+                side,
+                sets * ways * line,
+                line,
+                Ways::N(ways as u32),
+                hit,
+            );
+            c.replacement = Replacement::Lru;
+            c.write = WritePolicy::WriteBack;
+            caches.push(c);
+        }
+        // A level 1 with only one side: give it the other side too.
+        let l1_data = caches.iter().any(|c| c.level == 1 && c.side == Side::Data);
+        let l1_instr = caches
+            .iter()
+            .any(|c| c.level == 1 && c.side == Side::Instruction);
+        if l1_data != l1_instr {
+            let from = caches
+                .iter()
+                .find(|c| c.level == 1 && c.side != Side::Unified)
+                .cloned()
+                .ok_or_else(|| bad("no level-1 cache"))?;
+            let mut twin = from.clone();
+            twin.side = if l1_data {
+                Side::Instruction
+            } else {
+                Side::Data
+            };
+            twin.name = if l1_data { "L1I".into() } else { "L1D".into() };
+            notes.push(format!(
+                "the calibration has no level-1 {} cache; assumed one like {}",
+                if l1_data { "instruction" } else { "data" },
+                from.name
+            ));
+            caches.push(twin);
+        }
+        let dram = tick(load, "dram", &mut notes);
+        let dram_dirty = tick(load, "dram_dirty", &mut notes);
+        let tlb = v.get("tlb_miss_ticks");
+        let miss_4k = tlb_tick(tlb, "4k", 30.0, &mut notes);
+        let miss_2m = tlb_tick(tlb, "2m", miss_4k, &mut notes);
+        let level = |entries: u64, ways: Ways, hit_ticks: f64| TlbLevelConfig {
+            entries,
+            ways,
+            hit_ticks,
+            replacement: Replacement::Lru,
+        };
+        let dtlb = |name: &str, page: u64, miss: f64| TlbConfig {
+            name: name.into(),
+            side: Side::Data,
+            page: ByteSize(page),
+            levels: vec![
+                level(72, Ways::FULL, 0.0),
+                level(3072, Ways::N(12), L2_TLB_HIT_TICKS),
+            ],
+            miss_ticks: miss,
+        };
+        let tlbs = vec![
+            dtlb("DTLB", 4096, miss_4k),
+            dtlb("DTLB2M", 2 << 20, miss_2m),
+            TlbConfig {
+                name: "ITLB".into(),
+                side: Side::Instruction,
+                page: ByteSize(4096),
+                levels: vec![
+                    level(64, Ways::FULL, 0.0),
+                    level(512, Ways::N(8), L2_TLB_HIT_TICKS),
+                ],
+                miss_ticks: miss_4k,
+            },
+        ];
+        let m = Machine {
+            name: "this-machine".into(),
+            description: "built from `shmnet calibrate --json`; TLB geometry assumed (AMD Zen 4: 72-entry fully associative L1 DTLB, 3,072-entry 12-way L2 DTLB, 4 KiB pages)".into(),
+            tick_unit: "TSC ticks".into(),
+            caches,
+            tlbs,
+            memory: MemoryConfig {
+                ticks: dram,
+                dirty_ticks: dram_dirty.max(dram),
+            },
+            base_page: ByteSize(4096),
+            huge_pages: Vec::new(),
+            notes,
+        };
+        m.validate()?;
+        Ok(m)
+    }
+}
+
+/// `line_load_ticks.KEY`, or the default with a note.
+fn tick(load: Option<&Value>, key: &str, notes: &mut Vec<String>) -> f64 {
+    match load.and_then(|l| l.get(key)).and_then(Value::as_f64) {
+        Some(x) => x,
+        None => {
+            let d = DEFAULT_LOAD
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(DEFAULT_LOAD[3].1, |(_, x)| *x);
+            notes.push(format!(
+                "line_load_ticks.{key} missing from the calibration; assumed {d}"
+            ));
+            d
+        }
+    }
+}
+
+/// `tlb_miss_ticks.KEY`, or `default` with a note.
+fn tlb_tick(tlb: Option<&Value>, key: &str, default: f64, notes: &mut Vec<String>) -> f64 {
+    match tlb.and_then(|t| t.get(key)).and_then(Value::as_f64) {
+        Some(x) => x,
+        None => {
+            notes.push(format!(
+                "tlb_miss_ticks.{key} missing from the calibration; assumed {default}"
+            ));
+            default
+        }
+    }
+}
+
+fn bad(s: &str) -> ConfigError {
+    ConfigError::Parse(format!("calibration JSON: {s}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_loads() {
+        for name in preset_names() {
+            let m = Machine::preset(name).unwrap_or_else(|| panic!("{name}"));
+            m.validate().unwrap();
+            // And survives a round trip through TOML, as a user would copy it.
+            let again = Machine::from_toml_str(&m.to_toml_string()).unwrap();
+            assert_eq!(again.caches, m.caches, "{name}");
+            assert_eq!(again.tlbs, m.tlbs, "{name}");
+        }
+    }
+
+    #[test]
+    fn calibration_without_caches_falls_back_and_says_so() {
+        let m = Machine::from_calibration_json(
+            r#"{"line_load_ticks": {"l1": 4.0, "l2": 12.0, "dram": 200.0, "dram_dirty": 210.0}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.depth(), 3);
+        assert!(m.notes.iter().any(|n| n.contains("no caches")));
+        assert!(m.notes.iter().any(|n| n.contains("l3")));
+        assert_eq!(m.memory.ticks, 200.0);
+    }
+
+    #[test]
+    fn calibration_with_odd_geometry_is_made_simulable() {
+        let m = Machine::from_calibration_json(
+            r#"{"line_load_ticks": {"l1": 4, "l2": 14, "dram": 300, "dram_dirty": 320},
+                "tlb_miss_ticks": {"4k": 30, "2m": 1},
+                "caches": [{"level": 1, "type": "data", "size_bytes": 49152, "line_bytes": 64, "ways": 12},
+                           {"level": 2, "type": "unified", "size_bytes": 2097152, "line_bytes": 64, "ways": 16}]}"#,
+        )
+        .unwrap();
+        assert!(m.caches.iter().any(|c| c.name == "L1I"), "twin made");
+        assert!(m.notes.iter().any(|n| n.contains("no level-1 instruction")));
+        crate::Simulator::new(&m).unwrap();
+    }
+
+    #[test]
+    fn unknown_machine_says_what_to_do() {
+        let e = Machine::load("no-such-machine").unwrap_err().to_string();
+        assert!(e.contains("hp720-1993") && e.contains("calibrate"), "{e}");
+    }
+}

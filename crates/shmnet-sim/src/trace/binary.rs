@@ -1,0 +1,241 @@
+//! shmnet's compact binary trace format.
+//!
+//! ```text
+//! offset  size  field
+//! header (16 bytes)
+//!      0     8  magic "SHMTRC01" (ASCII)
+//!      8     2  version, u16 little-endian = 1
+//!     10     2  record size in bytes, u16 little-endian = 12
+//!     12     4  flags, u32 little-endian = 0 (reserved; readers reject other values)
+//! records (12 bytes each), from offset 16 to the end of the input
+//!     +0     1  party: 0 driver/sender, 1 stack/server, 2 application, 3 load generator, 4 other
+//!     +1     1  op: 0 read, 1 write, 2 instruction fetch
+//!     +2     2  size in bytes, u16 little-endian, >= 1
+//!     +4     8  address, u64 little-endian
+//! ```
+//!
+//! A reference larger than 65,535 bytes is written as consecutive records of at most that
+//! many bytes ([`TraceWriter::write`] splits it). The input ends after the last whole record;
+//! a partial record at the end, an unknown party or op, or a zero size is an error naming the
+//! record's byte offset.
+
+use std::io::{self, BufWriter, Read, Write};
+
+use super::{Op, Party, Ref, TraceError, TraceSource};
+
+/// The first 8 bytes of every binary trace.
+pub const MAGIC: &[u8; 8] = b"SHMTRC01";
+/// The format version this crate writes and reads.
+pub const VERSION: u16 = 1;
+/// Bytes in the header.
+pub const HEADER_BYTES: usize = 16;
+/// Bytes in a record.
+pub const RECORD_BYTES: usize = 12;
+
+/// The header's bytes.
+pub fn header() -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..10].copy_from_slice(&VERSION.to_le_bytes());
+    h[10..12].copy_from_slice(&(RECORD_BYTES as u16).to_le_bytes());
+    h
+}
+
+/// Encodes one record (`size` must be 1..=65535).
+pub fn encode(party: Party, op: Op, addr: u64, size: u16) -> [u8; RECORD_BYTES] {
+    let mut r = [0u8; RECORD_BYTES];
+    r[0] = party as u8;
+    r[1] = op.code();
+    r[2..4].copy_from_slice(&size.to_le_bytes());
+    r[4..12].copy_from_slice(&addr.to_le_bytes());
+    r
+}
+
+/// Writes a binary trace to any [`Write`], buffered.
+pub struct TraceWriter<W: Write> {
+    out: BufWriter<W>,
+    records: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the header and returns the writer.
+    pub fn new(inner: W) -> io::Result<Self> {
+        let mut out = BufWriter::with_capacity(1 << 20, inner);
+        out.write_all(&header())?;
+        Ok(TraceWriter { out, records: 0 })
+    }
+
+    /// Appends a reference of `size` bytes at `addr` (split into records of at most 65,535
+    /// bytes; a zero size writes nothing).
+    pub fn write(&mut self, party: Party, op: Op, addr: u64, size: u64) -> io::Result<()> {
+        let (mut addr, mut left) = (addr, size);
+        while left > 0 {
+            let n = left.min(u64::from(u16::MAX));
+            self.out.write_all(&encode(party, op, addr, n as u16))?;
+            self.records += 1;
+            addr = addr.wrapping_add(n);
+            left -= n;
+        }
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Flushes and returns the inner writer.
+    pub fn finish(self) -> io::Result<W> {
+        self.out.into_inner().map_err(|e| e.into_error())
+    }
+}
+
+/// A streaming reader of binary traces.
+pub struct BinaryReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    /// Unread bytes are `buf[start..len]`.
+    start: usize,
+    len: usize,
+    /// Input offset of `buf[start]`.
+    offset: u64,
+    eof: bool,
+}
+
+const CHUNK: usize = RECORD_BYTES * 87_381; // about 1 MiB of whole records
+
+impl<R: Read> BinaryReader<R> {
+    /// Reads and checks the header.
+    pub fn new(mut inner: R) -> Result<Self, TraceError> {
+        let mut h = [0u8; HEADER_BYTES];
+        let mut got = 0;
+        while got < HEADER_BYTES {
+            match inner.read(&mut h[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let bad = |detail: String| TraceError::Bad {
+            format: "shmnet",
+            offset: 0,
+            line: None,
+            detail,
+        };
+        if got < HEADER_BYTES {
+            return Err(bad(format!(
+                "only {got} bytes: a binary trace starts with a {HEADER_BYTES}-byte header"
+            )));
+        }
+        if &h[..8] != MAGIC {
+            return Err(bad(
+                "no SHMTRC01 magic: not a shmnet binary trace (give --format din or lackey for text)"
+                    .into(),
+            ));
+        }
+        let version = u16::from_le_bytes([h[8], h[9]]);
+        let rec = u16::from_le_bytes([h[10], h[11]]);
+        let flags = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
+        if version != VERSION || usize::from(rec) != RECORD_BYTES || flags != 0 {
+            return Err(bad(format!(
+                "version {version}, record size {rec}, flags {flags:#x}: this reader knows version {VERSION} with {RECORD_BYTES}-byte records and no flags"
+            )));
+        }
+        Ok(BinaryReader {
+            inner,
+            buf: vec![0; CHUNK],
+            start: 0,
+            len: 0,
+            offset: HEADER_BYTES as u64,
+            eof: false,
+        })
+    }
+
+    /// Moves the unread bytes (less than a record) to the front and reads until the buffer
+    /// is full or the input ends.
+    fn fill(&mut self) -> Result<(), TraceError> {
+        self.buf.copy_within(self.start..self.len, 0);
+        self.len -= self.start;
+        self.start = 0;
+        while !self.eof && self.len < self.buf.len() {
+            match self.inner.read(&mut self.buf[self.len..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => {
+                    self.len += n;
+                    if self.len >= RECORD_BYTES * 4096 {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decodes one record at input offset `offset`.
+#[inline]
+fn decode(r: &[u8], offset: u64) -> Result<Ref, TraceError> {
+    let bad = |detail: String| TraceError::Bad {
+        format: "shmnet",
+        offset,
+        line: None,
+        detail,
+    };
+    let party =
+        Party::from_code(r[0]).ok_or_else(|| bad(format!("party {} is not 0..=4", r[0])))?;
+    let op = Op::from_code(r[1]).ok_or_else(|| bad(format!("op {} is not 0..=2", r[1])))?;
+    let size = u16::from_le_bytes([r[2], r[3]]);
+    if size == 0 {
+        return Err(bad("size 0".into()));
+    }
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&r[4..12]);
+    Ok(Ref {
+        party,
+        op,
+        size: u32::from(size),
+        addr: u64::from_le_bytes(a),
+    })
+}
+
+impl<R: Read> TraceSource for BinaryReader<R> {
+    fn next_batch(&mut self, out: &mut Vec<Ref>, max: usize) -> Result<(), TraceError> {
+        out.clear();
+        if self.len - self.start < RECORD_BYTES {
+            self.fill()?;
+        }
+        let avail = self.len - self.start;
+        let whole = (avail / RECORD_BYTES).min(max);
+        if whole == 0 {
+            if avail > 0 {
+                return Err(TraceError::Bad {
+                    format: "shmnet",
+                    offset: self.offset,
+                    line: None,
+                    detail: format!(
+                        "truncated record: {avail} of {RECORD_BYTES} bytes before the end"
+                    ),
+                });
+            }
+            return Ok(());
+        }
+        out.reserve(whole);
+        let used = whole * RECORD_BYTES;
+        for (i, r) in self.buf[self.start..self.start + used]
+            .chunks_exact(RECORD_BYTES)
+            .enumerate()
+        {
+            out.push(decode(r, self.offset + (i * RECORD_BYTES) as u64)?);
+        }
+        self.start += used;
+        self.offset += used as u64;
+        Ok(())
+    }
+
+    fn bytes_read(&self) -> u64 {
+        self.offset
+    }
+}

@@ -1,0 +1,339 @@
+//! A property test: the simulator against a deliberately simple reference model — a `Vec`
+//! per set, the victim at the front — on random hierarchies (one to three unified levels,
+//! random sizes, lines, associativity, LRU or FIFO, write-back or write-through) and random
+//! traces. Every count and the total ticks must be identical.
+
+use std::collections::HashSet;
+
+use proptest::prelude::*;
+use shmnet_sim::{
+    ByteSize, CacheConfig, Machine, MemoryConfig, Op, Options, Replacement, Side, Simulator, Ways,
+    WritePolicy,
+};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Counts {
+    hits: u64,
+    misses: u64,
+    fills: u64,
+    writebacks: u64,
+    writebacks_in: u64,
+    writebacks_in_misses: u64,
+    compulsory: u64,
+    capacity: u64,
+    conflict: u64,
+}
+
+struct ModelCache {
+    shift: u32,
+    ways: usize,
+    /// Each set: (line, dirty), the victim first.
+    sets: Vec<Vec<(u64, bool)>>,
+    lru: bool,
+    write_back: bool,
+    hit_ticks: u64,
+    seen: HashSet<u64>,
+    /// Fully associative LRU of the same capacity, the least recent first.
+    fa: Vec<u64>,
+    capacity: usize,
+    c: Counts,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Acc {
+    Read,
+    Write,
+    WriteBack { whole: bool },
+}
+
+struct Model {
+    levels: Vec<ModelCache>,
+    mem_ticks: u64,
+    mem_dirty: u64,
+    dirty_to_mem: bool,
+    mem_fills: u64,
+    mem_writebacks: u64,
+    mem_writes: u64,
+}
+
+impl Model {
+    fn access(&mut self, d: usize, addr: u64, op: Acc) -> usize {
+        if d == self.levels.len() {
+            match op {
+                Acc::Read => self.mem_fills += 1,
+                Acc::Write => self.mem_writes += 1,
+                Acc::WriteBack { .. } => {
+                    self.mem_writebacks += 1;
+                    self.dirty_to_mem = true;
+                }
+            }
+            return d;
+        }
+        let is_write = op != Acc::Read;
+        let demand = !matches!(op, Acc::WriteBack { .. });
+        let lc = &mut self.levels[d];
+        let line = addr >> lc.shift;
+        let allocate = !is_write || lc.write_back;
+        let set_i = (line as usize) % lc.sets.len();
+        if !demand {
+            lc.c.writebacks_in += 1;
+        }
+        // The shadow.
+        let seen = !lc.seen.insert(line);
+        let fa_pos = lc.fa.iter().position(|&l| l == line);
+        let fa_hit = fa_pos.is_some();
+        if let Some(p) = fa_pos {
+            lc.fa.remove(p);
+            lc.fa.push(line);
+        } else if allocate {
+            if lc.fa.len() == lc.capacity {
+                lc.fa.remove(0);
+            }
+            lc.fa.push(line);
+        }
+        let set = &mut lc.sets[set_i];
+        if let Some(p) = set.iter().position(|&(l, _)| l == line) {
+            if demand {
+                lc.c.hits += 1;
+            }
+            if lc.lru {
+                let e = set.remove(p);
+                set.push(e);
+            }
+            if is_write {
+                if lc.write_back {
+                    let p = set.iter().position(|&(l, _)| l == line).unwrap();
+                    set[p].1 = true;
+                } else {
+                    let saved = self.dirty_to_mem;
+                    self.access(d + 1, addr, op);
+                    self.dirty_to_mem = saved;
+                }
+            }
+            return d;
+        }
+        if demand {
+            lc.c.misses += 1;
+            if !seen {
+                lc.c.compulsory += 1;
+            } else if !fa_hit {
+                lc.c.capacity += 1;
+            } else {
+                lc.c.conflict += 1;
+            }
+        } else {
+            lc.c.writebacks_in_misses += 1;
+        }
+        if !allocate {
+            let saved = self.dirty_to_mem;
+            self.access(d + 1, addr, op);
+            self.dirty_to_mem = saved;
+            return d;
+        }
+        let served = match op {
+            Acc::WriteBack { whole: true } => d,
+            _ => self.access(d + 1, addr, Acc::Read),
+        };
+        let lc = &mut self.levels[d];
+        let set = &mut lc.sets[set_i];
+        let victim = if set.len() == lc.ways {
+            Some(set.remove(0))
+        } else {
+            None
+        };
+        set.push((line, is_write));
+        lc.c.fills += 1;
+        if let Some((v, true)) = victim {
+            lc.c.writebacks += 1;
+            let shift = lc.shift;
+            let whole = d + 1 >= self.levels.len() || self.levels[d + 1].shift <= shift;
+            self.access(d + 1, v << shift, Acc::WriteBack { whole });
+        }
+        served
+    }
+
+    fn reference(&mut self, op: Op, addr: u64, size: u32) -> u64 {
+        let shift = self.levels[0].shift;
+        let (first, last) = (addr >> shift, (addr + u64::from(size) - 1) >> shift);
+        let mut t = 0;
+        for line in first..=last {
+            self.dirty_to_mem = false;
+            let acc = if op == Op::Write {
+                Acc::Write
+            } else {
+                Acc::Read
+            };
+            let served = self.access(0, line << shift, acc);
+            t += if served == self.levels.len() {
+                self.mem_ticks
+            } else {
+                self.levels[served].hit_ticks
+            };
+            if self.dirty_to_mem {
+                t += self.mem_dirty - self.mem_ticks;
+            }
+        }
+        t
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Level {
+    sets_log2: u32,
+    ways: u32,
+    line_log2: u32,
+    lru: bool,
+    write_back: bool,
+}
+
+fn level() -> impl Strategy<Value = Level> {
+    (
+        0u32..4,
+        1u32..6,
+        4u32..7,
+        any::<bool>(),
+        prop::bool::weighted(0.75),
+    )
+        .prop_map(|(sets_log2, ways, line_log2, lru, write_back)| Level {
+            sets_log2,
+            ways,
+            line_log2,
+            lru,
+            write_back,
+        })
+}
+
+fn hierarchy() -> impl Strategy<Value = Vec<Level>> {
+    prop::collection::vec(level(), 1..=3).prop_map(|mut v| {
+        // Lines must not shrink going down; sort them so.
+        let mut lines: Vec<u32> = v.iter().map(|l| l.line_log2).collect();
+        lines.sort_unstable();
+        for (l, s) in v.iter_mut().zip(lines) {
+            l.line_log2 = s;
+        }
+        v
+    })
+}
+
+fn trace() -> impl Strategy<Value = Vec<(Op, u64, u32)>> {
+    let op = prop_oneof![
+        4 => Just(Op::Read),
+        3 => Just(Op::Write),
+        1 => Just(Op::Ifetch),
+    ];
+    prop::collection::vec((op, 0u64..4096, 1u32..48), 1..400)
+}
+
+fn machine(levels: &[Level]) -> Machine {
+    let caches = levels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let line = 1u64 << l.line_log2;
+            let size = (1u64 << l.sets_log2) * u64::from(l.ways) * line;
+            let mut c = CacheConfig::new(
+                &format!("L{}", i + 1),
+                i as u32 + 1,
+                Side::Unified,
+                size,
+                line,
+                Ways::N(l.ways),
+                (i as f64 + 1.0) * 3.0,
+            );
+            c.replacement = if l.lru {
+                Replacement::Lru
+            } else {
+                Replacement::Fifo
+            };
+            c.write = if l.write_back {
+                WritePolicy::WriteBack
+            } else {
+                WritePolicy::WriteThrough
+            };
+            c
+        })
+        .collect();
+    Machine {
+        name: "random".into(),
+        description: String::new(),
+        tick_unit: "ticks".into(),
+        caches,
+        tlbs: vec![],
+        memory: MemoryConfig {
+            ticks: 100.0,
+            dirty_ticks: 130.0,
+        },
+        base_page: ByteSize(4096),
+        huge_pages: vec![],
+        notes: vec![],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn simulator_matches_reference_model(levels in hierarchy(), trace in trace()) {
+        let m = machine(&levels);
+        let mut sim = Simulator::with_options(&m, Options { ccc: true, ..Options::default() }).unwrap();
+        let mut model = Model {
+            levels: m.caches.iter().map(|c| {
+                let ways = match c.ways { Ways::N(n) => n as usize, Ways::Full(_) => unreachable!() };
+                ModelCache {
+                    shift: c.line.0.trailing_zeros(),
+                    ways,
+                    sets: vec![Vec::new(); c.lines() as usize / ways],
+                    lru: c.replacement == Replacement::Lru,
+                    write_back: c.write == WritePolicy::WriteBack,
+                    hit_ticks: c.hit_ticks as u64,
+                    seen: HashSet::new(),
+                    fa: Vec::new(),
+                    capacity: c.lines() as usize,
+                    c: Counts::default(),
+                }
+            }).collect(),
+            mem_ticks: 100,
+            mem_dirty: 130,
+            dirty_to_mem: false,
+            mem_fills: 0,
+            mem_writebacks: 0,
+            mem_writes: 0,
+        };
+        // Without classification the first level takes its faster hit paths: same counts.
+        let mut fast = Simulator::new(&m).unwrap();
+        let mut model_ticks = 0u64;
+        for &(op, addr, size) in &trace {
+            let t = sim.access(op, addr, size);
+            prop_assert_eq!(fast.access(op, addr, size), t);
+            let mt = model.reference(op, addr, size);
+            prop_assert_eq!(t, mt as f64, "ticks of {:?} {:#x} {}", op, addr, size);
+            model_ticks += mt;
+        }
+        prop_assert_eq!(sim.ticks(), model_ticks as f64);
+        for (i, lc) in model.levels.iter().enumerate() {
+            let s = sim.cache_stats(&format!("L{}", i + 1)).unwrap();
+            let got = Counts {
+                hits: s.hits,
+                misses: s.misses,
+                fills: s.fills,
+                writebacks: s.writebacks,
+                writebacks_in: s.writebacks_in,
+                writebacks_in_misses: s.writebacks_in_misses,
+                compulsory: s.compulsory,
+                capacity: s.capacity,
+                conflict: s.conflict,
+            };
+            prop_assert_eq!(&got, &lc.c, "level {}", i + 1);
+            let f = fast.cache_stats(&format!("L{}", i + 1)).unwrap();
+            prop_assert_eq!(
+                (f.hits, f.misses, f.fills, f.writebacks, f.writebacks_in),
+                (s.hits, s.misses, s.fills, s.writebacks, s.writebacks_in)
+            );
+        }
+        let mem = sim.memory_stats();
+        prop_assert_eq!(
+            (mem.fills, mem.writebacks, mem.writes),
+            (model.mem_fills, model.mem_writebacks, model.mem_writes)
+        );
+    }
+}
