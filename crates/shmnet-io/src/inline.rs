@@ -283,6 +283,12 @@ impl<D: Driver> Inline<D> {
         &self.driver
     }
 
+    /// Ends the structure and gives its driver back (what it recorded, say). Buffers still
+    /// held by the stack go back with the window.
+    pub fn into_driver(self) -> D {
+        self.driver
+    }
+
     /// The window the buffers live in.
     pub fn window(&self) -> &Window {
         &self.window

@@ -138,6 +138,9 @@ pub struct BufferCosts {
     pub line_offset: usize,
     /// Median ticks of the whole window when the buffer is in L1 (timer overhead included).
     pub hot_ticks: f64,
+    /// Overhead when the buffer is in L2 but not in L1.
+    #[serde(default)]
+    pub l2_overhead: Spread,
     /// Overhead when the buffer is in the last-level cache but not in L2.
     pub llc_overhead: Spread,
     /// Overhead when no line is cached and every fill displaces a clean line.
@@ -198,6 +201,8 @@ pub struct Table1 {
     pub line_load_spread: [Spread; 5],
     /// Working set of each line-load figure, bytes (l1, l2, l3, dram).
     pub working_sets: [usize; 4],
+    /// The last-level cache this process can really use.
+    pub effective_llc: EffectiveLlc,
     /// Ticks a TLB miss adds.
     pub tlb_miss_ticks: TlbMiss,
     /// How the TLB figures were taken.
@@ -275,6 +280,16 @@ pub fn run(effort: Effort, progress: &mut dyn FnMut(&str)) -> Result<Table1, mem
     let (clean, dirty) = memory_line_load(ws[3], &sweeper, sweep_bytes, effort, empty)?;
     spreads[3] = clean;
     spreads[4] = dirty;
+    drop(sweeper);
+    progress("effective last-level cache");
+    let effective_llc = effective_llc(&sizes, effort, empty)?;
+    if effective_llc.bytes > 0 && (effective_llc.bytes as u64) < sizes.llc / 2 {
+        notes.push(format!(
+            "this process gets about {} MiB of the {} MiB last-level cache (other tenants, or partitioning)",
+            effective_llc.bytes >> 20,
+            sizes.llc >> 20
+        ));
+    }
 
     progress("TLB misses");
     let (tlb, tlb_method) = tlb_miss(effort, empty)?;
@@ -307,6 +322,7 @@ pub fn run(effort: Effort, progress: &mut dyn FnMut(&str)) -> Result<Table1, mem
         },
         line_load_spread: spreads,
         working_sets: ws,
+        effective_llc,
         tlb_miss_ticks: tlb,
         tlb_method,
         memcpy_gbit_per_s: memcpy,
@@ -331,7 +347,50 @@ fn all_lines(bytes: usize) -> Vec<usize> {
     (0..bytes / LINE).map(|i| i * LINE).collect()
 }
 
-/// Median ticks per load of a chase over every line of a `bytes` working set (warmed first).
+/// The last-level cache this process can really use, and the latency curve it was read
+/// from.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct EffectiveLlc {
+    /// The largest working set whose chase stays nearer the last level's latency than
+    /// memory's (0: not measured).
+    pub bytes: usize,
+    /// `(working set bytes, median ticks per load)`, from twice L2 to twice the last level.
+    pub curve: Vec<(usize, f64)>,
+}
+
+/// Finds the effective last-level cache: on a shared or virtual machine, other tenants (or
+/// cache partitioning) can leave a process far less than the size the kernel reports. A
+/// chase over working sets from twice L2 to twice the last level, in steps of √2; the
+/// capacity is the largest set whose latency stays below twice that of the smallest (which
+/// sits in the last level): beyond the knee, loads go to memory.
+fn effective_llc(sizes: &Sizes, effort: Effort, empty: f64) -> Result<EffectiveLlc, mem::MapError> {
+    let mut knee = f64::INFINITY;
+    let (lo, hi) = ((sizes.l2 * 2) as f64, (sizes.llc * 2) as f64);
+    let mut curve = Vec::new();
+    let mut size = lo;
+    let mut bytes = 0;
+    while size <= hi * 1.01 {
+        let ws = (size as usize).next_multiple_of(LINE * 64);
+        let t = cached_line_load(
+            ws,
+            Effort {
+                windows: effort.windows.min(11),
+            },
+            empty,
+        )?
+        .p50;
+        if curve.is_empty() {
+            knee = 2.0 * t;
+        }
+        curve.push((ws, t));
+        if t < knee {
+            bytes = ws;
+        }
+        size *= std::f64::consts::SQRT_2;
+    }
+    Ok(EffectiveLlc { bytes, curve })
+}
+
 fn cached_line_load(bytes: usize, effort: Effort, empty: f64) -> Result<Spread, mem::MapError> {
     let r = Region::new(bytes, Paging::Huge)?;
     let lines = all_lines(bytes);
@@ -466,6 +525,7 @@ pub fn buffer_costs(
     let src = unsafe { buf_region.ptr().add(line_offset % LINE) };
     let sweep_l2 = (sizes.l2 * 2) as usize;
     let push_to_llc = (sizes.l2 * 4).min(sizes.llc / 2).max(sizes.l2) as usize;
+    let push_to_l2 = (sizes.l1d * 4).min(sizes.l2 / 2) as usize;
     let sweeper = Region::new(sweep_l2.max(push_to_llc), Paging::Huge)?;
     let timed = || {
         let t0 = tsc::start();
@@ -474,10 +534,12 @@ pub fn buffer_costs(
         let t1 = tsc::stop();
         (t1 - t0) as f64
     };
-    let (mut hot, mut llc, mut clean, mut dirty) = (vec![], vec![], vec![], vec![]);
+    let (mut hot, mut l2, mut llc, mut clean, mut dirty) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..samples {
         timed();
         hot.push(timed());
+        mem::sweep(&sweeper, push_to_l2, false);
+        l2.push(timed());
         mem::sweep(&sweeper, push_to_llc, false);
         llc.push(timed());
         mem::sweep(&sweeper, sweep_l2, false);
@@ -498,6 +560,7 @@ pub fn buffer_costs(
         bytes,
         line_offset: line_offset % LINE,
         hot_ticks,
+        l2_overhead: over(&mut l2),
         llc_overhead: over(&mut llc),
         clean_overhead: over(&mut clean),
         dirty_overhead: over(&mut dirty),
@@ -564,6 +627,7 @@ impl std::fmt::Display for Table1 {
             b.bytes, b.hot_ticks
         )?;
         for (name, s) in [
+            ("from L2", &b.l2_overhead),
             ("from the last-level cache", &b.llc_overhead),
             ("100 % clean miss", &b.clean_overhead),
             ("100 % dirty miss", &b.dirty_overhead),
@@ -596,6 +660,20 @@ impl std::fmt::Display for Table1 {
                 "refused"
             }
         )?;
+        let e = &self.effective_llc;
+        if e.bytes > 0 {
+            let curve: Vec<String> = e
+                .curve
+                .iter()
+                .map(|(b, t)| format!("{:.1} MiB {t:.0}", *b as f64 / (1 << 20) as f64))
+                .collect();
+            writeln!(
+                f,
+                "effective last-level cache: {:.1} MiB (ticks per load by working set: {})",
+                e.bytes as f64 / (1 << 20) as f64,
+                curve.join(", ")
+            )?;
+        }
         for n in &self.notes {
             writeln!(f, "note: {n}")?;
         }

@@ -95,6 +95,11 @@ pub struct ResidencyArgs {
     /// Draw the overhead histogram into this PNG.
     #[arg(long, value_name = "FILE.png")]
     plot: Option<PathBuf>,
+    /// Record the data path's memory references (the sender's writes, the stack's reads, the
+    /// copy-out, the load) into FILE in shmnet's binary trace format, for `shmnet sim`
+    /// (inline structure only).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 impl ResidencyArgs {
@@ -160,10 +165,19 @@ pub fn residency(a: ResidencyArgs) -> Result<()> {
     pb.set_message("measuring the marks");
     let marks = marks(a.calibration.as_ref())?;
     let exe = std::env::current_exe().context("finding this program to start the server")?;
-    let r = residency::run(&settings, marks, &exe, &mut |frac, msg| {
+    let mut progress = |frac: f64, msg: &str| {
         pb.set_position((frac * 1000.0) as u64);
         pb.set_message(msg.to_string());
-    })?;
+    };
+    let r = match &a.trace {
+        None => residency::run(&settings, marks, &exe, &mut progress)?,
+        Some(path) => {
+            let (r, records) = residency::run_traced(&settings, marks, &mut progress)?;
+            let n = crate::replay::write_trace(path, &records)?;
+            pb.suspend(|| eprintln!("trace: {n} records in {}", path.display()));
+            r
+        }
+    };
     pb.finish_and_clear();
     if let Some(path) = &a.plot {
         residency::figure::histograms(

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 mod app;
 mod lab;
 mod netbench;
+mod replay;
 mod serve;
 mod sim;
 

@@ -48,6 +48,24 @@ pub enum SimCmd {
     ///   shmnet sim bench --refs 10000000 --json
     #[command(verbatim_doc_comment)]
     Bench(BenchArgs),
+    /// Seed 001's validation for shmnet's data path: run the residency experiment with its
+    /// references recorded, replay them on this machine (calibrated in the same run), and
+    /// set the predicted residency beside the measured one, with the mean error.
+    ///
+    /// Examples:
+    ///   shmnet sim validate --quick
+    ///   shmnet sim validate --keep /tmp/val      also keeps the traces and the machine
+    #[command(verbatim_doc_comment)]
+    Validate(crate::replay::ValidateArgs),
+    /// Seed 000's histogram for a residency trace on any machine: the overhead of every
+    /// buffer the application read at copy-out, against the machine's 100 % clean and dirty
+    /// miss marks (its lines × its fill costs).
+    ///
+    /// Examples:
+    ///   shmnet residency --gap 0 --queue 16 --load 256 --trace res.trc
+    ///   shmnet sim residency --machine hp720-1993 --plot hp720.png res.trc
+    #[command(verbatim_doc_comment)]
+    Residency(crate::replay::ResidencyReplayArgs),
     /// Print a machine (preset, file or calibration) as an editable TOML preset.
     ///
     /// Examples:
@@ -151,6 +169,8 @@ pub fn run(cmd: SimCmd) -> Result<()> {
         SimCmd::Run(a) => run_trace(a),
         SimCmd::Sweep(a) => sweep(a),
         SimCmd::Bench(a) => bench(a),
+        SimCmd::Validate(a) => crate::replay::validate(a),
+        SimCmd::Residency(a) => crate::replay::residency_replay(a),
         SimCmd::Machine(a) => {
             let m = Machine::load(&a.machine)?;
             for n in &m.notes {

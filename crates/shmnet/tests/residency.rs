@@ -178,3 +178,66 @@ fn settings_that_mean_nothing_are_refused_with_what_to_do() {
     let out = run(&["residency", "--calibration=/nonexistent.json"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.json"));
 }
+
+#[test]
+fn a_recorded_trace_replays_on_the_seed_machine_at_the_seed_marks() {
+    let trace = std::env::temp_dir().join(format!("shmnet-res-{}.trc", std::process::id()));
+    let path = trace.to_str().unwrap();
+    let r = json(&[
+        "residency",
+        "--quick",
+        "--gap=0",
+        "--queue=16",
+        "--load=256",
+        "--trace",
+        path,
+        "--json",
+    ]);
+    check_run(&r, 100);
+    let s = json(&["sim", "residency", "--machine=hp720-1993", "--json", path]);
+    // 1,480 bytes 34 bytes into a buffer span 47 lines of 32 bytes: 47 × 18 and 47 × 23,
+    // the seed's own 100 % clean and dirty miss overheads.
+    assert_eq!(s["marks"]["clean"].as_f64(), Some(846.0), "{s}");
+    assert_eq!(s["marks"]["dirty"].as_f64(), Some(1081.0), "{s}");
+    let h = &s["histogram"];
+    let binned: u64 = h["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        binned + u(h, "overflow"),
+        u(&r, "buffers"),
+        "one simulated buffer per timed one"
+    );
+    let _ = std::fs::remove_file(&trace);
+}
+
+#[test]
+fn tracing_is_refused_where_the_parties_are_elsewhere() {
+    let out = run(&["residency", "--structure=server", "--trace=/tmp/never.trc"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("inline structure only"));
+    assert!(!std::path::Path::new("/tmp/never.trc").exists());
+}
+
+#[test]
+fn validation_sets_predicted_beside_measured() {
+    let v = json(&["sim", "validate", "--quick", "--json"]);
+    let rows = v["rows"].as_array().expect("rows");
+    assert!(rows.len() >= 3, "at least three settings: {v}");
+    for r in rows {
+        for side in ["measured", "predicted"] {
+            let pct = r[side]["fully_cached_pct"].as_f64().unwrap();
+            assert!((0.0..=100.0).contains(&pct), "{r}");
+        }
+        assert_eq!(u(r, "buffers"), 1000, "{r}");
+    }
+    assert!(
+        v["mean_abs_error_fully_cached_points"]
+            .as_f64()
+            .unwrap()
+            .is_finite()
+    );
+}

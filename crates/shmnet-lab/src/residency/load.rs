@@ -35,8 +35,9 @@ impl Load {
         })
     }
 
-    /// Walks `message` word by word, touching one random block per word.
-    pub fn on_message(&mut self, message: &[u8]) {
+    /// Walks `message` word by word, touching one random block per word; each block is
+    /// recorded in `trace`, if given.
+    pub fn on_message(&mut self, message: &[u8], mut trace: Option<&mut super::trace::Tracer>) {
         let base = self.state.ptr();
         let mut acc = 0u64;
         for w in message.chunks(8) {
@@ -51,6 +52,14 @@ impl Load {
                 }
             }
             self.touched += 1;
+            if let Some(t) = trace.as_deref_mut() {
+                t.raw(
+                    super::trace::Who::Load,
+                    true,
+                    base as u64 + at as u64,
+                    self.block as u32,
+                );
+            }
         }
         std::hint::black_box(acc);
     }
@@ -63,7 +72,7 @@ mod tests {
     #[test]
     fn one_block_per_word() {
         let mut l = Load::new(24, 1 << 16).unwrap();
-        l.on_message(&[1u8; 100]);
+        l.on_message(&[1u8; 100], None);
         assert_eq!(l.touched, 13, "100 bytes are 13 words, the last one short");
     }
 }

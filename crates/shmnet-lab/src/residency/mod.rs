@@ -19,6 +19,8 @@ pub mod probe;
 mod run_inline;
 mod run_server;
 pub mod summary;
+pub mod trace;
+mod traced_driver;
 
 use crate::calibrate::Marks;
 use probe::{Probe, Sample};
@@ -243,6 +245,8 @@ pub struct Residency {
 pub(crate) struct AppSide {
     pub probe: Probe,
     pub load: Option<load::Load>,
+    /// Records the copy-out and the load (`--trace`).
+    pub tracer: Option<trace::Tracer>,
 }
 
 impl AppSide {
@@ -254,14 +258,18 @@ impl AppSide {
                 0 => None,
                 b => Some(load::Load::new(b, s.load_range_bytes)?),
             },
+            tracer: None,
         })
     }
 
     /// After a message's copy: the next buffer starts a new message; the load walks it.
     pub fn message_done(&mut self, data: &[u8]) {
         self.probe.end_message();
+        if let Some(t) = &mut self.tracer {
+            t.range(trace::Who::Application, true, data);
+        }
         if let Some(l) = &mut self.load {
-            l.on_message(data);
+            l.on_message(data, self.tracer.as_mut());
         }
     }
 }
@@ -270,6 +278,10 @@ impl RecvHook for AppSide {
     #[inline]
     fn on_buffer(&mut self, buf: BufIdx, data: &[u8]) {
         self.probe.on_buffer(buf, data);
+        // After the timed load, so the recording is not timed; nothing else happens between.
+        if let Some(t) = &mut self.tracer {
+            t.range(trace::Who::Application, false, data);
+        }
     }
 }
 
@@ -281,13 +293,50 @@ pub fn run(
     exe: &std::path::Path,
     progress: &mut dyn FnMut(f64, &str),
 ) -> Result<Residency, RunError> {
+    run_inner(settings, marks, exe, progress, false).map(|(r, _)| r)
+}
+
+/// As [`run`], recording the data path's references ([`trace`]): the inline structure only,
+/// where every party is in this process.
+pub fn run_traced(
+    settings: &Settings,
+    marks: Marks,
+    progress: &mut dyn FnMut(f64, &str),
+) -> Result<(Residency, Vec<trace::Record>), RunError> {
+    if settings.structure != Structure::Inline {
+        return Err(RunError::Settings(
+            "--trace records the inline structure only (in the server structure the sender and the stack run in another process)".into(),
+        ));
+    }
+    run_inner(settings, marks, std::path::Path::new(""), progress, true)
+}
+
+fn run_inner(
+    settings: &Settings,
+    marks: Marks,
+    exe: &std::path::Path,
+    progress: &mut dyn FnMut(f64, &str),
+    traced: bool,
+) -> Result<(Residency, Vec<trace::Record>), RunError> {
     settings.check()?;
     let t0 = std::time::Instant::now();
     let mut app = AppSide::new(settings)?;
-    let messages = match settings.structure {
-        Structure::Inline => run_inline::run(settings, &mut app, progress)?,
-        Structure::Server => run_server::run(settings, &mut app, exe, progress)?,
+    let frags = settings.size.div_ceil(1480) as u64;
+    let per_message =
+        2 * frags + 1 + (settings.size as u64 / 8) * u64::from(settings.load_bytes > 0);
+    let cap = (settings.messages * per_message) as usize;
+    let driver_tracer = traced.then(|| {
+        let t = trace::Tracer::new(cap);
+        app.tracer = Some(t.sibling(cap));
+        t
+    });
+    let (messages, mut records) = match settings.structure {
+        Structure::Inline => run_inline::run(settings, &mut app, driver_tracer, progress)?,
+        Structure::Server => (run_server::run(settings, &mut app, exe, progress)?, vec![]),
     };
+    if let Some(t) = app.tracer.take() {
+        records = trace::merge(vec![records, t.into_records()]);
+    }
     if messages.received == 0 {
         return Err(RunError::NothingReceived(format!(
             "{} sent, {} refused by the full socket queue, {} lost elsewhere",
@@ -297,7 +346,7 @@ pub fn run(
     let (unforced, unrecorded) = (app.probe.unforced, app.probe.unrecorded);
     let quantum = crate::tsc::Calibration::measure(std::time::Duration::from_millis(2), 5000)
         .step_ticks as f64;
-    Ok(analyse(
+    let result = analyse(
         settings.clone(),
         marks,
         quantum,
@@ -306,7 +355,8 @@ pub fn run(
         unforced,
         unrecorded,
         t0.elapsed().as_secs_f64(),
-    ))
+    );
+    Ok((result, records))
 }
 
 /// Turns samples into the result.

@@ -1,5 +1,7 @@
 //! The inline structure: softnic, the stack and the application in this thread, pinned.
 
+use super::trace::{Record, Tracer};
+use super::traced_driver::TracedDriver;
 use super::{AppSide, Messages, RunError, Settings};
 use crate::calibrate::Pinned;
 use shmnet_chan::PoolSpec;
@@ -11,13 +13,44 @@ use std::time::{Duration, Instant};
 /// The port softnic sends to.
 const PORT: u16 = 5001;
 
+/// Runs the experiment; with a tracer, also returns what the sender and the stack did.
 pub(super) fn run(
     s: &Settings,
     app: &mut AppSide,
+    tracer: Option<Tracer>,
     progress: &mut dyn FnMut(f64, &str),
-) -> Result<Messages, RunError> {
+) -> Result<(Messages, Vec<Record>), RunError> {
+    let nic = softnic(s)?;
+    match tracer {
+        None => run_with(s, app, nic, progress).map(|(m, _)| (m, vec![])),
+        Some(t) => {
+            let nic = TracedDriver::new(nic, t, s.checksum);
+            let (m, nic) = run_with(s, app, nic, progress)?;
+            Ok((m, nic.into_records()))
+        }
+    }
+}
+
+/// What softnic needs to know of a driver to run the experiment over it.
+trait Sender: Driver {
+    fn softnic(&self) -> &Softnic;
+}
+
+impl Sender for Softnic {
+    fn softnic(&self) -> &Softnic {
+        self
+    }
+}
+
+impl Sender for TracedDriver<Softnic> {
+    fn softnic(&self) -> &Softnic {
+        self.inner()
+    }
+}
+
+fn softnic(s: &Settings) -> Result<Softnic, RunError> {
     let _pin = Pinned::here(Some(s.cpu));
-    let nic = Softnic::new(SoftnicConfig {
+    Softnic::new(SoftnicConfig {
         size: s.size,
         count: Some(s.messages),
         gap: Duration::from_secs_f64(s.gap_us / 1e6),
@@ -26,7 +59,16 @@ pub(super) fn run(
         dst_ports: vec![PORT],
         ..SoftnicConfig::default()
     })
-    .map_err(|e| RunError::Settings(e.to_string()))?;
+    .map_err(|e| RunError::Settings(e.to_string()))
+}
+
+fn run_with<D: Sender>(
+    s: &Settings,
+    app: &mut AppSide,
+    nic: D,
+    progress: &mut dyn FnMut(f64, &str),
+) -> Result<(Messages, D), RunError> {
+    let _pin = Pinned::here(Some(s.cpu));
     let cfg = ServeConfig {
         checksum: s.checksum,
         rx_queue_limit: s.queue,
@@ -54,7 +96,7 @@ pub(super) fn run(
         let work = inline.step_with(app, |app, data| app.message_done(data));
         if work > 0 {
             idle_since = None;
-        } else if inline.driver().done() {
+        } else if inline.driver().softnic().done() {
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() > Duration::from_millis(20) {
                 break;
@@ -67,7 +109,7 @@ pub(super) fn run(
             }
         }
         if last_report.elapsed() > Duration::from_millis(100) {
-            let sent = inline.driver().messages_sent();
+            let sent = inline.driver().softnic().messages_sent();
             progress(
                 sent as f64 / s.messages as f64,
                 &format!("{sent} of {} messages", s.messages),
@@ -75,13 +117,14 @@ pub(super) fn run(
             last_report = Instant::now();
         }
     }
-    let sent = inline.driver().messages_sent();
+    let sent = inline.driver().softnic().messages_sent();
     let received = app.probe.messages;
     let queue_full = inline.stack_stats().queue_full;
-    Ok(Messages {
+    let messages = Messages {
         sent,
         received,
         queue_full,
         lost_elsewhere: sent.saturating_sub(received + queue_full),
-    })
+    };
+    Ok((messages, inline.into_driver()))
 }
