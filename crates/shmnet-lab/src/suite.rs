@@ -417,7 +417,7 @@ fn report_md(
         r,
         "Marks for a 1,480-byte buffer (overhead beyond the same load from L1): totally within \
          cache ≤ {:.0} ticks; 100 % clean miss {:.0}; 100 % dirty miss {:.0}. The seed's were 0, \
-         828–846 and 1,058–1,081 cycles for 1,460 bytes on a cache-less-prefetch 1993 machine: \
+         828–846 and 1,058–1,081 cycles for 1,460 bytes on a 1993 machine without prefetchers: \
          there a miss cost 18–23 cycles per 32-byte line, one after the other; here the \
          prefetchers stream a buffer in, so a 100 % miss costs far less than lines × latency.\n",
         marks.cached_max, marks.clean, marks.dirty
