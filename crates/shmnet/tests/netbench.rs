@@ -2,32 +2,10 @@
 //! as received, or as lost in a named place. These run the real commands (every structure,
 //! its parties as processes) on small counts; they assert bookkeeping, never speed.
 
+mod common;
+
+use common::{json as shmnet, run, u};
 use serde_json::Value;
-use std::process::Command;
-use std::sync::Mutex;
-
-/// One benchmark at a time: each starts several processes, and this machine has few cores.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn shmnet(args: &[&str]) -> Value {
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
-        .args(args)
-        .output()
-        .expect("run shmnet");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "shmnet {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
-
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64()
-        .unwrap_or_else(|| panic!("{k} missing in {v}"))
-}
 
 /// sent = received + lost, and the loss counters account for every lost message.
 fn check_books(row: &Value, sent_field: &str) {
@@ -127,10 +105,7 @@ fn bad_arguments_are_refused_with_a_hint() {
         (&["ttcp", "--size", "70000"][..], "1 to 65,507"),
         (&["rr", "--outstanding", "0"][..], "1 to 4096"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
-            .args(args)
-            .output()
-            .expect("run shmnet");
+        let out = run(args);
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(hint), "{args:?}: {err}");

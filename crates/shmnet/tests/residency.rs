@@ -2,36 +2,10 @@
 //! books: every buffer copied is in the histogram, every message sent is received or counted
 //! as dropped, the JSON has the fields the issue names. No test asserts a timing.
 
+mod common;
+
+use common::{json, run, u};
 use serde_json::Value;
-use std::process::{Command, Output};
-use std::sync::Mutex;
-
-/// One run at a time: the server structure pins processes to the CPUs.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-fn run(args: &[&str]) -> Output {
-    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    Command::new(env!("CARGO_BIN_EXE_shmnet"))
-        .args(args)
-        .output()
-        .expect("run shmnet")
-}
-
-fn json(args: &[&str]) -> Value {
-    let out = run(args);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "shmnet {args:?} failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
-
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64()
-        .unwrap_or_else(|| panic!("{k} missing in {v}"))
-}
 
 /// The histogram holds every buffer timed; the messages add up; the rows are percentages
 /// in order; every position is there.
