@@ -24,14 +24,26 @@
 //! * Each cache remembers the last line it touched; a line access to that same line again is
 //!   a hit that changes no replacement state under any policy, so it is counted without a
 //!   search. This is exact, not an approximation, and it is what makes sequential traces fast.
+//!
+//! # Speed
+//!
+//! [`Simulator::run`] and [`Simulator::access_refs`] take references in batches; for the
+//! common configurations they use the fast path of the `lanes` module (binary records
+//! decoded as they are simulated, first-level hits on the two most recent lines and pages
+//! handled in locals), with results identical to [`Simulator::access_ref`] one at a time.
+//! The miss path is compiled once per access kind (`kind`), and stores search sets of up
+//! to 16 ways as fixed-size arrays.
 
 use serde::Serialize;
 
 use crate::config::{ConfigError, Machine, Side, WritePolicy, check_sets};
-use crate::store::{EMPTY, Shadow, Store};
+use crate::store::{EMPTY, Recent, Shadow, Store};
 use crate::timing::PathCosts;
 use crate::tlb::{Tlb, TlbStats};
+use crate::trace::binary::{RECORD_BYTES, decode_valid};
 use crate::trace::{Op, Party, Ref, TraceError, TraceSource};
+
+mod lanes;
 
 /// The most cache levels a machine may have.
 pub const MAX_LEVELS: usize = 8;
@@ -174,16 +186,29 @@ pub struct Options {
     pub perfect_dcache: bool,
 }
 
-/// The kind of an access at one level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
-    Read,
-    Write,
-    Ifetch,
-    /// A dirty line from the level above; `whole` if it covers this level's line.
-    WriteBack {
-        whole: bool,
-    },
+/// The kinds of an access at one level, as const-generic parameters of the miss path, so
+/// that each kind's code is compiled apart with its tests on the kind folded away.
+mod kind {
+    /// A demand data read.
+    pub(super) const READ: u8 = 0;
+    /// A demand write.
+    pub(super) const WRITE: u8 = 1;
+    /// A demand instruction fetch.
+    pub(super) const IFETCH: u8 = 2;
+    /// A dirty line from the level above, smaller than this level's line.
+    pub(super) const WB_PART: u8 = 3;
+    /// A dirty line from the level above that covers this level's line.
+    pub(super) const WB_WHOLE: u8 = 4;
+
+    /// Whether kind `k` writes.
+    pub(super) const fn is_write(k: u8) -> bool {
+        matches!(k, WRITE | WB_PART | WB_WHOLE)
+    }
+
+    /// Whether kind `k` is a demand access (not a write-back).
+    pub(super) const fn is_demand(k: u8) -> bool {
+        matches!(k, READ | WRITE | IFETCH)
+    }
 }
 
 struct Cache {
@@ -207,6 +232,82 @@ struct Cache {
 }
 
 impl Cache {
+    /// The two most recent lines.
+    fn recent(&self) -> Recent {
+        Recent {
+            last: self.last_key,
+            last_slot: self.last_slot,
+            prev: self.prev_key,
+            prev_slot: self.prev_slot,
+        }
+    }
+
+    /// Takes back the two most recent lines from a batch that tracked them in a [`Recent`],
+    /// and, if hits have `reordered` them (without touching the store), makes the
+    /// replacement state exact ([`Store::settle`]). Without reordering, the state is what it
+    /// was when they were copied out (hits on the last line change nothing).
+    fn set_recent(&mut self, r: Recent, reordered: bool) {
+        self.last_key = r.last;
+        self.last_slot = r.last_slot;
+        self.prev_key = r.prev;
+        self.prev_slot = r.prev_slot;
+        if reordered {
+            self.store.settle(&r);
+        }
+    }
+
+    /// The slot holding line `key`, if any: the remembered lines first, then a search.
+    #[inline]
+    fn lookup(&self, key: u64) -> Option<usize> {
+        if key == self.last_key {
+            Some(self.last_slot)
+        } else if key == self.prev_key {
+            Some(self.prev_slot)
+        } else {
+            self.store.find(key)
+        }
+    }
+
+    /// Counts a demand access of `op` by its kind.
+    #[inline(always)]
+    fn count(&mut self, op: Op) {
+        match op {
+            Op::Read => self.stats.reads += 1,
+            Op::Write => self.stats.writes += 1,
+            Op::Ifetch => self.stats.ifetches += 1,
+        }
+    }
+
+    /// A demand hit on `last_key` (a write only if write-back): counted, the line marked
+    /// dirty by a write; no replacement state changes (it is already the most recent use
+    /// under every policy, and the shadow's most recent line too).
+    #[inline(always)]
+    fn hit_last(&mut self, op: Op) {
+        self.stats.hits += 1;
+        self.count(op);
+        if op == Op::Write {
+            self.dirty[self.last_slot] = true;
+        }
+    }
+
+    /// A demand hit on `prev_key` (a write only if write-back; no shadow): exactly the hit
+    /// branch of `access_found` — touch, remember, count, mark dirty on a write.
+    #[inline(always)]
+    fn hit_prev(&mut self, op: Op) {
+        let slot = self.prev_slot;
+        self.store.touch(slot);
+        // `remember(prev_key, prev_slot)`, which here is a swap: `prev_key != EMPTY` implies
+        // `last_key != EMPTY` (they are only emptied together) and `prev_slot != last_slot`.
+        debug_assert!(self.last_key != EMPTY && self.last_slot != slot);
+        std::mem::swap(&mut self.last_key, &mut self.prev_key);
+        std::mem::swap(&mut self.last_slot, &mut self.prev_slot);
+        self.stats.hits += 1;
+        self.count(op);
+        if op == Op::Write {
+            self.dirty[slot] = true;
+        }
+    }
+
     /// Records that `key` is now in `slot` and was just touched (a hit or a fill), keeping
     /// the invariants of `last_*` and `prev_*`.
     #[inline]
@@ -232,6 +333,25 @@ struct Path {
     len: usize,
 }
 
+/// What the per-line fast path needs of one side (data or instruction), precomputed so
+/// that a first-level hit reads no `Vec` of costs, paths or TLB choices.
+///
+/// Invariant: every field is what the general code would compute for that side:
+/// `cache == path.idx[0]`, `shift` its line shift, `l1_ticks == costs.served[0]`, `tlb` the
+/// base-page TLB of the side (used only when `huge` is empty; otherwise `translate` decides).
+#[derive(Clone, Copy)]
+struct Front {
+    cache: usize,
+    shift: u32,
+    perfect: bool,
+    l1_ticks: f64,
+    /// The TLB's index, or [`NO_TLB`].
+    tlb: usize,
+}
+
+/// `Front::tlb` when the side has no base-page TLB.
+const NO_TLB: usize = usize::MAX;
+
 /// A TLB choice for an address range with a non-base page size.
 struct HugeRange {
     start: u64,
@@ -249,6 +369,8 @@ pub struct Simulator {
     caches: Vec<Cache>,
     dpath: Path,
     ipath: Path,
+    /// The data side's [`Front`], then the instruction side's (index `ifetch as usize`).
+    fronts: [Front; 2],
     dcost: PathCosts,
     icost: PathCosts,
     tlbs: Vec<Tlb>,
@@ -263,6 +385,8 @@ pub struct Simulator {
     ticks: f64,
     party_refs: [u64; 5],
     party_ticks: [f64; 5],
+    /// [`access_refs`](Simulator::access_refs) may use the lanes of `lanes.rs`.
+    lanes: bool,
 }
 
 fn path_of(m: &Machine, ifetch: bool) -> Path {
@@ -339,16 +463,28 @@ impl Simulator {
                 instr: tlb_for(machine, r.page.0, true),
             })
             .collect();
-        Ok(Simulator {
+        let front = |path: Path, costs: &PathCosts, tlb: Option<usize>, perfect: bool| Front {
+            cache: usize::from(path.idx[0]),
+            shift: caches[usize::from(path.idx[0])].line_shift,
+            l1_ticks: costs.served[0],
+            tlb: tlb.unwrap_or(NO_TLB),
+            perfect,
+        };
+        let (dcost, icost) = (costs_of(machine, dpath), costs_of(machine, ipath));
+        let (dtlb, itlb) = (tlb_for(machine, base, false), tlb_for(machine, base, true));
+        let dfront = front(dpath, &dcost, dtlb, options.perfect_dcache);
+        let ifront = front(ipath, &icost, itlb, options.perfect_icache);
+        let mut sim = Simulator {
             options,
             caches,
-            dcost: costs_of(machine, dpath),
-            icost: costs_of(machine, ipath),
+            dcost,
+            icost,
             dpath,
             ipath,
+            fronts: [dfront, ifront],
             tlbs: machine.tlbs.iter().map(Tlb::new).collect(),
-            dtlb: tlb_for(machine, base, false),
-            itlb: tlb_for(machine, base, true),
+            dtlb,
+            itlb,
             huge,
             mem: MemoryStats::default(),
             dirty_to_mem: false,
@@ -358,7 +494,10 @@ impl Simulator {
             party_refs: [0; 5],
             party_ticks: [0.0; 5],
             machine: machine.clone(),
-        })
+            lanes: false,
+        };
+        sim.lanes = sim.lanes_ok();
+        Ok(sim)
     }
 
     /// The machine simulated.
@@ -370,17 +509,7 @@ impl Simulator {
     #[inline]
     pub fn access(&mut self, op: Op, addr: u64, size: u32) -> f64 {
         self.refs += 1;
-        let ifetch = op == Op::Ifetch;
-        let path = if ifetch { self.ipath } else { self.dpath };
-        let shift = self.caches[usize::from(path.idx[0])].line_shift;
-        let first = addr >> shift;
-        let last = addr.saturating_add(u64::from(size.max(1)) - 1) >> shift;
-        let mut t = self.access_line(op, first << shift, path);
-        let mut line = first;
-        while line < last {
-            line += 1;
-            t += self.access_line(op, line << shift, path);
-        }
+        let t = self.ref_ticks(op, addr, size);
         self.ticks += t;
         t
     }
@@ -394,6 +523,40 @@ impl Simulator {
         t
     }
 
+    /// Simulates `refs` in order: exactly what [`access_ref`](Simulator::access_ref) on each
+    /// would do (every count identical, and the ticks summed in the same order, so the
+    /// floating-point totals are bit for bit the same), but faster.
+    pub fn access_refs(&mut self, refs: &[Ref]) {
+        self.refs += refs.len() as u64;
+        if self.lanes {
+            return self.access_lanes(refs.iter().copied());
+        }
+        // The running totals live in registers for the batch. Exact: each accumulator gets
+        // the same additions in the same order as with `access_ref`; a party's total is
+        // loaded when a run of its references starts and stored when the run ends.
+        let mut ticks = self.ticks;
+        let mut party = refs.first().map_or(0, |r| r.party as usize);
+        let mut party_refs = 0u64;
+        let mut party_ticks = self.party_ticks[party];
+        for r in refs {
+            let p = r.party as usize;
+            if p != party {
+                self.party_refs[party] += party_refs;
+                self.party_ticks[party] = party_ticks;
+                party = p;
+                party_refs = 0;
+                party_ticks = self.party_ticks[p];
+            }
+            let t = self.ref_ticks(r.op, r.addr, r.size);
+            ticks += t;
+            party_ticks += t;
+            party_refs += 1;
+        }
+        self.party_refs[party] += party_refs;
+        self.party_ticks[party] = party_ticks;
+        self.ticks = ticks;
+    }
+
     /// Simulates every reference of `source`, calling `progress` with the bytes read after
     /// each batch.
     pub fn run(
@@ -401,17 +564,52 @@ impl Simulator {
         source: &mut dyn TraceSource,
         mut progress: impl FnMut(u64),
     ) -> Result<(), TraceError> {
+        if self.lanes {
+            // Binary records decoded as they are simulated (no `Vec<Ref>` in between), in
+            // slices small enough to stay in the first-level data cache from their check to
+            // their simulation; progress is reported about every `BATCH` references.
+            let mut since_progress = 0;
+            while let Some(records) = source.next_records(RECORDS) {
+                let records = records?;
+                if records.is_empty() {
+                    progress(source.bytes_read());
+                    return Ok(());
+                }
+                let n = records.len() / RECORD_BYTES;
+                self.refs += n as u64;
+                self.access_lanes(records.chunks_exact(RECORD_BYTES).map(decode_valid));
+                since_progress += n;
+                if since_progress >= BATCH {
+                    since_progress = 0;
+                    progress(source.bytes_read());
+                }
+            }
+        }
         let mut batch = Vec::with_capacity(BATCH);
         loop {
             source.next_batch(&mut batch, BATCH)?;
             if batch.is_empty() {
                 return Ok(());
             }
-            for r in &batch {
-                self.access_ref(r);
-            }
+            self.access_refs(&batch);
             progress(source.bytes_read());
         }
+    }
+
+    /// The ticks of one reference (counted in `refs` and `ticks` by the caller).
+    #[inline(always)]
+    fn ref_ticks(&mut self, op: Op, addr: u64, size: u32) -> f64 {
+        let side = usize::from(op == Op::Ifetch);
+        let shift = self.fronts[side].shift;
+        let first = addr >> shift;
+        let last = addr.saturating_add(u64::from(size.max(1)) - 1) >> shift;
+        let mut t = self.access_line(op, first << shift, side);
+        let mut line = first;
+        while line < last {
+            line += 1;
+            t += self.access_line(op, line << shift, side);
+        }
+        t
     }
 
     /// Total ticks so far.
@@ -505,69 +703,68 @@ impl Simulator {
         }
     }
 
+    /// Ticks of the translation of `addr` for `front`'s side.
+    #[inline(always)]
+    fn tlb_ticks(&mut self, ifetch: bool, tlb: usize, addr: u64) -> f64 {
+        if !self.huge.is_empty() {
+            return self.translate(ifetch, addr);
+        }
+        match self.tlbs.get_mut(tlb) {
+            Some(t) => t.lookup(addr),
+            None => 0.0,
+        }
+    }
+
     /// One line access; returns its ticks.
-    #[inline]
-    fn access_line(&mut self, op: Op, addr: u64, path: Path) -> f64 {
+    ///
+    /// Inline, it handles a first-level hit on the line touched last or the one before it
+    /// (what almost every reference of a copy is); anything else goes to
+    /// [`access_line_slow`](Simulator::access_line_slow).
+    #[inline(always)]
+    fn access_line(&mut self, op: Op, addr: u64, side: usize) -> f64 {
         self.line_accesses += 1;
-        let ifetch = op == Op::Ifetch;
-        let mut t = if self.tlbs.is_empty() {
-            0.0
-        } else {
-            self.translate(ifetch, addr)
-        };
-        let (perfect, costs) = if ifetch {
-            (self.options.perfect_icache, &self.icost)
-        } else {
-            (self.options.perfect_dcache, &self.dcost)
-        };
-        let l1_ticks = costs.served[0];
+        let Front {
+            cache,
+            shift,
+            perfect,
+            l1_ticks,
+            tlb,
+        } = self.fronts[side];
+        let t = self.tlb_ticks(side == 1, tlb, addr);
         if perfect {
             return t + l1_ticks;
         }
-        let c = &mut self.caches[usize::from(path.idx[0])];
-        let key = addr >> c.line_shift;
-        if key == c.last_key && (op != Op::Write || c.write_back) {
-            // The line touched last: a hit that changes no replacement state.
-            c.stats.hits += 1;
-            match op {
-                Op::Read => c.stats.reads += 1,
-                Op::Ifetch => c.stats.ifetches += 1,
-                Op::Write => {
-                    c.stats.writes += 1;
-                    c.dirty[c.last_slot] = true;
-                }
+        let c = &mut self.caches[cache];
+        let key = addr >> shift;
+        if op != Op::Write || c.write_back {
+            if key == c.last_key {
+                // The line touched last: a hit that changes no replacement state.
+                c.hit_last(op);
+                return t + l1_ticks;
             }
-            return t + l1_ticks;
-        }
-        if c.shadow.is_none() && (op != Op::Write || c.write_back) {
-            // A hit elsewhere in the first level: the same as `access_level` would do.
-            let found = if key == c.prev_key {
-                Some(c.prev_slot)
-            } else {
-                c.store.find(key)
-            };
-            if let Some(slot) = found {
-                c.store.touch(slot);
-                c.remember(key, slot);
-                c.stats.hits += 1;
-                match op {
-                    Op::Read => c.stats.reads += 1,
-                    Op::Ifetch => c.stats.ifetches += 1,
-                    Op::Write => {
-                        c.stats.writes += 1;
-                        c.dirty[slot] = true;
-                    }
-                }
+            if key == c.prev_key && c.shadow.is_none() {
+                // The line touched before it: a hit, as `access_found` would count it.
+                c.hit_prev(op);
                 return t + l1_ticks;
             }
         }
+        self.access_line_slow(op, addr, t)
+    }
+
+    /// The rest of [`access_line`](Simulator::access_line) after translation (`t` ticks):
+    /// a search of the first level, and the hierarchy below on a miss.
+    #[inline(never)]
+    fn access_line_slow(&mut self, op: Op, addr: u64, mut t: f64) -> f64 {
+        let ifetch = op == Op::Ifetch;
+        let path = if ifetch { self.ipath } else { self.dpath };
+        let c = &self.caches[usize::from(path.idx[0])];
+        let slot = c.lookup(addr >> c.line_shift);
         self.dirty_to_mem = false;
-        let access = match op {
-            Op::Read => Access::Read,
-            Op::Write => Access::Write,
-            Op::Ifetch => Access::Ifetch,
+        let served = match op {
+            Op::Read => self.access_found::<{ kind::READ }>(path, 0, addr, slot),
+            Op::Write => self.access_found::<{ kind::WRITE }>(path, 0, addr, slot),
+            Op::Ifetch => self.access_found::<{ kind::IFETCH }>(path, 0, addr, slot),
         };
-        let served = self.access_level(path, 0, addr, access);
         let costs = if ifetch { &self.icost } else { &self.dcost };
         t += costs.served[served];
         if self.dirty_to_mem {
@@ -576,39 +773,46 @@ impl Simulator {
         t
     }
 
-    /// An access at depth `d` of `path`; returns the depth that served it (`path.len` for
-    /// memory).
-    fn access_level(&mut self, path: Path, d: usize, addr: u64, op: Access) -> usize {
+    /// An access of kind `K` (see [`kind`]) at depth `d` of `path`; returns the depth that
+    /// served it (`path.len` for memory).
+    fn access_level<const K: u8>(&mut self, path: Path, d: usize, addr: u64) -> usize {
         if d == path.len {
-            match op {
-                Access::Read | Access::Ifetch => self.mem.fills += 1,
-                Access::Write => self.mem.writes += 1,
-                Access::WriteBack { .. } => {
+            match K {
+                kind::READ | kind::IFETCH => self.mem.fills += 1,
+                kind::WRITE => self.mem.writes += 1,
+                _ => {
                     self.mem.writebacks += 1;
                     self.dirty_to_mem = true;
                 }
             }
             return d;
         }
+        let c = &self.caches[usize::from(path.idx[d])];
+        let slot = c.lookup(addr >> c.line_shift);
+        self.access_found::<K>(path, d, addr, slot)
+    }
+
+    /// [`access_level`](Simulator::access_level) once the line has been looked up at depth
+    /// `d < path.len`: `slot` is where it is, if anywhere.
+    fn access_found<const K: u8>(
+        &mut self,
+        path: Path,
+        d: usize,
+        addr: u64,
+        slot: Option<usize>,
+    ) -> usize {
         let ci = usize::from(path.idx[d]);
         let c = &mut self.caches[ci];
         let key = addr >> c.line_shift;
-        let is_write = matches!(op, Access::Write | Access::WriteBack { .. });
+        let is_write = kind::is_write(K);
+        let demand = kind::is_demand(K);
         let allocate = !is_write || c.write_back;
-        match op {
-            Access::Read => c.stats.reads += 1,
-            Access::Write => c.stats.writes += 1,
-            Access::Ifetch => c.stats.ifetches += 1,
-            Access::WriteBack { .. } => c.stats.writebacks_in += 1,
+        match K {
+            kind::READ => c.stats.reads += 1,
+            kind::WRITE => c.stats.writes += 1,
+            kind::IFETCH => c.stats.ifetches += 1,
+            _ => c.stats.writebacks_in += 1,
         }
-        let demand = !matches!(op, Access::WriteBack { .. });
-        let slot = if key == c.last_key {
-            Some(c.last_slot)
-        } else if key == c.prev_key {
-            Some(c.prev_slot)
-        } else {
-            c.store.find(key)
-        };
         let shadow = c.shadow.as_mut().map(|s| s.access(key, allocate));
         if let Some(slot) = slot {
             c.store.touch(slot);
@@ -620,7 +824,7 @@ impl Simulator {
                 if c.write_back {
                     c.dirty[slot] = true;
                 } else {
-                    self.write_through(path, d, addr, op);
+                    self.write_through::<K>(path, d, addr);
                 }
             }
             return d;
@@ -642,13 +846,13 @@ impl Simulator {
         if !allocate {
             c.last_key = EMPTY;
             c.prev_key = EMPTY;
-            self.write_through(path, d, addr, op);
+            self.write_through::<K>(path, d, addr);
             return d;
         }
-        let served = match op {
-            Access::WriteBack { whole: true } => d,
-            Access::Ifetch => self.access_level(path, d + 1, addr, Access::Ifetch),
-            _ => self.access_level(path, d + 1, addr, Access::Read),
+        let served = match K {
+            kind::WB_WHOLE => d,
+            kind::IFETCH => self.access_level::<{ kind::IFETCH }>(path, d + 1, addr),
+            _ => self.access_level::<{ kind::READ }>(path, d + 1, addr),
         };
         let c = &mut self.caches[ci];
         let slot = c.store.victim(key);
@@ -666,22 +870,29 @@ impl Simulator {
             let shift = c.line_shift;
             let whole =
                 d + 1 >= path.len || self.caches[usize::from(path.idx[d + 1])].line_shift <= shift;
-            self.access_level(path, d + 1, old << shift, Access::WriteBack { whole });
+            if whole {
+                self.access_level::<{ kind::WB_WHOLE }>(path, d + 1, old << shift);
+            } else {
+                self.access_level::<{ kind::WB_PART }>(path, d + 1, old << shift);
+            }
         }
         served
     }
 
     /// Passes a write absorbed by a write-through cache at depth `d` to the next level. A
     /// write buffer is assumed: nothing it causes below is charged to the reference.
-    fn write_through(&mut self, path: Path, d: usize, addr: u64, op: Access) {
+    fn write_through<const K: u8>(&mut self, path: Path, d: usize, addr: u64) {
         let saved = self.dirty_to_mem;
-        self.access_level(path, d + 1, addr, op);
+        self.access_level::<K>(path, d + 1, addr);
         self.dirty_to_mem = saved;
     }
 }
 
 /// References handed to the simulator per batch by [`Simulator::run`].
 pub const BATCH: usize = 1 << 14;
+
+/// Binary records checked and simulated at a time by [`Simulator::run`] (24 KiB).
+const RECORDS: usize = 1 << 11;
 
 impl std::fmt::Display for Report {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -7,7 +7,12 @@
 //! hash index from key to slot so that a lookup does not scan them.
 //!
 //! Invariants: a key is in at most one slot; `keys[slot] == EMPTY` iff the slot is invalid;
-//! for `ways > SCAN_WAYS`, `index` maps exactly the valid keys to their slots.
+//! slots are never invalidated once filled; for LRU and FIFO, `stamps[slot] == 0` iff the
+//! slot is invalid, and valid stamps are distinct; for `ways > SCAN_WAYS`, `index` maps
+//! exactly the valid keys to their slots.
+//!
+//! Sets of 1, 2, 4, 8 or 16 ways are searched as fixed-size arrays ([`Scan`]): unrolled,
+//! branch-free, one bounds check.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -42,10 +47,50 @@ impl Hasher for KeyHasher {
 /// A `HashMap` keyed by line or page numbers.
 pub(crate) type KeyMap<V> = HashMap<u64, V, BuildHasherDefault<KeyHasher>>;
 
+/// The two most recently touched keys of a store and their slots (`EMPTY` when unknown),
+/// as the caches and TLBs remember them to skip searches.
+///
+/// Invariants (kept by the owner): `last != EMPTY` implies the store holds `last` in
+/// `last_slot`, the same for `prev`; `prev != EMPTY` implies `last != EMPTY`,
+/// `prev != last` and `prev_slot != last_slot`; `last` is the store's most recently used
+/// key and `prev` the one used before it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Recent {
+    pub(crate) last: u64,
+    pub(crate) last_slot: usize,
+    pub(crate) prev: u64,
+    pub(crate) prev_slot: usize,
+}
+
+impl Recent {
+    /// Nothing remembered.
+    pub(crate) const NONE: Recent = Recent {
+        last: EMPTY,
+        last_slot: 0,
+        prev: EMPTY,
+        prev_slot: 0,
+    };
+}
+
+/// How [`Store::find`] searches a set, chosen once from the number of ways.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    One,
+    Two,
+    Four,
+    Eight,
+    Sixteen,
+    /// Any other number up to [`SCAN_WAYS`].
+    Any,
+    /// More than [`SCAN_WAYS`]: the hash index.
+    Indexed,
+}
+
 /// A set-associative store; see the module documentation.
 #[derive(Clone)]
 pub(crate) struct Store {
     ways: usize,
+    scan: Scan,
     set_mask: u64,
     policy: Replacement,
     keys: Vec<u64>,
@@ -75,8 +120,18 @@ impl Store {
         } else {
             0
         };
+        let scan = match ways {
+            1 => Scan::One,
+            2 => Scan::Two,
+            4 => Scan::Four,
+            8 => Scan::Eight,
+            16 => Scan::Sixteen,
+            w if w > SCAN_WAYS => Scan::Indexed,
+            _ => Scan::Any,
+        };
         Store {
             ways,
+            scan,
             set_mask: sets as u64 - 1,
             policy,
             keys: vec![EMPTY; n],
@@ -115,14 +170,22 @@ impl Store {
     /// The slot holding `key`, if any. Does not change the replacement state.
     #[inline]
     pub(crate) fn find(&self, key: u64) -> Option<usize> {
-        if self.index.is_some() {
-            return self.find_indexed(key);
-        }
-        let base = self.set_of(key) * self.ways;
-        self.keys[base..base + self.ways]
-            .iter()
-            .position(|&k| k == key)
-            .map(|w| base + w)
+        let set = self.set_of(key);
+        let way = match self.scan {
+            Scan::One => (self.keys[set] == key).then_some(0),
+            Scan::Two => position_of::<2>(&self.keys, set, key),
+            Scan::Four => position_of::<4>(&self.keys, set, key),
+            Scan::Eight => position_of::<8>(&self.keys, set, key),
+            Scan::Sixteen => position_of::<16>(&self.keys, set, key),
+            Scan::Any => {
+                let base = set * self.ways;
+                self.keys[base..base + self.ways]
+                    .iter()
+                    .position(|&k| k == key)
+            }
+            Scan::Indexed => return self.find_indexed(key),
+        };
+        way.map(|w| set * self.ways + w)
     }
 
     fn find_indexed(&self, key: u64) -> Option<usize> {
@@ -136,13 +199,38 @@ impl Store {
     /// Records a use of `slot` (a hit).
     #[inline(always)]
     pub(crate) fn touch(&mut self, slot: usize) {
-        match self.policy {
-            Replacement::Lru => {
-                self.clock += 1;
-                self.stamps[slot] = self.clock;
+        if self.policy == Replacement::Lru {
+            self.clock += 1;
+            self.stamps[slot] = self.clock;
+        } else if self.policy == Replacement::TreePlru {
+            self.plru_touch(slot);
+        }
+    }
+
+    /// Whether a hit on the previous key of a [`Recent`] may skip [`touch`](Store::touch),
+    /// to be made good by [`settle`](Store::settle): true for every policy but tree-PLRU
+    /// (whose bits depend on the order of every touch).
+    pub(crate) fn lazy_touch_ok(&self) -> bool {
+        self.policy != Replacement::TreePlru
+    }
+
+    /// Makes the replacement state exact after hits on the keys of `recent` that only
+    /// reordered them (last and previous) without touching the store.
+    ///
+    /// Exact: only LRU's state depends on touches of resident keys (FIFO and random ignore
+    /// them; tree-PLRU is excluded by [`lazy_touch_ok`](Store::lazy_touch_ok)). Under LRU the
+    /// true order of use is every other key in stamp order, then `recent.prev`, then
+    /// `recent.last` (by `Recent`'s invariants), and restamping those two, in that order,
+    /// with the next clock values gives exactly that order; only the order of stamps is
+    /// ever used.
+    pub(crate) fn settle(&mut self, recent: &Recent) {
+        if self.policy == Replacement::Lru {
+            if recent.prev != EMPTY {
+                self.touch(recent.prev_slot);
             }
-            Replacement::TreePlru => self.plru_touch(slot),
-            Replacement::Fifo | Replacement::Random => {}
+            if recent.last != EMPTY {
+                self.touch(recent.last_slot);
+            }
         }
     }
 
@@ -152,23 +240,32 @@ impl Store {
     pub(crate) fn victim(&mut self, key: u64) -> usize {
         let set = self.set_of(key);
         let base = set * self.ways;
-        let ways = &self.keys[base..base + self.ways];
-        if let Some(w) = ways.iter().position(|&k| k == EMPTY) {
-            return base + w;
-        }
         match self.policy {
+            // Exact without looking for invalid ways first: a slot's stamp is 0 iff it was
+            // never filled (slots are never invalidated, and the clock is incremented before
+            // it stamps, so valid stamps are >= 1 and distinct). The first minimum is thus
+            // the lowest invalid way if there is one, else the least recent (LRU) or oldest
+            // (FIFO) line, as the policy asks.
             Replacement::Lru | Replacement::Fifo => {
-                let st = &self.stamps[base..base + self.ways];
-                let mut best = 0;
-                for (w, &s) in st.iter().enumerate() {
-                    if s < st[best] {
-                        best = w;
-                    }
+                base + match self.scan {
+                    Scan::One => 0,
+                    Scan::Two => first_min_of::<2>(&self.stamps, set),
+                    Scan::Four => first_min_of::<4>(&self.stamps, set),
+                    Scan::Eight => first_min_of::<8>(&self.stamps, set),
+                    Scan::Sixteen => first_min_of::<16>(&self.stamps, set),
+                    Scan::Any | Scan::Indexed => first_min(&self.stamps[base..base + self.ways]),
                 }
-                base + best
             }
-            Replacement::Random => base + self.rng.usize(..self.ways),
-            Replacement::TreePlru => base + self.plru_victim(set),
+            Replacement::Random | Replacement::TreePlru => {
+                let ways = &self.keys[base..base + self.ways];
+                if let Some(w) = ways.iter().position(|&k| k == EMPTY) {
+                    base + w
+                } else if self.policy == Replacement::Random {
+                    base + self.rng.usize(..self.ways)
+                } else {
+                    base + self.plru_victim(set)
+                }
+            }
         }
     }
 
@@ -248,6 +345,41 @@ impl Store {
         }
         lo
     }
+}
+
+/// The way of set `set` of `keys` (sets of exactly `N` ways) holding `key`; a fixed-size
+/// array, so the search is unrolled with one bounds check.
+#[inline(always)]
+fn position_of<const N: usize>(keys: &[u64], set: usize, key: u64) -> Option<usize> {
+    let ways: &[u64; N] = keys[set * N..set * N + N].try_into().expect("N keys");
+    // A bit per way, then its index: no branch per way, so no misprediction on where a
+    // hit is. A key is in at most one way, so the lowest bit is the only one.
+    let mask = ways
+        .iter()
+        .enumerate()
+        .fold(0u32, |m, (w, &k)| m | u32::from(k == key) << w);
+    (mask != 0).then(|| mask.trailing_zeros() as usize)
+}
+
+/// [`first_min`] of set `set` of `v` (sets of exactly `N` values; a fixed-size array, so
+/// the loop is unrolled and branch-free, with one bounds check).
+#[inline(always)]
+fn first_min_of<const N: usize>(v: &[u64], set: usize) -> usize {
+    let v: &[u64; N] = v[set * N..set * N + N].try_into().expect("N values");
+    let (mut best, mut min) = (0, v[0]);
+    for (w, &s) in v.iter().enumerate().skip(1) {
+        if s < min {
+            (best, min) = (w, s);
+        }
+    }
+    best
+}
+
+/// The index of the first minimum of `v` (non-empty).
+#[inline]
+fn first_min(v: &[u64]) -> usize {
+    let min = v.iter().copied().min().unwrap_or(0);
+    v.iter().position(|&s| s == min).unwrap_or(0)
 }
 
 /// A fully-associative LRU store of `cap` keys with O(1) operations (a hash index and an

@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::config::{TlbConfig, check_sets};
-use crate::store::{EMPTY, Store};
+use crate::store::{EMPTY, Recent, Store};
 
 /// Counts for one TLB.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -30,6 +30,8 @@ pub(crate) struct Tlb {
     levels: Vec<Store>,
     /// Ticks added when the translation is found at each level.
     hit_ticks: Vec<f64>,
+    /// `hit_ticks[0]`, kept apart for the inline path.
+    hit0_ticks: f64,
     miss_ticks: f64,
     last_page: u64,
     /// The first-level slot of `last_page`, and the page before it and its slot; see
@@ -55,6 +57,7 @@ impl Tlb {
             name: c.name.clone(),
             page_shift: c.page.0.trailing_zeros(),
             hit_ticks: c.levels.iter().map(|l| l.hit_ticks).collect(),
+            hit0_ticks: c.levels.first().map_or(0.0, |l| l.hit_ticks),
             miss_ticks: c.miss_ticks,
             last_page: EMPTY,
             last_slot: 0,
@@ -69,19 +72,80 @@ impl Tlb {
     }
 
     /// Translates the page of `addr`; returns the ticks it adds to the reference.
-    #[inline]
+    ///
+    /// Inline, the two most recent pages; the rest in [`lookup_other`](Tlb::lookup_other).
+    #[inline(always)]
     pub(crate) fn lookup(&mut self, addr: u64) -> f64 {
         let page = addr >> self.page_shift;
         self.stats.lookups += 1;
         if page == self.last_page {
             self.stats.hits[0] += 1;
-            return self.hit_ticks[0];
+            return self.hit0_ticks;
         }
-        let found = if page == self.prev_page {
-            Some(self.prev_slot)
-        } else {
-            self.levels[0].find(page)
-        };
+        if page == self.prev_page {
+            // The page before it: a first-level hit (touch, then it becomes the last page).
+            let slot = self.prev_slot;
+            self.levels[0].touch(slot);
+            // `remember(page, slot)`, which here is a swap (`prev_page != EMPTY` implies
+            // `last_page != EMPTY`, in another slot).
+            debug_assert!(self.last_page != EMPTY && self.last_slot != slot);
+            std::mem::swap(&mut self.last_page, &mut self.prev_page);
+            std::mem::swap(&mut self.last_slot, &mut self.prev_slot);
+            self.stats.hits[0] += 1;
+            return self.hit0_ticks;
+        }
+        self.lookup_other(page)
+    }
+
+    /// The two most recent first-level pages.
+    pub(crate) fn recent(&self) -> Recent {
+        Recent {
+            last: self.last_page,
+            last_slot: self.last_slot,
+            prev: self.prev_page,
+            prev_slot: self.prev_slot,
+        }
+    }
+
+    /// Takes back the two most recent pages from a batch that tracked them in a [`Recent`]
+    /// (lookups of them counted by [`count_recent_hits`](Tlb::count_recent_hits)), and, if
+    /// hits have `reordered` them, makes the first level's replacement state exact
+    /// ([`Store::settle`]; as for the caches' `set_recent`).
+    pub(crate) fn set_recent(&mut self, r: Recent, reordered: bool) {
+        self.last_page = r.last;
+        self.last_slot = r.last_slot;
+        self.prev_page = r.prev;
+        self.prev_slot = r.prev_slot;
+        if reordered {
+            self.levels[0].settle(&r);
+        }
+    }
+
+    /// Whether lookups may be tracked in a [`Recent`] (see [`Store::lazy_touch_ok`]).
+    pub(crate) fn recent_ok(&self) -> bool {
+        self.levels[0].lazy_touch_ok()
+    }
+
+    /// The ticks of a first-level hit.
+    pub(crate) fn hit0_ticks(&self) -> f64 {
+        self.hit0_ticks
+    }
+
+    /// Counts `n` lookups that hit one of the two most recent pages.
+    pub(crate) fn count_recent_hits(&mut self, n: u64) {
+        self.stats.hits[0] += n;
+    }
+
+    /// Counts `n` lookups (every lookup is counted once here or by [`lookup`](Tlb::lookup)).
+    pub(crate) fn count_lookups(&mut self, n: u64) {
+        self.stats.lookups += n;
+    }
+
+    /// [`lookup`](Tlb::lookup) of a page that is neither of the two most recent, less the
+    /// count of the lookup.
+    #[inline(never)]
+    pub(crate) fn lookup_other(&mut self, page: u64) -> f64 {
+        let found = self.levels[0].find(page);
         match found {
             Some(slot) => {
                 self.levels[0].touch(slot);

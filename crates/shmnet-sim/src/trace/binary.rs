@@ -175,6 +175,54 @@ impl<R: Read> BinaryReader<R> {
     }
 }
 
+impl<R: Read> BinaryReader<R> {
+    /// Consumes up to `max` whole records, all checked valid, and returns their bytes (empty
+    /// at the end of the input). An invalid record is the error [`decode`] gives for it, and
+    /// then nothing is consumed; a partial record at the end is an error too.
+    fn take_records(&mut self, max: usize) -> Result<&[u8], TraceError> {
+        if self.len - self.start < RECORD_BYTES {
+            self.fill()?;
+        }
+        let avail = self.len - self.start;
+        let whole = (avail / RECORD_BYTES).min(max);
+        if whole == 0 {
+            if avail > 0 {
+                return Err(TraceError::Bad {
+                    format: "shmnet",
+                    offset: self.offset,
+                    line: None,
+                    detail: format!(
+                        "truncated record: {avail} of {RECORD_BYTES} bytes before the end"
+                    ),
+                });
+            }
+            return Ok(&[]);
+        }
+        let (start, used) = (self.start, whole * RECORD_BYTES);
+        let records = &self.buf[start..start + used];
+        // One branch-free pass to check them all; only if one is bad, `decode` finds the
+        // first and names it, as decoding one record at a time would.
+        let valid = records
+            .chunks_exact(RECORD_BYTES)
+            .fold(true, |ok, r| ok & is_valid(r));
+        if !valid {
+            for (i, r) in records.chunks_exact(RECORD_BYTES).enumerate() {
+                decode(r, self.offset + (i * RECORD_BYTES) as u64)?;
+            }
+        }
+        self.start += used;
+        self.offset += used as u64;
+        Ok(&self.buf[start..start + used])
+    }
+}
+
+/// Whether a record (`r.len() == RECORD_BYTES`) is valid: known party and op, size not 0.
+#[inline(always)]
+fn is_valid(r: &[u8]) -> bool {
+    // `&`, not `&&`: no branches.
+    (r[0] <= 4) & (r[1] <= 2) & ((r[2] | r[3]) != 0)
+}
+
 /// Decodes one record at input offset `offset`.
 #[inline]
 fn decode(r: &[u8], offset: u64) -> Result<Ref, TraceError> {
@@ -201,38 +249,62 @@ fn decode(r: &[u8], offset: u64) -> Result<Ref, TraceError> {
     })
 }
 
+/// What `next_batch` sizes its output with before decoding over it.
+const PLACEHOLDER: Ref = Ref {
+    party: Party::Other,
+    op: Op::Read,
+    size: 1,
+    addr: 0,
+};
+
+/// A party for every byte: the party of that code, anything for invalid codes (a table, so
+/// that decoding does not branch).
+const PARTY_OF: [Party; 256] = {
+    let mut t = [Party::Other; 256];
+    let mut i = 0;
+    while i < Party::ALL.len() {
+        t[i] = Party::ALL[i];
+        i += 1;
+    }
+    t
+};
+
+/// An op for every byte: the op of that code, anything for invalid codes.
+const OP_OF: [Op; 256] = {
+    let mut t = [Op::Ifetch; 256];
+    t[0] = Op::Read;
+    t[1] = Op::Write;
+    t
+};
+
+/// Decodes a record (`r.len() == RECORD_BYTES`) that [`is_valid`]: the same reference as
+/// [`decode`], without branching (table lookups for the party and the op).
+#[inline(always)]
+pub(crate) fn decode_valid(r: &[u8]) -> Ref {
+    let r: &[u8; RECORD_BYTES] = r.try_into().expect("a whole record");
+    let [party, op, s0, s1, a @ ..] = *r;
+    Ref {
+        party: PARTY_OF[usize::from(party)],
+        op: OP_OF[usize::from(op)],
+        size: u32::from(u16::from_le_bytes([s0, s1])),
+        addr: u64::from_le_bytes(a),
+    }
+}
+
 impl<R: Read> TraceSource for BinaryReader<R> {
     fn next_batch(&mut self, out: &mut Vec<Ref>, max: usize) -> Result<(), TraceError> {
         out.clear();
-        if self.len - self.start < RECORD_BYTES {
-            self.fill()?;
+        let records = self.take_records(max)?;
+        // Sized first, then overwritten: no length update or capacity check per record.
+        out.resize(records.len() / RECORD_BYTES, PLACEHOLDER);
+        for (dst, r) in out.iter_mut().zip(records.chunks_exact(RECORD_BYTES)) {
+            *dst = decode_valid(r);
         }
-        let avail = self.len - self.start;
-        let whole = (avail / RECORD_BYTES).min(max);
-        if whole == 0 {
-            if avail > 0 {
-                return Err(TraceError::Bad {
-                    format: "shmnet",
-                    offset: self.offset,
-                    line: None,
-                    detail: format!(
-                        "truncated record: {avail} of {RECORD_BYTES} bytes before the end"
-                    ),
-                });
-            }
-            return Ok(());
-        }
-        out.reserve(whole);
-        let used = whole * RECORD_BYTES;
-        for (i, r) in self.buf[self.start..self.start + used]
-            .chunks_exact(RECORD_BYTES)
-            .enumerate()
-        {
-            out.push(decode(r, self.offset + (i * RECORD_BYTES) as u64)?);
-        }
-        self.start += used;
-        self.offset += used as u64;
         Ok(())
+    }
+
+    fn next_records(&mut self, max: usize) -> Option<Result<&[u8], TraceError>> {
+        Some(self.take_records(max))
     }
 
     fn bytes_read(&self) -> u64 {

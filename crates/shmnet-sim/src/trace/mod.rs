@@ -139,6 +139,16 @@ pub trait TraceSource {
     fn next_batch(&mut self, out: &mut Vec<Ref>, max: usize) -> Result<(), TraceError>;
     /// Bytes of input consumed so far.
     fn bytes_read(&self) -> u64;
+
+    /// For a source of shmnet binary records: up to `max` whole records, undecoded and
+    /// already checked valid, consumed like [`next_batch`](TraceSource::next_batch) would
+    /// (the same records, the same errors); empty at the end. `None`, the default, when the
+    /// source cannot do this: use `next_batch`. Lets [`Simulator::run`](crate::Simulator::run)
+    /// decode records as it simulates them instead of through a `Vec<Ref>`.
+    fn next_records(&mut self, max: usize) -> Option<Result<&[u8], TraceError>> {
+        let _ = max;
+        None
+    }
 }
 
 /// The trace formats.
