@@ -79,16 +79,8 @@ fn run_with<D: Sender>(
         apps: vec![App::Sink(PORT)],
         ..ServeConfig::default()
     };
-    let mut inline = Inline::with_page(nic, &cfg, s.pages).map_err(|e| {
-        RunError::Setup(format!(
-            "{e}{}",
-            if s.pages == shmnet_chan::PageSize::Huge {
-                " (2 MiB pages must be reserved first: as root, echo 16 > /proc/sys/vm/nr_hugepages)"
-            } else {
-                ""
-            }
-        ))
-    })?;
+    let mut inline =
+        Inline::with_page(nic, &cfg, s.pages).map_err(|e| RunError::Setup(e.to_string()))?;
     let mut last_report = Instant::now();
     // Anything still in flight after the last message is given this long to arrive.
     let mut idle_since: Option<Instant> = None;
