@@ -32,7 +32,9 @@
 //! decoded as they are simulated, first-level hits on the two most recent lines and pages
 //! handled in locals), with results identical to [`Simulator::access_ref`] one at a time.
 //! The miss path is compiled once per access kind (`kind`), and stores search sets of up
-//! to 16 ways as fixed-size arrays.
+//! to 16 ways as fixed-size arrays. A first-level miss on a path of write-back caches of
+//! one line size (and without miss classification) takes a loop instead of the recursion
+//! (`Simulator::plain_miss`), with the same steps in the same order.
 
 use serde::Serialize;
 
@@ -324,6 +326,29 @@ impl Cache {
         self.last_key = key;
         self.last_slot = slot;
     }
+
+    /// Fills line `key`, which missed, into its victim's slot (`dirty` or clean), as the
+    /// miss branch of `access_found` does once the line has been fetched; returns the
+    /// victim's key if it was dirty (counted in `writebacks`; the caller writes it down).
+    #[inline(always)]
+    fn fill_missed(&mut self, key: u64, dirty: bool) -> Option<u64> {
+        let slot = self.store.victim(key);
+        let old = self.store.key(slot);
+        let victim_dirty = old != EMPTY && self.dirty[slot];
+        self.store.fill(slot, key);
+        self.dirty[slot] = dirty;
+        self.stats.fills += 1;
+        if self.prev_slot == slot {
+            self.prev_key = EMPTY;
+        }
+        self.remember(key, slot);
+        if victim_dirty {
+            self.stats.writebacks += 1;
+            Some(old)
+        } else {
+            None
+        }
+    }
 }
 
 /// A path through the hierarchy: cache indices, first level first.
@@ -331,6 +356,9 @@ impl Cache {
 struct Path {
     idx: [u8; MAX_LEVELS],
     len: usize,
+    /// Every cache on the path is write-back, has the first level's line size and no
+    /// shadow (see [`Simulator::plain_miss`]).
+    plain: bool,
 }
 
 /// What the per-line fast path needs of one side (data or instruction), precomputed so
@@ -395,7 +423,20 @@ fn path_of(m: &Machine, ifetch: bool) -> Path {
     for (d, &i) in v.iter().enumerate() {
         idx[d] = i as u8;
     }
-    Path { idx, len: v.len() }
+    Path {
+        idx,
+        len: v.len(),
+        plain: false,
+    }
+}
+
+/// Whether `path` is plain (its field's invariant) among `caches`.
+fn is_plain(caches: &[Cache], path: Path) -> bool {
+    let first = caches[usize::from(path.idx[0])].line_shift;
+    path.idx[..path.len].iter().all(|&i| {
+        let c = &caches[usize::from(i)];
+        c.write_back && c.line_shift == first && c.shadow.is_none()
+    })
 }
 
 fn costs_of(m: &Machine, p: Path) -> PathCosts {
@@ -450,8 +491,10 @@ impl Simulator {
                 })
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
-        let dpath = path_of(machine, false);
-        let ipath = path_of(machine, true);
+        let mut dpath = path_of(machine, false);
+        let mut ipath = path_of(machine, true);
+        dpath.plain = is_plain(&caches, dpath);
+        ipath.plain = is_plain(&caches, ipath);
         let base = machine.base_page.0;
         let huge = machine
             .huge_pages
@@ -575,9 +618,7 @@ impl Simulator {
                     progress(source.bytes_read());
                     return Ok(());
                 }
-                let n = records.len() / RECORD_BYTES;
-                self.refs += n as u64;
-                self.access_lanes(records.chunks_exact(RECORD_BYTES).map(decode_valid));
+                let n = self.access_records(records);
                 since_progress += n;
                 if since_progress >= BATCH {
                     since_progress = 0;
@@ -594,6 +635,17 @@ impl Simulator {
             self.access_refs(&batch);
             progress(source.bytes_read());
         }
+    }
+
+    /// Simulates binary `records` (whole and checked valid) through the lanes; returns how
+    /// many there were. Never inlined, so that the hot loop is compiled the same whatever
+    /// calls [`run`](Simulator::run).
+    #[inline(never)]
+    fn access_records(&mut self, records: &[u8]) -> usize {
+        let n = records.len() / RECORD_BYTES;
+        self.refs += n as u64;
+        self.access_lanes(records.chunks_exact(RECORD_BYTES).map(decode_valid));
+        n
     }
 
     /// The ticks of one reference (counted in `refs` and `ticks` by the caller).
@@ -758,9 +810,12 @@ impl Simulator {
         let ifetch = op == Op::Ifetch;
         let path = if ifetch { self.ipath } else { self.dpath };
         let c = &self.caches[usize::from(path.idx[0])];
-        let slot = c.lookup(addr >> c.line_shift);
+        let key = addr >> c.line_shift;
+        let slot = c.lookup(key);
         self.dirty_to_mem = false;
         let served = match op {
+            // A first-level miss on a plain path: the loop of `plain_miss`.
+            _ if path.plain && slot.is_none() => self.plain_miss(path, key, op),
             Op::Read => self.access_found::<{ kind::READ }>(path, 0, addr, slot),
             Op::Write => self.access_found::<{ kind::WRITE }>(path, 0, addr, slot),
             Op::Ifetch => self.access_found::<{ kind::IFETCH }>(path, 0, addr, slot),
@@ -877,6 +932,79 @@ impl Simulator {
             }
         }
         served
+    }
+
+    /// [`access_found`](Simulator::access_found) of a demand access of `op` to line `key`
+    /// that missed the first level of a plain `path` (all write-back, one line size, no
+    /// shadow), without the generality those rule out: no write-through branch, no line
+    /// size conversion, the same key at every level, and a loop instead of recursion.
+    ///
+    /// Exact: the same steps in the same order as the recursive code. Going down, each
+    /// level counts the access as a read (an instruction fetch for `Ifetch`) and is looked
+    /// up, until one holds the line (a touched, remembered hit) or memory fills it. Coming
+    /// back up, every level that missed, deepest first, chooses its victim, is filled (dirty
+    /// only at the first level for a write) and writes a dirty victim down
+    /// ([`plain_write_back`](Simulator::plain_write_back)), before the level above does
+    /// the same. The recursion also looks every level up before filling any (a level is
+    /// looked up before the levels below it are, and filled after they are), and a fill
+    /// or write-back only touches the level filled and those below it (a path holds a cache
+    /// once), so doing all the lookups first changes nothing.
+    #[inline(always)]
+    fn plain_miss(&mut self, path: Path, key: u64, op: Op) -> usize {
+        let c = &mut self.caches[usize::from(path.idx[0])];
+        c.count(op);
+        c.stats.misses += 1;
+        let mut served = path.len;
+        for d in 1..path.len {
+            let c = &mut self.caches[usize::from(path.idx[d])];
+            if op == Op::Ifetch {
+                c.stats.ifetches += 1;
+            } else {
+                c.stats.reads += 1;
+            }
+            if let Some(slot) = c.lookup(key) {
+                c.store.touch(slot);
+                c.remember(key, slot);
+                c.stats.hits += 1;
+                served = d;
+                break;
+            }
+            c.stats.misses += 1;
+        }
+        if served == path.len {
+            self.mem.fills += 1;
+        }
+        for d in (0..served).rev() {
+            let dirty = d == 0 && op == Op::Write;
+            if let Some(old) = self.caches[usize::from(path.idx[d])].fill_missed(key, dirty) {
+                self.plain_write_back(path, d + 1, old);
+            }
+        }
+        served
+    }
+
+    /// The write-back of dirty line `key` into depth `d` of a plain `path` (a `WB_WHOLE`
+    /// access there: allocated without a fetch, since the line sizes are equal), and of the
+    /// dirty victims it evicts in turn, down to memory.
+    fn plain_write_back(&mut self, path: Path, mut d: usize, mut key: u64) {
+        while d < path.len {
+            let c = &mut self.caches[usize::from(path.idx[d])];
+            c.stats.writebacks_in += 1;
+            if let Some(slot) = c.lookup(key) {
+                c.store.touch(slot);
+                c.remember(key, slot);
+                c.dirty[slot] = true;
+                return;
+            }
+            c.stats.writebacks_in_misses += 1;
+            match c.fill_missed(key, true) {
+                Some(old) => key = old,
+                None => return,
+            }
+            d += 1;
+        }
+        self.mem.writebacks += 1;
+        self.dirty_to_mem = true;
     }
 
     /// Passes a write absorbed by a write-through cache at depth `d` to the next level. A

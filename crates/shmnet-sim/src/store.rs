@@ -168,7 +168,9 @@ impl Store {
     }
 
     /// The slot holding `key`, if any. Does not change the replacement state.
-    #[inline]
+    ///
+    /// Inline for the fixed-size sets; the others in [`find_other`](Store::find_other).
+    #[inline(always)]
     pub(crate) fn find(&self, key: u64) -> Option<usize> {
         let set = self.set_of(key);
         let way = match self.scan {
@@ -177,15 +179,22 @@ impl Store {
             Scan::Four => position_of::<4>(&self.keys, set, key),
             Scan::Eight => position_of::<8>(&self.keys, set, key),
             Scan::Sixteen => position_of::<16>(&self.keys, set, key),
-            Scan::Any => {
-                let base = set * self.ways;
-                self.keys[base..base + self.ways]
-                    .iter()
-                    .position(|&k| k == key)
-            }
-            Scan::Indexed => return self.find_indexed(key),
+            Scan::Any | Scan::Indexed => return self.find_other(key),
         };
         way.map(|w| set * self.ways + w)
+    }
+
+    /// [`find`](Store::find) for sets of other sizes.
+    #[inline(never)]
+    fn find_other(&self, key: u64) -> Option<usize> {
+        if self.scan == Scan::Indexed {
+            return self.find_indexed(key);
+        }
+        let base = self.set_of(key) * self.ways;
+        self.keys[base..base + self.ways]
+            .iter()
+            .position(|&k| k == key)
+            .map(|w| base + w)
     }
 
     fn find_indexed(&self, key: u64) -> Option<usize> {
@@ -237,24 +246,38 @@ impl Store {
     /// The slot the next fill of `key`'s set goes into: an invalid way if there is one (the
     /// lowest), else the policy's victim. Draws from the generator only for `random` with a
     /// full set.
+    ///
+    /// Inline for LRU and FIFO on fixed-size sets; the rest in
+    /// [`victim_other`](Store::victim_other).
+    #[inline(always)]
     pub(crate) fn victim(&mut self, key: u64) -> usize {
         let set = self.set_of(key);
+        if !matches!(self.policy, Replacement::Lru | Replacement::Fifo) {
+            return self.victim_other(set);
+        }
+        // Exact without looking for invalid ways first: a slot's stamp is 0 iff it was
+        // never filled (slots are never invalidated, and the clock is incremented before
+        // it stamps, so valid stamps are >= 1 and distinct). The first minimum is thus
+        // the lowest invalid way if there is one, else the least recent (LRU) or oldest
+        // (FIFO) line, as the policy asks.
+        let way = match self.scan {
+            Scan::One => 0,
+            Scan::Two => first_min_of::<2>(&self.stamps, set),
+            Scan::Four => first_min_of::<4>(&self.stamps, set),
+            Scan::Eight => first_min_of::<8>(&self.stamps, set),
+            Scan::Sixteen => first_min_of::<16>(&self.stamps, set),
+            Scan::Any | Scan::Indexed => return self.victim_other(set),
+        };
+        set * self.ways + way
+    }
+
+    /// [`victim`](Store::victim) in set `set` for the other policies and set sizes.
+    #[inline(never)]
+    fn victim_other(&mut self, set: usize) -> usize {
         let base = set * self.ways;
         match self.policy {
-            // Exact without looking for invalid ways first: a slot's stamp is 0 iff it was
-            // never filled (slots are never invalidated, and the clock is incremented before
-            // it stamps, so valid stamps are >= 1 and distinct). The first minimum is thus
-            // the lowest invalid way if there is one, else the least recent (LRU) or oldest
-            // (FIFO) line, as the policy asks.
             Replacement::Lru | Replacement::Fifo => {
-                base + match self.scan {
-                    Scan::One => 0,
-                    Scan::Two => first_min_of::<2>(&self.stamps, set),
-                    Scan::Four => first_min_of::<4>(&self.stamps, set),
-                    Scan::Eight => first_min_of::<8>(&self.stamps, set),
-                    Scan::Sixteen => first_min_of::<16>(&self.stamps, set),
-                    Scan::Any | Scan::Indexed => first_min(&self.stamps[base..base + self.ways]),
-                }
+                base + first_min(&self.stamps[base..base + self.ways])
             }
             Replacement::Random | Replacement::TreePlru => {
                 let ways = &self.keys[base..base + self.ways];
@@ -271,16 +294,11 @@ impl Store {
 
     /// Puts `key` into `slot` (from [`victim`](Store::victim)), replacing what was there;
     /// the new key counts as just used.
+    #[inline(always)]
     pub(crate) fn fill(&mut self, slot: usize, key: u64) {
-        let old = self.keys[slot];
-        self.keys[slot] = key;
-        if let Some(index) = &mut self.index {
-            if old != EMPTY {
-                index.remove(&old);
-            }
-            index.insert(key, slot as u32);
-            let h = self.hint_of(key);
-            self.hint[h] = slot as u32;
+        let old = std::mem::replace(&mut self.keys[slot], key);
+        if self.index.is_some() {
+            self.fill_index(slot, old, key);
         }
         match self.policy {
             Replacement::Lru | Replacement::Fifo => {
@@ -289,6 +307,19 @@ impl Store {
             }
             Replacement::TreePlru => self.plru_touch(slot),
             Replacement::Random => {}
+        }
+    }
+
+    /// Keeps the index of a large store exact when `slot` changes from `old` to `key`.
+    #[inline(never)]
+    fn fill_index(&mut self, slot: usize, old: u64, key: u64) {
+        if let Some(index) = &mut self.index {
+            if old != EMPTY {
+                index.remove(&old);
+            }
+            index.insert(key, slot as u32);
+            let h = self.hint_of(key);
+            self.hint[h] = slot as u32;
         }
     }
 
@@ -352,27 +383,38 @@ impl Store {
 #[inline(always)]
 fn position_of<const N: usize>(keys: &[u64], set: usize, key: u64) -> Option<usize> {
     let ways: &[u64; N] = keys[set * N..set * N + N].try_into().expect("N keys");
-    // A bit per way, then its index: no branch per way, so no misprediction on where a
-    // hit is. A key is in at most one way, so the lowest bit is the only one.
-    let mask = ways
-        .iter()
-        .enumerate()
-        .fold(0u32, |m, (w, &k)| m | u32::from(k == key) << w);
-    (mask != 0).then(|| mask.trailing_zeros() as usize)
-}
-
-/// [`first_min`] of set `set` of `v` (sets of exactly `N` values; a fixed-size array, so
-/// the loop is unrolled and branch-free, with one bounds check).
-#[inline(always)]
-fn first_min_of<const N: usize>(v: &[u64], set: usize) -> usize {
-    let v: &[u64; N] = v[set * N..set * N + N].try_into().expect("N values");
-    let (mut best, mut min) = (0, v[0]);
-    for (w, &s) in v.iter().enumerate().skip(1) {
-        if s < min {
-            (best, min) = (w, s);
+    // A select per way, from the last to the first (a compare and a conditional move each:
+    // no branch per way, so no misprediction on where a hit is). A key is in at most one
+    // way, so the result is that way whatever the order.
+    let mut found = N;
+    for w in (0..N).rev() {
+        if ways[w] == key {
+            found = w;
         }
     }
-    best
+    (found < N).then_some(found)
+}
+
+/// The bits of a way number in [`first_min_of`]'s packed values (`N <= 16`).
+const WAY_BITS: u32 = 4;
+
+/// [`first_min`] of set `set` of `v` (sets of exactly `N <= 16` stamps; a fixed-size
+/// array, so the loop is unrolled and branch-free, with one bounds check).
+///
+/// Exact: each stamp is packed with its way as `stamp << 4 | way` and the smallest packed
+/// value taken. Stamps stay below 2^60 (the clock grows by one per touch or fill, and 2^60
+/// of those would take decades), so packing keeps their order, and among equal stamps the
+/// lowest way is the smallest: the first minimum, as [`first_min`] finds it.
+#[inline(always)]
+fn first_min_of<const N: usize>(v: &[u64], set: usize) -> usize {
+    const { assert!(N <= 1 << WAY_BITS) };
+    let v: &[u64; N] = v[set * N..set * N + N].try_into().expect("N values");
+    let mut min = u64::MAX;
+    for (w, &s) in v.iter().enumerate() {
+        debug_assert!(s < 1 << (64 - WAY_BITS));
+        min = min.min(s << WAY_BITS | w as u64);
+    }
+    (min & ((1 << WAY_BITS) - 1)) as usize
 }
 
 /// The index of the first minimum of `v` (non-empty).
