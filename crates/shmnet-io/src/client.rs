@@ -342,10 +342,14 @@ impl Inner {
             // The instrument sees the bytes only once the buffer's geometry has vouched for
             // them (`read` below makes the same check).
             let start = usize::from(off);
-            // SAFETY: this application owns the delivered chain until it returns it below.
-            let seen = unsafe { bufs.data(cur) }
-                .ok()
-                .and_then(|d| d.get(start..start + take));
+            let seen = if hook.active() {
+                // SAFETY: this application owns the delivered chain until it returns it below.
+                unsafe { bufs.data(cur) }
+                    .ok()
+                    .and_then(|d| d.get(start..start + take))
+            } else {
+                None
+            };
             if let Some(data) = seen {
                 hook.on_buffer(BufIdx(cur), data);
             }

@@ -31,6 +31,13 @@ pub struct Message {
 /// probe) can time each copy. Both methods default to nothing and are inlined, so
 /// [`NoHook`] costs nothing.
 pub trait RecvHook {
+    /// Whether the hook wants to be called at all: a copy-out path that must do extra work
+    /// to show a hook the bytes (the client's, which reads them from a shared window) skips
+    /// it when this is false. Constant per type, so it folds away.
+    #[inline(always)]
+    fn active(&self) -> bool {
+        true
+    }
     /// Immediately before `data` (the bytes of buffer `buf` about to be copied) is copied
     /// out. The bytes may live in memory another process can write: treat them as untrusted.
     #[inline(always)]
@@ -48,7 +55,12 @@ pub trait RecvHook {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoHook;
 
-impl RecvHook for NoHook {}
+impl RecvHook for NoHook {
+    #[inline(always)]
+    fn active(&self) -> bool {
+        false
+    }
+}
 
 /// What `recv` returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
