@@ -241,6 +241,11 @@ pub struct Residency {
     pub seconds: f64,
 }
 
+/// IPv4 fragments (of 1,480 bytes at softnic's 1,500-byte MTU) of a `size`-byte UDP message.
+pub fn fragments(size: usize) -> usize {
+    (size + 8).div_ceil(1480)
+}
+
 /// The application's instruments: the probe, and the load it puts on the cache.
 pub(crate) struct AppSide {
     pub probe: Probe,
@@ -251,9 +256,8 @@ pub(crate) struct AppSide {
 
 impl AppSide {
     fn new(s: &Settings) -> Result<Self, RunError> {
-        let frags = s.size.div_ceil(1480) + 1;
         Ok(Self {
-            probe: Probe::new(s.messages as usize * frags, s.tlb_force),
+            probe: Probe::new(s.messages as usize * fragments(s.size), s.tlb_force),
             load: match s.load_bytes {
                 0 => None,
                 b => Some(load::Load::new(b, s.load_range_bytes)?),
@@ -321,13 +325,13 @@ fn run_inner(
     settings.check()?;
     let t0 = std::time::Instant::now();
     let mut app = AppSide::new(settings)?;
-    let frags = settings.size.div_ceil(1480) as u64;
-    let per_message =
-        2 * frags + 1 + (settings.size as u64 / 8) * u64::from(settings.load_bytes > 0);
-    let cap = (settings.messages * per_message) as usize;
+    let (n_messages, frags) = (settings.messages as usize, fragments(settings.size));
     let driver_tracer = traced.then(|| {
-        let t = trace::Tracer::new(cap);
-        app.tracer = Some(t.sibling(cap));
+        // The driver: a write and a header read per frame. The application: a read per
+        // buffer, a write per message, and a block per word under load.
+        let t = trace::Tracer::new(n_messages * 2 * frags);
+        let words = settings.size.div_ceil(8) * usize::from(settings.load_bytes > 0);
+        app.tracer = Some(t.sibling(n_messages * (frags + 1 + words)));
         t
     });
     let (messages, mut records) = match settings.structure {

@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 
 /// The port softnic sends to.
 const PORT: u16 = 5001;
-/// Fragment payload bytes at softnic's 1,500-byte MTU.
-const FRAG: usize = 1480;
 
 /// The server process; killed and reaped, its socket removed, whatever happens.
 struct ServerProcess {
@@ -143,7 +141,7 @@ pub(super) fn run(
         .udp_bind(PORT)
         .map_err(|e| RunError::Setup(format!("binding UDP port {PORT}: {e}")))?;
     let mut buf = vec![0u8; 65_536];
-    let per_message = (s.size + 8).div_ceil(FRAG) as u64;
+    let per_message = super::fragments(s.size) as u64;
     let accounted = |stats: &serde_json::Value, received: u64| {
         let queue_full = stats["stack"]["queue_full"].as_u64().unwrap_or(0);
         received + queue_full >= s.messages
