@@ -200,7 +200,7 @@ pub fn residency(a: ResidencyArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct LabArgs {
-    /// About 20 s instead of about a minute: fewer messages per run, fewer calibration
+    /// About 6 s instead of about 30: fewer messages per run, fewer calibration
     /// windows.
     #[arg(long)]
     quick: bool,

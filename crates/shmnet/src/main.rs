@@ -115,7 +115,7 @@ enum Command {
     /// seed's rules (LIFO buffers, 2 MiB pages, one context) plus cached vs non-temporal DMA.
     ///
     /// Writes DIR/report.md with the tables and figures, a PNG of histograms per table, and
-    /// every run's JSON. About a minute; --quick about 20 s. 2 MiB pages need reserved huge
+    /// every run's JSON. About 30 s; --quick about 6 s. 2 MiB pages need reserved huge
     /// pages (scripts/lab reserves them when run as root); without them that run says why.
     ///
     /// Examples:
