@@ -327,8 +327,8 @@ impl Cache {
         self.last_slot = slot;
     }
 
-    /// Fills line `key`, which missed, into its victim's slot (`dirty` or clean), as the
-    /// miss branch of `access_found` does once the line has been fetched; returns the
+    /// Fills line `key`, which missed and has been fetched, into its victim's slot (`dirty`
+    /// or clean) — the one fill of both miss paths, the general and the plain; returns the
     /// victim's key if it was dirty (counted in `writebacks`; the caller writes it down).
     #[inline(always)]
     fn fill_missed(&mut self, key: u64, dirty: bool) -> Option<u64> {
@@ -910,18 +910,7 @@ impl Simulator {
             _ => self.access_level::<{ kind::READ }>(path, d + 1, addr),
         };
         let c = &mut self.caches[ci];
-        let slot = c.store.victim(key);
-        let old = c.store.key(slot);
-        let victim_dirty = old != EMPTY && c.dirty[slot];
-        c.store.fill(slot, key);
-        c.dirty[slot] = is_write;
-        c.stats.fills += 1;
-        if c.prev_slot == slot {
-            c.prev_key = EMPTY;
-        }
-        c.remember(key, slot);
-        if victim_dirty {
-            c.stats.writebacks += 1;
+        if let Some(old) = c.fill_missed(key, is_write) {
             let shift = c.line_shift;
             let whole =
                 d + 1 >= path.len || self.caches[usize::from(path.idx[d + 1])].line_shift <= shift;
