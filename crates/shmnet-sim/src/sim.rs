@@ -388,6 +388,52 @@ struct HugeRange {
     instr: Option<usize>,
 }
 
+/// One party's run of consecutive references in a batch, its totals kept in locals and
+/// stored into the simulator's per-party arrays when another party's reference comes and at
+/// the end. Exact: each party's totals get the same additions in the same order as
+/// [`Simulator::access_ref`] gives them.
+pub(crate) struct PartyRun {
+    party: usize,
+    refs: u64,
+    ticks: f64,
+}
+
+impl PartyRun {
+    /// A run of `party`, continuing from its total ticks so far.
+    #[inline(always)]
+    pub(crate) fn new(party: usize, totals: &[f64; 5]) -> PartyRun {
+        PartyRun {
+            party,
+            refs: 0,
+            ticks: totals[party],
+        }
+    }
+
+    /// The next reference is `party`'s: if the run was another party's, store it and start
+    /// one of `party`.
+    #[inline(always)]
+    pub(crate) fn enter(&mut self, party: usize, refs: &mut [u64; 5], ticks: &mut [f64; 5]) {
+        if party != self.party {
+            self.store(refs, ticks);
+            *self = PartyRun::new(party, ticks);
+        }
+    }
+
+    /// Counts a reference of the run that cost `t`.
+    #[inline(always)]
+    pub(crate) fn add(&mut self, t: f64) {
+        self.ticks += t;
+        self.refs += 1;
+    }
+
+    /// Stores the run's totals.
+    #[inline(always)]
+    pub(crate) fn store(&self, refs: &mut [u64; 5], ticks: &mut [f64; 5]) {
+        refs[self.party] += self.refs;
+        ticks[self.party] = self.ticks;
+    }
+}
+
 /// The simulator. Build with [`Simulator::new`]; feed with [`access`](Simulator::access),
 /// [`access_ref`](Simulator::access_ref) or [`run`](Simulator::run); read with
 /// [`report`](Simulator::report).
@@ -578,25 +624,19 @@ impl Simulator {
         // the same additions in the same order as with `access_ref`; a party's total is
         // loaded when a run of its references starts and stored when the run ends.
         let mut ticks = self.ticks;
-        let mut party = refs.first().map_or(0, |r| r.party as usize);
-        let mut party_refs = 0u64;
-        let mut party_ticks = self.party_ticks[party];
+        let first = refs.first().map_or(0, |r| r.party as usize);
+        let mut run = PartyRun::new(first, &self.party_ticks);
         for r in refs {
-            let p = r.party as usize;
-            if p != party {
-                self.party_refs[party] += party_refs;
-                self.party_ticks[party] = party_ticks;
-                party = p;
-                party_refs = 0;
-                party_ticks = self.party_ticks[p];
-            }
+            run.enter(
+                r.party as usize,
+                &mut self.party_refs,
+                &mut self.party_ticks,
+            );
             let t = self.ref_ticks(r.op, r.addr, r.size);
             ticks += t;
-            party_ticks += t;
-            party_refs += 1;
+            run.add(t);
         }
-        self.party_refs[party] += party_refs;
-        self.party_ticks[party] = party_ticks;
+        run.store(&mut self.party_refs, &mut self.party_ticks);
         self.ticks = ticks;
     }
 

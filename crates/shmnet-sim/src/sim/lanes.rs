@@ -28,7 +28,7 @@
 //! machines with and without lanes (including tiny LRU caches where the order of the two
 //! recent lines decides victims).
 
-use super::{NO_TLB, Simulator};
+use super::{NO_TLB, PartyRun, Simulator};
 use crate::store::Recent;
 use crate::trace::{Op, Ref};
 
@@ -148,20 +148,15 @@ impl Simulator {
     pub(super) fn access_lanes(&mut self, refs: impl Iterator<Item = Ref>) {
         let (mut data, mut instr) = (self.lane(0), self.lane(1));
         let mut ticks = self.ticks;
-        // The party of the run of references in progress (any to start with: its count
-        // stays 0 until a reference of it comes).
-        let mut party = 0;
-        let mut party_refs = 0u64;
-        let mut party_ticks = self.party_ticks[party];
+        // The run in progress starts as party 0's (any would do: its count stays 0 until a
+        // reference of it comes).
+        let mut run = PartyRun::new(0, &self.party_ticks);
         for r in refs {
-            let p = r.party as usize;
-            if p != party {
-                self.party_refs[party] += party_refs;
-                self.party_ticks[party] = party_ticks;
-                party = p;
-                party_refs = 0;
-                party_ticks = self.party_ticks[p];
-            }
+            run.enter(
+                r.party as usize,
+                &mut self.party_refs,
+                &mut self.party_ticks,
+            );
             // Two inlined copies, one per lane, so that each lane's fields are at fixed
             // places (a lane picked by index makes every field access a select).
             let t = if r.op == Op::Ifetch {
@@ -170,11 +165,9 @@ impl Simulator {
                 self.lane_ref(&mut data, r)
             };
             ticks += t;
-            party_ticks += t;
-            party_refs += 1;
+            run.add(t);
         }
-        self.party_refs[party] += party_refs;
-        self.party_ticks[party] = party_ticks;
+        run.store(&mut self.party_refs, &mut self.party_ticks);
         self.ticks = ticks;
         self.finish_lane(data);
         self.finish_lane(instr);
