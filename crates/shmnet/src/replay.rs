@@ -262,18 +262,19 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
         let (_, limit) = Histogram::range_for(&marks, 1.0);
         let p = summary::summarize(&predicted, &marks, limit);
         let m = measured.summary;
-        // Mean load time of a buffer of the typical length: in-cache cost plus overhead.
-        let len = 1480.0;
-        let words = len / summary::WORD_BYTES as f64;
+        // Mean load time of a buffer of the calibrated kind (the typical fragment): its
+        // in-cache cost plus its overhead.
+        let (len, offset) = (table.buffer.bytes, table.buffer.line_offset);
+        let words = len as f64 / summary::WORD_BYTES as f64;
         let hot = measured
             .in_cache_ticks
             .iter()
-            .find(|(l, _)| *l == 1480)
+            .find(|(l, _)| *l as usize == len)
             .map_or(0.0, |(_, t)| *t - table.timer.overhead_ticks as f64);
         let measured_load = hot + m.avg_overhead_ticks_per_word * words;
-        let l1 = l1_hit(&machine).0;
-        let predicted_load =
-            lines(34, 1480, l1_hit(&machine).1) as f64 * l1 + p.avg_overhead_ticks_per_word * words;
+        let (l1, line) = l1_hit(&machine);
+        let predicted_load = lines(offset as u64, len as u32, line) as f64 * l1
+            + p.avg_overhead_ticks_per_word * words;
         rows.push(Row {
             measured_load_ticks: measured_load,
             predicted_load_ticks: predicted_load,
