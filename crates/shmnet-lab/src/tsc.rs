@@ -53,7 +53,10 @@ pub struct Calibration {
     pub ticks_per_ns: f64,
     /// Median ticks of an empty `start`/`stop` window (subtract it from every window).
     pub empty_window_ticks: u64,
-    /// Smallest non-zero difference seen between two windows' readings (the counter's step).
+    /// The counter's step: the smallest increase between two successive reads that differ.
+    /// (Not the smallest difference between two windows' lengths: where the step is not a
+    /// whole number of ticks, as the 24.46 of a 2.445 GHz counter advanced at 100 MHz, two
+    /// windows can differ by 1 tick without the counter ever advancing by 1.)
     pub step_ticks: u64,
 }
 
@@ -69,12 +72,7 @@ impl Calibration {
             })
             .collect();
         empties.sort_unstable();
-        let step_ticks = empties
-            .windows(2)
-            .map(|w| w[1] - w[0])
-            .filter(|&d| d > 0)
-            .min()
-            .unwrap_or(1);
+        let step_ticks = counter_step(1000);
         let w0 = Instant::now();
         let t0 = start();
         while w0.elapsed() < span {
@@ -93,6 +91,36 @@ impl Calibration {
     pub fn ns(&self, ticks: f64) -> f64 {
         ticks / self.ticks_per_ns
     }
+}
+
+/// Reads the TSC with no fence: for [`counter_step`], whose successive reads must come
+/// closer together than the counter's step (a fenced read can take two steps in a VM).
+#[inline(always)]
+fn read_unfenced() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `rdtsc` has no memory effects and exists on every x86_64 CPU.
+    unsafe {
+        core::arch::x86_64::_rdtsc()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    fallback_ns()
+}
+
+/// The smallest increase of the counter between successive reads that differ, over `advances`
+/// advances (at least 1).
+pub fn counter_step(advances: usize) -> u64 {
+    let mut last = read_unfenced();
+    let mut step = u64::MAX;
+    let mut seen = 0;
+    while seen < advances {
+        let now = read_unfenced();
+        if now != last {
+            step = step.min(now.wrapping_sub(last));
+            last = now;
+            seen += 1;
+        }
+    }
+    step.max(1)
 }
 
 /// The median of `v` (sorted in place); 0 for an empty slice.

@@ -4,7 +4,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use shmnet_chan::{AllocPolicy, PageSize};
 use shmnet_io::driver::softnic::Dma;
-use shmnet_lab::calibrate::{self, Effort, Marks};
+use shmnet_lab::calibrate::{self, Degeneracy, Effort, Marks};
 use shmnet_lab::residency::{self, Cores, Settings, Structure};
 use std::path::PathBuf;
 
@@ -158,6 +158,42 @@ pub fn marks(file: Option<&PathBuf>) -> Result<Marks> {
     Ok(costs.marks())
 }
 
+/// A command that ran and wrote its results, but whose results do not hold. It ends the
+/// program with its own exit status ([`Unsound::exit_code`]), after the results are out.
+#[derive(Debug)]
+pub enum Unsound {
+    /// The marks cannot tell the cache from memory on this machine.
+    Degenerate(Degeneracy),
+    /// Some of the lab's runs failed (their names and errors).
+    RunsFailed(Vec<String>),
+}
+
+impl Unsound {
+    /// 3: the marks are degenerate; 4: some runs failed (and the marks may be fine).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Degenerate(_) => 3,
+            Self::RunsFailed(_) => 4,
+        }
+    }
+}
+
+impl std::fmt::Display for Unsound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Degenerate(d) => write!(f, "{d} (results written anyway; exit status 3)"),
+            Self::RunsFailed(runs) => write!(
+                f,
+                "{} run(s) failed, see the report: {} (exit status 4)",
+                runs.len(),
+                runs.join("; ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Unsound {}
+
 pub fn residency(a: ResidencyArgs) -> Result<()> {
     let settings = a.settings();
     settings.check()?;
@@ -195,7 +231,10 @@ pub fn residency(a: ResidencyArgs) -> Result<()> {
             println!("histogram: {}", path.display());
         }
     }
-    Ok(())
+    match r.degenerate {
+        Some(d) => Err(Unsound::Degenerate(d).into()),
+        None => Ok(()),
+    }
 }
 
 #[derive(Args)]
@@ -275,10 +314,13 @@ pub fn lab(a: LabArgs) -> Result<()> {
                 "report": report.report,
                 "seconds": report.seconds,
                 "calibration": report.calibration,
+                "marks": report.calibration.marks,
+                "degenerate": report.calibration.degenerate,
+                "failed": failed_runs(&report),
                 "runs": cells,
             })
         );
-        return Ok(());
+        return lab_status(&report);
     }
     println!(
         "{:<40} {:>9} {:>9} {:>9} {:>9} {:>10}",
@@ -309,5 +351,30 @@ pub fn lab(a: LabArgs) -> Result<()> {
         report.seconds,
         report.report.display()
     );
+    lab_status(&report)
+}
+
+/// The runs that failed, as `name: error`.
+fn failed_runs(report: &shmnet_lab::suite::SuiteReport) -> Vec<String> {
+    report
+        .cells
+        .iter()
+        .filter_map(|(c, o)| match o {
+            shmnet_lab::suite::Outcome::Failed { error } => Some(format!("{}: {error}", c.name)),
+            shmnet_lab::suite::Outcome::Ran(_) => None,
+        })
+        .collect()
+}
+
+/// The lab's exit: degenerate marks first (nothing in the report means what it says), then
+/// failed runs.
+fn lab_status(report: &shmnet_lab::suite::SuiteReport) -> Result<()> {
+    if let Some(d) = report.calibration.degenerate {
+        return Err(Unsound::Degenerate(d).into());
+    }
+    let failed = failed_runs(report);
+    if !failed.is_empty() {
+        return Err(Unsound::RunsFailed(failed).into());
+    }
     Ok(())
 }

@@ -273,7 +273,23 @@ pub(crate) fn emit<R: serde::Serialize + std::fmt::Display>(
     Ok(())
 }
 
-fn main() -> Result<()> {
+/// Runs the command; an error is printed as one line (`shmnet: what went wrong: why`) and
+/// ends the program with status 1, or with its own status for results that were written but
+/// do not hold ([`lab::Unsound`]: 3 degenerate marks, 4 failed lab runs).
+fn main() -> std::process::ExitCode {
+    match dispatch() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmnet: {e:#}");
+            let code = e
+                .downcast_ref::<lab::Unsound>()
+                .map_or(1, lab::Unsound::exit_code);
+            std::process::ExitCode::from(code)
+        }
+    }
+}
+
+fn dispatch() -> Result<()> {
     // Die quietly when the reader of our output goes away (`shmnet stats | head`), as Unix
     // tools do, instead of panicking on a failed print.
     // SAFETY: restoring a signal's default disposition at the start of `main`, before any

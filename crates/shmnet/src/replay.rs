@@ -418,6 +418,7 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
     let bin = bin.max(10.0).round();
     let hist = Histogram::build(&over, bin, limit);
     let result = Residency {
+        degenerate: marks.degeneracy(),
         buffers: over.len() as u64,
         summary: summary::summarize(&over, &marks, limit),
         positions: summary::by_position(&over, &marks, limit).0,

@@ -22,7 +22,7 @@ pub mod summary;
 pub mod trace;
 mod traced_driver;
 
-use crate::calibrate::Marks;
+use crate::calibrate::{Degeneracy, Marks};
 use probe::{Probe, Sample};
 use shmnet_chan::{AllocPolicy, PageSize};
 use shmnet_io::driver::softnic::Dma;
@@ -219,6 +219,9 @@ pub struct Residency {
     pub settings: Settings,
     /// The marks the buffers were classified against (overhead ticks).
     pub marks: Marks,
+    /// Why the marks cannot classify buffers on this machine (null: they can). When set, the
+    /// summary's percentages mean nothing.
+    pub degenerate: Option<Degeneracy>,
     /// The overhead histogram.
     pub histogram: Histogram,
     /// The seed's summary rows.
@@ -392,6 +395,7 @@ pub fn analyse(
         word_bytes: summary::WORD_BYTES,
         seconds,
         settings,
+        degenerate: marks.degeneracy(),
         marks,
     }
 }
@@ -424,6 +428,9 @@ impl std::fmt::Display for Residency {
             "marks (overhead ticks per buffer): in cache ≤ {:.0}, 100 % clean miss {:.0}, 100 % dirty miss {:.0}",
             k.cached_max, k.clean, k.dirty
         )?;
+        if let Some(d) = self.degenerate {
+            writeln!(f, "WARNING: {d}")?;
+        }
         let r = &self.summary;
         writeln!(f, "\n{:<44} {:>8}", "observation", "value")?;
         writeln!(
