@@ -9,6 +9,8 @@
 //! on `this-machine` (built from a calibration taken in the same run); the simulator's
 //! per-buffer overheads at copy-out are classified against the same marks as the measured
 //! ones; predicted and measured summary rows are set side by side, with the mean error.
+//! Both sides' load times share one baseline, the in-cache time measured in the same run;
+//! the error measures are defined in [`compare`].
 //!
 //! The timing model (what `this-machine` charges per line) is the calibrator's *streaming*
 //! cost of each level — the overhead of loading a whole buffer from there, divided by its
@@ -24,6 +26,8 @@ use shmnet_lab::residency::trace::{Record, Who};
 use shmnet_lab::residency::{self, Residency, Settings};
 use shmnet_sim::{Machine, Op, Party, Ref, Simulator, TraceWriter};
 use std::path::PathBuf;
+
+mod compare;
 
 #[derive(Args)]
 pub struct ValidateArgs {
@@ -42,20 +46,18 @@ pub struct ValidateArgs {
 #[derive(serde::Serialize)]
 struct Row {
     setting: String,
+    /// Buffers timed (the measured side).
     buffers: u64,
+    /// Buffers the simulator timed in the replay (one per application read at copy-out).
+    predicted_buffers: u64,
     measured: Summary,
     predicted: Summary,
-    /// (predicted − measured) / measured, of the average overhead ticks per word.
-    avg_overhead_rel_error: f64,
     /// predicted − measured, percentage points of buffers totally within cache.
     fully_cached_error_points: f64,
-    /// Mean ticks to load a buffer (its in-cache cost plus its overhead), measured: the
-    /// analogue of the latency seed 001 validated.
-    measured_load_ticks: f64,
-    /// The same, predicted.
-    predicted_load_ticks: f64,
-    /// (predicted − measured) / measured load ticks.
-    load_rel_error: f64,
+    /// The load time of a buffer of the calibrated length, measured and predicted on one
+    /// baseline (the analogue of the latency seed 001 validated), and the errors.
+    #[serde(flatten)]
+    load: compare::Comparison,
     references: u64,
 }
 
@@ -63,13 +65,18 @@ struct Row {
 struct Validation {
     machine: Machine,
     marks: Marks,
+    /// Bytes per word in the overheads per word.
+    word_bytes: usize,
     rows: Vec<Row>,
-    /// Mean of |relative error| of the average overhead per word over the settings.
-    mean_abs_rel_error_avg_overhead: f64,
+    /// Mean of |relative error| of the average overhead per word over the settings; `null`
+    /// if a setting's measured overhead is zero (its relative error is undefined).
+    mean_abs_rel_error_avg_overhead: Option<f64>,
+    /// Mean of |predicted − measured overhead| of a buffer, ticks.
+    mean_abs_overhead_error_ticks: Option<f64>,
     /// Mean of |error| in points of % totally within cache.
-    mean_abs_error_fully_cached_points: f64,
+    mean_abs_error_fully_cached_points: Option<f64>,
     /// Mean of |relative error| of the mean buffer load time (seed 001's figure: 4.65 %).
-    mean_abs_rel_error_load: f64,
+    mean_abs_rel_error_load: Option<f64>,
 }
 
 /// The settings validated: the lab's inline runs whose residency is not trivially 100 %.
@@ -262,53 +269,41 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
         let (_, limit) = Histogram::range_for(&marks, 1.0);
         let p = summary::summarize(&predicted, &marks, limit);
         let m = measured.summary;
-        // Mean load time of a buffer of the calibrated kind (the typical fragment): its
-        // in-cache cost plus its overhead.
-        let (len, offset) = (table.buffer.bytes, table.buffer.line_offset);
-        let words = len as f64 / summary::WORD_BYTES as f64;
-        let hot = measured
-            .in_cache_ticks
-            .iter()
-            .find(|(l, _)| *l as usize == len)
-            .map_or(0.0, |(_, t)| *t - table.timer.overhead_ticks as f64);
-        let measured_load = hot + m.avg_overhead_ticks_per_word * words;
-        let (l1, line) = l1_hit(&machine);
-        let predicted_load = lines(offset as u64, len as u32, line) as f64 * l1
-            + p.avg_overhead_ticks_per_word * words;
+        // The load time of a buffer of the calibrated kind (the typical fragment).
+        let load = compare::compare(
+            &measured.in_cache_ticks,
+            table.timer.overhead_ticks as f64,
+            table.buffer.bytes as u32,
+            m.avg_overhead_ticks_per_word,
+            p.avg_overhead_ticks_per_word,
+        )
+        .with_context(|| format!("validating {name}"))?;
         rows.push(Row {
-            measured_load_ticks: measured_load,
-            predicted_load_ticks: predicted_load,
-            load_rel_error: (predicted_load - measured_load) / measured_load.max(1.0),
             setting: name.clone(),
             buffers: measured.buffers,
-            avg_overhead_rel_error: if m.avg_overhead_ticks_per_word > 0.0 {
-                (p.avg_overhead_ticks_per_word - m.avg_overhead_ticks_per_word)
-                    / m.avg_overhead_ticks_per_word
-            } else {
-                0.0
-            },
+            predicted_buffers: predicted.len() as u64,
             fully_cached_error_points: p.fully_cached_pct - m.fully_cached_pct,
+            load,
             measured: m,
             predicted: p,
             references: records.len() as u64,
         });
     }
     pb.finish_and_clear();
-    let n = rows.len().max(1) as f64;
     let v = Validation {
-        mean_abs_rel_error_load: rows.iter().map(|r| r.load_rel_error.abs()).sum::<f64>() / n,
-        mean_abs_rel_error_avg_overhead: rows
-            .iter()
-            .map(|r| r.avg_overhead_rel_error.abs())
-            .sum::<f64>()
-            / n,
-        mean_abs_error_fully_cached_points: rows
-            .iter()
-            .map(|r| r.fully_cached_error_points.abs())
-            .sum::<f64>()
-            / n,
+        mean_abs_rel_error_load: compare::mean_abs(rows.iter().map(|r| r.load.load_rel_error)),
+        mean_abs_rel_error_avg_overhead: compare::mean_abs_all(
+            rows.iter().map(|r| r.load.avg_overhead_rel_error),
+        ),
+        mean_abs_overhead_error_ticks: compare::mean_abs(
+            rows.iter().map(|r| r.load.overhead_error_ticks),
+        ),
+        mean_abs_error_fully_cached_points: compare::mean_abs(
+            rows.iter().map(|r| r.fully_cached_error_points),
+        ),
         machine,
         marks,
+        word_bytes: summary::WORD_BYTES,
         rows,
     };
     if a.json {
@@ -316,37 +311,48 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<38} {:>15} {:>7} {:>15} {:>7} {:>13}",
-        "setting", "load ticks", "error", "ticks/word", "error", "% in cache"
+        "{:<38} {:>15} {:>7} {:>15} {:>7} {:>9} {:>13}",
+        "setting", "load ticks", "error", "ticks/word", "error", "overhead", "% in cache"
     );
     println!(
-        "{:<38} {:>15} {:>7} {:>15} {:>7} {:>13}",
-        "", "meas. / pred.", "", "meas. / pred.", "", "meas. / pred."
+        "{:<38} {:>15} {:>7} {:>15} {:>7} {:>9} {:>13}",
+        "", "meas. / pred.", "", "meas. / pred.", "", "error", "meas. / pred."
     );
     for r in &v.rows {
         println!(
-            "{:<38} {:>7.0} / {:<5.0} {:>6.1}% {:>7.3} / {:<5.3} {:>6.1}% {:>5.1} / {:<5.1}",
+            "{:<38} {:>7.0} / {:<5.0} {:>7} {:>7.3} / {:<5.3} {:>7} {:>9.1} {:>5.1} / {:<5.1}",
             r.setting,
-            r.measured_load_ticks,
-            r.predicted_load_ticks,
-            100.0 * r.load_rel_error,
+            r.load.measured_load_ticks,
+            r.load.predicted_load_ticks,
+            percent(Some(r.load.load_rel_error)),
             r.measured.avg_overhead_ticks_per_word,
             r.predicted.avg_overhead_ticks_per_word,
-            100.0 * r.avg_overhead_rel_error,
+            percent(r.load.avg_overhead_rel_error),
+            r.load.overhead_error_ticks,
             r.measured.fully_cached_pct,
             r.predicted.fully_cached_pct
         );
     }
+    let bytes = v.rows.first().map_or(0, |r| r.load.buffer_bytes);
     println!(
-        "\nmean |error|: {:.1} % of a buffer's load time (seed 001 validated latency to 4.65 %), {:.1} % of the overhead per word, {:.1} points of % buffers in cache",
-        100.0 * v.mean_abs_rel_error_load,
-        100.0 * v.mean_abs_rel_error_avg_overhead,
-        v.mean_abs_error_fully_cached_points
+        "\nmean |error|: {} of a {bytes}-byte buffer's load time (seed 001 validated latency to 4.65 %), {} of the overhead per word, {:.1} ticks of its overhead, {:.1} points of % buffers in cache",
+        percent(v.mean_abs_rel_error_load),
+        percent(v.mean_abs_rel_error_avg_overhead),
+        v.mean_abs_overhead_error_ticks.unwrap_or(f64::NAN),
+        v.mean_abs_error_fully_cached_points.unwrap_or(f64::NAN)
+    );
+    println!(
+        "load ticks: the in-cache time measured in this run + the measured or predicted overhead; an error shown as — has a zero measured overhead as its denominator"
     );
     for note in &v.machine.notes {
         println!("note: {note}");
     }
     Ok(())
+}
+
+/// A fraction as a percentage, or "—" where it is undefined.
+fn percent(f: Option<f64>) -> String {
+    f.map_or_else(|| "—".to_string(), |f| format!("{:.1}%", 100.0 * f))
 }
 
 #[derive(Args)]

@@ -310,22 +310,105 @@ fn tracing_is_refused_where_the_parties_are_elsewhere() {
     assert!(!std::path::Path::new("/tmp/never.trc").exists());
 }
 
+/// `a` equals `b` but for rounding.
+fn same(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// A number field of `v`, which must be there.
+fn f(v: &Value, k: &str) -> f64 {
+    v[k].as_f64()
+        .unwrap_or_else(|| panic!("{k} missing in {v}"))
+}
+
+/// The mean of |x| over `xs`.
+fn mean_abs(xs: &[f64]) -> f64 {
+    xs.iter().map(|x| x.abs()).sum::<f64>() / xs.len() as f64
+}
+
+/// Every row sets as many predicted buffers beside as many measured ones, on one baseline,
+/// and every error in the JSON is the arithmetic of the JSON's own fields. Nothing here
+/// bounds an error: how large it is, is a measurement.
 #[test]
 fn validation_sets_predicted_beside_measured() {
     let v = json(&["sim", "validate", "--quick", "--json"]);
     let rows = v["rows"].as_array().expect("rows");
     assert!(rows.len() >= 3, "at least three settings: {v}");
+    let word = u(&v, "word_bytes") as f64;
     for r in rows {
-        for side in ["measured", "predicted"] {
-            let pct = r[side]["fully_cached_pct"].as_f64().unwrap();
-            assert!((0.0..=100.0).contains(&pct), "{r}");
-        }
+        assert!(r["setting"].is_string(), "{r}");
+        assert!(u(r, "references") > 0, "{r}");
         assert_eq!(u(r, "buffers"), 1000, "{r}");
+        assert_eq!(
+            u(r, "predicted_buffers"),
+            u(r, "buffers"),
+            "one simulated buffer per timed one: {r}"
+        );
+        for side in ["measured", "predicted"] {
+            let pct = f(&r[side], "fully_cached_pct");
+            assert!((0.0..=100.0).contains(&pct), "{r}");
+            assert!(f(&r[side], "avg_overhead_ticks_per_word") >= 0.0, "{r}");
+        }
+        let (m, p) = (
+            f(&r["measured"], "avg_overhead_ticks_per_word"),
+            f(&r["predicted"], "avg_overhead_ticks_per_word"),
+        );
+        // Both load times: the same in-cache baseline plus each side's overhead.
+        let words = u(r, "buffer_bytes") as f64 / word;
+        let hot = f(r, "in_cache_ticks");
+        assert!(hot > 0.0, "{r}");
+        let (ml, pl) = (f(r, "measured_load_ticks"), f(r, "predicted_load_ticks"));
+        assert!(same(ml, hot + m * words), "measured load: {r}");
+        assert!(same(pl, hot + p * words), "predicted load: {r}");
+        assert!(same(f(r, "load_rel_error"), (pl - ml) / ml), "{r}");
+        assert!(same(f(r, "overhead_error_ticks"), (p - m) * words), "{r}");
+        assert!(same(f(r, "overhead_error_ticks"), pl - ml), "{r}");
+        // A relative error over a zero measured overhead is absent, never 0 %.
+        let rel = &r["avg_overhead_rel_error"];
+        if m > 0.0 {
+            assert!(same(rel.as_f64().expect("a number"), (p - m) / m), "{r}");
+        } else {
+            assert!(rel.is_null(), "{r}");
+        }
+        assert!(
+            same(
+                f(r, "fully_cached_error_points"),
+                f(&r["predicted"], "fully_cached_pct") - f(&r["measured"], "fully_cached_pct")
+            ),
+            "{r}"
+        );
     }
+    let col = |k: &str| -> Vec<f64> { rows.iter().map(|r| f(r, k)).collect() };
     assert!(
-        v["mean_abs_error_fully_cached_points"]
-            .as_f64()
-            .unwrap()
-            .is_finite()
+        same(
+            f(&v, "mean_abs_rel_error_load"),
+            mean_abs(&col("load_rel_error"))
+        ),
+        "{v}"
     );
+    assert!(
+        same(
+            f(&v, "mean_abs_overhead_error_ticks"),
+            mean_abs(&col("overhead_error_ticks"))
+        ),
+        "{v}"
+    );
+    assert!(
+        same(
+            f(&v, "mean_abs_error_fully_cached_points"),
+            mean_abs(&col("fully_cached_error_points"))
+        ),
+        "{v}"
+    );
+    let rels: Option<Vec<f64>> = rows
+        .iter()
+        .map(|r| r["avg_overhead_rel_error"].as_f64())
+        .collect();
+    match rels {
+        Some(rels) => assert!(
+            same(f(&v, "mean_abs_rel_error_avg_overhead"), mean_abs(&rels)),
+            "{v}"
+        ),
+        None => assert!(v["mean_abs_rel_error_avg_overhead"].is_null(), "{v}"),
+    }
 }
