@@ -26,13 +26,16 @@ pub enum App {
     Sink(u16),
     /// As `Sink`, and checks every byte against softnic's pattern of the given size.
     CheckedSink(u16, usize),
+    /// Bound for the caller, who sends with [`Inline::send_to`] and receives with
+    /// [`Inline::recv_from`] between steps (a benchmark's requester in this same thread).
+    Caller(u16),
 }
 
 impl App {
     /// The UDP port it binds.
     pub fn port(&self) -> u16 {
         match *self {
-            Self::Echo(p) | Self::Sink(p) | Self::CheckedSink(p, _) => p,
+            Self::Echo(p) | Self::Sink(p) | Self::CheckedSink(p, _) | Self::Caller(p) => p,
         }
     }
 }
@@ -52,6 +55,9 @@ pub struct ServeConfig {
     pub rx_queue_limit: usize,
     /// The applications.
     pub apps: Vec<App>,
+    /// The device is a loopback (see [`shmnet_stack::Config::loopback`]): our own address
+    /// is a destination, reached without ARP.
+    pub loopback: bool,
 }
 
 impl Default for ServeConfig {
@@ -63,6 +69,7 @@ impl Default for ServeConfig {
             checksum: true,
             rx_queue_limit: 64,
             apps: Vec::new(),
+            loopback: false,
         }
     }
 }
@@ -131,6 +138,7 @@ impl<D: Driver> Inline<D> {
         scfg.udp_rx_checksum = cfg.checksum;
         scfg.udp_tx_checksum = cfg.checksum;
         scfg.rx_queue_limit = cfg.rx_queue_limit;
+        scfg.loopback = cfg.loopback;
         let mut iface = Interface::new(scfg);
         let mut sockets = Vec::new();
         for app in &cfg.apps {
@@ -187,6 +195,9 @@ impl<D: Driver> Inline<D> {
         }
         for i in 0..self.sockets.len() {
             let (app, h) = self.sockets[i];
+            if matches!(app, App::Caller(_)) {
+                continue;
+            }
             while let Ok(Some(info)) =
                 self.iface
                     .udp_recv(&mut self.pool, h, &mut self.recv_buf, hook)
@@ -196,7 +207,7 @@ impl<D: Driver> Inline<D> {
                 self.apps.messages += 1;
                 self.apps.bytes += info.len as u64;
                 match app {
-                    App::Sink(_) => {}
+                    App::Sink(_) | App::Caller(_) => {}
                     App::CheckedSink(_, size) => {
                         let seq = self.recv_buf[..8.min(info.len)]
                             .iter()
@@ -299,6 +310,13 @@ impl<D: Driver> Inline<D> {
         (&mut self.iface, &mut self.pool)
     }
 
+    fn socket_of(&self, port: u16) -> Option<SocketHandle> {
+        self.sockets
+            .iter()
+            .find(|(a, _)| a.port() == port)
+            .map(|(_, h)| *h)
+    }
+
     /// Sends `data` from the socket bound to `port` (to drive traffic from a test or a tool).
     pub fn send_to(
         &mut self,
@@ -308,13 +326,24 @@ impl<D: Driver> Inline<D> {
     ) -> Result<(), shmnet_stack::SendError> {
         let now = self.now();
         let h = self
-            .sockets
-            .iter()
-            .find(|(a, _)| a.port() == port)
-            .map(|(_, h)| *h)
+            .socket_of(port)
             .ok_or(shmnet_stack::SendError::InvalidHandle)?;
         self.iface
             .udp_send_to(&mut self.pool, h, data, dst, now, &mut self.tx)
+    }
+
+    /// Copies the next datagram queued on an [`App::Caller`]'s `port` into `buf`: its length
+    /// (truncated to `buf`) and sender, or `None` when nothing is queued.
+    pub fn recv_from(
+        &mut self,
+        port: u16,
+        buf: &mut [u8],
+    ) -> Result<Option<(usize, SocketAddrV4)>, shmnet_stack::RecvError> {
+        let h = self
+            .socket_of(port)
+            .ok_or(shmnet_stack::RecvError::InvalidHandle)?;
+        let got = self.iface.udp_recv(&mut self.pool, h, buf, &mut NoHook)?;
+        Ok(got.map(|info| (info.len, info.src)))
     }
 }
 
