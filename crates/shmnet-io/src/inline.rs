@@ -395,6 +395,51 @@ mod tests {
     }
 
     #[test]
+    fn over_a_loopback_a_caller_reaches_the_echo_at_our_own_address_and_hears_back() {
+        let path = crate::scoreboard::temp_path("inline-loopback");
+        let board =
+            std::sync::Arc::new(crate::scoreboard::Scoreboard::create(&path, 0, 0, 0).unwrap());
+        let nic = Softnic::new(SoftnicConfig {
+            board: Some((board, softnic::BoardRole::Loopback)),
+            ..SoftnicConfig::default()
+        })
+        .unwrap();
+        let cfg = ServeConfig {
+            loopback: true,
+            apps: vec![App::Echo(5001), App::Caller(40001)],
+            ..ServeConfig::default()
+        };
+        let own = cfg.ip;
+        let mut s = Inline::new(nic, &cfg).unwrap();
+        s.send_to(40001, b"request", SocketAddrV4::new(own, 5001))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = None;
+        for _ in 0..10 {
+            s.step();
+            if let Some(r) = s.recv_from(40001, &mut buf).unwrap() {
+                got = Some(r);
+                break;
+            }
+        }
+        assert_eq!(got, Some((7, SocketAddrV4::new(own, 5001))));
+        assert_eq!(&buf[..7], b"request");
+        assert_eq!(
+            s.app_stats().messages,
+            1,
+            "the echo read it; the caller's is not counted"
+        );
+        assert_eq!(
+            s.driver_stats().tx_frames,
+            2,
+            "request and reply, each out and back in"
+        );
+        assert_eq!(s.driver_stats().rx_frames, 2);
+        assert_eq!(s.stack_stats().arp_requests_sent, 0);
+        let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
     fn softnic_messages_reach_the_sink_intact() {
         for size in [10, 1472, 14_792] {
             for checksum in [false, true] {
