@@ -251,7 +251,10 @@ pub(crate) fn drive_ipc<D: Driver>(
             // SAFETY: the driver owns the buffer it filled until it releases it below.
             let bytes = unsafe { pools.buffers().data(f.buf) }
                 .ok()
-                .and_then(|d| d.get(..f.len as usize));
+                .zip(pools.buffers().off_len(f.buf))
+                .and_then(|(d, (off, len))| {
+                    d.get(usize::from(off)..usize::from(off) + usize::from(len))
+                });
             match bytes.map(|b| control::send_raw(&sock, &[b])) {
                 Some(Ok(true)) => {}
                 Some(Ok(false)) => {

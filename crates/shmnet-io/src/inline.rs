@@ -26,13 +26,16 @@ pub enum App {
     Sink(u16),
     /// As `Sink`, and checks every byte against softnic's pattern of the given size.
     CheckedSink(u16, usize),
+    /// Bound for the caller, who sends with [`Inline::send_to`] and receives with
+    /// [`Inline::recv_from`] between steps (a benchmark's requester in this same thread).
+    Caller(u16),
 }
 
 impl App {
     /// The UDP port it binds.
     pub fn port(&self) -> u16 {
         match *self {
-            Self::Echo(p) | Self::Sink(p) | Self::CheckedSink(p, _) => p,
+            Self::Echo(p) | Self::Sink(p) | Self::CheckedSink(p, _) | Self::Caller(p) => p,
         }
     }
 }
@@ -52,6 +55,9 @@ pub struct ServeConfig {
     pub rx_queue_limit: usize,
     /// The applications.
     pub apps: Vec<App>,
+    /// The device is a loopback (see [`shmnet_stack::Config::loopback`]): our own address
+    /// is a destination, reached without ARP.
+    pub loopback: bool,
 }
 
 impl Default for ServeConfig {
@@ -63,6 +69,7 @@ impl Default for ServeConfig {
             checksum: true,
             rx_queue_limit: 64,
             apps: Vec::new(),
+            loopback: false,
         }
     }
 }
@@ -131,6 +138,7 @@ impl<D: Driver> Inline<D> {
         scfg.udp_rx_checksum = cfg.checksum;
         scfg.udp_tx_checksum = cfg.checksum;
         scfg.rx_queue_limit = cfg.rx_queue_limit;
+        scfg.loopback = cfg.loopback;
         let mut iface = Interface::new(scfg);
         let mut sockets = Vec::new();
         for app in &cfg.apps {
@@ -187,6 +195,9 @@ impl<D: Driver> Inline<D> {
         }
         for i in 0..self.sockets.len() {
             let (app, h) = self.sockets[i];
+            if matches!(app, App::Caller(_)) {
+                continue;
+            }
             while let Ok(Some(info)) =
                 self.iface
                     .udp_recv(&mut self.pool, h, &mut self.recv_buf, hook)
@@ -196,7 +207,7 @@ impl<D: Driver> Inline<D> {
                 self.apps.messages += 1;
                 self.apps.bytes += info.len as u64;
                 match app {
-                    App::Sink(_) => {}
+                    App::Sink(_) | App::Caller(_) => {}
                     App::CheckedSink(_, size) => {
                         let seq = self.recv_buf[..8.min(info.len)]
                             .iter()
@@ -299,6 +310,13 @@ impl<D: Driver> Inline<D> {
         (&mut self.iface, &mut self.pool)
     }
 
+    fn socket_of(&self, port: u16) -> Option<SocketHandle> {
+        self.sockets
+            .iter()
+            .find(|(a, _)| a.port() == port)
+            .map(|(_, h)| *h)
+    }
+
     /// Sends `data` from the socket bound to `port` (to drive traffic from a test or a tool).
     pub fn send_to(
         &mut self,
@@ -308,13 +326,24 @@ impl<D: Driver> Inline<D> {
     ) -> Result<(), shmnet_stack::SendError> {
         let now = self.now();
         let h = self
-            .sockets
-            .iter()
-            .find(|(a, _)| a.port() == port)
-            .map(|(_, h)| *h)
+            .socket_of(port)
             .ok_or(shmnet_stack::SendError::InvalidHandle)?;
         self.iface
             .udp_send_to(&mut self.pool, h, data, dst, now, &mut self.tx)
+    }
+
+    /// Copies the next datagram queued on an [`App::Caller`]'s `port` into `buf`: its length
+    /// (truncated to `buf`) and sender, or `None` when nothing is queued.
+    pub fn recv_from(
+        &mut self,
+        port: u16,
+        buf: &mut [u8],
+    ) -> Result<Option<(usize, SocketAddrV4)>, shmnet_stack::RecvError> {
+        let h = self
+            .socket_of(port)
+            .ok_or(shmnet_stack::RecvError::InvalidHandle)?;
+        let got = self.iface.udp_recv(&mut self.pool, h, buf, &mut NoHook)?;
+        Ok(got.map(|info| (info.len, info.src)))
     }
 }
 
@@ -363,6 +392,51 @@ mod tests {
             total,
             "every buffer back"
         );
+    }
+
+    #[test]
+    fn over_a_loopback_a_caller_reaches_the_echo_at_our_own_address_and_hears_back() {
+        let path = crate::scoreboard::temp_path("inline-loopback");
+        let board =
+            std::sync::Arc::new(crate::scoreboard::Scoreboard::create(&path, 0, 0, 0).unwrap());
+        let nic = Softnic::new(SoftnicConfig {
+            board: Some((board, softnic::BoardRole::Loopback)),
+            ..SoftnicConfig::default()
+        })
+        .unwrap();
+        let cfg = ServeConfig {
+            loopback: true,
+            apps: vec![App::Echo(5001), App::Caller(40001)],
+            ..ServeConfig::default()
+        };
+        let own = cfg.ip;
+        let mut s = Inline::new(nic, &cfg).unwrap();
+        s.send_to(40001, b"request", SocketAddrV4::new(own, 5001))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let mut got = None;
+        for _ in 0..10 {
+            s.step();
+            if let Some(r) = s.recv_from(40001, &mut buf).unwrap() {
+                got = Some(r);
+                break;
+            }
+        }
+        assert_eq!(got, Some((7, SocketAddrV4::new(own, 5001))));
+        assert_eq!(&buf[..7], b"request");
+        assert_eq!(
+            s.app_stats().messages,
+            1,
+            "the echo read it; the caller's is not counted"
+        );
+        assert_eq!(
+            s.driver_stats().tx_frames,
+            2,
+            "request and reply, each out and back in"
+        );
+        assert_eq!(s.driver_stats().rx_frames, 2);
+        assert_eq!(s.stack_stats().arp_requests_sent, 0);
+        let _ = std::fs::remove_file(path);
     }
 
     #[test]

@@ -11,7 +11,10 @@
 //!   seed 002's ttcp ran over: shmnet speaks UDP, and without a window a fast sender measures
 //!   only how fast the slower party drops. Every structure, the kernel's included, gets the
 //!   same window through this same page, so none pays for flow control and none is spared it;
-//! - **counts**: `sent` (written only by the sender) and `received` (only by the receiver);
+//! - **counts**: `sent` (written only by the sender) and `received` (only by the receiver),
+//!   and the sender's word that it has **finished**: it sends nothing more, and `sent` is
+//!   final (a sender may publish `sent` in batches while it runs; the harness reads the counts
+//!   only once it has finished);
 //! - **latency samples** of a request–response run (`rr`), nanoseconds, written by the party
 //!   that times the transactions and read by the harness after the run;
 //! - the receiver's **port**, when it is chosen by the kernel (the `kernel` structure).
@@ -29,7 +32,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SHMNTBRD");
-const VERSION: u64 = 1;
+const VERSION: u64 = 2;
 /// Bytes before the samples: the header and one 64-byte line per hot word.
 const HEADER: usize = 1024;
 
@@ -48,6 +51,7 @@ mod at {
     pub const SENT: usize = 16;
     pub const RECEIVED: usize = 24;
     pub const SAMPLES_WRITTEN: usize = 32;
+    pub const SENDER_FINISHED: usize = 40;
 }
 
 /// What a sender may do next.
@@ -255,6 +259,17 @@ impl Scoreboard {
         self.word(at::SENT).load(Ordering::Acquire)
     }
 
+    /// The sender says it has finished: it sends nothing more, and the `sent` it published
+    /// before this call is final.
+    pub fn set_sender_finished(&self) {
+        self.word(at::SENDER_FINISHED).store(1, Ordering::Release);
+    }
+
+    /// Whether the sender has finished (and `sent` is final).
+    pub fn sender_finished(&self) -> bool {
+        self.word(at::SENDER_FINISHED).load(Ordering::Acquire) != 0
+    }
+
     /// The receiver publishes how many messages it has received.
     pub fn set_received(&self, n: u64) {
         self.word(at::RECEIVED).store(n, Ordering::Release);
@@ -379,6 +394,11 @@ mod tests {
         assert_eq!(peer.permit(10, &mut seen), Permit::Done, "limit");
         board.set_stop();
         assert_eq!(peer.permit(5, &mut seen), Permit::Done, "stopped");
+        assert!(!board.sender_finished());
+        peer.set_sent(7);
+        peer.set_sender_finished();
+        assert!(board.sender_finished());
+        assert_eq!(board.sent(), 7, "final once finished");
     }
 
     #[test]

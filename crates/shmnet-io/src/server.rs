@@ -250,6 +250,7 @@ impl Server {
         cfg.udp_rx_checksum = opts.serve.checksum;
         cfg.udp_tx_checksum = opts.serve.checksum;
         cfg.rx_queue_limit = opts.serve.rx_queue_limit;
+        cfg.loopback = opts.serve.loopback;
         Ok(Self {
             pool: ChanPool::new(data.server_pools().expect("fresh window")),
             in_ipv4: data.consumer(IN_IPV4).expect("fresh window"),

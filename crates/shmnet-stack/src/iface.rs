@@ -86,6 +86,13 @@ pub struct Config {
     pub icmp_burst: u32,
     /// One ICMP error token per this interval (100 ms).
     pub icmp_interval: Duration,
+    /// The device is a loopback: it hands every transmitted frame back as received, like
+    /// Linux's `lo` (off by default). Our own address is then a destination like any other,
+    /// reached at our own Ethernet address without ARP (the neighbour cache is not consulted),
+    /// and datagrams from it are accepted. On a real wire both stay refused: a send to
+    /// ourselves is `Unaddressable`, and a datagram claiming our address as its source is
+    /// spoofed (counted in `bad_address`).
+    pub loopback: bool,
 }
 
 impl Config {
@@ -111,6 +118,7 @@ impl Config {
             arp_pending_timeout: Duration::from_secs(3),
             icmp_burst: 10,
             icmp_interval: Duration::from_millis(100),
+            loopback: false,
         }
     }
 }
@@ -143,7 +151,8 @@ pub enum SendError {
     /// No such socket.
     #[error("invalid socket handle")]
     InvalidHandle,
-    /// Destination address unspecified, multicast or our own (no loopback), or port zero.
+    /// Destination address unspecified, multicast, or our own on a device that is not a
+    /// loopback ([`Config::loopback`]), or port zero.
     #[error("destination unaddressable")]
     Unaddressable,
     /// The message does not fit in one IPv4 datagram.
@@ -408,7 +417,10 @@ impl Interface {
             pool.free(frame);
             return;
         }
-        if h.src == self.cfg.ipv4 || self.is_broadcast(h.src) || h.src.is_multicast() {
+        if (h.src == self.cfg.ipv4 && !self.cfg.loopback)
+            || self.is_broadcast(h.src)
+            || h.src.is_multicast()
+        {
             self.stats.bad_address += 1;
             pool.free(frame);
             return;
@@ -730,6 +742,7 @@ impl Interface {
     ) -> Result<(), SendError> {
         let (mac, next_hop) = match dst_mac {
             Some(m) => (Some(m), hdr.dst),
+            None if self.cfg.loopback && hdr.dst == self.cfg.ipv4 => (Some(self.cfg.mac), hdr.dst),
             None if self.is_broadcast(hdr.dst) => (Some(EthernetAddress::BROADCAST), hdr.dst),
             None => {
                 let hop = if self.on_link(hdr.dst) {
@@ -957,7 +970,7 @@ impl Interface {
         if dst.ip().is_unspecified()
             || dst.port() == 0
             || dst.ip().is_multicast()
-            || *dst.ip() == self.cfg.ipv4
+            || (*dst.ip() == self.cfg.ipv4 && !self.cfg.loopback)
         {
             return Err(SendError::Unaddressable);
         }

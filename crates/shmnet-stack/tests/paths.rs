@@ -471,3 +471,54 @@ fn bind_rules() {
     assert!(ifc.udp_bind_port(53).is_ok());
     assert_eq!(pool.free_count(), pool.total());
 }
+
+/// On a loopback device a datagram to our own address goes out at our own MAC without ARP,
+/// and fed back as received it reaches the socket bound to its port; on a wire both the send
+/// and such a datagram are refused.
+#[test]
+fn a_loopback_device_reaches_our_own_address_and_a_wire_does_not() {
+    let ours = SocketAddrV4::new(Ipv4Addr::from(OUR_IP), 5001);
+    for loopback in [true, false] {
+        let mut cfg = config();
+        cfg.loopback = loopback;
+        let mut ifc = Interface::new(cfg);
+        let mut pool = pool();
+        let from = bind(&mut ifc, 40001);
+        let to = bind(&mut ifc, 5001);
+        let mut tx: Vec<BufIdx> = Vec::new();
+        let sent = ifc.udp_send_to(&mut pool, from, b"0123456789", ours, Instant::ZERO, &mut tx);
+        if !loopback {
+            assert_eq!(sent, Err(SendError::Unaddressable));
+            assert!(tx.is_empty());
+            // A frame from our own address arriving on a wire is spoofed.
+            let dg = udp_datagram(40001, 5001, b"0123456789", false);
+            let f = ip_frame(OUR_IP, OUR_IP, IpNumber::UDP, 7, 0, false, &dg);
+            assert!(feed(&mut ifc, &mut pool, &f, Instant::ZERO).is_empty());
+            assert_eq!(ifc.stats().bad_address, 1);
+            assert_eq!(ifc.udp_queue_len(to).unwrap(), 0);
+            continue;
+        }
+        sent.unwrap();
+        assert_eq!(tx.len(), 1, "no ARP request, the datagram itself");
+        assert_eq!(ifc.stats().arp_requests_sent, 0);
+        let frame = shmnet_stack::buf::chain_to_vec(&pool, tx[0]);
+        let p = SlicedPacket::from_ethernet(&frame).unwrap();
+        let Some(etherparse::LinkSlice::Ethernet2(eth)) = &p.link else {
+            panic!("not Ethernet")
+        };
+        assert_eq!((eth.destination(), eth.source()), (OUR_MAC, OUR_MAC));
+        // The loopback hands the same buffer back.
+        let mut out: Vec<BufIdx> = Vec::new();
+        ifc.receive(&mut pool, tx[0], Instant::ZERO, &mut out);
+        assert!(out.is_empty());
+        let mut user = [0u8; 64];
+        let info = ifc
+            .udp_recv(&mut pool, to, &mut user, &mut NoHook)
+            .unwrap()
+            .expect("delivered to the bound port");
+        assert_eq!(&user[..info.len], b"0123456789");
+        assert_eq!(info.src, SocketAddrV4::new(Ipv4Addr::from(OUR_IP), 40001));
+        assert_eq!(ifc.stats().bad_address, 0);
+        assert_eq!(pool.free_count(), pool.total());
+    }
+}

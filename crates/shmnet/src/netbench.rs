@@ -265,6 +265,7 @@ enum WorkerJob {
     ShmRecv,
     ShmSend,
     ShmEcho,
+    ShmRr,
     Inline,
 }
 
@@ -285,12 +286,13 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         WorkerJob::ShmRecv => worker::shm_recv(&board, &socket()?),
         WorkerJob::ShmSend => worker::shm_send(&board, &socket()?, a.size),
         WorkerJob::ShmEcho => worker::shm_echo(&board, &socket()?),
+        WorkerJob::ShmRr => worker::shm_rr(&board, &socket()?, a.size, a.outstanding),
         WorkerJob::Inline => {
             let job = match a.job_kind.as_str() {
                 "rx" => InlineJob::Receive,
                 "tx" => InlineJob::Transmit,
                 other => match other.strip_prefix("rr:").and_then(|n| n.parse().ok()) {
-                    Some(outstanding) => InlineJob::Echo { outstanding },
+                    Some(outstanding) => InlineJob::RequestResponse { outstanding },
                     None => bail!("unknown inline job {other:?}: rx, tx or rr:N"),
                 },
             };

@@ -58,12 +58,9 @@ pub struct DriverArgs {
     /// softnic in a benchmark run: the run's scoreboard (set by `shmnet ttcp` and `shmnet rr`).
     #[arg(long, hide = true, value_name = "PATH")]
     softnic_board: Option<PathBuf>,
-    /// softnic in a benchmark run: its part (send, sink, rr).
+    /// softnic in a benchmark run: its part (send, sink, loopback).
     #[arg(long, hide = true, default_value = "send")]
     softnic_role: String,
-    /// softnic in an rr run: requests in flight.
-    #[arg(long, hide = true, default_value_t = 1)]
-    softnic_outstanding: u32,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
@@ -81,6 +78,11 @@ impl DriverArgs {
     /// softnic's MAC: `--mac`, or its default.
     fn softnic_mac(&self) -> [u8; 6] {
         self.mac.unwrap_or(SoftnicConfig::default().mac)
+    }
+
+    /// Whether softnic is a benchmark's loopback (the stack then reaches its own address).
+    fn loopback(&self) -> bool {
+        self.softnic_board.is_some() && self.softnic_role == "loopback"
     }
 
     /// Refuses options that do not apply to the chosen driver.
@@ -101,10 +103,8 @@ impl DriverArgs {
         let role = match self.softnic_role.as_str() {
             "send" => BoardRole::Send,
             "sink" => BoardRole::Sink,
-            "rr" => BoardRole::RequestResponse {
-                outstanding: self.softnic_outstanding.max(1),
-            },
-            other => bail!("unknown softnic role {other:?}: use send, sink or rr"),
+            "loopback" => BoardRole::Loopback,
+            other => bail!("unknown softnic role {other:?}: use send, sink or loopback"),
         };
         let board = Scoreboard::open(path).context("opening the benchmark scoreboard")?;
         Ok(Some((Arc::new(board), role)))
@@ -158,7 +158,6 @@ impl DriverArgs {
             [
                 format!("--softnic-board={}", p.display()),
                 format!("--softnic-role={}", self.softnic_role),
-                format!("--softnic-outstanding={}", self.softnic_outstanding),
             ]
         }))
         .collect()
@@ -292,6 +291,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         apps: apps.clone(),
         rx_queue_limit: a.rx_queue,
         pools: a.pools(),
+        loopback: a.dev.loopback(),
     };
     if a.dev.driver == "softnic" {
         let Some(first) = apps.first() else {
@@ -326,6 +326,7 @@ fn describe_apps(apps: &[App]) -> String {
         .map(|a| match a {
             App::Echo(p) => format!("echo on {p}"),
             App::Sink(p) | App::CheckedSink(p, _) => format!("sink on {p}"),
+            App::Caller(p) => format!("bound for the caller on {p}"),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -488,6 +489,7 @@ fn run_server(a: ServeArgs) -> Result<()> {
             checksum: !a.dev.no_checksum,
             rx_queue_limit: a.rx_queue,
             pools: a.pools(),
+            loopback: a.dev.loopback(),
             ..ServeConfig::default()
         },
         socket: a.socket.clone(),

@@ -85,7 +85,9 @@ impl DriverStats {
     }
 }
 
-/// A received frame in a pool buffer (`off = 0`, `len` = frame length), already classified.
+/// A received frame in a pool buffer, already classified. The buffer's header says where the
+/// frame lies (`off`, `len`): a device that writes frames puts them at offset 0, a loopback
+/// hands a transmitted buffer back with the offset the stack left in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RxFrame {
     /// The buffer.
@@ -110,7 +112,7 @@ pub trait Driver: Send {
 
     /// Transmits single-buffer frames (`off`/`len` from each buffer's header) and releases
     /// every buffer in `frames`, sent or not (a frame the device cannot take is counted in
-    /// `tx_errors`). Never blocks.
+    /// `tx_errors`) — or, for a loopback, keeps it to hand back from `rx_burst`. Never blocks.
     fn tx_burst(&mut self, pools: &mut DriverPools, frames: &[u32]) -> std::io::Result<()>;
 
     /// A file descriptor that becomes readable when frames arrive, for a caller that wants

@@ -15,6 +15,14 @@
 //!
 //! What is transmitted to it is sunk: counted, checked to be a well-formed Ethernet frame
 //! (malformed ones counted), and freed.
+//!
+//! As a **loopback** ([`BoardRole::Loopback`]) it sends nothing of its own: every frame
+//! transmitted to it comes back as a received frame, like Linux's `lo`, which hands the same
+//! socket buffer back without copying. softnic hands the same pool buffer back (its header's
+//! `off`/`len` as the stack left them): a transmitted buffer is the driver's to release, and
+//! a received one the driver's to hand over, so the buffer only changes direction. A buffer
+//! the driver does not hold alone (another reference to it, or a chain) cannot change hands
+//! like that: its frame is copied into a fresh buffer, and the original released.
 
 use super::checksum::{fold, sum16};
 use super::{Driver, DriverStats, Family, RxFrame, classify};
@@ -90,14 +98,15 @@ pub enum BoardRole {
     /// The receiving peer (ttcp transmit): sends nothing; publishes the UDP datagrams
     /// transmitted to it since the run started as `received`.
     Sink,
-    /// The requester (rr): keeps `outstanding` requests in flight, each answered by a
-    /// datagram back to the peer carrying the request's first 8 bytes; records each
-    /// transaction's time as a latency sample; publishes `sent` and `received` (replies).
-    RequestResponse {
-        /// Requests in flight.
-        outstanding: u32,
-    },
+    /// The wire of a request–response run (rr): a loopback. Sends nothing of its own and
+    /// counts nothing on the board; every transmitted frame comes back as received (the
+    /// requester and the echo are applications of the same stack).
+    Loopback,
 }
+
+/// Frames a loopback holds between their transmission and their return (a device's
+/// backlog); beyond it a transmitted frame is refused and counted in `tx_errors`.
+pub const LOOPBACK_BACKLOG: usize = 256;
 
 impl Default for SoftnicConfig {
     fn default() -> Self {
@@ -171,6 +180,10 @@ pub struct Softnic {
     sink_udp: u64,
     /// The run's state when the device plays a part in a benchmark run.
     run: RunState,
+    /// Loopback: transmitted frames on their way back, oldest first.
+    looped: std::collections::VecDeque<RxFrame>,
+    /// Loopback: room for a frame that must be copied.
+    scratch: Vec<u8>,
 }
 
 /// A softnic's state in a benchmark run (all zero without a board).
@@ -184,16 +197,7 @@ struct RunState {
     seen_received: u64,
     /// `sink_udp` when the run started (Sink: what came before is not the run's).
     sink_base: Option<u64>,
-    /// RequestResponse: requests in flight, oldest first, with when they left.
-    in_flight: std::collections::VecDeque<(u64, Instant)>,
-    /// RequestResponse: replies matched to a request.
-    replies: u64,
-    /// RequestResponse: requests given up on after [`RR_TIMEOUT`] without a reply.
-    timeouts: u64,
 }
-
-/// How long a request may wait for its reply before the requester gives up on it.
-const RR_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl Softnic {
     /// Builds the template for `cfg`.
@@ -270,9 +274,11 @@ impl Softnic {
             arp_replies: std::collections::VecDeque::new(),
             sink_udp: 0,
             run: RunState {
-                finished: matches!(cfg.board, Some((_, BoardRole::Sink))),
+                finished: matches!(cfg.board, Some((_, BoardRole::Sink | BoardRole::Loopback))),
                 ..RunState::default()
             },
+            looped: std::collections::VecDeque::new(),
+            scratch: Vec::new(),
             cfg,
         })
     }
@@ -295,9 +301,9 @@ impl Softnic {
         }
     }
 
-    /// RequestResponse: requests that got no reply within a second.
-    pub fn request_timeouts(&self) -> u64 {
-        self.run.timeouts
+    /// Whether it is a loopback.
+    fn is_loopback(&self) -> bool {
+        matches!(self.cfg.board, Some((_, BoardRole::Loopback)))
     }
 
     /// With a board: may the next message start now?
@@ -307,54 +313,15 @@ impl Softnic {
         };
         match *role {
             BoardRole::Send => board.permit(self.sent, &mut self.run.seen_received),
-            BoardRole::Sink => Permit::Done,
-            BoardRole::RequestResponse { outstanding } => {
-                let now = Instant::now();
-                while self
-                    .run
-                    .in_flight
-                    .front()
-                    .is_some_and(|(_, t)| now.duration_since(*t) > RR_TIMEOUT)
-                {
-                    self.run.in_flight.pop_front();
-                    self.run.timeouts += 1;
-                }
-                // The window is ours to keep: requests in flight, not the board's counts.
-                let mut unused = 0;
-                match board.permit(0, &mut unused) {
-                    Permit::Go if self.run.in_flight.len() >= outstanding as usize => Permit::Wait,
-                    Permit::Go if board.limit() != 0 && self.sent >= board.limit() => Permit::Done,
-                    p => p,
-                }
-            }
+            BoardRole::Sink | BoardRole::Loopback => Permit::Done,
         }
     }
 
-    /// A UDP datagram left for the peer: count it for the run.
-    fn board_sunk(&mut self, seq: Option<u64>) {
-        let Some((board, role)) = &self.cfg.board else {
-            return;
-        };
-        match *role {
-            BoardRole::Send => {}
-            BoardRole::Sink => {
-                if let Some(base) = self.run.sink_base {
-                    board.set_received(self.sink_udp - base);
-                }
-            }
-            BoardRole::RequestResponse { .. } => {
-                let Some(seq) = seq else {
-                    return;
-                };
-                let Some(pos) = self.run.in_flight.iter().position(|(s, _)| *s == seq) else {
-                    return; // a reply to a request we gave up on, or not a reply at all
-                };
-                if let Some((_, at)) = self.run.in_flight.remove(pos) {
-                    board.record_sample(at.elapsed().as_nanos() as u64);
-                    self.run.replies += 1;
-                    board.set_received(self.run.replies);
-                }
-            }
+    /// A UDP datagram left for the peer: a sink counts it for the run.
+    fn board_sunk(&self) {
+        if let (Some((board, BoardRole::Sink)), Some(base)) = (&self.cfg.board, self.run.sink_base)
+        {
+            board.set_received(self.sink_udp - base);
         }
     }
 
@@ -394,14 +361,7 @@ impl Softnic {
                 let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
                 if ip[9] == 17 && first_fragment {
                     self.sink_udp += 1;
-                    if self.cfg.board.is_some() {
-                        // The payload's first 8 bytes: an rr reply's sequence number.
-                        let at = usize::from(ip[0] & 0x0f) * 4 + UDP;
-                        let seq = ip
-                            .get(at..at + 8)
-                            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-                        self.board_sunk(seq);
-                    }
+                    self.board_sunk();
                 }
             }
             Err(_) => {}
@@ -439,10 +399,74 @@ impl Softnic {
 
     /// With a board: tells it how many messages have left.
     fn publish_sent(&self) {
-        if let Some((board, BoardRole::Send | BoardRole::RequestResponse { .. })) = &self.cfg.board
-        {
+        if let Some((board, BoardRole::Send)) = &self.cfg.board {
             board.set_sent(self.sent);
         }
+    }
+
+    /// With a board, as the sender: tells it the final count, and that it has finished.
+    fn publish_finished(&self) {
+        if let Some((board, BoardRole::Send)) = &self.cfg.board {
+            board.set_sent(self.sent);
+            board.set_sender_finished();
+        }
+    }
+
+    /// Loopback: takes a transmitted frame of `len` bytes, well-formed and of `family`, to
+    /// hand back as received. Its own buffer when the driver holds the only reference to a
+    /// single buffer; else a copy in a fresh buffer, the original released.
+    fn loop_tx(&mut self, pools: &mut DriverPools, buf: u32, len: u16, family: Family) {
+        if self.looped.len() >= LOOPBACK_BACKLOG {
+            self.stats.tx_errors += 1;
+            pools.release(buf);
+            return;
+        }
+        self.stats.tx_frames += 1;
+        self.stats.tx_bytes += u64::from(len);
+        let b = pools.buffers();
+        let back = if b.refcnt(buf) == Some(1) && b.next(buf).is_none() {
+            Some(buf)
+        } else {
+            let copy = self.copy_frame(pools, buf, len);
+            pools.release(buf);
+            copy
+        };
+        match back {
+            Some(buf) => self.looped.push_back(RxFrame {
+                buf,
+                len: u32::from(len),
+                family,
+            }),
+            None => self.stats.rx_no_buffer += 1,
+        }
+    }
+
+    /// Loopback: the frame of `buf` (`len` bytes at its offset) in a fresh buffer at offset 0.
+    fn copy_frame(&mut self, pools: &mut DriverPools, buf: u32, len: u16) -> Option<u32> {
+        let (off, _) = pools.buffers().off_len(buf)?;
+        self.scratch.resize(usize::from(len), 0);
+        pools
+            .buffers()
+            .read(buf, off.into(), &mut self.scratch)
+            .ok()?;
+        let fresh = pools.alloc()?;
+        if self.dma(pools, fresh, &self.scratch) {
+            Some(fresh)
+        } else {
+            pools.release(fresh);
+            None
+        }
+    }
+
+    /// Loopback: hands up to `max` transmitted frames back as received.
+    fn loop_rx(&mut self, out: &mut Vec<RxFrame>, max: usize) -> usize {
+        let n = max.min(self.looped.len());
+        for f in self.looped.drain(..n) {
+            self.stats.rx_frames += 1;
+            self.stats.rx_bytes += u64::from(f.len);
+            out.push(f);
+        }
+        n
     }
 
     fn dma(&self, pools: &DriverPools, buf: u32, frame: &[u8]) -> bool {
@@ -504,6 +528,9 @@ impl Driver for Softnic {
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
+        if self.is_loopback() {
+            return Ok(self.loop_rx(out, max));
+        }
         let mut produced = 0;
         while produced < max {
             let Some(reply) = self.arp_replies.pop_front() else {
@@ -549,6 +576,7 @@ impl Driver for Softnic {
                     }
                     Permit::Done => {
                         self.run.finished = true;
+                        self.publish_finished();
                         break;
                     }
                 }
@@ -560,9 +588,6 @@ impl Driver for Softnic {
                     self.due = now.max(self.due) + self.cfg.gap;
                 }
                 self.patch(self.sent);
-                if let Some((_, BoardRole::RequestResponse { .. })) = &self.cfg.board {
-                    self.run.in_flight.push_back((self.sent, Instant::now()));
-                }
             }
             let Some(buf) = pools.alloc() else {
                 // The device has nowhere to put the frame: it is lost, as on a real NIC,
@@ -611,15 +636,25 @@ impl Driver for Softnic {
             match b.off_len(buf) {
                 Some((off, len)) => {
                     let head = usize::from(len).min(scratch.len());
-                    let ok = b.read(buf, off.into(), &mut scratch[..head]).is_ok()
-                        && classify(&scratch[..head]).is_ok();
-                    if ok {
-                        self.stats.tx_frames += 1;
-                        self.stats.tx_bytes += u64::from(len);
-                        self.sink(&scratch[..head]);
-                    } else {
-                        self.sink_malformed += 1;
-                        self.stats.tx_errors += 1;
+                    let family = b
+                        .read(buf, off.into(), &mut scratch[..head])
+                        .ok()
+                        .and_then(|()| classify(&scratch[..head]).ok());
+                    match family {
+                        Some(family) if self.is_loopback() => {
+                            // The buffer is the loopback's now: it comes back as received.
+                            self.loop_tx(pools, buf, len, family);
+                            continue;
+                        }
+                        Some(_) => {
+                            self.stats.tx_frames += 1;
+                            self.stats.tx_bytes += u64::from(len);
+                            self.sink(&scratch[..head]);
+                        }
+                        None => {
+                            self.sink_malformed += 1;
+                            self.stats.tx_errors += 1;
+                        }
                     }
                 }
                 None => self.stats.tx_errors += 1,
@@ -645,6 +680,9 @@ impl Driver for Softnic {
         {
             return Some(Duration::from_micros(5));
         }
+        if !self.looped.is_empty() {
+            return Some(Duration::ZERO);
+        }
         // Only a paced softnic knows when it will have more: back to back, it always has.
         if self.done() || gated || self.cfg.gap.is_zero() || !self.arp_replies.is_empty() {
             return None;
@@ -669,12 +707,16 @@ mod tests {
     use shmnet_chan::{AllocPolicy, PoolGeometry};
 
     fn pools() -> (shmnet_chan::ServerPools, DriverPools) {
+        pools_of(64)
+    }
+
+    fn pools_of(per_pool: u32) -> (shmnet_chan::ServerPools, DriverPools) {
         heap_pools(
             PoolGeometry {
                 pools: 2,
-                per_pool: 64,
+                per_pool,
                 data_size: 2048,
-                free_cap: 64,
+                free_cap: per_pool.next_power_of_two(),
                 policy: AllocPolicy::Lifo,
             },
             None,
@@ -779,6 +821,7 @@ mod tests {
             "the window"
         );
         assert_eq!(b.sent(), 3);
+        assert!(!b.sender_finished());
         assert_eq!(
             nic.idle_hint(),
             Some(Duration::from_micros(5)),
@@ -791,45 +834,119 @@ mod tests {
             "the limit"
         );
         assert!(nic.done());
+        assert!(b.sender_finished(), "it says so, its count final");
+        assert_eq!(b.sent(), 5);
+        let _ = std::fs::remove_file(path);
+    }
+
+    /// A frame with an IPv4 header (addresses 10.0.0.1 to itself) and 8 bytes of UDP, written
+    /// into a fresh buffer at `off`.
+    fn frame_at(drv: &mut DriverPools, off: u16, tag: u8) -> (u32, Vec<u8>) {
+        let mut f = vec![0u8; ETH + IP + UDP + 4];
+        f[..6].copy_from_slice(&SoftnicConfig::default().mac);
+        f[6..12].copy_from_slice(&SoftnicConfig::default().mac);
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        f[ETH] = 0x45;
+        f[ETH + 9] = 17;
+        f[ETH + IP + UDP..].fill(tag);
+        let b = drv.alloc().unwrap();
+        drv.buffers().write(b, off.into(), &f).unwrap();
+        drv.buffers().set_off_len(b, off, f.len() as u16).unwrap();
+        (b, f)
+    }
+
+    fn loopback(b: &std::sync::Arc<Scoreboard>) -> Softnic {
+        Softnic::new(SoftnicConfig {
+            board: Some((b.clone(), BoardRole::Loopback)),
+            ..SoftnicConfig::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_loopback_hands_each_transmitted_buffer_back_as_received_in_order() {
+        let (b, path) = board(0, 0);
+        let mut nic = loopback(&b);
+        assert!(nic.done(), "a loopback sends nothing of its own");
+        let (_server, mut drv) = pools();
+        let free = drv.buffers().free_count();
+        let (first, f1) = frame_at(&mut drv, 30, 1);
+        let (second, f2) = frame_at(&mut drv, 0, 2);
+        let mut out = Vec::new();
+        b.set_go();
+        assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 0);
+        assert_eq!(nic.idle_hint(), None);
+        nic.tx_burst(&mut drv, &[first, second]).unwrap();
+        assert_eq!(nic.idle_hint(), Some(Duration::ZERO), "it has frames");
+        assert_eq!(
+            nic.rx_burst(&mut drv, &mut out, 1).unwrap(),
+            1,
+            "at most max"
+        );
+        assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 1);
+        let bufs: Vec<u32> = out.iter().map(|f| f.buf).collect();
+        assert_eq!(bufs, [first, second], "the same buffers, in order: no copy");
+        for (f, bytes) in out.iter().zip([&f1, &f2]) {
+            assert_eq!(f.family, Family::Ipv4);
+            assert_eq!(f.len as usize, bytes.len());
+            let (off, len) = drv.buffers().off_len(f.buf).unwrap();
+            let mut got = vec![0u8; len.into()];
+            drv.buffers().read(f.buf, off.into(), &mut got).unwrap();
+            assert_eq!(&got, bytes, "the frame where the stack left it");
+        }
+        assert_eq!(
+            drv.buffers().free_count(),
+            free - 2,
+            "nothing freed, nothing taken"
+        );
+        let st = nic.stats();
+        assert_eq!((st.tx_frames, st.rx_frames, st.tx_errors), (2, 2, 0));
+        assert_eq!(
+            (b.sent(), b.received()),
+            (0, 0),
+            "it counts nothing on the board"
+        );
         let _ = std::fs::remove_file(path);
     }
 
     #[test]
-    fn as_a_requester_it_times_each_reply_and_as_a_sink_it_counts_from_go() {
+    fn a_loopback_copies_a_buffer_it_does_not_hold_alone_and_refuses_beyond_its_backlog() {
         let (b, path) = board(0, 0);
-        let mut nic = Softnic::new(SoftnicConfig {
-            size: 32,
-            board: Some((b.clone(), BoardRole::RequestResponse { outstanding: 2 })),
-            ..SoftnicConfig::default()
-        })
-        .unwrap();
-        let (_server, mut drv) = pools();
+        let mut nic = loopback(&b);
+        let (_server, mut drv) = pools_of(LOOPBACK_BACKLOG as u32);
+        // Another holder: the buffer cannot change hands, so its frame is copied.
+        let (shared, f) = frame_at(&mut drv, 30, 3);
+        drv.buffers().retain(shared).unwrap();
+        nic.tx_burst(&mut drv, &[shared]).unwrap();
+        assert_eq!(
+            drv.buffers().refcnt(shared),
+            Some(1),
+            "our reference dropped"
+        );
         let mut out = Vec::new();
-        b.set_go();
-        assert_eq!(
-            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
-            2,
-            "two in flight"
-        );
-        assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 0);
-        // Echo the first request back: the frame with its addresses swapped is a reply.
-        let mut frame = vec![0u8; out[0].len as usize];
-        drv.buffers().read(out[0].buf, 0, &mut frame).unwrap();
-        let reply = drv.alloc().unwrap();
-        drv.buffers().write(reply, 0, &frame).unwrap();
-        drv.buffers()
-            .set_off_len(reply, 0, frame.len() as u16)
-            .unwrap();
-        nic.tx_burst(&mut drv, &[reply]).unwrap();
-        assert_eq!(b.received(), 1);
-        assert_eq!(b.samples().len(), 1, "one transaction timed");
-        assert_eq!(
-            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
-            1,
-            "room for one more"
-        );
-        let _ = std::fs::remove_file(&path);
+        assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 1);
+        assert_ne!(out[0].buf, shared);
+        assert_eq!(drv.buffers().off_len(out[0].buf), Some((0, f.len() as u16)));
+        let mut got = vec![0u8; f.len()];
+        drv.buffers().read(out[0].buf, 0, &mut got).unwrap();
+        assert_eq!(got, f);
+        drv.release(out[0].buf);
+        drv.release(shared);
+        // A full backlog refuses (and counts) what comes next.
+        let frames: Vec<u32> = (0..LOOPBACK_BACKLOG + 3)
+            .map(|_| frame_at(&mut drv, 0, 4).0)
+            .collect();
+        nic.tx_burst(&mut drv, &frames).unwrap();
+        assert_eq!(nic.stats().tx_errors, 3);
+        out.clear();
+        while nic.rx_burst(&mut drv, &mut out, 32).unwrap() > 0 {}
+        assert_eq!(out.len(), LOOPBACK_BACKLOG);
+        let _ = std::fs::remove_file(path);
+    }
 
+    #[test]
+    fn as_a_sink_it_counts_from_go() {
+        let (_server, mut drv) = pools();
         let (b, path) = board(0, 0);
         let mut sink = Softnic::new(SoftnicConfig {
             board: Some((b.clone(), BoardRole::Sink)),
@@ -838,11 +955,10 @@ mod tests {
         .unwrap();
         assert!(sink.done(), "a sink sends nothing");
         let send_one = |sink: &mut Softnic, drv: &mut DriverPools| {
-            let r = drv.alloc().unwrap();
-            drv.buffers().write(r, 0, &frame).unwrap();
-            drv.buffers().set_off_len(r, 0, frame.len() as u16).unwrap();
+            let (r, _) = frame_at(drv, 0, 0);
             sink.tx_burst(drv, &[r]).unwrap();
         };
+        let mut out = Vec::new();
         send_one(&mut sink, &mut drv); // before the run: not counted
         b.set_go();
         sink.rx_burst(&mut drv, &mut out, 32).unwrap();

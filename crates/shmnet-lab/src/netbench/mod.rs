@@ -11,19 +11,22 @@
 //! | structure | parties |
 //! |---|---|
 //! | `kernel` | Linux UDP sockets over loopback: a sender process and a receiver process |
-//! | `ipc` | `shmnet serve --structure ipc` (server, softnic as its thread, frames and datagrams copied through Unix sockets) and an application process |
-//! | `server` | `shmnet serve --structure server` (server process + softnic driver process, shared windows) and an application process |
-//! | `inline` | one process: softnic, the stack and the application in one loop |
+//! | `ipc` | `shmnet serve --structure ipc` (server, softnic as its thread, frames and datagrams copied through Unix sockets) and an application process (rr: two, the echo and the requester) |
+//! | `server` | `shmnet serve --structure server` (server process + softnic driver process, shared windows) and an application process (rr: two) |
+//! | `inline` | one process: softnic, the stack and the application (rr: the echo and the requester) in one loop |
 //!
-//! In the shmnet structures the wire is `softnic`: it "receives" by writing frames into
+//! In ttcp the shmnet structures' wire is `softnic`: it "receives" by writing frames into
 //! buffers (the DMA's cost, paid by the driver party) and "transmits" by reading each frame's
-//! header and freeing it.
+//! header and freeing it. In rr it is a loopback softnic, as the kernel's is `lo`: every
+//! frame transmitted comes back as received, so the requester is an application like the
+//! echo, and every structure runs its stack twice per direction (see [`rr`]).
 
 use shmnet_io::scoreboard::Scoreboard;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod party;
+mod requester;
 pub mod rr;
 pub mod ttcp;
 pub mod worker;
@@ -193,22 +196,32 @@ pub(crate) fn start(
         Structure::Server | Structure::Ipc => {
             let socket = board_path.with_extension("sock");
             run.socket = Some(socket.clone());
-            let (role, app) = match roles {
-                Roles::Receive => ("send", worker("shm-recv", vec![])),
-                Roles::Transmit => ("sink", worker("shm-send", vec![arg("size", size)])),
-                Roles::RequestResponse(_) => ("rr", worker("shm-echo", vec![])),
-            };
-            let outstanding = match roles {
-                Roles::RequestResponse(n) => *n,
-                _ => 1,
+            // The applications, in the order they start: rr's echo binds before its
+            // requester.
+            let (role, apps) = match roles {
+                Roles::Receive => ("send", vec![("app", worker("shm-recv", vec![]))]),
+                Roles::Transmit => (
+                    "sink",
+                    vec![("app", worker("shm-send", vec![arg("size", size)]))],
+                ),
+                Roles::RequestResponse(n) => (
+                    "loopback",
+                    vec![
+                        ("app", worker("shm-echo", vec![])),
+                        (
+                            "requester",
+                            worker("shm-rr", vec![arg("size", size), arg("outstanding", n)]),
+                        ),
+                    ],
+                ),
             };
             let mut serve = vec![
                 "serve".to_string(),
                 arg("structure", structure.name()),
                 arg("socket", socket.display()),
+                arg("ip", format!("{}/24", worker::SERVER_IP)),
                 b.replace("--board", "--softnic-board"),
                 arg("softnic-role", role),
-                arg("softnic-outstanding", outstanding),
                 arg("softnic-size", size),
                 arg("softnic-port", worker::APP_PORT),
                 arg("rx-queue", rx_queue),
@@ -221,10 +234,12 @@ pub(crate) fn start(
             if let Err(e) = wait_until(Duration::from_secs(15), &run, || socket.exists()) {
                 return Err(run.abort(e));
             }
-            let mut app = app;
-            app.push(arg("socket", socket.display()));
-            run.parties.push(Party::spawn("app", exe, &app)?);
-            1
+            let wanted = apps.len() as u64;
+            for (name, mut app) in apps {
+                app.push(arg("socket", socket.display()));
+                run.parties.push(Party::spawn(name, exe, &app)?);
+            }
+            wanted
         }
     };
     if let Err(e) = wait_until(Duration::from_secs(15), &run, || {
@@ -272,24 +287,30 @@ fn wait_until(
     Ok(())
 }
 
-/// Runs a started cell: `go`, then until `limit` messages have arrived, or for `seconds`
-/// after which the sender is told to stop and what it sent is let arrive; then `quit`, and
-/// every party reaped.
+/// How long after `stop` the harness waits at most for the sender to say it has finished
+/// (and its count is final) and for what it sent to arrive.
+const SETTLE_CAP: Duration = Duration::from_secs(3);
+
+/// Runs a started cell: `go`, then until the sender has finished (sent `limit` messages, or
+/// been told to stop after `seconds`) and said so on the board — its count of sent messages
+/// then final — and what it sent has arrived; then `quit`, and every party reaped. The
+/// counts are read only once they are settled: the sender finished and every message
+/// arrived, or nothing arrived for a while, or [`SETTLE_CAP`] after `stop`.
 pub(crate) fn run(
     mut running: Running,
     seconds: Option<f64>,
     progress: &mut dyn FnMut(u64, f64),
 ) -> Result<Outcome, String> {
     let board = &running.board;
-    let limit = board.limit();
     let start = Instant::now();
     board.set_go();
     let mut last_change = (start, 0u64);
     let mut last_shown = start;
-    // Nothing arriving for this long ends the run: 2 s once the sender is done (what has not
-    // come by then is lost, and counted), 10 s while it is still sending (a machine busy with
-    // other work must not cut a run short).
-    let stall = |sender_done: bool| Duration::from_secs(if sender_done { 2 } else { 10 });
+    let mut stopped_at = None;
+    // Nothing arriving for this long ends the run: 2 s once the sender has finished (what has
+    // not come by then is lost, and counted), 10 s while it is still sending (a machine busy
+    // with other work must not cut a run short).
+    let stall = |finished: bool| Duration::from_secs(if finished { 2 } else { 10 });
     let mut failure = None;
     loop {
         std::thread::sleep(Duration::from_millis(1));
@@ -302,17 +323,24 @@ pub(crate) fn run(
             progress(received, now.duration_since(start).as_secs_f64());
             last_shown = now;
         }
-        if seconds.is_some_and(|s| now.duration_since(start).as_secs_f64() >= s) {
+        if stopped_at.is_none()
+            && seconds.is_some_and(|s| now.duration_since(start).as_secs_f64() >= s)
+        {
             board.set_stop();
+            stopped_at = Some(now);
         }
-        let sender_done = board.stopping() || (limit != 0 && board.sent() >= limit);
-        if sender_done && received >= board.sent() {
+        // `sent` only once the sender has said it is final: a sender may publish it in
+        // batches, and a stale count would make messages in flight look lost.
+        let finished = board.sender_finished();
+        if finished && received >= board.sent() {
             break;
         }
-        if limit != 0 && received >= limit {
+        if stopped_at.is_some_and(|t| now.duration_since(t) > SETTLE_CAP) {
+            // The sender never said it finished, or what it sent never all came: count
+            // what is on the board.
             break;
         }
-        if now.duration_since(last_change.0) > stall(sender_done) {
+        if now.duration_since(last_change.0) > stall(finished) {
             // Nothing arrived for a while: what has not come is lost; say so below.
             break;
         }
@@ -427,6 +455,10 @@ pub(crate) fn losses(parties: &[Finished]) -> std::collections::BTreeMap<String,
         add(
             "driver: no buffer (frames)".into(),
             drv["rx_no_buffer"].as_u64().unwrap_or(0),
+        );
+        add(
+            "driver: transmit refused (frames)".into(),
+            drv["tx_errors"].as_u64().unwrap_or(0),
         );
         add(
             "driver: IN queue full (frames)".into(),

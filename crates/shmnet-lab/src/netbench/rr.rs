@@ -2,10 +2,19 @@
 //! each answered by a reply, with 1 and with 16 in flight; transactions per second and the
 //! latency distribution (HdrHistogram, from every transaction's own time).
 //!
-//! The requester times each transaction from just before its request leaves to just after
-//! its reply is seen: in the shmnet structures that is softnic (the wire: it "receives" the
-//! request into a buffer and sees the reply transmitted), in the kernel structure a client
-//! process with a UDP socket. The responder is an application that echoes.
+//! Every structure times the same kind of requester: an application, which times each
+//! transaction from just before its request is sent to just after the call that received the
+//! reply returned, and a responder application that echoes — both on the same host, talking
+//! through a loopback wire (see the `requester` module):
+//!
+//! | structure | requester | wire |
+//! |---|---|---|
+//! | `kernel` | a process with a UDP socket, to the echo process's socket | `lo` |
+//! | `server`, `ipc` | a process using the shmnet client API, attached to the same `shmnet serve` as the echo process | a loopback softnic |
+//! | `inline` | the inline thread itself (no second process), beside the built-in echo | a loopback softnic |
+//!
+//! So a request goes requester → stack (UDP/IP out) → wire → stack (in) → echo, and the
+//! reply the same way back, in every structure: each pays its stack twice per direction.
 
 use super::{Launch, Roles, Structure, losses, start};
 use hdrhistogram::Histogram;

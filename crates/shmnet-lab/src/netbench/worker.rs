@@ -7,12 +7,12 @@
 //! message's sequence number into its first 8 bytes and sends it. Nothing checks the bytes:
 //! the tests of each structure do that; this measures.
 
+use super::requester::Requester;
 use serde_json::{Value, json};
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::driver::softnic::{BoardRole, Softnic, SoftnicConfig};
 use shmnet_io::inline::{App, Inline, ServeConfig};
 use shmnet_io::scoreboard::{Permit, Scoreboard};
-use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
@@ -20,9 +20,12 @@ use std::time::{Duration, Instant};
 
 /// The UDP port the receiving application binds in the shmnet structures.
 pub const APP_PORT: u16 = 5001;
+/// The shmnet server's own address (`shmnet serve --ip`, and the inline stack's): where an
+/// rr requester sends, over the loopback.
+pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 /// The simulated peer (softnic) in the shmnet structures: where a sending application sends.
 pub const PEER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 40000);
-/// The port a sending application sends from.
+/// The port a sending application (and an rr requester) sends from.
 pub const SOURCE_PORT: u16 = 40001;
 
 /// How long a receiver waits for a message before looking at the board again.
@@ -169,6 +172,8 @@ pub fn kernel_send(board: &Scoreboard, size: usize) -> Result<Value> {
             Permit::Done => break,
         }
     }
+    board.set_sent(sent);
+    board.set_sender_finished();
     wait_for_quit(board);
     Ok(json!({"sent": sent, "lost": {"kernel: send failed": errors}}))
 }
@@ -211,8 +216,15 @@ pub fn kernel_echo(board: &Scoreboard) -> Result<Value> {
     )
 }
 
-/// `kernel` rr client: keeps `outstanding` requests of `size` bytes in flight to the echo
-/// server, timing each from send to reply.
+/// Waits for the harness's `go` (or `quit`).
+fn wait_for_go(board: &Scoreboard) {
+    while !board.go() && !board.quitting() {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// `kernel` rr requester: a UDP socket connected to the echo server's port (see
+/// [`Requester`]).
 pub fn kernel_rr(board: &Scoreboard, size: usize, outstanding: u32) -> Result<Value> {
     let sock = udp_socket()?;
     let port = wait_port(board)?;
@@ -221,62 +233,25 @@ pub fn kernel_rr(board: &Scoreboard, size: usize, outstanding: u32) -> Result<Va
     sock.set_read_timeout(Some(POLL))
         .map_err(|e| e.to_string())?;
     board.add_ready();
-    while !board.go() && !board.quitting() {
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    let mut msg = vec![0x5au8; size.max(8)];
+    wait_for_go(board);
+    let mut r = Requester::new(board, size, outstanding);
     let mut reply = vec![0u8; 65_536];
-    let mut in_flight: VecDeque<(u64, Instant)> = VecDeque::new();
-    let (mut sent, mut replies, mut timeouts, mut unused) = (0u64, 0u64, 0u64, 0u64);
-    loop {
-        let mut done = false;
-        while in_flight.len() < outstanding as usize {
-            match board.permit(sent, &mut unused) {
-                Permit::Go => {
-                    stamp(&mut msg, sent);
-                    in_flight.push_back((sent, Instant::now()));
-                    let _ = sock.send(&msg);
-                    sent += 1;
-                    board.set_sent(sent);
-                }
-                Permit::Wait => break,
-                Permit::Done => {
-                    done = true;
-                    break;
-                }
+    while !board.quitting() {
+        while let Some(req) = r.request() {
+            if sock.send(req).is_err() {
+                r.send_failed();
             }
         }
-        if done && in_flight.is_empty() {
+        if r.finished() {
             break;
         }
-        match sock.recv(&mut reply) {
-            Ok(len) if len >= 8 => {
-                let seq = u64::from_le_bytes(reply[..8].try_into().expect("8 bytes"));
-                if let Some(pos) = in_flight.iter().position(|(s, _)| *s == seq) {
-                    if let Some((_, at)) = in_flight.remove(pos) {
-                        board.record_sample(at.elapsed().as_nanos() as u64);
-                        replies += 1;
-                        board.set_received(replies);
-                    }
-                }
-            }
-            _ => {
-                let now = Instant::now();
-                while in_flight
-                    .front()
-                    .is_some_and(|(_, t)| now.duration_since(*t) > Duration::from_secs(1))
-                {
-                    in_flight.pop_front();
-                    timeouts += 1;
-                }
-                if board.quitting() {
-                    break;
-                }
-            }
+        if let Ok(len) = sock.recv(&mut reply) {
+            r.reply(&reply[..len]);
         }
     }
+    r.finish();
     wait_for_quit(board);
-    Ok(json!({"sent": sent, "replies": replies, "lost": {"client: no reply within 1 s": timeouts}}))
+    Ok(r.report())
 }
 
 /// Attaches to the server, trying again for a while: its control socket exists before its
@@ -350,6 +325,8 @@ pub fn shm_send(board: &Scoreboard, socket: &Path, size: usize) -> Result<Value>
             Permit::Done => break,
         }
     }
+    board.set_sent(sent);
+    board.set_sender_finished();
     wait_for_quit(board);
     Ok(json!({"sent": sent, "lost": {"app: send failed (no send buffer in 10 s)": failed}}))
 }
@@ -377,6 +354,40 @@ pub fn shm_echo(board: &Scoreboard, socket: &Path) -> Result<Value> {
     Ok(json!({"echoed": n, "lost": {"app: echo send failed": failed}}))
 }
 
+/// `server`/`ipc` rr requester: an application of the same server as the echo, sending to
+/// the server's own address at [`APP_PORT`] over the loopback, with the client API as
+/// [`shm_echo`] uses it (see [`Requester`]).
+pub fn shm_rr(board: &Scoreboard, socket: &Path, size: usize, outstanding: u32) -> Result<Value> {
+    let client = connect(socket)?;
+    let sock = client.udp_bind(SOURCE_PORT).map_err(|e| e.to_string())?;
+    let echo = SocketAddrV4::new(SERVER_IP, APP_PORT);
+    board.add_ready();
+    wait_for_go(board);
+    let mut r = Requester::new(board, size, outstanding);
+    let mut reply = vec![0u8; 65_536];
+    while !board.quitting() {
+        while let Some(req) = r.request() {
+            match sock.send_to(req, echo) {
+                Ok(()) => {}
+                Err(ClientError::ServerGone) => return Err("the server went away".into()),
+                Err(_) => r.send_failed(),
+            }
+        }
+        if r.finished() {
+            break;
+        }
+        match sock.recv_timeout(&mut reply, POLL) {
+            Ok((len, _)) => r.reply(&reply[..len]),
+            Err(ClientError::TimedOut) => {}
+            Err(ClientError::ServerGone) => return Err("the server went away".into()),
+            Err(e) => return Err(format!("recv: {e}")),
+        }
+    }
+    r.finish();
+    wait_for_quit(board);
+    Ok(r.report())
+}
+
 /// What the `inline` worker does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InlineJob {
@@ -384,8 +395,9 @@ pub enum InlineJob {
     Receive,
     /// The built-in application sends, softnic sinks (ttcp tx).
     Transmit,
-    /// softnic requests, the built-in application echoes (rr).
-    Echo {
+    /// A requester in this thread asks the built-in echo application, over a loopback
+    /// softnic (rr).
+    RequestResponse {
         /// Requests in flight.
         outstanding: u32,
     },
@@ -399,18 +411,19 @@ pub fn inline(
     checksum: bool,
     rx_queue: usize,
 ) -> Result<Value> {
-    let (role, app) = match job {
-        InlineJob::Receive => (BoardRole::Send, App::Sink(APP_PORT)),
-        InlineJob::Transmit => (BoardRole::Sink, App::Sink(SOURCE_PORT)),
-        InlineJob::Echo { outstanding } => (
-            BoardRole::RequestResponse { outstanding },
-            App::Echo(APP_PORT),
+    let (role, apps) = match job {
+        InlineJob::Receive => (BoardRole::Send, vec![App::Sink(APP_PORT)]),
+        InlineJob::Transmit => (BoardRole::Sink, vec![App::Sink(SOURCE_PORT)]),
+        InlineJob::RequestResponse { .. } => (
+            BoardRole::Loopback,
+            vec![App::Echo(APP_PORT), App::Caller(SOURCE_PORT)],
         ),
     };
     let nic = Softnic::new(SoftnicConfig {
         size,
         checksum,
         dst_ports: vec![APP_PORT],
+        ip: SERVER_IP,
         peer_ip: *PEER.ip(),
         src_port: PEER.port(),
         board: Some((board.clone(), role)),
@@ -418,14 +431,48 @@ pub fn inline(
     })
     .map_err(|e| e.to_string())?;
     let cfg = ServeConfig {
+        ip: SERVER_IP,
         checksum,
         rx_queue_limit: rx_queue,
-        apps: vec![app],
+        apps,
+        loopback: role == BoardRole::Loopback,
         ..ServeConfig::default()
     };
     let mut server = Inline::new(nic, &cfg).map_err(|e| e.to_string())?;
+    let lost = match job {
+        InlineJob::RequestResponse { outstanding } => {
+            inline_rr(&board, &mut server, size, outstanding)
+        }
+        _ => inline_ttcp(&board, &mut server, job, size),
+    };
+    let stack: serde_json::Map<String, Value> = server
+        .stack_stats()
+        .fields()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into()))
+        .collect();
+    let mut out = json!({
+        "apps": server.app_stats(),
+        "stack": stack,
+        "driver": server.driver_stats(),
+    });
+    if let (Some(out), Value::Object(own)) = (out.as_object_mut(), lost) {
+        out.extend(own);
+    }
+    Ok(out)
+}
+
+/// ttcp in the inline thread: softnic sends and the built-in sink receives, or the other way
+/// round. Returns the sender's count and losses.
+fn inline_ttcp(
+    board: &Scoreboard,
+    server: &mut Inline<Softnic>,
+    job: InlineJob,
+    size: usize,
+) -> Value {
     let mut msg = vec![0x5au8; size];
-    if job == InlineJob::Transmit {
+    let transmit = job == InlineJob::Transmit;
+    if transmit {
         // Learn the peer's Ethernet address before the run.
         stamp(&mut msg, u64::MAX);
         let _ = server.send_to(SOURCE_PORT, &msg, PEER);
@@ -435,12 +482,19 @@ pub fn inline(
     }
     board.add_ready();
     let (mut sent, mut seen, mut failed) = (0u64, 0u64, 0u64);
+    // The built-in application is the sender of a transmit run; it says when it finished.
+    let mut finished = !transmit;
     let mut rounds = 0u64;
     loop {
-        if job == InlineJob::Transmit {
+        if !finished {
             for _ in 0..32 {
-                if board.permit(sent, &mut seen) != Permit::Go {
-                    break;
+                match board.permit(sent, &mut seen) {
+                    Permit::Go => {}
+                    Permit::Wait => break,
+                    Permit::Done => {
+                        finished = true;
+                        break;
+                    }
                 }
                 stamp(&mut msg, sent);
                 if server.send_to(SOURCE_PORT, &msg, PEER).is_err() {
@@ -448,7 +502,11 @@ pub fn inline(
                 }
                 sent += 1;
             }
+            // `sent` is published once per batch; the last one, then the word that it is final.
             board.set_sent(sent);
+            if finished {
+                board.set_sender_finished();
+            }
         }
         let work = server.step();
         if job == InlineJob::Receive {
@@ -463,18 +521,50 @@ pub fn inline(
             std::thread::sleep(Duration::from_micros(100));
         }
     }
-    let stack: serde_json::Map<String, Value> = server
-        .stack_stats()
-        .fields()
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.into()))
-        .collect();
-    Ok(json!({
-        "sent": sent,
-        "apps": server.app_stats(),
-        "stack": stack,
-        "driver": server.driver_stats(),
-        "request_timeouts": server.driver().request_timeouts(),
-        "lost": {"app: send failed": failed},
-    }))
+    if transmit {
+        json!({"sent": sent, "lost": {"app: send failed": failed}})
+    } else {
+        json!({})
+    }
+}
+
+/// rr in the inline thread: the requester sends to the echo application of the same stack at
+/// our own address; request and reply each go out through the loopback softnic and come back
+/// in. Returns the requester's report.
+fn inline_rr(
+    board: &Scoreboard,
+    server: &mut Inline<Softnic>,
+    size: usize,
+    outstanding: u32,
+) -> Value {
+    board.add_ready();
+    wait_for_go(board);
+    let echo = SocketAddrV4::new(SERVER_IP, APP_PORT);
+    let mut r = Requester::new(board, size, outstanding);
+    let mut reply = vec![0u8; 65_536];
+    let mut finished = false;
+    let mut rounds = 0u64;
+    loop {
+        while let Some(req) = r.request() {
+            if server.send_to(SOURCE_PORT, req, echo).is_err() {
+                r.send_failed();
+            }
+        }
+        let work = server.step();
+        while let Ok(Some((len, _))) = server.recv_from(SOURCE_PORT, &mut reply) {
+            r.reply(&reply[..len]);
+        }
+        if !finished && r.finished() {
+            r.finish();
+            finished = true;
+        }
+        rounds += 1;
+        if (work == 0 || rounds % 1024 == 0) && board.quitting() {
+            break;
+        }
+        if work == 0 && finished {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    r.report()
 }
