@@ -426,6 +426,10 @@ replayed on `this-machine`, calibrated in the same run. Error measures:
 """
     s += table(["setting", "load ticks measured / predicted", "load error",
                 "% in cache measured / predicted"], rows)
+    bad = sum(1 for r in runs if r.get("degenerate"))
+    if bad:
+        s += (f"\nIn {bad} of {len(runs)} runs the calibrated marks were degenerate: the "
+              "\"% in cache\" columns of those runs compare nothing.\n")
     s += (f"\nMean |load error| {fig([r['mean_abs_rel_error_load'] * 100 for r in runs], 1)} %; "
           f"mean |overhead error| {fig([r['mean_abs_overhead_error_ticks'] for r in runs], 1)} ticks "
           f"per buffer; mean |% in cache error| {fig([r['mean_abs_error_fully_cached_points'] for r in runs], 1)} points.\n")

@@ -115,8 +115,14 @@ enum Command {
     /// seed's rules (LIFO buffers, 2 MiB pages, one context) plus cached vs non-temporal DMA.
     ///
     /// Writes DIR/report.md with the tables and figures, a PNG of histograms per table, and
-    /// every run's JSON. About 30 s; --quick about 6 s. 2 MiB pages need reserved huge
-    /// pages (scripts/lab reserves them when run as root); without them that run says why.
+    /// every run's JSON. Under a minute; --quick a few seconds on an idle machine. 2 MiB
+    /// pages need reserved huge pages (scripts/lab reserves them when run as root); without
+    /// them that run says why.
+    ///
+    /// Exit status: 0 when every run ran and the calibrated marks tell the cache from
+    /// memory; 3 when they cannot (the report and the JSON's "degenerate" say so, and the
+    /// percentages mean nothing on this machine); 4 when some run failed (listed in
+    /// "failed"); 1 when nothing could be written.
     ///
     /// Examples:
     ///   shmnet lab --quick

@@ -20,7 +20,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use shmnet_lab::calibrate::{self, Effort, Marks, Table1};
+use shmnet_lab::calibrate::{self, Degeneracy, Effort, Marks, Table1};
 use shmnet_lab::residency::summary::{self, Histogram, Overhead, Summary};
 use shmnet_lab::residency::trace::{Record, Who};
 use shmnet_lab::residency::{self, Residency, Settings};
@@ -65,6 +65,9 @@ struct Row {
 struct Validation {
     machine: Machine,
     marks: Marks,
+    /// Why the marks cannot classify buffers on this machine (null: they can); when set,
+    /// the "% in cache" columns compare nothing.
+    degenerate: Option<Degeneracy>,
     /// Bytes per word in the overheads per word.
     word_bytes: usize,
     rows: Vec<Row>,
@@ -302,6 +305,7 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
             rows.iter().map(|r| r.fully_cached_error_points),
         ),
         machine,
+        degenerate: marks.degeneracy(),
         marks,
         word_bytes: summary::WORD_BYTES,
         rows,
