@@ -309,7 +309,7 @@ def rr(runs, quick):
             sum(x["lost"] for x in rs),
         ])
     size = r0["rows"][0]["size"] if r0["rows"] else 32
-    s = f"""## rr: request–response (`shmnet rr`)
+    s = f"""## rr: request-response (`shmnet rr`)
 
 Command: `shmnet rr{' --quick' if quick else ''} --json`. {size}-byte requests, each echoed by an application; 1 and 16 in
 flight. The requester is an application process in every separated structure — a UDP socket
