@@ -47,11 +47,22 @@ pub enum PageSize {
 }
 
 impl PageSize {
-    /// The granule the window's size and mapping address are aligned to.
+    /// The granule the window's size is a multiple of.
     pub fn bytes(self) -> usize {
         match self {
             Self::Small | Self::Thp => SMALL_PAGE,
             Self::Huge => HUGE_PAGE,
+        }
+    }
+
+    /// The alignment of the window's mapping address, and the size of its guard regions:
+    /// 2 MiB for huge and transparent huge pages (the kernel maps a 2 MiB page with one
+    /// page-table entry, and so gives transparent huge pages at all, only where the address
+    /// and the file offset agree modulo 2 MiB), 4 KiB otherwise.
+    pub fn map_align(self) -> usize {
+        match self {
+            Self::Small => SMALL_PAGE,
+            Self::Huge | Self::Thp => HUGE_PAGE,
         }
     }
 

@@ -160,6 +160,18 @@ impl Mapping {
         }
     }
 
+    /// Asks for transparent huge pages for the whole mapping.
+    fn advise_huge(&self) -> Result<(), rustix::io::Errno> {
+        // SAFETY: advising our own mapping; MADV_HUGEPAGE does not change its contents.
+        unsafe {
+            rustix::mm::madvise(
+                self.base.as_ptr().cast(),
+                self.len,
+                rustix::mm::Advice::LinuxHugepage,
+            )
+        }
+    }
+
     fn at<T>(&self, region: Region) -> NonNull<T> {
         debug_assert!(region.offset + region.size <= self.len);
         // SAFETY: every region comes from the validated private layout, whose regions all
@@ -231,7 +243,7 @@ impl Window {
             SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
         )
         .map_err(sys("sealing the window"))?;
-        let map = Mapping::new(memfd.as_fd(), layout.size, page.bytes()).map_err(|e| {
+        let map = Mapping::new(memfd.as_fd(), layout.size, page.map_align()).map_err(|e| {
             if page == PageSize::Huge && e == rustix::io::Errno::NOMEM {
                 CreateError::NoHugePages {
                     needed: layout.size / page.bytes(),
@@ -242,15 +254,7 @@ impl Window {
             }
         })?;
         if page == PageSize::Thp {
-            // SAFETY: advising our own fresh mapping; madvise does not change its contents.
-            unsafe {
-                rustix::mm::madvise(
-                    map.base.as_ptr().cast(),
-                    map.len,
-                    rustix::mm::Advice::LinuxHugepage,
-                )
-            }
-            .map_err(sys("madvise(MADV_HUGEPAGE)"))?;
+            map.advise_huge().map_err(sys("madvise(MADV_HUGEPAGE)"))?;
         }
         let signals = (0..=spec.rings.len())
             .map(|_| EventFd::new().map(Arc::new))
@@ -335,8 +339,13 @@ impl Window {
             .map(|fd| EventFd::from_peer(fd).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(OpenError::BadSignals)?;
-        let map = Mapping::new(memfd.as_fd(), layout.size, layout.spec.page.bytes())
+        let page = layout.spec.page;
+        let map = Mapping::new(memfd.as_fd(), layout.size, page.map_align())
             .map_err(osys("mapping the window"))?;
+        if page == PageSize::Thp {
+            // Whichever party touches a part of the window first allocates its memory.
+            map.advise_huge().map_err(osys("madvise(MADV_HUGEPAGE)"))?;
+        }
         Ok(Self {
             map: Arc::new(map),
             layout,
@@ -354,6 +363,13 @@ impl Window {
     /// Window size in bytes.
     pub fn size(&self) -> usize {
         self.layout.size
+    }
+
+    /// The addresses the window occupies in this process, for diagnostics (finding its
+    /// entry in `/proc/self/smaps`, say). Nothing shared with a peer holds an address.
+    pub fn mapped_at(&self) -> std::ops::Range<usize> {
+        let start = self.map.base.as_ptr() as usize;
+        start..start + self.map.len
     }
 
     /// The memfd and eventfds to pass to a peer (in the order [`Window::open`] expects).

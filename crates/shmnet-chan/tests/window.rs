@@ -197,17 +197,85 @@ fn huge_pages_without_a_reservation_say_how_to_reserve_them() {
     }
 }
 
+/// The selected word of a sysfs setting such as `always within_size [advise] never deny`.
+fn selected(path: &str) -> Option<String> {
+    let s = std::fs::read_to_string(path).ok()?;
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .map(str::to_string)
+}
+
+/// Kilobytes of the `field` of the `/proc/self/smaps` entry that contains `addr`.
+fn smaps_kb(addr: usize, field: &str) -> Option<u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                inside = (a..b).contains(&addr);
+                continue;
+            }
+        }
+        if inside {
+            if let Some(v) = line.strip_prefix(field) {
+                return v.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+    }
+    None
+}
+
 #[test]
-fn thp_either_works_or_says_how_to_enable_it() {
+fn thp_windows_are_backed_by_transparent_huge_pages() {
+    const TEST: &str = "thp_windows_are_backed_by_transparent_huge_pages";
+    const SHMEM_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+    const SHMEM_2M: &str = "/sys/kernel/mm/transparent_hugepage/hugepages-2048kB/shmem_enabled";
     let mut s = spec();
     s.page = PageSize::Thp;
-    match Window::create(&s) {
-        Ok(_) => {}
+    let win = match Window::create(&s) {
+        Ok(win) => win,
         Err(e @ CreateError::ThpDisabled(_)) => {
-            assert!(e.to_string().contains("shmem_enabled"), "{e}")
+            let mode = selected(SHMEM_ENABLED).unwrap_or_default();
+            assert!(
+                mode == "never" || mode == "deny" || mode.is_empty(),
+                "{mode}: {e}"
+            );
+            assert!(e.to_string().contains("shmem_enabled"), "{e}");
+            shmnet_testkit::skip(
+                TEST,
+                &format!("{e} (scripts/test does this when run as root)"),
+            );
+            return;
         }
         Err(e) => panic!("{e}"),
+    };
+    // The 2 MiB size may be turned off on its own (multi-size THP); then no window gets it.
+    if selected(SHMEM_2M).as_deref() == Some("never") {
+        shmnet_testkit::skip(TEST, &format!("{SHMEM_2M} is `never`"));
+        return;
     }
+    let at = win.mapped_at();
+    assert_eq!(at.start % (2 << 20), 0, "a THP window is 2 MiB-aligned");
+    assert!(win.size() >= 2 << 20, "the test's window spans a huge page");
+    // Creating the window wrote its header at offset 0: that first 2 MiB is in memory,
+    // madvised, and aligned, so the kernel gave it a huge page and maps it with one entry.
+    let pmd = smaps_kb(at.start, "ShmemPmdMapped:")
+        .or_else(|| smaps_kb(at.start, "FilePmdMapped:"))
+        .expect("the window's smaps entry has a PmdMapped field");
+    assert!(
+        pmd >= 2048,
+        "the THP window is mapped with 4 KiB pages only (PmdMapped {pmd} kB; shmem_enabled {:?})",
+        selected(SHMEM_ENABLED)
+    );
+    // A peer opening it maps it where the same huge pages can be mapped the same way.
+    let (m, sigs) = dup_fds(&win);
+    let peer = Window::open(m, sigs).expect("open");
+    assert_eq!(
+        peer.mapped_at().start % (2 << 20),
+        0,
+        "the peer's mapping is 2 MiB-aligned"
+    );
 }
 
 #[test]

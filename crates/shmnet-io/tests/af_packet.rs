@@ -3,7 +3,8 @@
 //! application in one thread), the Linux kernel the other.
 //!
 //! Needs root, `ip`, and for some tests `ping` and `tshark`; without them each test skips
-//! with a loud `SKIPPED:` message, or fails when `CI=true`.
+//! with a loud `SKIPPED:` message, or fails when `CI=true`. The refusal without privilege is
+//! checked either way: as root, in a child that runs as `nobody`.
 
 mod common;
 
@@ -16,6 +17,7 @@ use shmnet_stack::{BufIdx, BufferPool, Config, EthernetAddress, Instant, Interfa
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -448,6 +450,107 @@ fn open_errors_say_what_to_do() {
     assert!(
         e.contains(&format!("`ip link set {} up`", pair.veth_a)),
         "{e}"
+    );
+}
+
+/// Set in the environment of the unprivileged child [`without_privilege_the_error_says_what_is_needed`]
+/// starts when run as root.
+const UNPRIVILEGED_CHILD: &str = "SHMNET_TEST_UNPRIVILEGED_CHILD";
+
+/// The user and group the child runs as: `nobody` and `nogroup` on Debian.
+const NOBODY: u32 = 65534;
+
+/// Whether this process may open packet sockets: root, or `CAP_NET_RAW` in its effective set.
+fn may_open_packet_sockets() -> bool {
+    const CAP_NET_RAW: u32 = 13;
+    // SAFETY: `geteuid` has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .expect("CapEff in /proc/self/status");
+    root || cap_eff & (1 << CAP_NET_RAW) != 0
+}
+
+/// Without root or `CAP_NET_RAW` the driver is refused with an error naming what is needed.
+/// Run as root (as CI runs), the check runs in a child: this test binary again, limited to
+/// this test, as `nobody:nogroup` with no supplementary groups, so the unprivileged path is
+/// tested wherever the suite runs.
+#[test]
+fn without_privilege_the_error_says_what_is_needed() {
+    const TEST: &str = "without_privilege_the_error_says_what_is_needed";
+    if !may_open_packet_sockets() {
+        if std::env::var_os(UNPRIVILEGED_CHILD).is_some() {
+            // The child checks it really is what its parent asked for.
+            // SAFETY: these calls have no preconditions; `getgroups(0, NULL)` only counts.
+            let (uid, euid, gid, groups) = unsafe {
+                (
+                    libc::getuid(),
+                    libc::geteuid(),
+                    libc::getgid(),
+                    libc::getgroups(0, std::ptr::null_mut()),
+                )
+            };
+            assert_eq!((uid, euid, gid, groups), (NOBODY, NOBODY, NOBODY, 0));
+        }
+        let e = AfPacket::open("lo", AfPacketOptions::default())
+            .err()
+            .expect("an unprivileged process cannot open a packet socket");
+        assert!(matches!(e, AfPacketError::NeedsPrivilege), "{e:?}");
+        let e = e.to_string();
+        assert!(e.contains("CAP_NET_RAW") && e.contains("root"), "{e}");
+        return;
+    }
+    // SAFETY: `geteuid` has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmnet_testkit::skip(
+            TEST,
+            "this process has CAP_NET_RAW without being root, so it can neither see the \
+             refusal nor drop to another user",
+        );
+        return;
+    }
+    assert!(
+        std::env::var_os(UNPRIVILEGED_CHILD).is_none(),
+        "the child kept its privileges"
+    );
+    let exe = std::env::current_exe().expect("this test binary's path");
+    // `uid` makes the child call setgroups(0) (it is root when it does), setgid, then
+    // setuid: no supplementary groups, no capabilities left. The child asserts all three.
+    let out = Command::new(&exe)
+        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+        .env(UNPRIVILEGED_CHILD, "1")
+        .current_dir("/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .stdin(Stdio::null())
+        .output();
+    let out = match out {
+        Ok(out) => out,
+        Err(e) => {
+            shmnet_testkit::skip(
+                TEST,
+                &format!(
+                    "could not run {} as uid and gid {NOBODY} (it must be readable and \
+                     executable by nobody): {e}",
+                    exe.display()
+                ),
+            );
+            return;
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the unprivileged child failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains(&format!("test {TEST} ... ok")) && stdout.contains("1 passed"),
+        "the unprivileged child ran the test:\n{stdout}\n{stderr}"
     );
 }
 

@@ -570,7 +570,10 @@ mod tests {
             &rate,
         );
         if let Err(PlotError::NoFont(message)) = &result {
-            eprintln!("\n!!!!!!!! SKIPPED: no font: {message}\n");
+            shmnet_testkit::skip(
+                "plot_two_panels_writes_a_png",
+                &format!("no font: {message}"),
+            );
             return;
         }
         result.expect("drawing should succeed");

@@ -25,6 +25,12 @@
 //!
 //! Each figure is the median over several batches of the batch time divided by the number
 //! of messages in the batch, timed with `std::time::Instant`.
+//!
+//! Every message is checked, outside the timed regions: each row says how many messages it
+//! put through its path (`messages`) and how many went all the way (`completed`: received
+//! whole, or sent without error as the expected frames). A row where they differ timed
+//! something other than the path it names; its figures are NaN and `shmnet bench stack`
+//! fails.
 
 use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -47,6 +53,11 @@ pub struct BenchRow {
     pub checksum: bool,
     /// Frames per message (fragments).
     pub frames: usize,
+    /// Messages put through the path, the untimed warm-up batch included.
+    pub messages: usize,
+    /// Of those, the ones that went all the way: rx, received whole by the socket; tx, sent
+    /// without an error as `frames` frames. Less than `messages` makes the figures NaN.
+    pub completed: usize,
     /// Median nanoseconds per message.
     pub ns_per_msg: f64,
     /// `ns_per_msg / size`.
@@ -168,8 +179,24 @@ fn load(pool: &mut HeapPool, frame: &[u8]) -> Option<BufIdx> {
     Some(b)
 }
 
-/// rx figures: (total, stack part, copy-out part) in ns per message, and frames per message.
-fn bench_rx(size: usize, checksum: bool, batches: usize) -> ([f64; 3], usize) {
+/// What one path's benchmark measured: ns per message (NaN unless every message completed),
+/// frames per message, messages put through and messages completed.
+#[derive(Clone, Copy, Debug)]
+struct Measured<T> {
+    ns: T,
+    frames: usize,
+    messages: usize,
+    completed: usize,
+}
+
+impl<T> Measured<T> {
+    fn all_completed(&self) -> bool {
+        self.completed == self.messages
+    }
+}
+
+/// rx figures: (total, stack part, copy-out part) in ns per message.
+fn bench_rx(size: usize, checksum: bool, batches: usize) -> Measured<[f64; 3]> {
     let frames = rx_frames(size, checksum);
     let n = batch_len(size);
     let mut pool = HeapPool::with_count(n * frames.len() + 64);
@@ -198,7 +225,7 @@ fn bench_rx(size: usize, checksum: bool, batches: usize) -> ([f64; 3], usize) {
         let t1 = WallClock::now();
         for _ in 0..n {
             if let Ok(Some(info)) = ifc.udp_recv(&mut pool, s, user, &mut NoHook) {
-                delivered += black_box(info.len) / size.max(1);
+                delivered += usize::from(black_box(info.len) == size);
             }
         }
         let t2 = WallClock::now();
@@ -213,21 +240,44 @@ fn bench_rx(size: usize, checksum: bool, batches: usize) -> ([f64; 3], usize) {
             copy.push(per(t2 - t1));
         }
     }
-    if delivered != n * (batches + 1) {
+    let mut m = Measured {
+        ns: [median(total), median(stack), median(copy)],
+        frames: frames.len(),
+        messages: n * (batches + 1),
+        completed: delivered,
+    };
+    if !m.all_completed() {
         // Something was dropped: the figure would not be the path we mean to measure.
-        return ([f64::NAN; 3], frames.len());
+        m.ns = [f64::NAN; 3];
     }
-    ([median(total), median(stack), median(copy)], frames.len())
+    m
 }
 
-fn bench_tx(size: usize, checksum: bool, batches: usize) -> (f64, usize) {
+/// The frames one `size`-byte UDP message takes: the UDP header and payload cut into IPv4
+/// fragments of at most 1,480 bytes.
+pub fn frames_per_message(size: usize) -> usize {
+    (size + 8).div_ceil(1480)
+}
+
+/// tx figure: ns per message.
+fn bench_tx(size: usize, checksum: bool, batches: usize) -> Measured<f64> {
+    let pool = HeapPool::with_count(batch_len(size) * frames_per_message(size) + 64);
+    bench_tx_from(pool, size, checksum, batches)
+}
+
+/// [`bench_tx`] with the pool given (so a test can starve it).
+fn bench_tx_from(mut pool: HeapPool, size: usize, checksum: bool, batches: usize) -> Measured<f64> {
     let n = batch_len(size);
-    let frames_per_msg = size.div_ceil(1472).max(1) + 1;
-    let mut pool = HeapPool::with_count(n * frames_per_msg + 64);
+    let frames_per_msg = frames_per_message(size);
     let mut ifc = Interface::new(config(OUR_MAC, OUR_IP, checksum));
     ifc.add_neighbor(PEER_IP, PEER_MAC, Instant::ZERO);
     let Ok(s) = ifc.udp_bind_port(5000) else {
-        return (f64::NAN, 0);
+        return Measured {
+            ns: f64::NAN,
+            frames: 0,
+            messages: 0,
+            completed: 0,
+        };
     };
     let mut data_store = vec![0u8; size + 64];
     let data = aligned(&mut data_store, size);
@@ -237,17 +287,22 @@ fn bench_tx(size: usize, checksum: bool, batches: usize) -> (f64, usize) {
     let data = &*data;
     let dst = SocketAddrV4::new(PEER_IP, PORT);
     let mut tx: Vec<BufIdx> = Vec::with_capacity(n * frames_per_msg);
+    let mut results = Vec::with_capacity(n);
     let mut per_msg = Vec::with_capacity(batches);
-    let mut frames = 0;
+    let mut completed = 0;
     for batch in 0..=batches {
         let now = Instant::from_nanos(batch as u64);
+        results.clear();
         let t0 = WallClock::now();
         for _ in 0..n {
             let r = ifc.udp_send_to(&mut pool, s, black_box(data), dst, now, &mut tx);
-            black_box(&r);
+            results.push(r.is_ok());
         }
         let dt = t0.elapsed().as_nanos() as f64;
-        frames = tx.len() / n;
+        // Outside the timed region: every send succeeded and emitted the frames it should.
+        if tx.len() == n * frames_per_msg {
+            completed += results.iter().filter(|&&ok| ok).count();
+        }
         for b in tx.drain(..) {
             pool.free_chain(b);
         }
@@ -255,7 +310,17 @@ fn bench_tx(size: usize, checksum: bool, batches: usize) -> (f64, usize) {
             per_msg.push(dt / n as f64);
         }
     }
-    (median(per_msg), frames)
+    let messages = n * (batches + 1);
+    Measured {
+        ns: if completed == messages {
+            median(per_msg)
+        } else {
+            f64::NAN
+        },
+        frames: frames_per_msg,
+        messages,
+        completed,
+    }
 }
 
 fn bench_memcpy(size: usize, batches: usize) -> f64 {
@@ -303,26 +368,36 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> StackBenchReport {
     for &size in &SIZES {
         let memcpy_ns = bench_memcpy(size, batches);
         for checksum in [false, true] {
-            let row = |ns: f64, frames: usize, parts: Option<(f64, f64)>| BenchRow {
+            let row = |m: Measured<f64>, parts: Option<(f64, f64)>| BenchRow {
                 size,
                 checksum,
-                frames,
-                ns_per_msg: ns,
-                ns_per_byte: ns / size as f64,
+                frames: m.frames,
+                messages: m.messages,
+                completed: m.completed,
+                ns_per_msg: m.ns,
+                ns_per_byte: m.ns / size as f64,
                 memcpy_ns,
-                ratio: ns / memcpy_ns,
+                ratio: m.ns / memcpy_ns,
                 stack_ns: parts.map(|p| p.0),
                 copy_ns: parts.map(|p| p.1),
             };
-            let ([ns, st, cp], frames) = bench_rx(size, checksum, batches);
-            let r = row(ns, frames, Some((st, cp)));
+            let m = bench_rx(size, checksum, batches);
+            let [ns, st, cp] = m.ns;
+            let r = row(
+                Measured {
+                    ns,
+                    frames: m.frames,
+                    messages: m.messages,
+                    completed: m.completed,
+                },
+                Some((st, cp)),
+            );
             progress(&format!(
                 "rx size={size} checksum={checksum}: {:.0} ns/msg = stack {:.0} + copy-out {:.0} (memcpy {:.0} ns, x{:.2})",
                 r.ns_per_msg, st, cp, r.memcpy_ns, r.ratio
             ));
             rx.push(r);
-            let (ns, frames) = bench_tx(size, checksum, batches);
-            let t = row(ns, frames, None);
+            let t = row(bench_tx(size, checksum, batches), None);
             progress(&format!(
                 "tx size={size} checksum={checksum}: {:.0} ns/msg (memcpy {:.0} ns, x{:.2})",
                 t.ns_per_msg, t.memcpy_ns, t.ratio
@@ -352,9 +427,36 @@ mod tests {
     #[test]
     fn quick_paths_run() {
         // Behaviour only (the paths work end to end), not speed.
-        let (ns, frames) = bench_rx(8192, true, 1);
-        assert!(ns.iter().all(|x| x.is_finite()) && frames == 6);
-        let (ns, frames) = bench_tx(14_792, false, 1);
-        assert!(ns.is_finite() && frames == 10);
+        let m = bench_rx(8192, true, 1);
+        assert!(m.ns.iter().all(|x| x.is_finite()), "{m:?}");
+        assert_eq!((m.frames, m.completed, m.messages), (6, 16, 16));
+        let m = bench_tx(14_792, false, 1);
+        assert!(m.ns.is_finite(), "{m:?}");
+        assert_eq!((m.frames, m.completed, m.messages), (10, 8, 8));
+    }
+
+    #[test]
+    fn frames_per_message_matches_what_the_stack_emits() {
+        for size in SIZES.into_iter().chain([0, 1472, 1473, 2952, 2953]) {
+            assert_eq!(
+                rx_frames(size, false).len(),
+                frames_per_message(size),
+                "{size}"
+            );
+        }
+    }
+
+    #[test]
+    fn failing_sends_are_counted_and_not_timed() {
+        // A pool too small for one 14,792-byte message (ten frames): every send fails.
+        let m = bench_tx_from(HeapPool::with_count(4), 14_792, false, 3);
+        assert_eq!((m.completed, m.messages), (0, 16), "{m:?}");
+        assert!(
+            m.ns.is_nan(),
+            "a failing send is not timed as if it worked: {m:?}"
+        );
+        // Room for two of the batch's four messages: half of them fail.
+        let m = bench_tx_from(HeapPool::with_count(25), 14_792, false, 3);
+        assert!(m.completed < m.messages && m.ns.is_nan(), "{m:?}");
     }
 }

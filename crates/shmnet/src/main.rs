@@ -254,9 +254,19 @@ fn bench_chan(a: ChanArgs) -> Result<()> {
 }
 
 fn bench_stack(a: StackArgs) -> Result<()> {
+    let mut incomplete = Vec::new();
     emit(a.json, |progress| {
-        shmnet_lab::bench::stack::run(a.quick, progress)
-    })
+        let report = shmnet_lab::bench::stack::run(a.quick, progress);
+        incomplete = report.incomplete();
+        report
+    })?;
+    if !incomplete.is_empty() {
+        bail!(
+            "the stack benchmark timed failing messages, so its figures are void: {}",
+            incomplete.join("; ")
+        );
+    }
+    Ok(())
 }
 
 /// Runs a benchmark with a progress spinner on stderr, then prints its report: one JSON

@@ -49,22 +49,11 @@ pub struct NetnsPair {
     _serial: MutexGuard<'static, ()>,
 }
 
-/// Whether this run must not skip (`CI=true`).
-pub fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
+/// Skips `test` loudly (or fails under `CI=true`): see [`shmnet_testkit::skip`].
 fn skip_or_fail(test: &str, reason: &str) {
-    if ci() {
-        panic!("{test} needs root and network namespaces: {reason} (CI=true, so this fails)");
-    }
-    // Straight to the process's stderr: the test harness captures `eprintln!` of passing
-    // tests, and a skip must be seen.
-    use std::io::Write;
-    let bar = "=".repeat(70);
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "\n{bar}\nSKIPPED: {test} needs root and network namespaces: {reason}\n{bar}"
+    shmnet_testkit::skip(
+        test,
+        &format!("needs root and network namespaces: {reason}"),
     );
 }
 
@@ -97,7 +86,7 @@ pub fn require_root_netns(test: &str) -> Option<NetnsPair> {
 pub fn require_commands(test: &str, cmds: &[(&str, &[&str], &str)]) -> bool {
     for (cmd, args, package) in cmds {
         if !have_command(cmd, args) {
-            skip_or_fail(
+            shmnet_testkit::skip(
                 test,
                 &format!(
                     "`{cmd}` is missing (Debian package {package}; scripts/setup installs it)"

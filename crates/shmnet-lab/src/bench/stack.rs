@@ -21,6 +21,11 @@ pub struct Row {
     pub ratio: f64,
     /// Ethernet frames per message.
     pub frames: usize,
+    /// Messages put through the path (the warm-up batch included).
+    pub messages: usize,
+    /// Of those, the ones that went all the way (received whole; sent without an error as
+    /// `frames` frames). Less than `messages`: the row's figures are NaN (`null` in JSON).
+    pub completed: usize,
     /// rx only: parse, reassembly, demultiplexing and queueing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack_ns: Option<f64>,
@@ -39,6 +44,8 @@ impl From<&BenchRow> for Row {
             ns_per_byte: r.ns_per_byte,
             ratio: r.ratio,
             frames: r.frames,
+            messages: r.messages,
+            completed: r.completed,
             stack_ns: r.stack_ns,
             copy_ns: r.copy_ns,
         }
@@ -73,6 +80,24 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> StackReport {
 }
 
 impl StackReport {
+    /// The rows where not every message went through, named: a benchmark that timed
+    /// failures instead of the path it names has failed.
+    pub fn incomplete(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (path, rows) in [("rx", &self.rx), ("tx", &self.tx)] {
+            for r in rows.iter().filter(|r| r.completed != r.messages) {
+                out.push(format!(
+                    "{path} {} B checksum {}: {} of {} messages went through",
+                    r.size,
+                    if r.checksum { "on" } else { "off" },
+                    r.completed,
+                    r.messages
+                ));
+            }
+        }
+        out
+    }
+
     /// The target, as measured in this run.
     pub fn verdict(&self) -> Option<String> {
         let r = self.rx.iter().find(|r| r.size == 14_792 && !r.checksum)?;

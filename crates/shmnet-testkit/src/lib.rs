@@ -1,0 +1,101 @@
+//! Test helpers shared by every crate of the workspace (a dev-dependency only; no
+//! dependencies beyond `std`).
+//!
+//! A test that cannot run on this machine (no root, no network namespaces, one CPU, no
+//! font, no transparent huge pages, …) calls [`skip`] and returns. Off CI the skip is loud:
+//! a banner written straight to the process's stderr, which the test harness does not
+//! capture, so it shows even though the test is reported as passed. Under `CI=true` a skip
+//! is a failure: [`skip`] panics, naming the test and the reason.
+//!
+//! ```no_run
+//! fn needs_two_cpus() {
+//!     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+//!         shmnet_testkit::skip("needs_two_cpus", "this machine has one CPU");
+//!         return;
+//!     }
+//!     // … the test proper …
+//! }
+//! ```
+
+use std::io::Write;
+
+/// Whether this run must not skip: the environment variable `CI` is `true`.
+pub fn ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Skips `test` because of `reason`: a loud banner on stderr, or, under `CI=true`, a panic.
+///
+/// The caller returns right after; everything the test would have asserted is left
+/// unchecked, which is why CI does not accept it.
+///
+/// # Panics
+///
+/// When [`ci`] is true.
+pub fn skip(test: &str, reason: &str) {
+    if ci() {
+        panic!("{test} cannot run here: {reason} (CI=true, so this is a failure, not a skip)");
+    }
+    // Straight to the process's stderr: the harness captures `eprintln!` of passing tests
+    // (the output capture replaces the `eprintln!` sink, not file descriptor 2), and a skip
+    // must be seen.
+    let bar = "=".repeat(78);
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "\n{bar}\nSKIPPED: {test}: {reason}\n(with CI=true this is a failure)\n{bar}"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `CI` is process-wide; the tests that read or set it take turns.
+    static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn with_ci<R>(value: Option<&str>, f: impl FnOnce() -> R) -> R {
+        let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+        let old = std::env::var_os("CI");
+        // SAFETY: every test of this binary that touches the environment holds `ENV`,
+        // and none reads it otherwise, so no other thread reads or writes it meanwhile.
+        unsafe {
+            match value {
+                Some(v) => std::env::set_var("CI", v),
+                None => std::env::remove_var("CI"),
+            }
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        // SAFETY: as above.
+        unsafe {
+            match old {
+                Some(v) => std::env::set_var("CI", v),
+                None => std::env::remove_var("CI"),
+            }
+        }
+        r.unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+
+    #[test]
+    fn ci_is_only_the_exact_word_true() {
+        assert!(with_ci(Some("true"), ci));
+        assert!(!with_ci(Some("1"), ci));
+        assert!(!with_ci(Some("TRUE"), ci));
+        assert!(!with_ci(None, ci));
+    }
+
+    #[test]
+    fn a_skip_returns_off_ci_and_panics_under_ci() {
+        with_ci(None, || skip("a_test", "the reason"));
+        let r = with_ci(Some("true"), || {
+            std::panic::catch_unwind(|| skip("a_test", "the reason"))
+        });
+        let msg = r.expect_err("a skip under CI=true panics");
+        let msg = msg
+            .downcast_ref::<String>()
+            .expect("a formatted panic message");
+        assert!(
+            msg.contains("a_test") && msg.contains("the reason"),
+            "{msg}"
+        );
+    }
+}
