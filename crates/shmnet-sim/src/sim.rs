@@ -17,13 +17,19 @@
 //! * The order on a miss: fetch from below, then choose the victim, fill, and write the
 //!   victim back.
 //! * Counted per cache: demand reads, writes and fetches (one per line access), their hits
-//!   and misses, with `ccc` the misses by kind (compulsory: first touch of the line ever;
-//!   capacity: also missed by a fully associative LRU cache of the same size seeing the same
-//!   accesses; conflict: the rest — Dinero IV's `-ccc`), fills, dirty lines written back out,
-//!   and write-backs received from above (not demand accesses; counted apart).
+//!   and misses, with `ccc` the misses by kind (Hill's 3C model, as Dinero IV's `-ccc`:
+//!   compulsory: first touch of the line ever; capacity: not compulsory, and also missed by
+//!   a fully associative LRU cache of the same number of lines seeing every access the cache
+//!   sees, demand or write-back, with the cache's allocation rule — a write miss in a
+//!   no-write-allocate cache brings nothing into it; conflict: the rest), fills, dirty lines
+//!   written back out, and write-backs received from above (not demand accesses; counted
+//!   apart).
 //! * Each cache remembers the last line it touched; a line access to that same line again is
 //!   a hit that changes no replacement state under any policy, so it is counted without a
 //!   search. This is exact, not an approximation, and it is what makes sequential traces fast.
+//!   With `ccc` it also skips the shadow, so the line remembered must be the shadow's most
+//!   recent too: a write-through write hit that the shadow misses (and so does not take in)
+//!   leaves no line remembered.
 //!
 //! # Speed
 //!
@@ -222,7 +228,11 @@ struct Cache {
     store: Store,
     dirty: Vec<bool>,
     /// The line last touched and its slot; `EMPTY` if that line is not resident.
-    /// Invariant: `last_key != EMPTY` implies `store.key(last_slot) == last_key`.
+    /// Invariants: `last_key != EMPTY` implies `store.key(last_slot) == last_key`; with a
+    /// shadow, it also implies that `last_key` is the shadow's most recently used line (so
+    /// a hit on it, which skips the shadow, would change nothing there either). A
+    /// write-through write hit that the shadow misses does not allocate there, so it
+    /// leaves `last_key` `EMPTY` (see [`Simulator::access_found`]).
     last_key: u64,
     last_slot: usize,
     /// The line touched before it. Invariant: `prev_key != EMPTY` implies
@@ -282,7 +292,8 @@ impl Cache {
 
     /// A demand hit on `last_key` (a write only if write-back): counted, the line marked
     /// dirty by a write; no replacement state changes (it is already the most recent use
-    /// under every policy, and the shadow's most recent line too).
+    /// under every policy, and the shadow's most recent line too, by `last_key`'s
+    /// invariant).
     #[inline(always)]
     fn hit_last(&mut self, op: Op) {
         self.stats.hits += 1;
@@ -911,7 +922,17 @@ impl Simulator {
         let shadow = c.shadow.as_mut().map(|s| s.access(key, allocate));
         if let Some(slot) = slot {
             c.store.touch(slot);
-            c.remember(key, slot);
+            if shadow.is_some_and(|s| !s.fa_hit && !allocate) {
+                // A write-through write hit the shadow missed and (no-write-allocate) did not
+                // take in: the line is not the shadow's most recent, so it must not be
+                // `last_key` (whose hits skip the shadow). Forget both recent lines, as a
+                // no-allocate miss does; the next access to them searches and goes through
+                // the shadow.
+                c.last_key = EMPTY;
+                c.prev_key = EMPTY;
+            } else {
+                c.remember(key, slot);
+            }
             if demand {
                 c.stats.hits += 1;
             }

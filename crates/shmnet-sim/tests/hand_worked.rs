@@ -224,6 +224,27 @@ fn miss_kinds() {
     assert_eq!((st.compulsory, st.capacity, st.conflict), (2, 0, 1));
 }
 
+#[test]
+fn miss_kinds_see_every_access_after_a_write_through_write_hit() {
+    // One set of two ways, FIFO, write-through (no-write-allocate); the shadow is a 2-line
+    // fully associative LRU cache that takes the same accesses with the same allocation.
+    let m = one_cache(32, Ways::N(2), Replacement::Fifo, WritePolicy::WriteThrough);
+    let (a, b, c) = (0x000, 0x100, 0x200);
+    // R A, R B: compulsory. R A: hit (shadow LRU order B, A). R C: compulsory; FIFO evicts
+    // A (cache {B, C}), the shadow evicts B ({A, C}). W B: a hit in the cache, a miss in
+    // the shadow, which does not allocate on a write. R B: a hit in the cache, but the
+    // shadow misses and takes B, evicting A ({C, B}). R A: a miss the shadow also has:
+    // capacity, not conflict (the shadow must see R B although the cache hit the line it
+    // touched last).
+    let s = run(
+        &m,
+        &[(R, a), (R, b), (R, a), (R, c), (W, b), (R, b), (R, a)],
+    );
+    let st = s.cache_stats("C").unwrap();
+    assert_eq!((st.hits, st.misses), (3, 4));
+    assert_eq!((st.compulsory, st.capacity, st.conflict), (3, 1, 0));
+}
+
 fn with_tlb(levels: Vec<TlbLevelConfig>, miss: f64) -> Machine {
     let mut m = one_cache(
         1 << 20,

@@ -270,7 +270,10 @@ fn machine(levels: &[Level]) -> Machine {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // The default config: 256 cases unless PROPTEST_CASES says otherwise (an explicit
+    // `cases` here would make proptest ignore that variable). Failures found are kept in
+    // model.proptest-regressions and replayed first on every run.
+    #![proptest_config(ProptestConfig::default())]
 
     #[test]
     fn simulator_matches_reference_model(levels in hierarchy(), trace in trace()) {
