@@ -516,7 +516,25 @@ fn without_privilege_the_error_says_what_is_needed() {
         std::env::var_os(UNPRIVILEGED_CHILD).is_none(),
         "the child kept its privileges"
     );
-    let exe = std::env::current_exe().expect("this test binary's path");
+    // A copy of this binary where nobody can reach it: the checkout may sit below a
+    // directory only root may enter (/root is 0700).
+    let dir = std::env::temp_dir().join(format!("shmnet-as-nobody-{}", std::process::id()));
+    let exe = dir.join("af_packet-test");
+    let copied = (|| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::copy(std::env::current_exe()?, &exe)?;
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))
+    })();
+    if let Err(e) = copied {
+        let _ = std::fs::remove_dir_all(&dir);
+        shmnet_testkit::skip(
+            TEST,
+            &format!("could not copy this test binary to {}: {e}", dir.display()),
+        );
+        return;
+    }
     // `uid` makes the child call setgroups(0) (it is root when it does), setgid, then
     // setuid: no supplementary groups, no capabilities left. The child asserts all three.
     let out = Command::new(&exe)
@@ -527,6 +545,7 @@ fn without_privilege_the_error_says_what_is_needed() {
         .gid(NOBODY)
         .stdin(Stdio::null())
         .output();
+    let _ = std::fs::remove_dir_all(&dir);
     let out = match out {
         Ok(out) => out,
         Err(e) => {

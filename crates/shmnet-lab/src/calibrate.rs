@@ -190,7 +190,10 @@ impl std::fmt::Display for Degeneracy {
 impl Marks {
     /// `None` when the marks separate the cache from memory; else why they do not.
     pub fn degeneracy(&self) -> Option<Degeneracy> {
-        (self.cached_max >= self.clean).then_some(Degeneracy::CacheOverlapsMiss)
+        // `!(a < b)` rather than `a >= b`: NaN marks are degenerate too.
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        let overlap = !(self.cached_max < self.clean) || !(self.clean > 0.0);
+        overlap.then_some(Degeneracy::CacheOverlapsMiss)
     }
 }
 
@@ -208,14 +211,53 @@ impl BufferCosts {
     /// percentile of loading it with every line missing behind clean (dirty) victims. When
     /// the two distributions overlap the marks say so ([`Marks::degeneracy`]) rather than
     /// being clamped into an order that would hide it.
+    ///
+    /// No mark is clamped: a clean miss that measured no dearer than L1 is degenerate, not
+    /// raised to a tick.
     pub fn marks(&self) -> Marks {
-        let clean = self.clean_overhead.p10.max(1.0);
+        let clean = self.clean_overhead.p10;
         Marks {
-            cached_max: self.llc_overhead.p90.max(0.0),
+            cached_max: self.llc_overhead.p90,
             clean,
             dirty: self.dirty_overhead.p10.max(clean),
         }
     }
+
+    /// Checks costs read from a file (`--calibration`), which is untrusted input: every
+    /// figure finite, every spread in order (p10 ≤ p50 ≤ p90), a buffer of some bytes.
+    pub fn check(&self) -> Result<(), BadCosts> {
+        if self.bytes == 0 {
+            return Err(BadCosts::NoBuffer);
+        }
+        for (name, s) in [
+            ("l2_overhead", &self.l2_overhead),
+            ("llc_overhead", &self.llc_overhead),
+            ("clean_overhead", &self.clean_overhead),
+            ("dirty_overhead", &self.dirty_overhead),
+        ] {
+            let finite = [s.p10, s.p50, s.p90].iter().all(|v| v.is_finite());
+            if !(finite && s.p10 <= s.p50 && s.p50 <= s.p90) {
+                return Err(BadCosts::Spread(name));
+            }
+        }
+        if !self.hot_ticks.is_finite() {
+            return Err(BadCosts::Spread("hot_ticks"));
+        }
+        Ok(())
+    }
+}
+
+/// Why buffer costs read from a file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BadCosts {
+    /// `bytes` is 0.
+    #[error("the buffer has no bytes: make the file with `shmnet calibrate --json > FILE`")]
+    NoBuffer,
+    /// A spread is not finite or not in order.
+    #[error(
+        "{0} is not finite or its percentiles are out of order (p10 ≤ p50 ≤ p90): make the file with `shmnet calibrate --json > FILE`"
+    )]
+    Spread(&'static str),
 }
 
 /// Where the TLB figures came from.
@@ -315,7 +357,7 @@ pub fn run(effort: Effort, progress: &mut dyn FnMut(&str)) -> Result<Table1, mem
 
     progress("effective last-level cache");
     let effective_llc = effective_llc(&sizes, effort, empty)?;
-    if (effective_llc.bytes as u64) < sizes.llc / 2 {
+    if effective_llc.bytes > 0 && (effective_llc.bytes as u64) < sizes.llc / 2 {
         notes.push(format!(
             "this process gets about {} MiB of the {} MiB last-level cache (other tenants, or partitioning)",
             effective_llc.bytes >> 20,
@@ -362,7 +404,7 @@ pub fn run(effort: Effort, progress: &mut dyn FnMut(&str)) -> Result<Table1, mem
 
     progress("buffer loads");
     let buffer = buffer_costs(DEFAULT_BUFFER.0, DEFAULT_BUFFER.1, &sizes, effort)?;
-    if buffer.llc_sweep_bytes as u64 > llc_bytes / 2 {
+    if llc_bytes > 0 && buffer.llc_sweep_bytes as u64 > llc_bytes / 2 {
         notes.push(format!(
             "pushing the buffer out of L2 takes {} KiB, more than half the {} KiB of last level this process gets: the \"from the last-level cache\" load may come partly from memory",
             buffer.llc_sweep_bytes >> 10,

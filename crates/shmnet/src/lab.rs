@@ -146,6 +146,9 @@ pub fn marks(file: Option<&PathBuf>) -> Result<Marks> {
                     path.display()
                 )
             })?;
+        costs
+            .check()
+            .with_context(|| format!("{} cannot be used", path.display()))?;
         return Ok(costs.marks());
     }
     let (bytes, offset) = calibrate::DEFAULT_BUFFER;

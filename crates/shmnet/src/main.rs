@@ -103,6 +103,9 @@ enum Command {
     /// miss, average overhead ticks per word), the histogram, and the distribution by
     /// fragment position with Kolmogorov–Smirnov tests between positions.
     ///
+    /// Exit status 3 when the marks cannot tell the cache from memory on this machine (the
+    /// output says so, and the JSON's "degenerate" is set): the percentages then mean nothing.
+    ///
     /// Examples:
     ///   shmnet residency                                   inline, 2 ms gap
     ///   shmnet residency --gap 0 --queue 16                saturated, a deeper queue

@@ -314,6 +314,9 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&v)?);
         return Ok(());
     }
+    if let Some(d) = v.degenerate {
+        println!("WARNING: {d}; the % in cache columns compare nothing");
+    }
     println!(
         "{:<38} {:>15} {:>7} {:>15} {:>7} {:>9} {:>13}",
         "setting", "load ticks", "error", "ticks/word", "error", "overhead", "% in cache"
@@ -458,6 +461,7 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
                 "machine": machine.name,
                 "buffers": result.buffers,
                 "marks": marks,
+                "degenerate": result.degenerate,
                 "histogram": result.histogram,
                 "summary": result.summary,
                 "peaks": top,
@@ -477,6 +481,9 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
         n_lines,
         line
     );
+    if let Some(d) = result.degenerate {
+        println!("WARNING: {d}");
+    }
     println!(
         "% totally within cache {:.1}, < clean {:.1}, < dirty {:.1}, > dirty {:.1}; {:.3} overhead per word (8 B)",
         s.fully_cached_pct,

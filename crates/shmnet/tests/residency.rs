@@ -278,8 +278,26 @@ fn degenerate_marks_are_flagged_in_the_json_the_text_and_the_exit_status() {
     assert_eq!(r["marks"]["cached_max"].as_f64(), Some(120.0));
     assert_eq!(r["marks"]["clean"].as_f64(), Some(300.0));
     assert_eq!(r["marks"]["dirty"].as_f64(), Some(2300.0));
-    let _ = std::fs::remove_file(bad);
-    let _ = std::fs::remove_file(good);
+    // A file is untrusted input: percentiles out of order are refused with what to do.
+    let garbled = file(
+        "garbled",
+        spread(500.0, 300.0, 100.0),
+        spread(300.0, 340.0, 500.0),
+    );
+    let out = run(&[
+        "residency",
+        "--quick",
+        &format!("--calibration={}", garbled.display()),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("llc_overhead") && err.contains("shmnet calibrate --json"),
+        "{err}"
+    );
+    for f in [bad, good, garbled] {
+        let _ = std::fs::remove_file(f);
+    }
 }
 
 #[test]

@@ -180,14 +180,28 @@ pub(super) fn run(
             last_report = Instant::now();
         }
     }
-    let stats = shmnet_io::server::query_stats(&socket)
-        .map_err(|e| RunError::Setup(format!("reading the server's counters: {e}")))?;
+    // The driver publishes its counters when it goes idle (or every 64 rounds), so a query
+    // made just after the last message arrived can see an older count than what arrived.
+    // Read until the counts cover every message received (or they stop moving: 2 s, a bound
+    // no idle driver needs, since it publishes within one 10 ms idle wait).
+    let read_counts = || -> Result<(u64, u64), RunError> {
+        let stats = shmnet_io::server::query_stats(&socket)
+            .map_err(|e| RunError::Setup(format!("reading the server's counters: {e}")))?;
+        let frames = stats["driver"]["driver"]["rx_frames"].as_u64().unwrap_or(0);
+        let queue_full = stats["stack"]["queue_full"].as_u64().unwrap_or(0);
+        Ok(((frames / per_message).min(s.messages), queue_full))
+    };
+    let settle_by = Instant::now() + Duration::from_secs(2);
+    let (sent, queue_full) = loop {
+        let (sent, queue_full) = read_counts()?;
+        if sent >= received + queue_full || Instant::now() > settle_by {
+            break (sent, queue_full);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
     drop(sock);
     drop(client);
     drop(server);
-    let frames = stats["driver"]["driver"]["rx_frames"].as_u64().unwrap_or(0);
-    let sent = (frames / per_message).min(s.messages);
-    let queue_full = stats["stack"]["queue_full"].as_u64().unwrap_or(0);
     Ok(Messages {
         sent,
         received,
