@@ -195,6 +195,10 @@ fn draw_ttcp(report: &TtcpReport, path: &std::path::Path) -> Result<()> {
     .with_context(|| format!("drawing {}", path.display()))
 }
 
+/// Most requests in flight: every request and its reply fit the loopback wire's backlog at
+/// once, so the shmnet structures never refuse one the kernel would carry.
+const MAX_OUTSTANDING: u32 = (shmnet_io::driver::softnic::LOOPBACK_BACKLOG / 2) as u32;
+
 pub fn rr(a: RrArgs) -> Result<()> {
     let outstanding: Vec<u32> = a
         .outstanding
@@ -202,8 +206,13 @@ pub fn rr(a: RrArgs) -> Result<()> {
         .map(|x| x.trim().parse::<u32>())
         .collect::<Result<_, _>>()
         .ok()
-        .filter(|v: &Vec<u32>| v.iter().all(|&n| (1..=4096).contains(&n)))
-        .context("--outstanding takes numbers from 1 to 4096, like 1,16")?;
+        .filter(|v: &Vec<u32>| v.iter().all(|&n| (1..=MAX_OUTSTANDING).contains(&n)))
+        .with_context(|| {
+            format!(
+                "--outstanding takes numbers from 1 to {MAX_OUTSTANDING}, like 1,16 (the loopback wire holds {} frames: a request and a reply each)",
+                shmnet_io::driver::softnic::LOOPBACK_BACKLOG
+            )
+        })?;
     if !(8..=1472).contains(&a.size) {
         bail!("--size must be 8 to 1,472 bytes (the sequence number takes 8; one frame)");
     }

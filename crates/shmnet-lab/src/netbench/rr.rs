@@ -123,7 +123,8 @@ fn cell(
         o.size,
         0,
         o.count.unwrap_or(0),
-        64,
+        // The echo's socket queue holds every request in flight.
+        (outstanding as usize).max(64),
     )?;
     let seconds = o.count.is_none().then_some(o.seconds);
     let out = super::run(running, seconds, progress)?;
