@@ -132,7 +132,8 @@ fn bad_arguments_are_refused_with_a_hint() {
             "use kernel, ipc, server or inline",
         ),
         (&["ttcp", "--size", "70000"][..], "1 to 65,507"),
-        (&["rr", "--outstanding", "0"][..], "1 to 4096"),
+        (&["rr", "--outstanding", "0"][..], "1 to 128"),
+        (&["rr", "--outstanding", "129"][..], "loopback wire holds"),
     ] {
         let out = run(args);
         assert!(!out.status.success());
