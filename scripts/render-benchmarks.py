@@ -367,8 +367,9 @@ def lab(runs, quick):
     for name, k in [("buffer load from the last-level cache (overhead beyond L1)", "llc_overhead"),
                     ("buffer load, 100 % clean miss", "clean_overhead"),
                     ("buffer load, 100 % dirty miss", "dirty_overhead")]:
-        t1.append([f"{name}: p10 / p50 / p90",
-                   " / ".join(fig([c["buffer"][k][q] for c in cals], 0) for q in ("p10", "p50", "p90"))])
+        t1.append([f"{name}: p10 / p25 / p50 / p75 / p90",
+                   " / ".join(fig([c["buffer"][k].get(q) for c in cals], 0)
+                              for q in ("p10", "p25", "p50", "p75", "p90"))])
     t1.append(["effective last-level cache, MiB",
                fig([c["effective_llc"]["bytes"] / 2**20 for c in cals], 1)])
     degenerate = [r["degenerate"] for r in runs]
@@ -385,14 +386,14 @@ taking {fig([r['seconds'] for r in runs], 0)} s. Method and findings:
 
 """
     s += table(["event", "ticks"], t1)
-    s += (f"\nMarks for a 1,480-byte buffer, overhead ticks (in cache ≤ the 90th percentile of "
-          f"the last-level load; below a miss: below the 10th percentile of the miss): in cache ≤ "
+    s += (f"\nMarks for a 1,480-byte buffer, overhead ticks (in cache ≤ the upper quartile of "
+          f"the last-level load; below a miss: below the lower quartile of the miss): in cache ≤ "
           f"{fig([m['cached_max'] for m in marks], 0)}, clean miss {fig([m['clean'] for m in marks], 0)}, "
           f"dirty miss {fig([m['dirty'] for m in marks], 0)}. ")
     bad = sum(1 for d in degenerate if d)
     if bad:
-        s += (f"**In {bad} of {len(runs)} runs the marks were degenerate** (the slowest loads from "
-              f"the last-level cache no faster than the fastest misses): those runs' percentages "
+        s += (f"**In {bad} of {len(runs)} runs the marks were degenerate** (the slower quarter of loads "
+              f"from the last-level cache reaching the faster quarter of misses): those runs' percentages "
               f"say nothing about where the data was, and they are left out of the table below.\n\n")
     else:
         s += f"The marks separated the cache from memory in every run ({len(runs)}).\n\n"

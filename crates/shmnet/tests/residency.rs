@@ -233,8 +233,11 @@ fn the_lab_writes_its_report_figures_and_runs() {
 /// are apart classifies with them as they are.
 #[test]
 fn degenerate_marks_are_flagged_in_the_json_the_text_and_the_exit_status() {
-    let spread =
-        |p10: f64, p50: f64, p90: f64| serde_json::json!({"p10": p10, "p50": p50, "p90": p90});
+    // p25 and p75 halfway between the median and p10 and p90.
+    let spread = |p10: f64, p50: f64, p90: f64| {
+        serde_json::json!({"p10": p10, "p25": (p10 + p50) / 2.0, "p50": p50,
+                           "p75": (p50 + p90) / 2.0, "p90": p90})
+    };
     let file = |name: &str, llc: Value, clean: Value| {
         let path = std::env::temp_dir().join(format!("shmnet-{name}-{}.json", std::process::id()));
         let v = serde_json::json!({"buffer": {
@@ -255,13 +258,13 @@ fn degenerate_marks_are_flagged_in_the_json_the_text_and_the_exit_status() {
     assert_eq!(r["degenerate"], "cache_overlaps_miss");
     assert_eq!(
         r["marks"]["cached_max"].as_f64(),
-        Some(3600.0),
-        "p90 of the cached load"
+        Some(3405.0),
+        "p75 of the cached load"
     );
     assert_eq!(
         r["marks"]["clean"].as_f64(),
-        Some(2100.0),
-        "p10 of the clean miss"
+        Some(2160.0),
+        "p25 of the clean miss"
     );
     let text = run(&["residency", "--quick", &arg]);
     assert_eq!(text.status.code(), Some(3));
@@ -275,9 +278,9 @@ fn degenerate_marks_are_flagged_in_the_json_the_text_and_the_exit_status() {
     let arg = format!("--calibration={}", good.display());
     let r = judged(&["residency", "--quick", "--json", &arg]);
     assert!(r["degenerate"].is_null(), "{r}");
-    assert_eq!(r["marks"]["cached_max"].as_f64(), Some(120.0));
-    assert_eq!(r["marks"]["clean"].as_f64(), Some(300.0));
-    assert_eq!(r["marks"]["dirty"].as_f64(), Some(2300.0));
+    assert_eq!(r["marks"]["cached_max"].as_f64(), Some(97.5));
+    assert_eq!(r["marks"]["clean"].as_f64(), Some(320.0));
+    assert_eq!(r["marks"]["dirty"].as_f64(), Some(2350.0));
     // A file is untrusted input: percentiles out of order are refused with what to do.
     let garbled = file(
         "garbled",
