@@ -80,6 +80,33 @@ impl<'a> Requester<'a> {
         }
     }
 
+    /// Drives the requester of a separate process over its transport until it has finished
+    /// or the board says quit: every request the window allows is sent, then one reply is
+    /// waited for. `send` says whether the request left (a failure is counted, not fatal);
+    /// `recv` returns a datagram's length, or `None` after its own poll period. An error from
+    /// either ends the run.
+    pub fn run<E>(
+        &mut self,
+        mut send: impl FnMut(&[u8]) -> Result<bool, E>,
+        mut recv: impl FnMut(&mut [u8]) -> Result<Option<usize>, E>,
+    ) -> Result<(), E> {
+        let mut reply = vec![0u8; 65_536];
+        while !self.board.quitting() {
+            while let Some(req) = self.request() {
+                if !send(req)? {
+                    self.send_failed();
+                }
+            }
+            if self.finished() {
+                break;
+            }
+            if let Some(len) = recv(&mut reply)? {
+                self.reply(&reply[..len]);
+            }
+        }
+        Ok(())
+    }
+
     /// A datagram arrived: if it is the reply to a request in flight (its first 8 bytes),
     /// the transaction is timed and counted.
     pub fn reply(&mut self, bytes: &[u8]) {

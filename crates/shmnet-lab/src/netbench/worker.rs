@@ -235,20 +235,10 @@ pub fn kernel_rr(board: &Scoreboard, size: usize, outstanding: u32) -> Result<Va
     board.add_ready();
     wait_for_go(board);
     let mut r = Requester::new(board, size, outstanding);
-    let mut reply = vec![0u8; 65_536];
-    while !board.quitting() {
-        while let Some(req) = r.request() {
-            if sock.send(req).is_err() {
-                r.send_failed();
-            }
-        }
-        if r.finished() {
-            break;
-        }
-        if let Ok(len) = sock.recv(&mut reply) {
-            r.reply(&reply[..len]);
-        }
-    }
+    r.run(
+        |req| Ok::<_, String>(sock.send(req).is_ok()),
+        |buf| Ok(sock.recv(buf).ok()),
+    )?;
     r.finish();
     wait_for_quit(board);
     Ok(r.report())
@@ -364,25 +354,19 @@ pub fn shm_rr(board: &Scoreboard, socket: &Path, size: usize, outstanding: u32) 
     board.add_ready();
     wait_for_go(board);
     let mut r = Requester::new(board, size, outstanding);
-    let mut reply = vec![0u8; 65_536];
-    while !board.quitting() {
-        while let Some(req) = r.request() {
-            match sock.send_to(req, echo) {
-                Ok(()) => {}
-                Err(ClientError::ServerGone) => return Err("the server went away".into()),
-                Err(_) => r.send_failed(),
-            }
-        }
-        if r.finished() {
-            break;
-        }
-        match sock.recv_timeout(&mut reply, POLL) {
-            Ok((len, _)) => r.reply(&reply[..len]),
-            Err(ClientError::TimedOut) => {}
-            Err(ClientError::ServerGone) => return Err("the server went away".into()),
-            Err(e) => return Err(format!("recv: {e}")),
-        }
-    }
+    r.run(
+        |req| match sock.send_to(req, echo) {
+            Ok(()) => Ok(true),
+            Err(ClientError::ServerGone) => Err("the server went away".to_string()),
+            Err(_) => Ok(false),
+        },
+        |buf| match sock.recv_timeout(buf, POLL) {
+            Ok((len, _)) => Ok(Some(len)),
+            Err(ClientError::TimedOut) => Ok(None),
+            Err(ClientError::ServerGone) => Err("the server went away".to_string()),
+            Err(e) => Err(format!("recv: {e}")),
+        },
+    )?;
     r.finish();
     wait_for_quit(board);
     Ok(r.report())
