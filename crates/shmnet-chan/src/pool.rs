@@ -213,7 +213,7 @@ pub(crate) struct PoolMem {
 }
 
 /// A snapshot of one pool's counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolStats {
     /// Buffers owned by the pool.
     pub buffers: u32,
@@ -232,7 +232,7 @@ pub struct PoolStats {
 }
 
 /// A snapshot of the set-wide counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PoolSetStats {
     /// Driver allocations that found no buffer in any pool (a dropped packet).
     pub driver_drops: u64,

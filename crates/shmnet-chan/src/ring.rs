@@ -163,7 +163,7 @@ impl DescLimits {
 }
 
 /// A snapshot of one ring's counters, readable by any party.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RingStats {
     /// Slots in the ring.
     pub capacity: u32,

@@ -543,7 +543,7 @@ impl Window {
 }
 
 /// Every counter of a window at one moment.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct WindowStats {
     /// Window size in bytes.
     pub size: usize,

@@ -66,6 +66,8 @@ impl From<ControlError> for ClientError {
 
 struct Inner {
     ctl: OwnedFd,
+    /// `ipc`: the socket datagrams travel on (the control socket carries only control).
+    data_sock: Option<OwnedFd>,
     /// The shared-memory parts; `None` in the `ipc` structure.
     shm: Option<Shm>,
     /// Deliveries read off the ring for a socket other than the one being read.
@@ -117,6 +119,11 @@ impl Client {
                 )));
             }
         };
+        let data_sock = if ipc {
+            Some(control::recv_fd(&ctl)?)
+        } else {
+            None
+        };
         let shm = if ipc {
             None
         } else {
@@ -136,6 +143,7 @@ impl Client {
         };
         let inner = Inner {
             ctl,
+            data_sock,
             shm,
             pending: HashMap::new(),
             ipc_pending: HashMap::new(),
@@ -184,24 +192,27 @@ impl Inner {
             return Err(ClientError::ServerGone);
         }
         control::send(&self.ctl, &req).map_err(|e| self.fail(e))?;
-        // In the ipc structure datagrams share the socket: set aside any that come first.
-        loop {
-            let n = self.read_packet(None)?.ok_or(ClientError::TimedOut)?;
-            if self.packet.first() == Some(&control::TAG_DELIVER) {
-                self.stash_ipc(n);
-                continue;
-            }
-            return serde_json::from_slice(&self.packet[..n])
-                .map_err(|e| ClientError::Protocol(e.to_string()));
-        }
+        let n = self
+            .read_packet(false, None)?
+            .ok_or(ClientError::TimedOut)?;
+        serde_json::from_slice(&self.packet[..n]).map_err(|e| ClientError::Protocol(e.to_string()))
     }
 
-    /// Reads one packet from the server into `self.packet`, waiting until `deadline`
-    /// (`None`: without limit). `Ok(None)` on timeout.
-    fn read_packet(&mut self, deadline: Option<Instant>) -> Result<Option<usize>, ClientError> {
+    /// Reads one packet from the server into `self.packet` — from the `ipc` data socket if
+    /// `data`, else from the control socket — waiting until `deadline` (`None`: without
+    /// limit). `Ok(None)` on timeout.
+    fn read_packet(
+        &mut self,
+        data: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<usize>, ClientError> {
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            let mut fds = [PollFd::new(&self.ctl, PollFlags::IN)];
+            let sock = match (&self.data_sock, data) {
+                (Some(d), true) => d,
+                _ => &self.ctl,
+            };
+            let mut fds = [PollFd::new(sock, PollFlags::IN)];
             let ts = left.map(|l| Timespec {
                 tv_sec: l.as_secs() as _,
                 tv_nsec: l.subsec_nanos() as _,
@@ -214,7 +225,7 @@ impl Inner {
                 continue;
             }
             let mut buf = std::mem::take(&mut self.packet);
-            let r = rustix::net::recv(&self.ctl, &mut buf, rustix::net::RecvFlags::DONTWAIT);
+            let r = rustix::net::recv(sock, &mut buf, rustix::net::RecvFlags::DONTWAIT);
             self.packet = buf;
             match r {
                 Ok((0, _)) => {
@@ -255,7 +266,7 @@ impl Inner {
                 buf[..n].copy_from_slice(&data[..n]);
                 return Ok(Some((n, src)));
             }
-            let Some(n) = self.read_packet(deadline)? else {
+            let Some(n) = self.read_packet(true, deadline)? else {
                 return Ok(None);
             };
             match control::parse_ipc_header(&self.packet[..n]) {
@@ -518,11 +529,12 @@ impl UdpSocket {
         if i.shm.is_none() {
             let hdr = control::ipc_header(control::TAG_SEND, id, to);
             let deadline = wait.map(|w| Instant::now() + w);
+            let sock = i.data_sock.as_ref().unwrap_or(&i.ctl);
             loop {
-                match control::send_raw(&i.ctl, &[&hdr, data]) {
+                match control::send_raw(sock, &[&hdr, data]) {
                     Ok(true) => return Ok(()),
                     Ok(false) if deadline.is_some_and(|d| Instant::now() < d) => {
-                        let mut fds = [PollFd::new(&i.ctl, PollFlags::OUT)];
+                        let mut fds = [PollFd::new(sock, PollFlags::OUT)];
                         let ts = Timespec {
                             tv_sec: 0,
                             tv_nsec: 10_000_000,

@@ -28,7 +28,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub const DEFAULT_SOCKET: &str = "/tmp/shmnet.sock";
 
 /// Largest control message.
-const MAX_MSG: usize = 64 * 1024;
+pub const MAX_MSG: usize = 64 * 1024;
 
 /// A message from an application (or `shmnet stats`) to the server.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -84,8 +84,8 @@ pub enum Response {
         /// Its number.
         socket: u32,
     },
-    /// Counters, as JSON.
-    Stats(serde_json::Value),
+    /// Every counter.
+    Stats(Box<crate::server::ServerStats>),
     /// To a driver process: start moving frames.
     Start,
     /// The request failed.
@@ -268,4 +268,56 @@ pub fn accept(listener: impl AsFd) -> Result<Option<OwnedFd>, ControlError> {
         Err(rustix::io::Errno::AGAIN) => Ok(None),
         Err(e) => Err(ControlError::Io(e.into())),
     }
+}
+
+/// The greeting of an `ipc` data socket hand-off.
+const DATA_SOCKET_GREETING: &[u8; 16] = b"shmnet-ipc-data1";
+
+/// In the `ipc` structure: passes the application's end of its data socket pair.
+pub fn send_fd(sock: impl AsFd, fd: rustix::fd::BorrowedFd<'_>) -> Result<(), ControlError> {
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    if !control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(ControlError::Malformed(
+            "cannot attach the data socket".into(),
+        ));
+    }
+    rustix::net::sendmsg(
+        sock,
+        &[std::io::IoSlice::new(DATA_SOCKET_GREETING)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .map_err(|e| ControlError::Io(e.into()))?;
+    Ok(())
+}
+
+/// In the `ipc` structure: receives the data socket passed by [`send_fd`] (blocking).
+pub fn recv_fd(sock: impl AsFd) -> Result<OwnedFd, ControlError> {
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    let mut buf = [0u8; 16];
+    let msg = rustix::net::recvmsg(
+        sock,
+        &mut [std::io::IoSliceMut::new(&mut buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| ControlError::Io(e.into()))?;
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for m in control.drain() {
+        if let rustix::net::RecvAncillaryMessage::ScmRights(rights) = m {
+            fds.extend(rights);
+        }
+    }
+    if msg.bytes == 0 && fds.is_empty() {
+        return Err(ControlError::HungUp);
+    }
+    if msg.bytes != buf.len() || &buf != DATA_SOCKET_GREETING || fds.len() != 1 {
+        return Err(ControlError::Malformed(
+            "expected the ipc data socket".into(),
+        ));
+    }
+    Ok(fds.remove(0))
 }

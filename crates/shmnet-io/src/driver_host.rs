@@ -23,6 +23,9 @@ pub struct DriverThreadStats {
     /// driver process's are its parent's to read from `wait`).
     #[serde(default)]
     pub cpu_us: u64,
+    /// Why the driver stopped, if it gave up (its device failed for good).
+    #[serde(default)]
+    pub stopped: Option<String>,
 }
 
 /// CPU seconds (user + system) used by `who`: `libc::RUSAGE_THREAD` (the calling thread),
@@ -143,6 +146,9 @@ pub fn run_driver_process<D: Driver>(
         drive(driver, ends, &stop, &stats);
         stop.store(true, Ordering::Relaxed);
     });
+    // The last word: the final counters, and why the driver stopped if it gave up.
+    let last = stats.lock().map(|s| s.clone()).unwrap_or_default();
+    let _ = control::send(&ctl, &Request::DriverStats(last));
     Ok(())
 }
 
@@ -160,6 +166,7 @@ pub(crate) fn drive<D: Driver>(
     let mut out_idx = Vec::with_capacity(32);
     let mut in_full = 0u64;
     let mut rounds = 0u64;
+    let mut gave_up = None;
     while !stop.load(Ordering::Relaxed) {
         rx.clear();
         // Take from the device only what the IN queues can hold: frames left in the device
@@ -167,7 +174,11 @@ pub(crate) fn drive<D: Driver>(
         // of queue space after its buffer was filled.
         let room = ends.in_ipv4.free_slots().min(ends.in_arp.free_slots()) as usize;
         if room > 0 {
-            let _ = driver.rx_burst(&mut ends.pools, &mut rx, room.min(32));
+            if let Err(e) = driver.rx_burst(&mut ends.pools, &mut rx, room.min(32)) {
+                // The device gave up for good (the `Driver` contract): stop, and say why.
+                gave_up = Some(format!("the device failed: {e}"));
+                break;
+            }
         }
         ipv4.clear();
         arp.clear();
@@ -220,6 +231,7 @@ pub(crate) fn drive<D: Driver>(
         s.driver = driver.stats();
         s.in_queue_full = in_full;
         s.cpu_us = (rusage_cpu_s(libc::RUSAGE_THREAD) * 1e6) as u64;
+        s.stopped = gave_up;
     }
 }
 
@@ -240,10 +252,14 @@ pub(crate) fn drive_ipc<D: Driver>(
     // Frames the server's socket could not take yet: the device keeps them, in order, so
     // the comparison with the shared queues is lossless.
     let mut pending: std::collections::VecDeque<RxFrame> = std::collections::VecDeque::new();
+    let mut gave_up = None;
     while !stop.load(Ordering::Relaxed) {
         rx.clear();
         if pending.is_empty() {
-            let _ = driver.rx_burst(&mut pools, &mut rx, 32);
+            if let Err(e) = driver.rx_burst(&mut pools, &mut rx, 32) {
+                gave_up = Some(format!("the device failed: {e}"));
+                break;
+            }
             pending.extend(rx.iter().copied());
         }
         let mut blocked = false;
@@ -312,5 +328,6 @@ pub(crate) fn drive_ipc<D: Driver>(
         s.driver = driver.stats();
         s.in_queue_full = dropped;
         s.cpu_us = (rusage_cpu_s(libc::RUSAGE_THREAD) * 1e6) as u64;
+        s.stopped = gave_up;
     }
 }

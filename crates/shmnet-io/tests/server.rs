@@ -5,7 +5,7 @@ use shmnet_chan::PageSize;
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::driver::softnic::{Softnic, SoftnicConfig, expected_payload};
 use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Server, ServerOptions};
+use shmnet_io::server::{Placement, Server, ServerOptions};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
@@ -101,6 +101,8 @@ fn start_with_process(tag: &str, count: u64, size: usize) -> Server {
             socket: socket_path(tag),
             page: PageSize::Small,
             ipc: false,
+            placement: Placement::Process,
+            limits: Default::default(),
         },
         |path| {
             Command::new(std::env::current_exe().unwrap())
@@ -119,7 +121,7 @@ fn start_with_process(tag: &str, count: u64, size: usize) -> Server {
         Duration::from_secs(30),
     )
     .expect("start the server with a driver process");
-    assert_eq!(server.stats_json()["driver_placement"], "process");
+    assert_eq!(server.stats().driver_placement, "process");
     server
 }
 
@@ -182,7 +184,7 @@ fn a_killed_driver_process_is_reported_and_the_server_keeps_answering() {
     let asker = std::thread::spawn(move || shmnet_io::server::query_stats(&path));
     serve_until(&mut r, |_| asker.is_finished());
     let st = asker.join().unwrap().expect("the server answers");
-    assert_eq!(st["driver_running"], false);
+    assert!(!st.driver_running);
 }
 
 struct Running {
@@ -191,10 +193,21 @@ struct Running {
 }
 
 fn start(tag: &str, count: u64, size: usize) -> Running {
-    start_as(tag, count, size, false)
+    start_as(tag, count, size, How::Polled)
 }
 
-fn start_as(tag: &str, count: u64, size: usize, ipc: bool) -> Running {
+/// The structure and the driver's placement a test runs.
+#[derive(Clone, Copy, PartialEq)]
+enum How {
+    /// `server`, the driver polled by the server's loop.
+    Polled,
+    /// `server`, the driver on a thread joined by the IN and OUT queues.
+    Thread,
+    /// `ipc`.
+    Ipc,
+}
+
+fn start_as(tag: &str, count: u64, size: usize, how: How) -> Running {
     let gate = Arc::new(AtomicBool::new(false));
     let nic = Softnic::new(SoftnicConfig {
         size,
@@ -218,7 +231,13 @@ fn start_as(tag: &str, count: u64, size: usize, ipc: bool) -> Running {
             },
             socket: socket_path(tag),
             page: PageSize::Small,
-            ipc,
+            ipc: how == How::Ipc,
+            placement: if how == How::Polled {
+                Placement::Polled
+            } else {
+                Placement::Thread
+            },
+            limits: Default::default(),
         },
     )
     .expect("start the server");
@@ -310,9 +329,9 @@ fn app_echo() {
     println!("done");
 }
 
-fn receive_all(tag: &str, ipc: bool) {
+fn receive_all(tag: &str, how: How) {
     let (count, size) = (3_000u64, 14_792usize);
-    let mut r = start_as(tag, count, size, ipc);
+    let mut r = start_as(tag, count, size, how);
     let path = socket_path(tag);
     let mut app = spawn_app(
         "app_checked_receiver",
@@ -331,17 +350,22 @@ fn receive_all(tag: &str, ipc: bool) {
 
 #[test]
 fn an_application_process_receives_every_message_intact() {
-    receive_all("intact", false);
+    receive_all("intact", How::Polled);
+}
+
+#[test]
+fn an_application_process_receives_every_message_intact_from_a_driver_thread() {
+    receive_all("intactthr", How::Thread);
 }
 
 #[test]
 fn the_ipc_structure_delivers_every_message_intact_too() {
-    receive_all("ipc", true);
+    receive_all("ipc", How::Ipc);
 }
 
-fn echo_all(tag: &str, ipc: bool) {
+fn echo_all(tag: &str, how: How) {
     let (count, size) = (500u64, 1_472usize);
-    let mut r = start_as(tag, count, size, ipc);
+    let mut r = start_as(tag, count, size, how);
     let mut app = spawn_app(
         "app_echo",
         &socket_path(tag),
@@ -352,9 +376,8 @@ fn echo_all(tag: &str, ipc: bool) {
     // Every echo left as a frame through the driver (plus the ARP request that found the
     // simulated peer), checked as well-formed by softnic's sink.
     serve_until(&mut r, |r| {
-        let st = r.server.stats_json();
-        st["driver"]["driver"]["tx_frames"].as_u64().unwrap_or(0) > count
-            && st["driver"]["driver"]["tx_errors"] == 0
+        let st = r.server.stats();
+        st.driver.driver.tx_frames > count && st.driver.driver.tx_errors == 0
     });
     assert!(
         all_free(&mut r),
@@ -365,12 +388,17 @@ fn echo_all(tag: &str, ipc: bool) {
 
 #[test]
 fn an_echo_application_sends_through_the_server() {
-    echo_all("echo", false);
+    echo_all("echo", How::Polled);
+}
+
+#[test]
+fn an_echo_application_sends_through_the_server_and_a_driver_thread() {
+    echo_all("echothr", How::Thread);
 }
 
 #[test]
 fn an_echo_application_sends_through_ipc() {
-    echo_all("echoipc", true);
+    echo_all("echoipc", How::Ipc);
 }
 
 #[test]

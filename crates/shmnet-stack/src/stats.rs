@@ -8,7 +8,8 @@
 macro_rules! stats {
     ($( $(#[$m:meta])* $name:ident ),* $(,)?) => {
         /// Counters of the interface. All are monotonically increasing `u64`s.
-        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
         pub struct Stats {
             $( $(#[$m])* pub $name: u64, )*
         }

@@ -105,41 +105,51 @@ pub fn stats(a: StatsArgs) -> Result<()> {
     let v = shmnet_io::server::query_stats(&a.socket)
         .with_context(|| format!("asking the server at {}", a.socket.display()))?;
     if a.json {
-        println!("{v}");
+        println!("{}", serde_json::to_string(&v)?);
         return Ok(());
     }
-    let g = |p: &str| v.pointer(p).cloned().unwrap_or_default();
-    let mib = |p: &str| g(p).as_f64().unwrap_or(0.0) / (1 << 20) as f64;
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    let (data, apps) = (v.memory.data_window_bytes, v.memory.app_windows_bytes);
     println!(
-        "server up {:.1} s; windows: data {:.1} MiB + apps {:.2} MiB = {:.1} MiB (a default server fits in 64 MiB)",
-        g("/uptime_s").as_f64().unwrap_or(0.0),
-        mib("/memory/data_window_bytes"),
-        mib("/memory/app_windows_bytes"),
-        mib("/memory/data_window_bytes") + mib("/memory/app_windows_bytes"),
+        "{} structure up {:.1} s, driver {} ({}); windows: data {:.1} MiB + apps {:.2} MiB = {:.1} MiB (a default server fits in 64 MiB)",
+        v.structure,
+        v.uptime_s,
+        v.driver_placement,
+        match (&v.driver_stopped, v.driver_running) {
+            (Some(why), _) => format!("stopped: {why}"),
+            (None, true) => "running".into(),
+            (None, false) => "stopped".into(),
+        },
+        mib(data),
+        mib(apps),
+        mib(data + apps),
     );
-    println!("driver: {}", g("/driver"));
-    let names = ["in ipv4", "in arp", "out"];
-    if let Some(rings) = g("/data_window/rings").as_array() {
-        for (r, name) in rings.iter().zip(names) {
-            println!("queue {name:8}: {r}");
+    println!("driver: {}", serde_json::to_string(&v.driver)?);
+    if let Some(w) = &v.data_window {
+        for (r, name) in w.rings.iter().zip(["in ipv4", "in arp", "out"]) {
+            println!("queue {name:8}: {}", serde_json::to_string(r)?);
         }
+        println!("pools: {}", serde_json::to_string(&w.pools)?);
     }
-    println!("pools: {}", g("/data_window/pools"));
-    if let Some(stack) = g("/stack").as_object() {
-        let nz: Vec<String> = stack
-            .iter()
-            .filter(|(_, v)| v.as_u64() != Some(0))
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        println!("stack: {}", nz.join(" "));
-    }
-    if let Some(apps) = g("/apps").as_array() {
-        for (i, app) in apps.iter().enumerate() {
-            println!(
-                "app {i}: sockets {} holding {} counters {}",
-                app["sockets"], app["holding"], app["counters"]
-            );
-        }
+    let nz: Vec<String> = v
+        .stack
+        .fields()
+        .into_iter()
+        .filter(|(_, n)| *n != 0)
+        .map(|(k, n)| format!("{k}={n}"))
+        .collect();
+    println!("stack: {}", nz.join(" "));
+    println!("control: {}", serde_json::to_string(&v.control)?);
+    for (i, app) in v.apps.iter().enumerate() {
+        println!(
+            "app {i}: pid {} uid {} ({}), sockets {} holding {} counters {}",
+            app.pid,
+            app.uid,
+            app.transport,
+            app.sockets,
+            app.holding,
+            serde_json::to_string(&app.counters)?
+        );
     }
     Ok(())
 }

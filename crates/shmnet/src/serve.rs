@@ -12,6 +12,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// Where the driver of the server structure runs (see `--placement`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PlacementArg {
+    /// Polled by the server's own loop.
+    Polled,
+    /// A thread of the server process.
+    Thread,
+    /// A process of its own.
+    Process,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Structure {
     /// Driver, stack and applications in one thread.
@@ -192,10 +203,22 @@ pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
 pub struct ServeArgs {
     #[command(flatten)]
     dev: DriverArgs,
-    /// server structure: run the driver as a thread of the server process instead of a
-    /// process of its own.
-    #[arg(long)]
+    /// server structure: where the driver runs — `polled` by the server's own loop (no
+    /// queue between them: the fastest on few cores), `thread` (a thread of the server
+    /// joined by the IN and OUT queues), or `process` (a process of its own, seed 002's
+    /// layout: the driver alone holds the device). The ipc structure always uses a thread.
+    #[arg(long, value_enum, default_value = "polled")]
+    placement: PlacementArg,
+    /// Same as `--placement thread` (kept for scripts).
+    #[arg(long, hide = true)]
     driver_thread: bool,
+    /// server structure: connections the control socket accepts at once (applications,
+    /// `shmnet stats`, not yet greeted); the next is told the server is full.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    max_connections: usize,
+    /// server structure: seconds a new connection may take to say Hello before it is closed.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    hello_timeout: f64,
     /// How the parties are placed.
     #[arg(long, value_enum, default_value = "inline")]
     structure: Structure,
@@ -249,6 +272,22 @@ fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
         return Err(format!("prefix {prefix} is longer than 32"));
     }
     Ok((ip, prefix))
+}
+
+/// CPU seconds of the server structure's parties.
+#[derive(serde::Serialize)]
+struct CpuSplit {
+    server: f64,
+    driver: f64,
+}
+
+/// What `shmnet serve --structure server|ipc` prints when it stops: every counter, and who
+/// used the CPU.
+#[derive(serde::Serialize)]
+struct ServerReport {
+    #[serde(flatten)]
+    stats: shmnet_io::server::ServerStats,
+    cpu_s: CpuSplit,
 }
 
 #[derive(serde::Serialize)]
@@ -476,7 +515,7 @@ fn serve<D: Driver>(
 }
 
 fn run_server(a: ServeArgs) -> Result<()> {
-    use shmnet_io::server::{Server, ServerOptions};
+    use shmnet_io::server::{ControlLimits, Placement, Server, ServerOptions};
     if !a.echo.is_empty() || !a.sink.is_empty() {
         bail!(
             "in the server structure applications are processes of their own: start `shmnet app sink --port P` (or echo) after the server, not --sink/--echo"
@@ -494,13 +533,26 @@ fn run_server(a: ServeArgs) -> Result<()> {
         },
         socket: a.socket.clone(),
         page: a.page,
-        ipc: false,
+        ipc: a.structure == Structure::Ipc,
+        placement: match (a.placement, a.driver_thread) {
+            (_, true) | (PlacementArg::Thread, _) => Placement::Thread,
+            (PlacementArg::Polled, _) => Placement::Polled,
+            (PlacementArg::Process, _) => Placement::Process,
+        },
+        limits: ControlLimits {
+            max_connections: a.max_connections,
+            hello_timeout: Duration::from_secs_f64(a.hello_timeout),
+        },
     };
-    let ipc = a.structure == Structure::Ipc;
-    let opts = ServerOptions { ipc, ..opts };
+    let ipc = opts.ipc;
     let gate = Arc::new(AtomicBool::new(false));
     let softnic = a.dev.driver == "softnic";
-    let as_thread = a.driver_thread || ipc;
+    let as_thread = opts.placement != Placement::Process || ipc;
+    let placement = if ipc {
+        Placement::Thread
+    } else {
+        opts.placement
+    };
     let af_packet = a.dev.driver.strip_prefix("af_packet:");
     if !softnic && af_packet.is_none() {
         bail!(
@@ -546,7 +598,7 @@ fn run_server(a: ServeArgs) -> Result<()> {
         "shmnet {} structure, driver {} ({}) on {}/{}, control socket {}; data window {data_mib:.1} MiB{}",
         if ipc { "ipc" } else { "server" },
         a.dev.driver,
-        if as_thread { "thread" } else { "process" },
+        placement.name(),
         a.dev.ip.0,
         a.dev.ip.1,
         a.socket.display(),
@@ -565,6 +617,7 @@ fn run_server(a: ServeArgs) -> Result<()> {
     // A benchmark run ends when its harness says so on the scoreboard.
     let board = a.dev.board()?.map(|(b, _)| b);
     let quit = || board.as_ref().is_some_and(|b| b.quitting());
+    let mut driver_died = false;
     while run.keep_going() && !quit() {
         if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
             gate.store(true, Ordering::Release);
@@ -574,19 +627,21 @@ fn run_server(a: ServeArgs) -> Result<()> {
             if server.driver_stopped() {
                 // Without its device the server has nothing to serve: say so and exit, so
                 // that applications see the server go and a supervisor can restart it.
-                pb.suspend(|| eprintln!("the driver stopped: shutting down"));
+                let why = server.stats().driver_stopped.unwrap_or_default();
+                pb.suspend(|| eprintln!("shmnet: the driver stopped ({why}): shutting down"));
+                driver_died = true;
                 break;
             }
             server.idle(Duration::from_millis(50));
         }
         if last.0.elapsed() >= Duration::from_secs(1) {
-            let st = server.stats_json();
-            let delivered = st["stack"]["udp_delivered"].as_u64().unwrap_or(0);
+            let st = server.stats();
+            let delivered = st.stack.udp_delivered;
             let rate = (delivered - last.1.min(delivered)) as f64 / last.0.elapsed().as_secs_f64();
             pb.set_message(format!(
                 "{} applications, {delivered} datagrams delivered ({rate:.0}/s), {} frames from the driver",
                 server.apps_attached(),
-                st["driver"]["driver"]["rx_frames"]
+                st.driver.driver.rx_frames
             ));
             pb.tick();
             last = (Instant::now(), delivered);
@@ -594,23 +649,33 @@ fn run_server(a: ServeArgs) -> Result<()> {
     }
     pb.finish_and_clear();
     server.shutdown();
-    let mut stats = server.stats_json();
+    let stats = server.stats();
     // Who used the CPU: the server loop, and the driver (its thread's own count, or the
-    // driver process reaped by `shutdown`).
-    let driver_thread_s = stats["driver"]["cpu_us"].as_f64().unwrap_or(0.0) / 1e6;
+    // driver process reaped by `shutdown`; a polled driver's time is the server's).
+    let driver_thread_s = stats.driver.cpu_us as f64 / 1e6;
     let (own, children) = (
         shmnet_io::server::rusage_cpu_s(libc::RUSAGE_SELF),
         shmnet_io::server::rusage_cpu_s(libc::RUSAGE_CHILDREN),
     );
-    stats["cpu_s"] = if as_thread {
-        serde_json::json!({"server": own - driver_thread_s, "driver": driver_thread_s})
+    let cpu_s = if as_thread {
+        CpuSplit {
+            server: own - driver_thread_s,
+            driver: driver_thread_s,
+        }
     } else {
-        serde_json::json!({"server": own, "driver": children})
+        CpuSplit {
+            server: own,
+            driver: children,
+        }
     };
+    let report = ServerReport { stats, cpu_s };
     if a.json {
-        println!("{stats}");
+        println!("{}", serde_json::to_string(&report)?);
     } else {
-        println!("{}", serde_json::to_string_pretty(&stats)?);
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    if driver_died {
+        bail!("the driver stopped before the server was told to: see its last counters above");
     }
     Ok(())
 }

@@ -142,9 +142,8 @@ pub(super) fn run(
         .map_err(|e| RunError::Setup(format!("binding UDP port {PORT}: {e}")))?;
     let mut buf = vec![0u8; 65_536];
     let per_message = super::fragments(s.size) as u64;
-    let accounted = |stats: &serde_json::Value, received: u64| {
-        let queue_full = stats["stack"]["queue_full"].as_u64().unwrap_or(0);
-        received + queue_full >= s.messages
+    let accounted = |stats: &shmnet_io::server::ServerStats, received: u64| {
+        received + stats.stack.queue_full >= s.messages
     };
     let mut last_report = Instant::now();
     let mut last_message = Instant::now();
@@ -187,8 +186,8 @@ pub(super) fn run(
     let read_counts = || -> Result<(u64, u64), RunError> {
         let stats = shmnet_io::server::query_stats(&socket)
             .map_err(|e| RunError::Setup(format!("reading the server's counters: {e}")))?;
-        let frames = stats["driver"]["driver"]["rx_frames"].as_u64().unwrap_or(0);
-        let queue_full = stats["stack"]["queue_full"].as_u64().unwrap_or(0);
+        let frames = stats.driver.driver.rx_frames;
+        let queue_full = stats.stack.queue_full;
         Ok(((frames / per_message).min(s.messages), queue_full))
     };
     let settle_by = Instant::now() + Duration::from_secs(2);

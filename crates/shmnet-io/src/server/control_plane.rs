@@ -1,0 +1,629 @@
+//! The control plane: a thread of its own that accepts connections on the control socket,
+//! greets applications, and answers Bind, Close and Stats — off the data plane's path.
+//!
+//! It never touches the data plane's state. What needs it (an application's rings to serve,
+//! a port to bind, the counters) goes to the data plane as a [`Command`] through an
+//! in-process queue: the data plane notices a command with one relaxed load per round, and
+//! an eventfd wakes it if it sleeps. Replies come back on a channel of their own.
+//!
+//! Abuse it survives (each refusal is counted in [`ControlCounters`]):
+//! - more than `max_connections` connections: the next is told so and closed;
+//! - a connection that says nothing for `hello_timeout`: closed;
+//! - the process's fd limit: `accept` fails with EMFILE. The listener rests a moment (the
+//!   connection waits in the backlog, no spinning), and a reserve fd kept for the purpose is
+//!   given up to take one pending connection: a `Stats` request on it is answered, anything
+//!   else is told to come back later — so `shmnet stats` answers even then;
+//! - oversized or malformed messages: refused with an error message naming the problem.
+//!
+//! Every connection's peer credentials (pid, uid) are read with `SO_PEERCRED` when it is
+//! accepted and recorded with the application.
+
+use super::stats::{ControlCounters, ServerStats};
+use super::transport::{AppTransport, IpcApp, ShmApp};
+use crate::control::{self, PROTOCOL_VERSION, Request, Response};
+use crate::driver_host::DriverThreadStats;
+use crate::windows;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
+use shmnet_chan::Window;
+use shmnet_chan::handoff::send_window;
+use shmnet_chan::signal::{EventFd, Signal};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long the control plane waits for the data plane to answer a request.
+const REPLY_PATIENCE: Duration = Duration::from_secs(2);
+/// How long the listener rests after `accept` ran out of file descriptors.
+const FD_REST: Duration = Duration::from_millis(20);
+
+/// Limits on what clients may do to the control plane.
+#[derive(Clone, Copy, Debug)]
+pub struct ControlLimits {
+    /// Connections open at once (applications, stats askers, not yet greeted).
+    pub max_connections: usize,
+    /// How long a new connection may take to say Hello (or ask for Stats).
+    pub hello_timeout: Duration,
+}
+
+impl Default for ControlLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            hello_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A request from the control plane to the data plane.
+pub(crate) enum Command {
+    /// Serve a new application.
+    Attach {
+        id: u64,
+        pid: i32,
+        uid: u32,
+        transport: Box<dyn AppTransport>,
+    },
+    /// Bind a UDP port for an application.
+    Bind {
+        id: u64,
+        port: u16,
+        reply: mpsc::SyncSender<Response>,
+    },
+    /// Close one of its sockets.
+    Close {
+        id: u64,
+        socket: u32,
+        reply: mpsc::SyncSender<Response>,
+    },
+    /// The application hung up: take back what it held.
+    Detach { id: u64 },
+    /// Every counter.
+    Stats {
+        reply: mpsc::SyncSender<Box<ServerStats>>,
+    },
+    /// The driver process went away.
+    DriverGone,
+}
+
+/// The data plane's end of the command queue.
+pub(crate) struct Inbox {
+    rx: mpsc::Receiver<Command>,
+    pending: Arc<AtomicUsize>,
+    wake: Arc<EventFd>,
+}
+
+impl Inbox {
+    /// Whether a command is waiting (one relaxed load).
+    #[inline]
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Relaxed) != 0
+    }
+
+    /// The next command, if any.
+    pub(crate) fn take(&mut self) -> Option<Command> {
+        let c = self.rx.try_recv().ok()?;
+        self.pending.fetch_sub(1, Ordering::Relaxed);
+        Some(c)
+    }
+
+    /// Readable while a command's wake-up is pending.
+    pub(crate) fn wake_fd(&self) -> BorrowedFd<'_> {
+        self.wake.fd()
+    }
+
+    /// Consumes pending wake-ups (after a sleep).
+    pub(crate) fn clear_wake(&self) {
+        Signal::clear(&*self.wake);
+    }
+}
+
+/// The control plane's end of the command queue.
+#[derive(Clone)]
+pub(crate) struct Outbox {
+    tx: mpsc::Sender<Command>,
+    pending: Arc<AtomicUsize>,
+    wake: Arc<EventFd>,
+}
+
+impl Outbox {
+    /// Queues `c` and wakes the data plane. `false` if the data plane is gone.
+    pub(crate) fn send(&self, c: Command) -> bool {
+        if self.tx.send(c).is_err() {
+            return false;
+        }
+        self.pending.fetch_add(1, Ordering::Release);
+        self.wake.raise();
+        true
+    }
+
+    /// Sends a command carrying `reply` and waits for the answer.
+    fn ask<T>(&self, make: impl FnOnce(mpsc::SyncSender<T>) -> Command) -> Option<T> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        if !self.send(make(reply)) {
+            return None;
+        }
+        answer.recv_timeout(REPLY_PATIENCE).ok()
+    }
+}
+
+/// A command queue between the two planes.
+pub(crate) fn command_queue() -> std::io::Result<(Outbox, Inbox)> {
+    let (tx, rx) = mpsc::channel();
+    let pending = Arc::new(AtomicUsize::new(0));
+    let wake = Arc::new(EventFd::new()?);
+    Ok((
+        Outbox {
+            tx,
+            pending: pending.clone(),
+            wake: wake.clone(),
+        },
+        Inbox { rx, pending, wake },
+    ))
+}
+
+/// What the control plane thread is given.
+pub(crate) struct ControlSpec {
+    pub(crate) listener: OwnedFd,
+    pub(crate) data: Arc<Window>,
+    pub(crate) ipc: bool,
+    pub(crate) limits: ControlLimits,
+    pub(crate) outbox: Outbox,
+    pub(crate) counters: Arc<Mutex<ControlCounters>>,
+    /// A driver process's control socket, and where its counters go.
+    pub(crate) driver: Option<(OwnedFd, Arc<Mutex<DriverThreadStats>>)>,
+}
+
+/// The running control plane.
+pub(crate) struct ControlHandle {
+    stop: Arc<EventFd>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ControlHandle {
+    /// Starts the control plane thread.
+    pub(crate) fn start(spec: ControlSpec) -> std::io::Result<Self> {
+        let stop = Arc::new(EventFd::new()?);
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("shmnet-control".into())
+            .spawn(move || ControlPlane::new(spec, stop2).run())?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops the thread: every connection closes (applications see the server go).
+    pub(crate) fn stop(&mut self) {
+        self.stop.raise();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ControlHandle {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where a connection is in its life.
+enum Stage {
+    /// Accepted; has not said Hello.
+    Greeting,
+    /// An attached application.
+    App,
+}
+
+struct Conn {
+    fd: OwnedFd,
+    id: u64,
+    pid: i32,
+    uid: u32,
+    since: Instant,
+    stage: Stage,
+}
+
+struct ControlPlane {
+    spec: ControlSpec,
+    stop: Arc<EventFd>,
+    conns: Vec<Conn>,
+    next_id: u64,
+    /// Kept open to be given up when `accept` runs out of fds.
+    reserve: Option<OwnedFd>,
+    listener_rests_until: Option<Instant>,
+    buf: Vec<u8>,
+}
+
+impl ControlPlane {
+    fn new(spec: ControlSpec, stop: Arc<EventFd>) -> Self {
+        Self {
+            spec,
+            stop,
+            conns: Vec::new(),
+            next_id: 1,
+            reserve: open_reserve(),
+            listener_rests_until: None,
+            // One byte more than the largest message, to tell a message that fills the
+            // buffer from one that was truncated.
+            buf: vec![0u8; control::MAX_MSG + 1],
+        }
+    }
+
+    fn count(&self, f: impl FnOnce(&mut ControlCounters)) {
+        if let Ok(mut c) = self.spec.counters.lock() {
+            f(&mut c);
+        }
+    }
+
+    fn run(mut self) {
+        loop {
+            let now = Instant::now();
+            if self.listener_rests_until.is_some_and(|t| now >= t) {
+                self.listener_rests_until = None;
+            }
+            let deadline = self
+                .conns
+                .iter()
+                .filter(|c| matches!(c.stage, Stage::Greeting))
+                .map(|c| c.since + self.spec.limits.hello_timeout)
+                .chain(self.listener_rests_until)
+                .min();
+            let wait = deadline.map_or(Duration::from_secs(1), |d| {
+                d.saturating_duration_since(now)
+                    .max(Duration::from_millis(1))
+            });
+            let (stop, listener, driver, ready) = {
+                let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3 + self.conns.len());
+                fds.push(PollFd::from_borrowed_fd(self.stop.fd(), PollFlags::IN));
+                let listening = self.listener_rests_until.is_none();
+                if listening {
+                    fds.push(PollFd::new(&self.spec.listener, PollFlags::IN));
+                }
+                let driver_at = fds.len();
+                if let Some((fd, _)) = &self.spec.driver {
+                    fds.push(PollFd::new(fd, PollFlags::IN));
+                }
+                let conns_at = fds.len();
+                for c in &self.conns {
+                    fds.push(PollFd::new(&c.fd, PollFlags::IN));
+                }
+                let ts = Timespec {
+                    tv_sec: wait.as_secs() as _,
+                    tv_nsec: wait.subsec_nanos() as _,
+                };
+                let _ = rustix::event::poll(&mut fds, Some(&ts));
+                let hit = |f: &PollFd<'_>| !f.revents().is_empty();
+                let stop = hit(&fds[0]);
+                let listener = listening && hit(&fds[1]);
+                let driver = self.spec.driver.is_some() && hit(&fds[driver_at]);
+                let ready: Vec<u64> = fds[conns_at..]
+                    .iter()
+                    .zip(&self.conns)
+                    .filter(|(f, _)| hit(f))
+                    .map(|(_, c)| c.id)
+                    .collect();
+                (stop, listener, driver, ready)
+            };
+            if stop {
+                break;
+            }
+            if driver {
+                self.watch_driver();
+            }
+            for id in ready {
+                self.serve(id);
+            }
+            if listener {
+                self.accept();
+            }
+            self.expire();
+            let open = self.conns.len() as u64;
+            self.count(|c| c.open = open);
+        }
+        // Dropping the connections closes them: applications see the server go.
+    }
+
+    /// Reads a driver process's counters; notices its death.
+    fn watch_driver(&mut self) {
+        let Some((fd, stats)) = &self.spec.driver else {
+            return;
+        };
+        loop {
+            match control::recv_raw(fd, &mut self.buf) {
+                Ok(Some(n)) => {
+                    if let Ok(Request::DriverStats(st)) = serde_json::from_slice(&self.buf[..n]) {
+                        if let Ok(mut s) = stats.lock() {
+                            *s = st;
+                        }
+                    }
+                }
+                Ok(None) => return,
+                Err(_) => break,
+            }
+        }
+        self.spec.driver = None;
+        self.spec.outbox.send(Command::DriverGone);
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match control::accept(&self.spec.listener) {
+                Ok(Some(fd)) => self.admit(fd),
+                Ok(None) => return,
+                Err(control::ControlError::Io(e))
+                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) =>
+                {
+                    self.count(|c| c.fd_exhausted += 1);
+                    self.out_of_fds();
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// `accept` ran out of fds: rest the listener, and use the reserve fd to take one
+    /// pending connection — answered if it asks for Stats, turned away otherwise.
+    fn out_of_fds(&mut self) {
+        self.listener_rests_until = Some(Instant::now() + FD_REST);
+        if self.reserve.take().is_none() {
+            return;
+        }
+        if let Ok(Some(fd)) = control::accept(&self.spec.listener) {
+            let deadline = Instant::now() + Duration::from_millis(50);
+            let answer = match wait_message(&fd, &mut self.buf, deadline) {
+                Some(Request::Stats) => self.stats_response(),
+                _ => Response::Error(
+                    "the shmnet server is out of file descriptors: try again later, or raise its limit (ulimit -n)"
+                        .into(),
+                ),
+            };
+            let _ = control::send(&fd, &answer);
+        }
+        self.reserve = open_reserve();
+    }
+
+    fn admit(&mut self, fd: OwnedFd) {
+        self.count(|c| c.accepted += 1);
+        if self.conns.len() >= self.spec.limits.max_connections {
+            self.count(|c| c.refused_full += 1);
+            let _ = control::send(
+                &fd,
+                &Response::Error(format!(
+                    "the shmnet server already has {} connections (its --max-connections): close some, or raise the limit",
+                    self.conns.len()
+                )),
+            );
+            return;
+        }
+        let (pid, uid) = match rustix::net::sockopt::socket_peercred(&fd) {
+            Ok(c) => (c.pid.as_raw_nonzero().get(), c.uid.as_raw()),
+            Err(_) => (0, u32::MAX),
+        };
+        let id = self.next_id;
+        self.next_id += 1;
+        self.conns.push(Conn {
+            fd,
+            id,
+            pid,
+            uid,
+            since: Instant::now(),
+            stage: Stage::Greeting,
+        });
+    }
+
+    /// Closes connections that did not say Hello in time.
+    fn expire(&mut self) {
+        let limit = self.spec.limits.hello_timeout;
+        let before = self.conns.len();
+        self.conns
+            .retain(|c| !(matches!(c.stage, Stage::Greeting) && c.since.elapsed() >= limit));
+        let expired = (before - self.conns.len()) as u64;
+        if expired > 0 {
+            self.count(|c| c.hello_timeouts += expired);
+        }
+    }
+
+    /// Reads and answers everything connection `id` has sent; closes it on hang-up.
+    fn serve(&mut self, id: u64) {
+        loop {
+            let Some(i) = self.conns.iter().position(|c| c.id == id) else {
+                return;
+            };
+            let n = match control::recv_raw(&self.conns[i].fd, &mut self.buf) {
+                Ok(Some(n)) => n,
+                Ok(None) => return,
+                Err(_) => {
+                    self.hang_up(i);
+                    return;
+                }
+            };
+            let answer = if n > control::MAX_MSG {
+                self.count(|c| c.bad_messages += 1);
+                Some(Response::Error(format!(
+                    "control messages are at most {} bytes",
+                    control::MAX_MSG
+                )))
+            } else {
+                match serde_json::from_slice::<Request>(&self.buf[..n]) {
+                    Ok(req) => self.handle(i, req),
+                    Err(e) => {
+                        self.count(|c| c.bad_messages += 1);
+                        Some(Response::Error(format!("malformed request: {e}")))
+                    }
+                }
+            };
+            if let Some(a) = answer {
+                if control::send(&self.conns[i].fd, &a).is_err() {
+                    self.hang_up(i);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn hang_up(&mut self, i: usize) {
+        let c = self.conns.swap_remove(i);
+        if matches!(c.stage, Stage::App) {
+            self.spec.outbox.send(Command::Detach { id: c.id });
+            self.count(|k| k.detached += 1);
+        }
+    }
+
+    fn handle(&mut self, i: usize, req: Request) -> Option<Response> {
+        let id = self.conns[i].id;
+        let attached = matches!(self.conns[i].stage, Stage::App);
+        let gone = || Response::Error("the server is stopping".into());
+        match req {
+            Request::Hello { version } => {
+                if version != PROTOCOL_VERSION {
+                    self.count(|c| c.bad_messages += 1);
+                    return Some(Response::Error(format!(
+                        "protocol version {version} is not {PROTOCOL_VERSION}: run the same shmnet version on both sides"
+                    )));
+                }
+                if attached {
+                    self.count(|c| c.bad_messages += 1);
+                    return Some(Response::Error("already attached".into()));
+                }
+                match self.attach(i) {
+                    Ok(()) => None,
+                    Err(e) => Some(Response::Error(format!("cannot attach: {e}"))),
+                }
+            }
+            Request::Bind { port } if attached => Some(
+                self.spec
+                    .outbox
+                    .ask(|reply| Command::Bind { id, port, reply })
+                    .unwrap_or_else(gone),
+            ),
+            Request::Close { socket } if attached => Some(
+                self.spec
+                    .outbox
+                    .ask(|reply| Command::Close { id, socket, reply })
+                    .unwrap_or_else(gone),
+            ),
+            Request::Bind { .. } | Request::Close { .. } => {
+                self.count(|c| c.bad_messages += 1);
+                Some(Response::Error("say Hello first".into()))
+            }
+            Request::Stats => Some(self.stats_response()),
+            Request::DriverHello { .. } | Request::DriverStats(_) => {
+                self.count(|c| c.bad_messages += 1);
+                Some(Response::Error(
+                    "a driver attaches only while the server starts".into(),
+                ))
+            }
+        }
+    }
+
+    fn stats_response(&self) -> Response {
+        match self.spec.outbox.ask(|reply| Command::Stats { reply }) {
+            Some(s) => {
+                self.count(|c| c.stats_answered += 1);
+                Response::Stats(s)
+            }
+            None => Response::Error(
+                "the server's data plane did not answer in time: it may be stopping".into(),
+            ),
+        }
+    }
+
+    /// Gives connection `i` its windows (or, in `ipc`, its data socket) and hands its side
+    /// of them to the data plane.
+    fn attach(&mut self, i: usize) -> Result<(), AttachError> {
+        let conn = &self.conns[i];
+        let transport: Box<dyn AppTransport> = if self.spec.ipc {
+            let (ours, theirs) = rustix::net::socketpair(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+                None,
+            )
+            .map_err(std::io::Error::from)?;
+            control::send(
+                &conn.fd,
+                &Response::Welcome {
+                    version: PROTOCOL_VERSION,
+                    data_window: 0,
+                    app_window: 0,
+                    ipc: true,
+                },
+            )?;
+            control::send_fd(&conn.fd, theirs.as_fd())?;
+            Box::new(IpcApp::new(ours))
+        } else {
+            let win = Window::create(&windows::app_window_spec())?;
+            control::send(
+                &conn.fd,
+                &Response::Welcome {
+                    version: PROTOCOL_VERSION,
+                    data_window: self.spec.data.size(),
+                    app_window: win.size(),
+                    ipc: false,
+                },
+            )?;
+            send_window(&conn.fd, &self.spec.data)?;
+            send_window(&conn.fd, &win)?;
+            let total = self.spec.data.buffers().geometry().total();
+            Box::new(ShmApp::new(win, self.spec.data.buffer_limits(), total)?)
+        };
+        let (id, pid, uid) = (conn.id, conn.pid, conn.uid);
+        self.spec.outbox.send(Command::Attach {
+            id,
+            pid,
+            uid,
+            transport,
+        });
+        self.conns[i].stage = Stage::App;
+        self.count(|c| c.attached += 1);
+        Ok(())
+    }
+}
+
+/// Why an application could not attach.
+#[derive(Debug, thiserror::Error)]
+enum AttachError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Control(#[from] control::ControlError),
+    #[error("creating its window: {0}")]
+    Window(#[from] shmnet_chan::window::CreateError),
+    #[error("taking its window's ends: {0}")]
+    Handle(#[from] shmnet_chan::window::HandleError),
+}
+
+/// An fd kept to be given up when the process runs out of them.
+fn open_reserve() -> Option<OwnedFd> {
+    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
+}
+
+/// Waits for one message on a non-blocking socket until `deadline`.
+pub(crate) fn wait_message<T: serde::de::DeserializeOwned>(
+    fd: &OwnedFd,
+    buf: &mut [u8],
+    deadline: Instant,
+) -> Option<T> {
+    loop {
+        match control::recv_raw(fd, buf) {
+            Ok(Some(n)) => return serde_json::from_slice(&buf[..n]).ok(),
+            Ok(None) => {}
+            Err(_) => return None,
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+    }
+}

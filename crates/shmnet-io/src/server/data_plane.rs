@@ -1,0 +1,604 @@
+//! The data plane: one loop over the driver's frames, the applications' rings and the
+//! stack's timers.
+//!
+//! Invariants (the hot path is sacred):
+//! - while any queue has work, a round makes no system call (the `ipc` structure aside,
+//!   whose whole point is that it copies through sockets), takes no lock a peer can hold and
+//!   allocates nothing — commands from the control plane are noticed through one relaxed
+//!   load of a counter, not a socket;
+//! - everything moves in bursts: rings are read and written [`BURST`] descriptors at a time,
+//!   deliveries to an application are published once per batch (one wake-up at most);
+//! - it sleeps only in [`DataPlane::idle`], after announcing sleep on every ring it consumes
+//!   and re-checking them (the rings' prepare-to-sleep protocol), on one `poll` over their
+//!   eventfds, the control plane's eventfd and the device's fd.
+
+use super::control_plane::{Command, Inbox};
+use super::stats::{AppCounters, AppStats, DataPlaneCounters, MemoryStats, ServerStats};
+use super::transport::{AppTransport, BURST, Round};
+use crate::control::{self, Response};
+use crate::driver::{Driver, RxFrame};
+use crate::driver_host::DriverThreadStats;
+use crate::pool::ChanPool;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::OwnedFd;
+use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
+use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `ipc`: frames the server holds for a driver socket that is full, at most.
+const IPC_TX_PENDING: usize = 1024;
+
+/// How the data plane reaches the driver. (One per server: the size of the ring variant
+/// does not matter, and keeping it inline saves an indirection on every round.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum DriverLink {
+    /// The loop polls the device itself: no queue, no other thread (as TAS and Snap poll
+    /// their NIC queues).
+    Polled(Box<Polled>),
+    /// IN and OUT rings in the data window, to a driver thread or process.
+    Rings {
+        in_ipv4: Consumer,
+        in_arp: Consumer,
+        out: Producer,
+    },
+    /// `ipc`: every frame copied through a socket to a driver thread.
+    Ipc(OwnedFd),
+}
+
+/// A driver polled by the data plane.
+pub(crate) struct Polled {
+    pub(crate) driver: Box<dyn Driver>,
+    pub(crate) pools: DriverPools,
+    frames: Vec<RxFrame>,
+    out: Vec<u32>,
+    /// Set when the device gave up.
+    stopped: Option<String>,
+}
+
+impl Polled {
+    pub(crate) fn new(driver: Box<dyn Driver>, pools: DriverPools) -> Self {
+        Self {
+            driver,
+            pools,
+            frames: Vec::with_capacity(BURST),
+            out: Vec::with_capacity(BURST),
+            stopped: None,
+        }
+    }
+}
+
+/// One attached application.
+struct AppSlot {
+    id: u64,
+    pid: i32,
+    uid: u32,
+    transport: Box<dyn AppTransport>,
+    /// Socket number → stack socket.
+    sockets: Vec<Option<SocketHandle>>,
+    counters: AppCounters,
+}
+
+/// What the data plane reports about the driver's health.
+pub(crate) struct DriverWatch {
+    /// Counters written by a driver thread, or by the control plane for a driver process.
+    pub(crate) stats: Arc<Mutex<DriverThreadStats>>,
+    /// Cleared when the driver stops (its thread ended, its process went away).
+    pub(crate) alive: Arc<AtomicBool>,
+    /// `polled`, `thread` or `process`.
+    pub(crate) placement: &'static str,
+}
+
+/// The data plane's state.
+pub(crate) struct DataPlane {
+    data: Arc<Window>,
+    pool: ChanPool,
+    iface: Interface,
+    link: DriverLink,
+    apps: Vec<AppSlot>,
+    tx: Vec<BufIdx>,
+    out_descs: [Desc; BURST],
+    scratch: Box<[u8]>,
+    batch: [Desc; BURST],
+    inbox: Inbox,
+    epoch: Instant,
+    counters: DataPlaneCounters,
+    out_full: u64,
+    ipc_drops: u64,
+    ipc_pending_full: bool,
+    pub(crate) driver: DriverWatch,
+    pub(crate) socket: std::path::PathBuf,
+    pub(crate) control: Arc<Mutex<super::stats::ControlCounters>>,
+}
+
+impl DataPlane {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        data: Arc<Window>,
+        iface: Interface,
+        link: DriverLink,
+        inbox: Inbox,
+        driver: DriverWatch,
+        socket: std::path::PathBuf,
+        control: Arc<Mutex<super::stats::ControlCounters>>,
+    ) -> Self {
+        Self {
+            pool: ChanPool::new(data.server_pools().expect("a fresh data window")),
+            data,
+            iface,
+            link,
+            apps: Vec::new(),
+            tx: Vec::with_capacity(4 * BURST),
+            out_descs: [Desc::default(); BURST],
+            scratch: vec![0u8; 65_536 + control::IPC_HEADER].into_boxed_slice(),
+            batch: [Desc::default(); BURST],
+            inbox,
+            epoch: Instant::now(),
+            counters: DataPlaneCounters::default(),
+            out_full: 0,
+            ipc_drops: 0,
+            ipc_pending_full: false,
+            driver,
+            socket,
+            control,
+        }
+    }
+
+    fn now(&self) -> shmnet_stack::Instant {
+        shmnet_stack::Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// One round. Returns how much work it found (0: idle).
+    pub(crate) fn step(&mut self) -> usize {
+        self.counters.rounds += 1;
+        let mut work = 0;
+        if self.inbox.pending() {
+            work += self.apply_commands();
+        }
+        let now = self.now();
+        work += self.receive_frames(now);
+        let mut r = Round {
+            iface: &mut self.iface,
+            pool: &mut self.pool,
+            tx: &mut self.tx,
+            now,
+            scratch: &mut self.scratch,
+        };
+        for app in &mut self.apps {
+            work += app.transport.take(&mut r, &app.sockets, &mut app.counters);
+        }
+        for app in &mut self.apps {
+            work += app
+                .transport
+                .deliver(&mut r, &app.sockets, &mut app.counters);
+        }
+        self.iface.poll(&mut self.pool, now, &mut self.tx);
+        work += self.transmit_frames();
+        self.pool.pools().drain_deferred(64);
+        if work > 0 {
+            self.counters.busy_rounds += 1;
+        }
+        work
+    }
+
+    /// Frames from the driver into the stack.
+    fn receive_frames(&mut self, now: shmnet_stack::Instant) -> usize {
+        match &mut self.link {
+            DriverLink::Polled(p) => {
+                if p.stopped.is_some() {
+                    return 0;
+                }
+                p.frames.clear();
+                if let Err(e) = p.driver.rx_burst(&mut p.pools, &mut p.frames, BURST) {
+                    p.stopped = Some(format!("the device failed: {e}"));
+                    self.driver.alive.store(false, Ordering::Relaxed);
+                }
+                for f in &p.frames {
+                    self.iface
+                        .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
+                }
+                self.counters.polled_rx += p.frames.len() as u64;
+                p.frames.len()
+            }
+            DriverLink::Rings {
+                in_ipv4, in_arp, ..
+            } => {
+                let mut work = 0;
+                for ring in [in_ipv4, in_arp] {
+                    let n = ring.dequeue_burst(&mut self.batch);
+                    work += n;
+                    for d in &self.batch[..n] {
+                        self.iface
+                            .receive(&mut self.pool, BufIdx(d.buf), now, &mut self.tx);
+                    }
+                }
+                work
+            }
+            DriverLink::Ipc(sock) => {
+                let mut n = 0;
+                while n < BURST {
+                    let Some(b) = self.pool.alloc() else {
+                        // No buffer: take the frame off the socket anyway and drop it.
+                        match control::recv_raw(&*sock, &mut self.scratch) {
+                            Ok(Some(_)) => {
+                                self.ipc_drops += 1;
+                                n += 1;
+                                continue;
+                            }
+                            _ => break,
+                        }
+                    };
+                    match control::recv_raw(&*sock, self.pool.data_mut(b)) {
+                        Ok(Some(len)) if len <= self.pool.capacity() => {
+                            self.pool.set_off(b, 0);
+                            self.pool.set_len(b, len as u16);
+                            self.iface.receive(&mut self.pool, b, now, &mut self.tx);
+                            n += 1;
+                        }
+                        _ => {
+                            self.pool.free(b);
+                            break;
+                        }
+                    }
+                }
+                n
+            }
+        }
+    }
+
+    /// Frames the stack emitted, to the driver.
+    fn transmit_frames(&mut self) -> usize {
+        if self.tx.is_empty() {
+            return 0;
+        }
+        let n = self.tx.len();
+        match &mut self.link {
+            DriverLink::Polled(p) => {
+                for chunk in self.tx.chunks(BURST) {
+                    p.out.clear();
+                    p.out.extend(chunk.iter().map(|b| b.0));
+                    if p.stopped.is_some() {
+                        for &b in &p.out {
+                            p.pools.release(b);
+                        }
+                        self.out_full += p.out.len() as u64;
+                    } else {
+                        // Errors are counted by the driver (`tx_errors`); every buffer is
+                        // released either way.
+                        let _ = p.driver.tx_burst(&mut p.pools, &p.out);
+                    }
+                }
+                self.tx.clear();
+            }
+            DriverLink::Rings { out, .. } => {
+                for chunk in self.tx.chunks(BURST) {
+                    let descs = &mut self.out_descs[..chunk.len()];
+                    for (d, b) in descs.iter_mut().zip(chunk) {
+                        *d = Desc::new(b.0, u32::from(self.pool.len(*b)));
+                    }
+                    let placed = out.enqueue_burst(descs);
+                    for d in &descs[placed..] {
+                        self.out_full += 1;
+                        self.pool.free(BufIdx(d.buf));
+                    }
+                }
+                self.tx.clear();
+            }
+            DriverLink::Ipc(sock) => {
+                // Frames the driver's socket cannot take now wait here, in order, up to a
+                // bound.
+                let mut done = 0;
+                for &b in &self.tx {
+                    let bytes = shmnet_stack::buf::valid(&self.pool, b);
+                    match control::send_raw(&*sock, &[bytes]) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(_) => self.ipc_drops += 1,
+                    }
+                    self.pool.free(b);
+                    done += 1;
+                }
+                self.tx.drain(..done);
+                let excess = self.tx.len().saturating_sub(IPC_TX_PENDING);
+                for b in self.tx.drain(..excess) {
+                    self.pool.free(b);
+                    self.ipc_drops += 1;
+                }
+                self.ipc_pending_full = !self.tx.is_empty();
+                return done;
+            }
+        }
+        n
+    }
+
+    /// Applies what the control plane asked for.
+    fn apply_commands(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(cmd) = self.inbox.take() {
+            n += 1;
+            self.counters.commands += 1;
+            match cmd {
+                Command::Attach {
+                    id,
+                    pid,
+                    uid,
+                    transport,
+                } => self.apps.push(AppSlot {
+                    id,
+                    pid,
+                    uid,
+                    transport,
+                    sockets: Vec::new(),
+                    counters: AppCounters::default(),
+                }),
+                Command::Bind { id, port, reply } => {
+                    let resp = self.bind(id, port);
+                    let _ = reply.send(resp);
+                }
+                Command::Close { id, socket, reply } => {
+                    let resp = self.close(id, socket);
+                    let _ = reply.send(resp);
+                }
+                Command::Detach { id } => self.detach(id),
+                Command::Stats { reply } => {
+                    let _ = reply.send(Box::new(self.stats()));
+                }
+                Command::DriverGone => {
+                    self.driver.alive.store(false, Ordering::Relaxed);
+                    if let DriverLink::Rings { out, .. } = &mut self.link {
+                        // What the driver had queued for us is still good. What it held
+                        // (frames between device and queue, frames taken off OUT) is lost
+                        // with it: the pools show the shortfall. OUT restarts empty.
+                        out.resync();
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    fn app_mut(&mut self, id: u64) -> Option<&mut AppSlot> {
+        self.apps.iter_mut().find(|a| a.id == id)
+    }
+
+    fn bind(&mut self, id: u64, port: u16) -> Response {
+        let Some(app) = self.apps.iter_mut().find(|a| a.id == id) else {
+            return Response::Error("say Hello first".into());
+        };
+        match self.iface.udp_bind_port(port) {
+            Ok(h) => {
+                app.sockets.push(Some(h));
+                Response::Bound {
+                    socket: (app.sockets.len() - 1) as u32,
+                }
+            }
+            Err(e) => Response::Error(format!("cannot bind UDP port {port}: {e}")),
+        }
+    }
+
+    fn close(&mut self, id: u64, socket: u32) -> Response {
+        let Some(app) = self.app_mut(id) else {
+            return Response::Error("say Hello first".into());
+        };
+        match app.sockets.get_mut(socket as usize).and_then(Option::take) {
+            Some(h) => {
+                let _ = self.iface.udp_close(&mut self.pool, h);
+                Response::Closed { socket }
+            }
+            None => Response::Error(format!("no socket {socket}")),
+        }
+    }
+
+    /// The application has gone: what it queued before it went still counts (serve its
+    /// rings once more), then everything it held comes back and its sockets close.
+    fn detach(&mut self, id: u64) {
+        let Some(i) = self.apps.iter().position(|a| a.id == id) else {
+            return;
+        };
+        let mut app = self.apps.swap_remove(i);
+        let mut r = Round {
+            iface: &mut self.iface,
+            pool: &mut self.pool,
+            tx: &mut self.tx,
+            now: shmnet_stack::Instant::from_nanos(self.epoch.elapsed().as_nanos() as u64),
+            scratch: &mut self.scratch,
+        };
+        app.transport.take(&mut r, &app.sockets, &mut app.counters);
+        app.transport.reclaim(&mut self.pool);
+        for h in app.sockets.into_iter().flatten() {
+            let _ = self.iface.udp_close(&mut self.pool, h);
+        }
+    }
+
+    /// Sleeps until a ring, the control plane, the device or the stack's timers have work,
+    /// at most `at_most`.
+    pub(crate) fn idle(&mut self, at_most: Duration) {
+        if self.inbox.pending() {
+            return;
+        }
+        let mut wait = match self.iface.poll_at() {
+            Some(t) => {
+                Duration::from_nanos(t.nanos().saturating_sub(self.now().nanos())).min(at_most)
+            }
+            None => at_most,
+        };
+        if let DriverLink::Polled(p) = &self.link {
+            if p.stopped.is_none() && p.driver.rx_fd().is_none() {
+                // A device without an fd (softnic) says how long it will be quiet.
+                wait = wait.min(p.driver.idle_hint().unwrap_or(Duration::from_micros(200)));
+            }
+        }
+        // Announce sleep on every ring we consume; if one already has work, do not sleep.
+        let Some(armed) = self.arm() else {
+            return;
+        };
+        {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(8 + 2 * self.apps.len());
+            fds.push(PollFd::from_borrowed_fd(
+                self.inbox.wake_fd(),
+                PollFlags::IN,
+            ));
+            match &self.link {
+                DriverLink::Polled(p) => {
+                    if let (None, Some(fd)) = (&p.stopped, p.driver.rx_fd()) {
+                        fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                    }
+                }
+                DriverLink::Rings {
+                    in_ipv4, in_arp, ..
+                } => {
+                    for c in [in_ipv4, in_arp] {
+                        if let Some(fd) = c.wake_fd() {
+                            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                        }
+                    }
+                }
+                DriverLink::Ipc(sock) => {
+                    let out = if self.ipc_pending_full {
+                        PollFlags::OUT
+                    } else {
+                        PollFlags::empty()
+                    };
+                    fds.push(PollFd::new(sock, PollFlags::IN | out));
+                }
+            }
+            for a in &self.apps {
+                a.transport.wait_fds(&mut fds);
+            }
+            let ts = Timespec {
+                tv_sec: wait.as_secs() as _,
+                tv_nsec: wait.subsec_nanos() as _,
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        }
+        self.counters.sleeps += 1;
+        self.disarm(armed);
+        self.inbox.clear_wake();
+    }
+
+    /// Arms every consumed ring; `None` (all disarmed again) if one has work. Returns how
+    /// many applications were armed.
+    fn arm(&mut self) -> Option<usize> {
+        if let DriverLink::Rings {
+            in_ipv4, in_arp, ..
+        } = &mut self.link
+        {
+            if !in_ipv4.prepare_wait() {
+                return None;
+            }
+            if !in_arp.prepare_wait() {
+                in_ipv4.finish_wait();
+                return None;
+            }
+        }
+        for i in 0..self.apps.len() {
+            if !self.apps[i].transport.prepare_sleep() {
+                self.disarm(i);
+                return None;
+            }
+        }
+        Some(self.apps.len())
+    }
+
+    /// Withdraws the sleep announcements of the driver's rings and the first `apps`
+    /// applications.
+    fn disarm(&mut self, apps: usize) {
+        if let DriverLink::Rings {
+            in_ipv4, in_arp, ..
+        } = &mut self.link
+        {
+            in_ipv4.finish_wait();
+            in_arp.finish_wait();
+        }
+        for a in self.apps.iter_mut().take(apps) {
+            a.transport.finish_sleep();
+        }
+    }
+
+    /// Applications attached now.
+    pub(crate) fn apps_attached(&self) -> usize {
+        self.apps.len()
+    }
+
+    /// Sockets bound by attached applications.
+    pub(crate) fn sockets_bound(&self) -> usize {
+        self.apps
+            .iter()
+            .map(|a| a.sockets.iter().flatten().count())
+            .sum()
+    }
+
+    /// Whether the driver has stopped.
+    pub(crate) fn driver_stopped(&self) -> bool {
+        !self.driver.alive.load(Ordering::Relaxed)
+    }
+
+    /// Every counter.
+    pub(crate) fn stats(&self) -> ServerStats {
+        let mut driver = self
+            .driver
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let mut driver_stopped = driver.stopped.clone();
+        if let DriverLink::Polled(p) = &self.link {
+            driver.driver = p.driver.stats();
+            driver_stopped = p.stopped.clone();
+        }
+        if driver_stopped.is_none() && self.driver_stopped() {
+            driver_stopped = Some("the driver went away".into());
+        }
+        let apps: Vec<AppStats> = self
+            .apps
+            .iter()
+            .map(|a| AppStats {
+                pid: a.pid,
+                uid: a.uid,
+                transport: a.transport.kind().into(),
+                sockets: a.sockets.iter().flatten().count(),
+                holding: a.transport.holding(),
+                window_bytes: a.transport.window().map_or(0, Window::size),
+                window: a.transport.window().map(Window::stats),
+                counters: AppCounters {
+                    wakeups: a.transport.wakeups(),
+                    ..a.counters.clone()
+                },
+            })
+            .collect();
+        ServerStats {
+            structure: if matches!(self.link, DriverLink::Ipc(_)) {
+                "ipc"
+            } else {
+                "server"
+            }
+            .into(),
+            driver_placement: self.driver.placement.into(),
+            socket: self.socket.clone(),
+            uptime_s: self.epoch.elapsed().as_secs_f64(),
+            memory: MemoryStats {
+                data_window_bytes: self.data.size(),
+                app_windows_bytes: apps.iter().map(|a| a.window_bytes).sum(),
+            },
+            data_window: Some(self.data.stats()),
+            driver,
+            driver_running: !self.driver_stopped(),
+            driver_stopped,
+            out_queue_full: self.out_full,
+            ipc_drops: self.ipc_drops,
+            stack: self.iface.stats().clone(),
+            data_plane: self.counters.clone(),
+            control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
+            apps,
+        }
+    }
+
+    /// The polled driver, once the loop stops (to read its final counters).
+    pub(crate) fn polled_driver_stats(&self) -> Option<crate::driver::DriverStats> {
+        match &self.link {
+            DriverLink::Polled(p) => Some(p.driver.stats()),
+            _ => None,
+        }
+    }
+}

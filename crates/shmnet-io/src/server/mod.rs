@@ -1,0 +1,469 @@
+//! The `server` structure: the protocol server in its own process, applications as separate
+//! processes — seed 002's protocol server with a shared-memory device interface — and its
+//! `ipc` twin, where everything crosses as copied messages instead.
+//!
+//! ```text
+//! driver ──IN_IPV4/IN_ARP──► data plane ──RX (per app)──► application process
+//!        ◄──────OUT────────  (one loop) ◄──REQ, RET──────
+//!                                ▲ commands (attach, bind, close, stats, detach)
+//!                          control plane thread ◄── control socket ── applications, `shmnet stats`
+//!        \____ data window: packet buffers, mapped by driver, server and applications ____/
+//! ```
+//!
+//! - [`data_plane`]: the loop over rings and pools — no system call, lock or allocation
+//!   while there is work; one armed wait when there is none.
+//! - [`control_plane`]: accepting, greeting, binding, counting — a thread of its own, so the
+//!   data plane never calls `accept` or reads a socket to find out there is nothing to do.
+//! - [`transport`]: how datagrams reach one application (`shm` rings, or `ipc` packets).
+//! - The driver runs where [`Placement`] says: polled by the data plane's own loop (no
+//!   queue between them), a thread beside it, or a process of its own attached through the
+//!   control socket.
+//!
+//! An application's window and every buffer it was handed are the server's to take back:
+//! the server records each chain it delivers until the application returns it, and when the
+//! application's control socket hangs up (it exited, or was killed) the server frees those
+//! chains, closes its sockets and drops its window. A return of a chain the application was
+//! never given is refused and counted.
+
+mod control_plane;
+mod data_plane;
+mod held;
+mod stats;
+mod transport;
+
+pub use crate::driver_host::{DriverThreadStats, run_driver_process, rusage_cpu_s};
+pub use control_plane::ControlLimits;
+pub use stats::{
+    AppCounters, AppStats, ControlCounters, DataPlaneCounters, MemoryStats, ServerStats,
+};
+
+use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
+use crate::driver::Driver;
+use crate::driver_host::{DriverEnds, drive, drive_ipc};
+use crate::inline::ServeConfig;
+use crate::windows::{self, IN_ARP, IN_IPV4, OUT};
+use control_plane::{ControlHandle, ControlSpec, command_queue, wait_message};
+use data_plane::{DataPlane, DriverLink, DriverWatch, Polled};
+use rustix::fd::{AsFd, OwnedFd};
+use shmnet_chan::handoff::send_window;
+use shmnet_chan::{PageSize, Window};
+use shmnet_stack::{Config, EthernetAddress, Interface};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where the driver runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Placement {
+    /// Polled by the server's own loop: no queue, no other thread.
+    #[default]
+    Polled,
+    /// A thread of the server process, joined by the IN and OUT queues.
+    Thread,
+    /// A process of its own, attached through the control socket (seed 002's layout).
+    Process,
+}
+
+impl Placement {
+    /// Its name, as `--placement` takes it and the stats show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Polled => "polled",
+            Self::Thread => "thread",
+            Self::Process => "process",
+        }
+    }
+}
+
+/// Options of the server structure.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Address, pools, checksums, queue limits (its `apps` are ignored: applications attach).
+    pub serve: ServeConfig,
+    /// Where the control socket listens.
+    pub socket: PathBuf,
+    /// How the data window is paged.
+    pub page: PageSize,
+    /// The `ipc` structure: frames between driver and server, and datagrams between server
+    /// and applications, cross as copied messages over Unix sockets instead of shared queues.
+    pub ipc: bool,
+    /// [`Server::start`]: poll the driver in the server's loop, or run it on a thread
+    /// (`Process` is [`Server::start_with_driver_process`]'s). The `ipc` structure always
+    /// runs it on a thread.
+    pub placement: Placement,
+    /// What clients may do to the control plane.
+    pub limits: ControlLimits,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The data window could not be made.
+    #[error("creating the data window: {0}")]
+    Window(#[from] shmnet_chan::window::CreateError),
+    /// The control socket could not be made.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// A thread or eventfd could not be made.
+    #[error("starting the server's threads: {0}")]
+    Io(#[from] std::io::Error),
+    /// The driver process did not attach.
+    #[error("the driver process {0}")]
+    DriverProcess(String),
+}
+
+/// Where the driver runs, and how to stop it.
+enum DriverHost {
+    /// Polled by the data plane (or not started, or shut down).
+    InLoop,
+    /// A thread of this process.
+    Thread {
+        handle: Option<JoinHandle<()>>,
+        stop: Arc<AtomicBool>,
+    },
+    /// A process of its own; `start` is a second handle on its control socket (the control
+    /// plane reads the first) to tell it to begin.
+    Process {
+        start: OwnedFd,
+        child: Option<std::process::Child>,
+        started: bool,
+    },
+}
+
+/// The protocol server: its data plane (stepped by the caller's thread), its control plane
+/// thread, and its driver.
+pub struct Server {
+    dp: DataPlane,
+    control: Option<ControlHandle>,
+    driver: DriverHost,
+    data: Arc<Window>,
+    socket_path: PathBuf,
+}
+
+impl Server {
+    /// Creates the data window and the control socket, and runs `driver` where
+    /// `opts.placement` says (polled by the server's loop, or a thread of this process).
+    pub fn start<D: Driver + 'static>(
+        driver: D,
+        opts: &ServerOptions,
+    ) -> Result<Self, ServerError> {
+        let data = Arc::new(Window::create(&windows::data_window_spec(
+            opts.serve.pools,
+            opts.page,
+        ))?);
+        let listener = control::listen(&opts.socket)?;
+        let iface = interface(driver.mac(), opts);
+        let stats = Arc::new(Mutex::new(DriverThreadStats::default()));
+        let alive = Arc::new(AtomicBool::new(true));
+        let placement = if opts.ipc {
+            Placement::Thread
+        } else {
+            opts.placement
+        };
+        let (link, host) = if opts.ipc {
+            let (ours, theirs) = rustix::net::socketpair(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::SEQPACKET,
+                rustix::net::SocketFlags::CLOEXEC | rustix::net::SocketFlags::NONBLOCK,
+                None,
+            )
+            .map_err(std::io::Error::from)?;
+            let pools = data.driver_pools().expect("a fresh window");
+            let stop = Arc::new(AtomicBool::new(false));
+            let (stop2, stats2, alive2) = (stop.clone(), stats.clone(), alive.clone());
+            let handle = std::thread::Builder::new()
+                .name("shmnet-driver".into())
+                .spawn(move || {
+                    drive_ipc(driver, pools, theirs, &stop2, &stats2);
+                    alive2.store(false, Ordering::Relaxed);
+                })?;
+            (
+                DriverLink::Ipc(ours),
+                DriverHost::Thread {
+                    handle: Some(handle),
+                    stop,
+                },
+            )
+        } else if placement == Placement::Polled {
+            let pools = data.driver_pools().expect("a fresh window");
+            (
+                DriverLink::Polled(Box::new(Polled::new(Box::new(driver), pools))),
+                DriverHost::InLoop,
+            )
+        } else {
+            let ends = DriverEnds::take(&data);
+            let stop = Arc::new(AtomicBool::new(false));
+            let (stop2, stats2, alive2) = (stop.clone(), stats.clone(), alive.clone());
+            let handle = std::thread::Builder::new()
+                .name("shmnet-driver".into())
+                .spawn(move || {
+                    drive(driver, ends, &stop2, &stats2);
+                    alive2.store(false, Ordering::Relaxed);
+                })?;
+            (
+                rings(&data),
+                DriverHost::Thread {
+                    handle: Some(handle),
+                    stop,
+                },
+            )
+        };
+        let watch = DriverWatch {
+            stats,
+            alive,
+            placement: placement.name(),
+        };
+        Self::assemble(data, listener, iface, link, watch, host, None, opts)
+    }
+
+    /// Creates the data window and the control socket, starts the driver process with
+    /// `spawn` (given the control socket's path; the process must call
+    /// [`run_driver_process`]), and waits up to `patience` for it to attach. `mac` is the
+    /// device's address, which the stack answers for.
+    pub fn start_with_driver_process(
+        mac: [u8; 6],
+        opts: &ServerOptions,
+        spawn: impl FnOnce(&std::path::Path) -> std::io::Result<std::process::Child>,
+        patience: Duration,
+    ) -> Result<Self, ServerError> {
+        let data = Arc::new(Window::create(&windows::data_window_spec(
+            opts.serve.pools,
+            opts.page,
+        ))?);
+        let listener = control::listen(&opts.socket)?;
+        let mut child = spawn(&opts.socket).map_err(ControlError::Io)?;
+        let deadline = Instant::now() + patience;
+        let mut buf = vec![0u8; control::MAX_MSG + 1];
+        let ctl = loop {
+            if let Some(fd) = control::accept(&listener)? {
+                match wait_message::<Request>(&fd, &mut buf, deadline) {
+                    Some(Request::DriverHello { version }) if version == PROTOCOL_VERSION => {
+                        break fd;
+                    }
+                    // Not the driver (an application too early): turn it away.
+                    _ => {
+                        let _ = control::send(
+                            &fd,
+                            &Response::Error("the server is starting: try again".into()),
+                        );
+                        continue;
+                    }
+                }
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(ServerError::DriverProcess(format!(
+                    "exited ({status}) before attaching"
+                )));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ServerError::DriverProcess("did not attach in time".into()));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        control::send(
+            &ctl,
+            &Response::Welcome {
+                version: PROTOCOL_VERSION,
+                data_window: data.size(),
+                app_window: 0,
+                ipc: false,
+            },
+        )?;
+        send_window(&ctl, &data).map_err(ControlError::Io)?;
+        let start = ctl.try_clone()?;
+        let watch = DriverWatch {
+            stats: Arc::new(Mutex::new(DriverThreadStats::default())),
+            alive: Arc::new(AtomicBool::new(true)),
+            placement: Placement::Process.name(),
+        };
+        let driver_ctl = Some((ctl, watch.stats.clone()));
+        let host = DriverHost::Process {
+            start,
+            child: Some(child),
+            started: false,
+        };
+        let iface = interface(mac, opts);
+        let link = rings(&data);
+        Self::assemble(data, listener, iface, link, watch, host, driver_ctl, opts)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        data: Arc<Window>,
+        listener: OwnedFd,
+        iface: Interface,
+        link: DriverLink,
+        watch: DriverWatch,
+        driver: DriverHost,
+        driver_ctl: Option<(OwnedFd, Arc<Mutex<DriverThreadStats>>)>,
+        opts: &ServerOptions,
+    ) -> Result<Self, ServerError> {
+        let (outbox, inbox) = command_queue()?;
+        let counters = Arc::new(Mutex::new(ControlCounters::default()));
+        let dp = DataPlane::new(
+            data.clone(),
+            iface,
+            link,
+            inbox,
+            watch,
+            opts.socket.clone(),
+            counters.clone(),
+        );
+        let control = ControlHandle::start(ControlSpec {
+            listener,
+            data: data.clone(),
+            ipc: opts.ipc,
+            limits: opts.limits,
+            outbox,
+            counters,
+            driver: driver_ctl,
+        })?;
+        Ok(Self {
+            dp,
+            control: Some(control),
+            driver,
+            data,
+            socket_path: opts.socket.clone(),
+        })
+    }
+
+    /// The driver process's pid, if the driver runs as a process that is still there.
+    pub fn driver_pid(&self) -> Option<u32> {
+        match &self.driver {
+            DriverHost::Process { child: Some(c), .. } => Some(c.id()),
+            _ => None,
+        }
+    }
+
+    /// Tells a driver process to start moving frames (a driver thread or a polled driver
+    /// always runs).
+    pub fn start_driver(&mut self) {
+        if let DriverHost::Process { start, started, .. } = &mut self.driver {
+            if !*started {
+                *started = control::send(&*start, &Response::Start).is_ok();
+            }
+        }
+    }
+
+    /// Whether the driver has stopped (its thread ended, its process went away, or its
+    /// device gave up).
+    pub fn driver_stopped(&self) -> bool {
+        self.dp.driver_stopped()
+    }
+
+    /// Applications attached now.
+    pub fn apps_attached(&self) -> usize {
+        self.dp.apps_attached()
+    }
+
+    /// Sockets bound by attached applications.
+    pub fn sockets_bound(&self) -> usize {
+        self.dp.sockets_bound()
+    }
+
+    /// The data window.
+    pub fn data_window(&self) -> &Window {
+        &self.data
+    }
+
+    /// One round of the data plane. Returns how much work it found (0: idle).
+    pub fn step(&mut self) -> usize {
+        self.dp.step()
+    }
+
+    /// Sleeps until a queue, the control plane, the device or the timers have work, at
+    /// most `at_most`.
+    pub fn idle(&mut self, at_most: Duration) {
+        self.dp.idle(at_most);
+    }
+
+    /// Every counter.
+    pub fn stats(&self) -> ServerStats {
+        self.dp.stats()
+    }
+
+    /// Every counter, as JSON (what `shmnet stats` prints).
+    pub fn stats_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.stats()).unwrap_or_default()
+    }
+
+    /// Stops the control plane (every connection closes), stops the driver (thread:
+    /// joined; process: its control socket closes and it exits), and removes the control
+    /// socket.
+    pub fn shutdown(&mut self) {
+        if let Some(mut c) = self.control.take() {
+            c.stop();
+        }
+        match std::mem::replace(&mut self.driver, DriverHost::InLoop) {
+            DriverHost::Thread { handle, stop } => {
+                stop.store(true, Ordering::Relaxed);
+                if let Some(t) = handle {
+                    let _ = t.join();
+                }
+            }
+            DriverHost::Process { start, child, .. } => {
+                drop(start);
+                if let Some(mut c) = child {
+                    let deadline = Instant::now() + Duration::from_secs(2);
+                    while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                self.dp.driver.alive.store(false, Ordering::Relaxed);
+            }
+            DriverHost::InLoop => {
+                if let Some(s) = self.dp.polled_driver_stats() {
+                    if let Ok(mut st) = self.dp.driver.stats.lock() {
+                        st.driver = s;
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket_path);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// The stack, configured from `opts`, answering for `mac`.
+fn interface(mac: [u8; 6], opts: &ServerOptions) -> Interface {
+    let mut cfg = Config::new(EthernetAddress(mac), opts.serve.ip, opts.serve.prefix);
+    cfg.udp_rx_checksum = opts.serve.checksum;
+    cfg.udp_tx_checksum = opts.serve.checksum;
+    cfg.rx_queue_limit = opts.serve.rx_queue_limit;
+    cfg.loopback = opts.serve.loopback;
+    Interface::new(cfg)
+}
+
+/// The server's ends of the IN and OUT rings.
+fn rings(data: &Window) -> DriverLink {
+    DriverLink::Rings {
+        in_ipv4: data.consumer(IN_IPV4).expect("a fresh window"),
+        in_arp: data.consumer(IN_ARP).expect("a fresh window"),
+        out: data.producer(OUT).expect("a fresh window"),
+    }
+}
+
+/// Reads a server's counters over its control socket (for `shmnet stats`).
+pub fn query_stats(socket: &std::path::Path) -> Result<ServerStats, ControlError> {
+    let fd = control::connect(socket)?;
+    control::send(&fd, &Request::Stats)?;
+    match control::recv_blocking::<Response>(fd.as_fd())? {
+        Response::Stats(v) => Ok(*v),
+        Response::Error(e) => Err(ControlError::Malformed(e)),
+        other => Err(ControlError::Malformed(format!(
+            "unexpected answer {other:?}"
+        ))),
+    }
+}

@@ -1,0 +1,134 @@
+//! The server's counters as typed structs: what `shmnet stats` prints (as JSON) and what the
+//! lab and the tests read back ([`ServerStats`] is both `Serialize` and `Deserialize`, so a
+//! reader names fields, never string keys).
+
+use crate::driver_host::DriverThreadStats;
+use serde::{Deserialize, Serialize};
+
+/// Everything the server counts, at one moment.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerStats {
+    /// `server` or `ipc`.
+    pub structure: String,
+    /// Where the driver runs: `polled` (by the server's own loop), `thread`, `process`, or
+    /// `none` once it has been stopped.
+    pub driver_placement: String,
+    /// The control socket.
+    pub socket: std::path::PathBuf,
+    /// Seconds since the server started.
+    pub uptime_s: f64,
+    /// Bytes of shared memory.
+    pub memory: MemoryStats,
+    /// The data window's rings and pools.
+    pub data_window: Option<shmnet_chan::WindowStats>,
+    /// The driver's counters (and the IN queues' drops).
+    pub driver: DriverThreadStats,
+    /// Whether the driver is still moving frames.
+    pub driver_running: bool,
+    /// Why the driver stopped, if it did.
+    pub driver_stopped: Option<String>,
+    /// Frames dropped because the OUT queue (or the ipc driver socket) was full.
+    pub out_queue_full: u64,
+    /// `ipc`: frames or datagrams lost because a socket was full or failed.
+    pub ipc_drops: u64,
+    /// The protocol stack's counters.
+    pub stack: shmnet_stack::Stats,
+    /// The data plane's own counters.
+    pub data_plane: DataPlaneCounters,
+    /// The control plane's counters.
+    pub control: ControlCounters,
+    /// Attached applications.
+    pub apps: Vec<AppStats>,
+}
+
+/// Shared memory in use.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryStats {
+    /// The data window (packet buffers, IN and OUT queues).
+    pub data_window_bytes: usize,
+    /// Every application's own window, summed.
+    pub app_windows_bytes: usize,
+}
+
+/// One attached application.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AppStats {
+    /// Its process id and user, from the control socket's peer credentials.
+    pub pid: i32,
+    /// Its user id.
+    pub uid: u32,
+    /// `shm` (rings in its own window) or `ipc` (datagrams copied over a socket).
+    pub transport: String,
+    /// Sockets it has bound.
+    pub sockets: usize,
+    /// Chains delivered to it and not yet returned.
+    pub holding: usize,
+    /// Bytes of its window (0 for `ipc`).
+    pub window_bytes: usize,
+    /// Its window's rings and send pool.
+    pub window: Option<shmnet_chan::WindowStats>,
+    /// What the server did for it.
+    pub counters: AppCounters,
+}
+
+/// Counters of one attached application, as the server sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AppCounters {
+    /// Messages delivered to its receive queue.
+    pub delivered: u64,
+    /// Chains it gave back.
+    pub returned: u64,
+    /// Returns refused (a chain it was not holding).
+    pub bad_returns: u64,
+    /// Datagrams it sent.
+    pub sent: u64,
+    /// Sends refused (bad header, unbound socket, stack error).
+    pub bad_sends: u64,
+    /// Wake-ups sent to it (one per batch of deliveries at most).
+    pub wakeups: u64,
+}
+
+/// What the data plane loop did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DataPlaneCounters {
+    /// Rounds of the loop.
+    pub rounds: u64,
+    /// Rounds that found work.
+    pub busy_rounds: u64,
+    /// Times the loop slept (armed every wait, then blocked).
+    pub sleeps: u64,
+    /// Control-plane commands it applied (attach, bind, close, detach, stats).
+    pub commands: u64,
+    /// Frames the server's loop took from the driver itself (`polled` placement).
+    pub polled_rx: u64,
+}
+
+/// What the control plane did: attachments and everything it refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ControlCounters {
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Connections open now (attached applications, stats askers, not yet greeted).
+    pub open: u64,
+    /// Connections turned away because `max_connections` were open.
+    pub refused_full: u64,
+    /// Connections closed because they sent no Hello in time.
+    pub hello_timeouts: u64,
+    /// Times `accept` failed for want of file descriptors (the listener then rests a
+    /// moment; the connection waits in the backlog).
+    pub fd_exhausted: u64,
+    /// Messages refused as too large, malformed, or out of place.
+    pub bad_messages: u64,
+    /// Applications attached in total.
+    pub attached: u64,
+    /// Applications gone (hung up or killed), their buffers taken back.
+    pub detached: u64,
+    /// Stats requests answered.
+    pub stats_answered: u64,
+}

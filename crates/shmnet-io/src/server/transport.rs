@@ -1,0 +1,430 @@
+//! How datagrams cross between the server and one application: the [`AppTransport`] trait
+//! and its two implementations.
+//!
+//! - [`ShmApp`] (the `server` structure): the application's own window holds its request,
+//!   delivery and return rings and its send buffers; a delivery is a descriptor naming a
+//!   chain in the data window, read by the application where the driver put it.
+//! - [`IpcApp`] (the `ipc` structure, the message-passing baseline seed 002 replaced): every
+//!   datagram is copied into a packet on a socket of its own, both ways.
+//!
+//! The data plane calls [`AppTransport::take`] (returns and sends) and
+//! [`AppTransport::deliver`] every round, and the sleep methods when it has nothing to do.
+//! Everything the application wrote is untrusted: descriptors were bounds-checked by the
+//! ring, chains are walked with a bound, returns are checked against what was delivered.
+
+use super::held::Held;
+use super::stats::AppCounters;
+use crate::control;
+use crate::pool::ChanPool;
+use crate::windows::{self, SEND_HEADER};
+use rustix::event::{PollFd, PollFlags};
+use rustix::fd::OwnedFd;
+use shmnet_chan::{Consumer, Desc, DriverPools, NO_BUF, Producer, Window};
+use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
+
+/// Descriptors moved per ring operation.
+pub(crate) const BURST: usize = 32;
+
+/// What a transport works with in one round of the data plane.
+pub(crate) struct Round<'a> {
+    pub iface: &'a mut Interface,
+    pub pool: &'a mut ChanPool,
+    pub tx: &'a mut Vec<BufIdx>,
+    pub now: shmnet_stack::Instant,
+    /// Room for one datagram (a send being gathered, an `ipc` packet).
+    pub scratch: &'a mut [u8],
+}
+
+/// One application's side of the data plane.
+pub(crate) trait AppTransport: Send {
+    /// `shm` or `ipc`.
+    fn kind(&self) -> &'static str;
+    /// Takes back the chains the application returned and carries out its sends on
+    /// `sockets` (socket number → stack socket). Returns how much it did.
+    fn take(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize;
+    /// Delivers the queued messages of `sockets`, as many as the application can take now.
+    fn deliver(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize;
+    /// Announces sleep on everything this transport consumes; `false` (nothing left armed)
+    /// if there is work already.
+    fn prepare_sleep(&mut self) -> bool;
+    /// Undoes [`AppTransport::prepare_sleep`] after the wait.
+    fn finish_sleep(&mut self);
+    /// The fds that wake the data plane for this application.
+    fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>);
+    /// The application has gone: frees every chain it held.
+    fn reclaim(&mut self, pool: &mut ChanPool);
+    /// Chains held by the application now.
+    fn holding(&self) -> usize;
+    /// Its window, if it has one.
+    fn window(&self) -> Option<&Window>;
+    /// Wake-ups sent to it.
+    fn wakeups(&self) -> u64;
+}
+
+/// An application of the `server` structure.
+pub(crate) struct ShmApp {
+    win: Window,
+    req: Consumer,
+    rx: Producer,
+    ret: Consumer,
+    send_bufs: DriverPools,
+    held: Held,
+    batch: [Desc; BURST],
+}
+
+impl ShmApp {
+    /// Takes the server's ends of a fresh application window `win`, for a data window of
+    /// `total` buffers.
+    pub(crate) fn new(
+        win: Window,
+        data_limits: shmnet_chan::DescLimits,
+        total: u32,
+    ) -> Result<Self, shmnet_chan::window::HandleError> {
+        Ok(Self {
+            req: win.consumer(windows::REQ)?,
+            rx: win.producer(windows::RX)?,
+            ret: win.consumer_with_limits(windows::RET, data_limits)?,
+            send_bufs: win.driver_pools()?,
+            held: Held::new(total),
+            batch: [Desc::default(); BURST],
+            win,
+        })
+    }
+
+    fn flush_deliveries(&mut self, n: usize, pool: &mut ChanPool, c: &mut AppCounters) {
+        let placed = self.rx.enqueue_burst(&self.batch[..n]);
+        c.delivered += placed as u64;
+        // Cannot happen (room was counted); never leak a chain if it does.
+        for d in &self.batch[placed..n] {
+            self.held.remove(d.buf);
+            pool.free_chain(BufIdx(d.buf));
+        }
+    }
+}
+
+impl AppTransport for ShmApp {
+    fn kind(&self) -> &'static str {
+        "shm"
+    }
+
+    fn take(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize {
+        let mut work = 0;
+        loop {
+            let n = self.ret.dequeue_burst(&mut self.batch);
+            if n == 0 {
+                break;
+            }
+            work += n;
+            for d in &self.batch[..n] {
+                if self.held.remove(d.buf) {
+                    c.returned += 1;
+                    r.pool.free_chain(BufIdx(d.buf));
+                } else {
+                    c.bad_returns += 1;
+                }
+            }
+        }
+        loop {
+            let n = self.req.dequeue_burst(&mut self.batch);
+            if n == 0 {
+                break;
+            }
+            work += n;
+            for d in &self.batch[..n] {
+                let sent = read_send(&self.win, d, r.scratch).and_then(|(dst, len)| {
+                    let h = sockets.get(d.aux as usize).copied().flatten()?;
+                    r.iface
+                        .udp_send_to(r.pool, h, &r.scratch[..len], dst, r.now, r.tx)
+                        .ok()
+                });
+                match sent {
+                    Some(()) => c.sent += 1,
+                    None => c.bad_sends += 1,
+                }
+                self.send_bufs.release(d.buf);
+            }
+        }
+        work
+    }
+
+    fn deliver(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize {
+        let mut room = self.rx.free_slots() as usize;
+        let mut n = 0;
+        let mut work = 0;
+        for (sock, h) in sockets.iter().enumerate() {
+            let Some(h) = *h else { continue };
+            while room > 0 {
+                let Ok(Some(msg)) = r.iface.udp_recv_chain(h) else {
+                    break;
+                };
+                self.held.insert(msg.head.0);
+                self.batch[n] = windows::rx_desc(msg.head.0, msg.len as u32, sock as u16, msg.src);
+                n += 1;
+                room -= 1;
+                work += 1;
+                if n == BURST {
+                    self.flush_deliveries(n, r.pool, c);
+                    n = 0;
+                }
+            }
+        }
+        if n > 0 {
+            // One publish (and at most one wake-up) for the whole batch.
+            self.flush_deliveries(n, r.pool, c);
+        }
+        work
+    }
+
+    fn prepare_sleep(&mut self) -> bool {
+        if !self.req.prepare_wait() {
+            return false;
+        }
+        if !self.ret.prepare_wait() {
+            self.req.finish_wait();
+            return false;
+        }
+        true
+    }
+
+    fn finish_sleep(&mut self) {
+        self.req.finish_wait();
+        self.ret.finish_wait();
+    }
+
+    fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>) {
+        for c in [&self.req, &self.ret] {
+            if let Some(fd) = c.wake_fd() {
+                out.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+        }
+    }
+
+    fn reclaim(&mut self, pool: &mut ChanPool) {
+        for head in self.held.take_all() {
+            pool.free_chain(BufIdx(head));
+        }
+    }
+
+    fn holding(&self) -> usize {
+        self.held.len()
+    }
+
+    fn window(&self) -> Option<&Window> {
+        Some(&self.win)
+    }
+
+    fn wakeups(&self) -> u64 {
+        self.rx.stats().wakeups_sent
+    }
+}
+
+/// Reads a send request: the destination header and the payload of the chain at `d.buf` in
+/// the application's window, into `out`. `None` if the chain is malformed.
+fn read_send(win: &Window, d: &Desc, out: &mut [u8]) -> Option<(std::net::SocketAddrV4, usize)> {
+    let bufs = win.buffers();
+    let total = bufs.geometry().total();
+    let len = d.len as usize;
+    if len > out.len() {
+        return None;
+    }
+    let mut hdr = [0u8; SEND_HEADER];
+    let mut cur = d.buf;
+    let mut copied = 0;
+    let mut first = true;
+    for _ in 0..total {
+        if cur == NO_BUF || copied == len {
+            break;
+        }
+        let (off, blen) = bufs.off_len(cur)?;
+        let (mut off, mut blen) = (usize::from(off), usize::from(blen));
+        if first {
+            if blen < SEND_HEADER {
+                return None;
+            }
+            bufs.read(cur, off, &mut hdr).ok()?;
+            off += SEND_HEADER;
+            blen -= SEND_HEADER;
+            first = false;
+        }
+        let take = blen.min(len - copied);
+        bufs.read(cur, off, &mut out[copied..copied + take]).ok()?;
+        copied += take;
+        cur = bufs.next(cur).unwrap_or(NO_BUF);
+    }
+    (copied == len && !first).then(|| (windows::decode_dst(&hdr), len))
+}
+
+/// An application of the `ipc` structure: datagrams in packets on `sock`, a socket pair of
+/// its own (its control socket carries only control messages).
+pub(crate) struct IpcApp {
+    sock: OwnedFd,
+    /// A delivery the socket could not take: wait for room before trying again.
+    blocked: bool,
+    /// The socket failed: the application is going away (its control socket will say so).
+    failed: bool,
+    /// Datagrams lost because the socket failed or the datagram could not be read.
+    pub(crate) drops: u64,
+}
+
+impl IpcApp {
+    /// Serves the application through the server's end of its data socket pair.
+    pub(crate) fn new(sock: OwnedFd) -> Self {
+        Self {
+            sock,
+            blocked: false,
+            failed: false,
+            drops: 0,
+        }
+    }
+}
+
+impl AppTransport for IpcApp {
+    fn kind(&self) -> &'static str {
+        "ipc"
+    }
+
+    fn take(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize {
+        let mut work = 0;
+        while !self.failed && work < BURST {
+            let n = match control::recv_raw(&self.sock, r.scratch) {
+                Ok(Some(n)) => n,
+                Ok(None) => break,
+                Err(_) => {
+                    self.failed = true;
+                    break;
+                }
+            };
+            work += 1;
+            let ok = control::parse_ipc_header(&r.scratch[..n]).and_then(|(tag, sock, dst)| {
+                if tag != control::TAG_SEND {
+                    return None;
+                }
+                let h = sockets.get(usize::from(sock)).copied().flatten()?;
+                r.iface
+                    .udp_send_to(
+                        r.pool,
+                        h,
+                        &r.scratch[control::IPC_HEADER..n],
+                        dst,
+                        r.now,
+                        r.tx,
+                    )
+                    .ok()
+            });
+            match ok {
+                Some(()) => c.sent += 1,
+                None => c.bad_sends += 1,
+            }
+        }
+        work
+    }
+
+    fn deliver(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize {
+        let mut work = 0;
+        self.blocked = false;
+        for (sock, h) in sockets.iter().enumerate() {
+            let Some(h) = *h else { continue };
+            while !self.failed {
+                let Ok(Some(msg)) = r.iface.udp_peek(h) else {
+                    break;
+                };
+                let len = copy_chain(r.pool, &msg, r.scratch);
+                let hdr = control::ipc_header(control::TAG_DELIVER, sock as u16, msg.src);
+                match control::send_raw(&self.sock, &[&hdr, &r.scratch[..len]]) {
+                    Ok(true) => {
+                        c.delivered += 1;
+                        work += 1;
+                    }
+                    Ok(false) => {
+                        self.blocked = true;
+                        return work;
+                    }
+                    Err(_) => {
+                        self.failed = true;
+                        self.drops += 1;
+                    }
+                }
+                if let Ok(Some(m)) = r.iface.udp_recv_chain(h) {
+                    r.pool.free_chain(m.head);
+                }
+            }
+        }
+        work
+    }
+
+    fn prepare_sleep(&mut self) -> bool {
+        true
+    }
+
+    fn finish_sleep(&mut self) {}
+
+    fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>) {
+        if self.failed {
+            return;
+        }
+        let mut flags = PollFlags::IN;
+        if self.blocked {
+            flags |= PollFlags::OUT;
+        }
+        out.push(PollFd::new(&self.sock, flags));
+    }
+
+    fn reclaim(&mut self, _pool: &mut ChanPool) {}
+
+    fn holding(&self) -> usize {
+        0
+    }
+
+    fn window(&self) -> Option<&Window> {
+        None
+    }
+
+    fn wakeups(&self) -> u64 {
+        0
+    }
+}
+
+/// Copies the bytes of `msg`'s chain into `dst` without freeing it; returns the length.
+pub(crate) fn copy_chain(pool: &ChanPool, msg: &shmnet_stack::Message, dst: &mut [u8]) -> usize {
+    let mut at = 0;
+    let mut cur = Some(msg.head);
+    for _ in 0..msg.bufs {
+        let Some(b) = cur else { break };
+        let bytes = shmnet_stack::buf::valid(pool, b);
+        let take = bytes.len().min(dst.len() - at);
+        dst[at..at + take].copy_from_slice(&bytes[..take]);
+        at += take;
+        cur = pool.next(b);
+    }
+    at
+}
