@@ -92,6 +92,41 @@
 //! until the end all arrived intact, and no slot was ever found busy. (So over veth the
 //! transmit is in effect a copy, made by the kernel.) Slots are reused strictly round-robin.
 //!
+//! # Health: a device that goes away and comes back
+//!
+//! The driver takes its device for down when it is deleted (`SIOCGIFINDEX` says `ENODEV`),
+//! replaced (the name has another index: deleted and recreated), set down (`IFF_UP`
+//! cleared), or when the socket reports `ENETDOWN`, `ENXIO` or `ENODEV` (as a pending
+//! `SO_ERROR`, which is what makes it poll `POLLERR`, or from a send). It looks (three system
+//! calls) at most every 100 ms, reading a coarse clock (no system call) only
+//! on calls that found nothing to receive and on every 64th busy call, and at once when a
+//! send fails: the hot path pays a counter increment per call. A deleted or downed device
+//! makes the kernel raise the socket's error, which wakes a caller asleep on [`Driver::rx_fd`].
+//!
+//! Going down: the driver counts the frames still queued in the rings (`link_drops`), closes
+//! the socket and its rings, reports [`LinkState::Down`] (`link_down_events` + 1), and logs one
+//! line to stderr, e.g. `shmnet: af_packet va: the interface went away (ENODEV); reopening
+//! every 250 ms, giving up after 60 s`. While down, `rx_burst` returns no frames and
+//! `tx_burst` releases every buffer it is given (`link_drops`); every
+//! [`AfPacketOptions::reopen_every`] a call tries to open the interface again, in the
+//! network namespace of the first open, with the same checks and for the same MAC (if the
+//! new interface has another MAC, the socket is made promiscuous so the stack keeps its
+//! address). When that works it logs `... the interface is back after 1.3 s (index 9);
+//! resuming`, reports [`LinkState::Up`] (`reopens` + 1) and walks the fresh rings from their
+//! start. The driver holds no pool buffer between calls (received frames are copied out of
+//! the ring, transmitted ones into it and released at once), so no buffer can be lost across
+//! a reopen. After [`AfPacketOptions::give_up_after`] down it logs that it gives up, reports
+//! [`LinkState::Failed`], and `rx_burst` and `tx_burst` return `Err`
+//! ([`AfPacketError::GaveUp`] inside a `std::io::Error` of kind `NetworkDown`) from then on.
+//!
+//! [`Driver::rx_fd`] is not the packet socket but an epoll descriptor holding it and a timer:
+//! it stays the same across reopens (a caller may put it in its own epoll set once), is
+//! readable when frames (or an error) arrive, and while down only when a reopen is due — so
+//! a caller that sleeps on it when idle does not spin while the device is gone. A socket
+//! error can make it readable for up to 100 ms before the driver looks; that bounds the
+//! spin. A send error other than the three above leaves the frames in the ring for the next
+//! send.
+//!
 //! # Figures
 //!
 //! Measured on the development VM (2 vCPUs, Linux 6.18, veth pair between two namespaces;
@@ -111,14 +146,24 @@
 //! datagrams became 42 received + 958 `rx_device_drops` (the test
 //! `a_full_ring_is_counted_as_device_drops`).
 
+mod link;
+mod netns;
+mod wake;
+
+pub use link::DownReason;
+
 use super::checksum::{fold, sum16};
-use super::{Driver, DriverStats, ETH_HDR, RxFrame, classify};
+use super::{Driver, DriverStats, ETH_HDR, LinkState, RxFrame, classify};
+use link::Pace;
+use netns::Home;
 use shmnet_chan::DriverPools;
 use std::cell::Cell;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+use wake::Wake;
 
 /// Ring geometry and filtering choices.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,6 +191,12 @@ pub struct AfPacketOptions {
     pub multicast: bool,
     /// Hand transmitted frames straight to the device, past the queueing discipline.
     pub qdisc_bypass: bool,
+    /// While the device is down, try to reopen it this often (250 ms; at least 1 ms).
+    pub reopen_every: Duration,
+    /// Give up after the device has been down this long (60 s; `None`: never). From then on
+    /// `rx_burst` and `tx_burst` return `Err`, and the server exits non-zero. See
+    /// [Health](self#health).
+    pub give_up_after: Option<Duration>,
 }
 
 impl Default for AfPacketOptions {
@@ -161,6 +212,8 @@ impl Default for AfPacketOptions {
             mac: None,
             multicast: false,
             qdisc_bypass: false,
+            reopen_every: Duration::from_millis(250),
+            give_up_after: Some(Duration::from_secs(60)),
         }
     }
 }
@@ -200,6 +253,18 @@ pub enum AfPacketError {
     /// The options describe rings the kernel would refuse.
     #[error("bad ring geometry: {0}")]
     BadGeometry(String),
+    /// The device stayed down for [`AfPacketOptions::give_up_after`]: the driver gave up for
+    /// good (the error inside the `std::io::Error` that `rx_burst` and `tx_burst` return).
+    #[error(
+        "interface {name} was down or missing for {after:?}, so its af_packet driver gave up: \
+         bring the interface back (`ip link`), then restart"
+    )]
+    GaveUp {
+        /// The interface.
+        name: String,
+        /// How long the driver waited.
+        after: Duration,
+    },
     /// A system call failed.
     #[error("{what} failed: {source}")]
     Sys {
@@ -383,6 +448,31 @@ impl RxRing {
         n
     }
 
+    /// Frames the kernel handed over that the walk has not looked at yet (ours or not): what
+    /// is lost when the ring is closed now. Counts from the ring are capped at what a block
+    /// can hold.
+    fn pending(&self, map: &Mapping) -> u64 {
+        let most = (self.block_size / (HDR3_ALIGNED + SLL_LEN)) as u64;
+        let mut n = if self.cur.active {
+            u64::from(self.cur.left).min(most)
+        } else {
+            0
+        };
+        for b in 0..self.blocks {
+            if self.cur.active && b == self.cur.block {
+                continue;
+            }
+            let off = self.block_off(b);
+            let user = map
+                .status(off + BLK_STATUS)
+                .is_some_and(|st| st.load(Ordering::Acquire) & libc::TP_STATUS_USER != 0);
+            if user {
+                n += u64::from(map.load::<u32>(off + BLK_NUM_PKTS).unwrap_or(0)).min(most);
+            }
+        }
+        n
+    }
+
     fn block_off(&self, block: u32) -> usize {
         block as usize * self.block_size
     }
@@ -531,25 +621,55 @@ impl RxRing {
     }
 }
 
-/// A packet device over an `AF_PACKET` socket. See the [module docs](self).
-pub struct AfPacket {
+/// The open device: the socket, its rings, and what the interface was when it was opened.
+/// Dropped (rings unmapped, socket closed) when the device goes down; a reopen makes a new
+/// one.
+struct Device {
     // Field order: the mapping is unmapped before the socket closes.
     map: Mapping,
     fd: OwnedFd,
-    name: String,
     ifindex: i32,
-    mac: [u8; 6],
+    dev_mac: [u8; 6],
     mtu: u32,
-    opts: AfPacketOptions,
     rx_len: usize,
-    rx: RxRing,
     tx_next: u32,
     tx_slots: u32,
     tx_per_block: u32,
+    ignore_outgoing: bool,
+}
+
+/// The down state: since when, why, and when to try again.
+struct Outage {
+    since: Duration,
+    next_try: Duration,
+    reason: DownReason,
+    /// Why the last reopen failed.
+    last_error: Option<AfPacketError>,
+    /// The driver gave up: every call returns `Err`.
+    failed: bool,
+}
+
+/// A packet device over an `AF_PACKET` socket. See the [module docs](self).
+pub struct AfPacket {
+    /// The open device; `None` while it is down and after giving up.
+    dev: Option<Device>,
+    name: String,
+    /// The interface's index, MTU and `PACKET_IGNORE_OUTGOING` support at the last open.
+    ifindex: i32,
+    mtu: u32,
+    ignore_outgoing: bool,
+    /// The MAC the driver answers for: fixed at the first open, kept across reopens.
+    mac: [u8; 6],
+    opts: AfPacketOptions,
+    rx: RxRing,
     stats: DriverStats,
     /// Device drops read from `PACKET_STATISTICS` (which resets on read).
     device_drops: Cell<u64>,
-    ignore_outgoing: bool,
+    pace: Pace,
+    /// `Some` while the device is down or the driver gave up.
+    outage: Option<Outage>,
+    home: Home,
+    wake: Wake,
 }
 
 // SAFETY: the mapping is owned by this value alone (no other handle to it exists in this
@@ -595,19 +715,15 @@ fn ioctl(fd: BorrowedFd<'_>, req: libc::Ioctl, ifr: &mut libc::ifreq) -> std::io
     if r == 0 { Ok(()) } else { Err(last_err()) }
 }
 
-impl AfPacket {
-    /// Opens interface `ifname` of the calling thread's network namespace.
-    pub fn open(ifname: &str, opts: AfPacketOptions) -> Result<AfPacket, AfPacketError> {
-        if ifname.is_empty()
-            || ifname.len() >= libc::IFNAMSIZ
-            || ifname
-                .bytes()
-                .any(|b| b == 0 || b == b'/' || b.is_ascii_whitespace())
-        {
-            return Err(AfPacketError::BadName(ifname.to_owned()));
-        }
-        check_geometry(&opts)?;
-
+impl Device {
+    /// Opens interface `ifname` of the calling thread's network namespace and answers for
+    /// `want_mac` (the interface's own MAC if `None`; another MAC makes the socket
+    /// promiscuous). The name and geometry are already checked.
+    fn open(
+        ifname: &str,
+        opts: &AfPacketOptions,
+        want_mac: Option<[u8; 6]>,
+    ) -> Result<Device, AfPacketError> {
         // Protocol 0: no frame is queued to the socket before it is bound to the interface.
         // SAFETY: plain system call with constant arguments.
         let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
@@ -757,7 +873,7 @@ impl AfPacket {
             });
         }
 
-        let mac = opts.mac.unwrap_or(dev_mac);
+        let mac = want_mac.unwrap_or(dev_mac);
         let membership = |mr_type: i32, what: &'static str| {
             // SAFETY: `packet_mreq` is a plain C struct; all-zero bytes are valid.
             let mut mr: libc::packet_mreq = unsafe { std::mem::zeroed() };
@@ -780,22 +896,143 @@ impl AfPacket {
         if opts.multicast {
             membership(libc::PACKET_MR_ALLMULTI, "PACKET_MR_ALLMULTI")?;
         }
-
-        Ok(AfPacket {
+        Ok(Device {
             map,
             fd,
-            name: ifname.to_owned(),
             ifindex,
-            mac,
+            dev_mac,
             mtu,
             rx_len,
-            rx: RxRing::new(opts.rx_block_size, opts.rx_blocks, mac, opts.multicast),
             tx_next: 0,
             tx_slots: tx_per_block * opts.tx_blocks,
             tx_per_block,
+            ignore_outgoing,
+        })
+    }
+
+    /// Reads (and so resets) the kernel's `PACKET_STATISTICS`, adding its drops to `acc`.
+    fn poll_device_drops(&self, acc: &Cell<u64>) {
+        // SAFETY: `tpacket_stats_v3` is a plain C struct; all-zero bytes are valid.
+        let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: `st` and `len` are live and describe a buffer of `len` bytes, which the
+        // kernel fills with at most that many.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats_v3).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            acc.set(acc.get() + u64::from(st.tp_drops));
+        }
+    }
+
+    fn slot_off(&self, opts: &AfPacketOptions, slot: u32) -> usize {
+        let block = slot / self.tx_per_block;
+        let within = slot % self.tx_per_block;
+        self.rx_len
+            + block as usize * opts.tx_block_size as usize
+            + within as usize * opts.tx_frame_size as usize
+    }
+
+    /// Transmit slots handed to the kernel and not yet sent.
+    fn tx_pending(&self, opts: &AfPacketOptions) -> u64 {
+        (0..self.tx_slots)
+            .filter(|&s| {
+                self.map
+                    .status(self.slot_off(opts, s) + H_STATUS)
+                    .is_some_and(|st| {
+                        st.load(Ordering::Acquire)
+                            & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING)
+                            != 0
+                    })
+            })
+            .count() as u64
+    }
+
+    /// Puts one frame into the next transmit slot and returns its length; `None` if it could
+    /// not (the caller counts it).
+    fn queue_tx(&mut self, opts: &AfPacketOptions, pools: &DriverPools, buf: u32) -> Option<usize> {
+        let b = pools.buffers();
+        let (off, len) = b.off_len(buf)?;
+        let len = usize::from(len);
+        let room = opts.tx_frame_size as usize - HDR3_ALIGNED;
+        // The kernel refuses frames longer than the MTU plus an Ethernet (and VLAN) header.
+        if len < ETH_HDR || len > room || len > self.mtu as usize + ETH_HDR + 4 {
+            return None;
+        }
+        let slot = self.slot_off(opts, self.tx_next);
+        let st = self.map.status(slot + H_STATUS)?;
+        // Acquire: the kernel is done with the slot's bytes once it says it is available.
+        let s = st.load(Ordering::Acquire);
+        if s & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
+            return None; // the ring is full
+        }
+        let dst = self.map.bytes_mut(slot + HDR3_ALIGNED, len)?;
+        b.read(buf, off.into(), dst).ok()?;
+        self.map.store::<u32>(slot + H_NEXT, 0);
+        self.map.store::<u32>(slot + H_LEN, len as u32);
+        self.map.store::<u32>(slot + H_SNAPLEN, len as u32);
+        // Release: the frame and header are written before the kernel may read them.
+        st.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.tx_next = (self.tx_next + 1) % self.tx_slots;
+        Some(len)
+    }
+
+    /// Asks the kernel to send what is queued, without waiting for it.
+    fn kick(&self) -> std::io::Result<()> {
+        // SAFETY: a zero-length send from a null pointer: the kernel reads no user memory, it
+        // walks the TX ring.
+        let r = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return Ok(());
+        }
+        let e = last_err();
+        match e.raw_os_error() {
+            // The frames stay queued in the ring and go with the next kick.
+            Some(libc::EAGAIN | libc::ENOBUFS | libc::EINTR) => Ok(()),
+            _ => Err(e),
+        }
+    }
+}
+
+impl AfPacket {
+    /// Opens interface `ifname` of the calling thread's network namespace. Later reopens
+    /// (see [Health](self#health)) happen in that same namespace.
+    pub fn open(ifname: &str, opts: AfPacketOptions) -> Result<AfPacket, AfPacketError> {
+        if ifname.is_empty()
+            || ifname.len() >= libc::IFNAMSIZ
+            || ifname
+                .bytes()
+                .any(|b| b == 0 || b == b'/' || b.is_ascii_whitespace())
+        {
+            return Err(AfPacketError::BadName(ifname.to_owned()));
+        }
+        check_geometry(&opts)?;
+        let home = Home::here();
+        let dev = Device::open(ifname, &opts, opts.mac)?;
+        let wake = Wake::new().map_err(sys("epoll_create1 and timerfd_create (the wake-up)"))?;
+        wake.watch(dev.fd.as_fd())
+            .map_err(sys("epoll_ctl (watching the packet socket)"))?;
+        let mac = opts.mac.unwrap_or(dev.dev_mac);
+        Ok(AfPacket {
+            name: ifname.to_owned(),
+            ifindex: dev.ifindex,
+            mtu: dev.mtu,
+            ignore_outgoing: dev.ignore_outgoing,
+            mac,
+            rx: RxRing::new(opts.rx_block_size, opts.rx_blocks, mac, opts.multicast),
             stats: DriverStats::default(),
             device_drops: Cell::new(0),
-            ignore_outgoing,
+            pace: Pace::default(),
+            outage: None,
+            home,
+            wake,
+            dev: Some(dev),
             opts,
         })
     }
@@ -805,12 +1042,12 @@ impl AfPacket {
         &self.name
     }
 
-    /// The interface's index in its network namespace.
+    /// The interface's index in its network namespace (at the last open).
     pub fn ifindex(&self) -> i32 {
         self.ifindex
     }
 
-    /// The interface's MTU when it was opened.
+    /// The interface's MTU (at the last open).
     pub fn mtu(&self) -> u32 {
         self.mtu
     }
@@ -830,87 +1067,176 @@ impl AfPacket {
         self.rx.csum_completed
     }
 
-    /// Reads (and so resets) the kernel's `PACKET_STATISTICS`, adding its drops to ours.
-    fn poll_device_drops(&self) {
-        // SAFETY: `tpacket_stats_v3` is a plain C struct; all-zero bytes are valid.
-        let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-        // SAFETY: `st` and `len` are live and describe a buffer of `len` bytes, which the
-        // kernel fills with at most that many.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats_v3).cast(),
-                &mut len,
-            )
-        };
-        if r == 0 {
-            self.device_drops
-                .set(self.device_drops.get() + u64::from(st.tp_drops));
+    /// Why the device is down (or was, when the driver gave up); `None` while it is up.
+    pub fn down_reason(&self) -> Option<DownReason> {
+        self.outage.as_ref().map(|o| o.reason)
+    }
+
+    /// Looks at the device if a look is due (`idle`: the call found nothing to do).
+    fn maybe_check(&mut self, idle: bool) {
+        if !self.pace.due(idle) {
+            return;
+        }
+        let Some(dev) = &self.dev else { return };
+        if let Err(why) = link::probe(dev.fd.as_fd(), &self.name, dev.ifindex) {
+            self.go_down(why);
         }
     }
 
-    fn slot_off(&self, slot: u32) -> usize {
-        let block = slot / self.tx_per_block;
-        let within = slot % self.tx_per_block;
-        self.rx_len
-            + block as usize * self.opts.tx_block_size as usize
-            + within as usize * self.opts.tx_frame_size as usize
+    /// A send failed with `e`: the device is down if the error says so.
+    fn send_failed(&mut self, e: &std::io::Error) {
+        let Some(dev) = &self.dev else { return };
+        if link::is_link_error(e) {
+            let why = link::explain(dev.fd.as_fd(), &self.name, dev.ifindex)
+                .err()
+                .unwrap_or(DownReason::Error(e.raw_os_error().unwrap_or(0)));
+            self.go_down(why);
+        }
     }
 
-    /// Puts one frame into the next transmit slot; false if it could not (counted).
-    fn queue_tx(&mut self, pools: &DriverPools, buf: u32) -> bool {
-        let b = pools.buffers();
-        let Some((off, len)) = b.off_len(buf) else {
-            return false;
+    /// Closes the device, counting what was still queued in its rings, and schedules the
+    /// first reopen.
+    fn go_down(&mut self, why: DownReason) {
+        let Some(dev) = self.dev.take() else { return };
+        let lost = self.rx.pending(&dev.map) + dev.tx_pending(&self.opts);
+        self.stats.link_drops += lost;
+        dev.poll_device_drops(&self.device_drops);
+        self.wake.unwatch(dev.fd.as_fd());
+        drop(dev);
+        self.stats.link = LinkState::Down;
+        self.stats.link_down_events += 1;
+        let now = link::now();
+        let every = self.reopen_every();
+        let next_try = now + every;
+        self.wake.arm(Some(next_try));
+        self.outage = Some(Outage {
+            since: now,
+            next_try,
+            reason: why,
+            last_error: None,
+            failed: false,
+        });
+        let limit = match self.opts.give_up_after {
+            Some(d) => format!("giving up after {}", link::human(d)),
+            None => "never giving up".into(),
         };
-        let len = usize::from(len);
-        let room = self.opts.tx_frame_size as usize - HDR3_ALIGNED;
-        // The kernel refuses frames longer than the MTU plus an Ethernet (and VLAN) header.
-        if len < ETH_HDR || len > room || len > self.mtu as usize + ETH_HDR + 4 {
-            return false;
-        }
-        let slot = self.slot_off(self.tx_next);
-        let Some(st) = self.map.status(slot + H_STATUS) else {
-            return false;
-        };
-        // Acquire: the kernel is done with the slot's bytes once it says it is available.
-        let s = st.load(Ordering::Acquire);
-        if s & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
-            return false; // the ring is full
-        }
-        let Some(dst) = self.map.bytes_mut(slot + HDR3_ALIGNED, len) else {
-            return false;
-        };
-        if b.read(buf, off.into(), dst).is_err() {
-            return false;
-        }
-        self.map.store::<u32>(slot + H_NEXT, 0);
-        self.map.store::<u32>(slot + H_LEN, len as u32);
-        self.map.store::<u32>(slot + H_SNAPLEN, len as u32);
-        // Release: the frame and header are written before the kernel may read them.
-        st.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
-        self.tx_next = (self.tx_next + 1) % self.tx_slots;
-        self.stats.tx_bytes += len as u64;
-        true
+        eprintln!(
+            "shmnet: af_packet {}: {why}; reopening every {}, {limit}",
+            self.name,
+            link::human(every)
+        );
     }
 
-    /// Asks the kernel to send what is queued, without waiting for it.
-    fn kick(&mut self) -> std::io::Result<()> {
-        // SAFETY: a zero-length send from a null pointer: the kernel reads no user memory, it
-        // walks the TX ring.
-        let r = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
-        if r >= 0 {
+    fn reopen_every(&self) -> Duration {
+        self.opts.reopen_every.max(Duration::from_millis(1))
+    }
+
+    /// The error every call returns once the driver gave up.
+    fn gave_up(&self) -> std::io::Error {
+        let after = self.opts.give_up_after.unwrap_or_default();
+        std::io::Error::new(
+            std::io::ErrorKind::NetworkDown,
+            AfPacketError::GaveUp {
+                name: self.name.clone(),
+                after,
+            },
+        )
+    }
+
+    /// While down: tries to reopen when a try is due. `Err` once the driver gives up.
+    fn while_down(&mut self) -> std::io::Result<()> {
+        let Some(o) = &self.outage else {
+            return Ok(());
+        };
+        if o.failed {
+            return Err(self.gave_up());
+        }
+        let now = link::now();
+        if now < o.next_try {
             return Ok(());
         }
-        let e = last_err();
-        match e.raw_os_error() {
-            // The frames stay queued in the ring and go with the next kick.
-            Some(libc::EAGAIN | libc::ENOBUFS | libc::EINTR) => Ok(()),
-            _ => Err(e),
+        let (name, opts, mac) = (&self.name, &self.opts, self.mac);
+        let opened = self
+            .home
+            .run(|| Device::open(name, opts, Some(mac)))
+            .map_err(sys(
+                "setns into the driver's network namespace (needs CAP_SYS_ADMIN)",
+            ))
+            .and_then(|r| r)
+            .and_then(|dev| {
+                self.wake
+                    .watch(dev.fd.as_fd())
+                    .map_err(sys("epoll_ctl (watching the packet socket)"))?;
+                Ok(dev)
+            });
+        match opened {
+            Ok(dev) => self.came_back(dev, now),
+            Err(e) => {
+                let every = self.reopen_every();
+                let give_up = self.opts.give_up_after;
+                let Some(o) = &mut self.outage else {
+                    return Ok(());
+                };
+                o.last_error = Some(e);
+                if give_up.is_some_and(|limit| now.saturating_sub(o.since) >= limit) {
+                    o.failed = true;
+                    self.stats.link = LinkState::Failed;
+                    self.wake.arm(None);
+                    let last = o.last_error.as_ref().map(|e| e.to_string());
+                    eprintln!(
+                        "shmnet: af_packet {}: giving up after {} down ({}); the last reopen \
+                         said: {}",
+                        self.name,
+                        link::human(now.saturating_sub(o.since)),
+                        o.reason,
+                        last.unwrap_or_default()
+                    );
+                    return Err(self.gave_up());
+                }
+                o.next_try = now + every;
+                self.wake.arm(Some(o.next_try));
+            }
         }
+        Ok(())
+    }
+
+    /// The device is back as `dev`: resumes with fresh rings.
+    fn came_back(&mut self, dev: Device, now: Duration) {
+        let down_for = self
+            .outage
+            .take()
+            .map_or(Duration::ZERO, |o| now.saturating_sub(o.since));
+        self.wake.arm(None);
+        let csum = self.rx.csum_completed;
+        self.rx = RxRing::new(
+            self.opts.rx_block_size,
+            self.opts.rx_blocks,
+            self.mac,
+            self.opts.multicast,
+        );
+        self.rx.csum_completed = csum;
+        let mac_note = if dev.dev_mac != self.mac {
+            format!(
+                "; its MAC is {}, still answering for {} (promiscuous)",
+                link::mac_str(dev.dev_mac),
+                link::mac_str(self.mac)
+            )
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "shmnet: af_packet {}: the interface is back after {} (index {}){mac_note}; resuming",
+            self.name,
+            link::human(down_for),
+            dev.ifindex
+        );
+        self.ifindex = dev.ifindex;
+        self.mtu = dev.mtu;
+        self.ignore_outgoing = dev.ignore_outgoing;
+        self.dev = Some(dev);
+        self.pace = Pace::default();
+        self.stats.link = LinkState::Up;
+        self.stats.reopens += 1;
     }
 }
 
@@ -921,36 +1247,54 @@ impl Driver for AfPacket {
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
-        let n = self.rx.burst(&self.map, &mut self.stats, pools, out, max);
+        let Some(dev) = &self.dev else {
+            return self.while_down().map(|()| 0);
+        };
+        let n = self.rx.burst(&dev.map, &mut self.stats, pools, out, max);
         if std::mem::take(&mut self.rx.losing) {
-            self.poll_device_drops();
+            dev.poll_device_drops(&self.device_drops);
         }
+        self.maybe_check(n == 0);
         Ok(n)
     }
 
     fn tx_burst(&mut self, pools: &mut DriverPools, frames: &[u32]) -> std::io::Result<()> {
+        let Some(dev) = &mut self.dev else {
+            for &buf in frames {
+                pools.release(buf);
+            }
+            self.stats.link_drops += frames.len() as u64;
+            return self.while_down();
+        };
         let mut queued = 0;
         for &buf in frames {
-            if self.queue_tx(pools, buf) {
-                queued += 1;
-            } else {
-                self.stats.tx_errors += 1;
+            match dev.queue_tx(&self.opts, pools, buf) {
+                Some(len) => {
+                    queued += 1;
+                    self.stats.tx_bytes += len as u64;
+                }
+                None => self.stats.tx_errors += 1,
             }
             pools.release(buf);
         }
         self.stats.tx_frames += queued;
         if queued > 0 {
-            self.kick()?;
+            if let Err(e) = dev.kick() {
+                self.send_failed(&e);
+            }
         }
+        self.maybe_check(frames.is_empty());
         Ok(())
     }
 
     fn rx_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.fd.as_fd())
+        Some(self.wake.fd())
     }
 
     fn stats(&self) -> DriverStats {
-        self.poll_device_drops();
+        if let Some(dev) = &self.dev {
+            dev.poll_device_drops(&self.device_drops);
+        }
         let mut s = self.stats.clone();
         s.rx_device_drops = self.device_drops.get();
         s
@@ -1331,6 +1675,49 @@ mod tests {
             map.store::<u32>(BLK_STATUS, 0);
             map.bytes_mut(0, 2 * BS).unwrap().fill(0);
         }
+    }
+
+    #[test]
+    fn frames_left_in_the_ring_are_counted_when_it_closes() {
+        let map = anon(3 * BS);
+        let mut rx = RxRing::new(BS as u32, 3, OURS, false);
+        let (_sp, mut dp) = pools(16);
+        let mut stats = DriverStats::default();
+        let mut out = Vec::new();
+        assert_eq!(rx.pending(&map), 0, "nothing handed over");
+        let ip = eth(OURS, 0x0800, 60);
+        let mut b = Block::new(&map, 0);
+        b.ours(&ip).ours(&ip).ours(&ip).hand_over();
+        Block::new(&map, 1).ours(&ip).ours(&ip).hand_over();
+        assert_eq!(rx.pending(&map), 5);
+        // One frame taken: two left in the block being walked, two in the next.
+        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 1), 1);
+        assert_eq!(rx.pending(&map), 4);
+        // A lying count is capped at what a block can hold.
+        let mut c = Block::new(&map, 2);
+        c.ours(&ip).hand_over();
+        map.store::<u32>(2 * BS + BLK_NUM_PKTS, u32::MAX);
+        let most = (BS / (HDR3_ALIGNED + SLL_LEN)) as u64;
+        assert_eq!(rx.pending(&map), 4 + most);
+        for f in out {
+            dp.release(f.buf);
+        }
+    }
+
+    #[test]
+    fn default_options_reopen_and_give_up_after_a_minute() {
+        let o = AfPacketOptions::default();
+        assert_eq!(o.reopen_every, Duration::from_millis(250));
+        assert_eq!(o.give_up_after, Some(Duration::from_secs(60)));
+        let e = AfPacketError::GaveUp {
+            name: "va".into(),
+            after: Duration::from_secs(60),
+        };
+        assert_eq!(
+            e.to_string(),
+            "interface va was down or missing for 60s, so its af_packet driver gave up: \
+             bring the interface back (`ip link`), then restart"
+        );
     }
 
     /// A UDP frame with a correct checksum, checked against etherparse's.

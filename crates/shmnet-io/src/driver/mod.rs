@@ -46,7 +46,28 @@ pub fn classify(frame: &[u8]) -> Result<Family, Shed> {
     }
 }
 
+/// Whether a driver's device is usable, as the driver last saw it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkState {
+    /// The device is there and the driver moves frames (the state of a device that cannot
+    /// go away, such as the softnic).
+    #[default]
+    Up,
+    /// The device errored or disappeared; the driver is trying to reopen it and drops what
+    /// it is given meanwhile (counted in [`DriverStats::link_drops`]).
+    Down,
+    /// The driver gave up on the device: `rx_burst` and `tx_burst` return `Err` from now on.
+    Failed,
+}
+
 /// Counters every driver keeps.
+///
+/// Driver processes send these as JSON to the server; every field added after the first
+/// version carries `#[serde(default)]`, so a driver and a server of different versions
+/// still understand each other.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DriverStats {
     /// Frames received from the device.
@@ -73,6 +94,21 @@ pub struct DriverStats {
     pub tx_bytes: u64,
     /// Frames the device could not take (transmit ring full) or refused.
     pub tx_errors: u64,
+    /// The device's state: [`LinkState::Up`] unless the driver watches a device that can
+    /// go away and it did.
+    #[serde(default)]
+    pub link: LinkState,
+    /// How many times the device went from up to down.
+    #[serde(default)]
+    pub link_down_events: u64,
+    /// How many times the driver reopened the device after it came back.
+    #[serde(default)]
+    pub reopens: u64,
+    /// Frames lost because the device went down: frames handed to `tx_burst` while it was
+    /// down (their buffers are released as always), and frames still queued in the device's
+    /// rings when the driver closed it.
+    #[serde(default)]
+    pub link_drops: u64,
 }
 
 impl DriverStats {
@@ -99,10 +135,25 @@ pub struct RxFrame {
 }
 
 /// A packet device.
+///
+/// # Errors and health
+///
+/// `rx_burst` and `tx_burst` return `Err` only when the driver has given up on its device
+/// for good: from then on every call returns `Err` again, and the caller should stop driving
+/// it (the server stops the driver's loop and exits non-zero, printing the error). Trouble
+/// that may pass — the device deleted, set down, or failing a send — is handled inside the
+/// driver: it reports the device [`LinkState::Down`] in [`Driver::stats`], drops and counts
+/// what it is given meanwhile, reopens the device when it returns, and reports it
+/// [`LinkState::Up`] again. A caller therefore never retries on `Err` and never needs to
+/// inspect transient errors.
+///
+/// No driver holds a pool buffer between calls except as the docs of its `tx_burst` say
+/// (the loopback); a reopen therefore cannot leak buffers.
 pub trait Driver: Send {
     /// Receives up to `max` frames into buffers allocated from `pools` and appends them to
     /// `out`, classified. Frames that find no buffer, and frames shed by [`classify`], are
-    /// counted and never appear in `out`. Never blocks. Returns how many were appended.
+    /// counted and never appear in `out`. Never blocks. Returns how many were appended, or
+    /// `Err` once the driver has given up on its device (see [Errors and health](Driver)).
     fn rx_burst(
         &mut self,
         pools: &mut DriverPools,
@@ -113,10 +164,14 @@ pub trait Driver: Send {
     /// Transmits single-buffer frames (`off`/`len` from each buffer's header) and releases
     /// every buffer in `frames`, sent or not (a frame the device cannot take is counted in
     /// `tx_errors`) — or, for a loopback, keeps it to hand back from `rx_burst`. Never blocks.
+    /// Buffers are released even when it returns `Err` (the driver has given up).
     fn tx_burst(&mut self, pools: &mut DriverPools, frames: &[u32]) -> std::io::Result<()>;
 
     /// A file descriptor that becomes readable when frames arrive, for a caller that wants
-    /// to sleep instead of polling (`None`: poll).
+    /// to sleep instead of polling (`None`: poll). It is the same descriptor for the driver's
+    /// whole life (a caller may register it in its own epoll set once), and it also becomes
+    /// readable when the driver has health work to do (an error on the device, a reopen
+    /// due): a caller woken by it calls `rx_burst` even if it expects no frames.
     fn rx_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>>;
 
     /// For a device without an fd: how long until it will have frames again (`None`: no
@@ -147,5 +202,30 @@ mod tests {
         f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
         assert_eq!(classify(&f), Err(Shed::UnknownType));
         assert_eq!(classify(&f[..10]), Err(Shed::Runt));
+    }
+
+    #[test]
+    fn link_state_is_lowercase_json_and_old_stats_still_parse() {
+        let s = DriverStats {
+            link: LinkState::Down,
+            link_down_events: 2,
+            ..DriverStats::default()
+        };
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["link"], "down");
+        assert_eq!(v["link_down_events"], 2);
+        let back: DriverStats = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+        // A driver process of the version before the health fields.
+        let old = r#"{"rx_frames":1,"rx_bytes":60,"rx_no_buffer":0,"rx_runts":0,
+            "rx_unknown_type":0,"rx_device_drops":0,"rx_filtered":0,"rx_oversize":0,
+            "rx_bad_ring":0,"tx_frames":0,"tx_bytes":0,"tx_errors":0}"#;
+        let old: DriverStats = serde_json::from_str(old).unwrap();
+        assert_eq!(old.link, LinkState::Up);
+        assert_eq!((old.rx_frames, old.reopens, old.link_drops), (1, 0, 0));
+        assert_eq!(
+            serde_json::to_value(LinkState::Failed).unwrap(),
+            serde_json::json!("failed")
+        );
     }
 }
