@@ -686,6 +686,7 @@ impl Server {
                         sockets.push(Some(h));
                         Some(Response::Bound {
                             socket: (sockets.len() - 1) as u32,
+                            port: self.iface.udp_local_addr(h).map_or(port, |a| a.port()),
                         })
                     }
                     Err(e) => Some(Response::Error(format!("cannot bind UDP port {port}: {e}"))),
@@ -1020,7 +1021,7 @@ fn wait_message<T: serde::de::DeserializeOwned>(
 
 /// Reads a server's counters over its control socket (for `shmnet stats`).
 pub fn query_stats(socket: &std::path::Path) -> Result<serde_json::Value, ControlError> {
-    let fd = control::connect(socket)?;
+    let (fd, _server) = control::connect_checked(socket)?;
     control::send(&fd, &Request::Stats)?;
     match control::recv_blocking::<Response>(fd.as_fd())? {
         Response::Stats(v) => Ok(v),

@@ -14,11 +14,14 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Structure {
-    /// Driver, stack and applications in one thread.
+    /// Driver, stack and the built-in applications (--echo, --sink) in one thread: the
+    /// monolithic kernel path.
     Inline,
-    /// Driver, protocol server and applications as processes sharing windows (not built yet).
+    /// The driver, the protocol server and applications as processes sharing memory
+    /// windows: applications attach with `shmnet app` through the control socket.
     Server,
-    /// As `server`, but packets cross as copied messages over a Unix socket (not built yet).
+    /// As `server`, but every frame and datagram crosses as a copied message over a Unix
+    /// socket (the baseline the shared windows replace).
     Ipc,
 }
 
@@ -143,16 +146,20 @@ impl DriverArgs {
                 }
             ),
             format!("--ip={}/{}", self.ip.0, self.ip.1),
+        ]
+        .into_iter()
+        // --mac applies to softnic only (af_packet uses the interface's own address, and
+        // `check` refuses --mac with it); without it the driver process takes the same
+        // default as this one.
+        .chain(self.mac.filter(|_| self.driver == "softnic").map(|m| {
             format!(
                 "--mac={}",
-                self.softnic_mac()
-                    .iter()
+                m.iter()
                     .map(|b| format!("{b:02x}"))
                     .collect::<Vec<_>>()
                     .join(":")
-            ),
-        ]
-        .into_iter()
+            )
+        }))
         .chain(self.no_checksum.then(|| "--no-checksum".to_string()))
         .chain(self.softnic_board.iter().flat_map(|p| {
             [
@@ -213,9 +220,15 @@ pub struct ServeArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
-    /// server structure: the control socket applications attach to.
-    #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
+    /// server and ipc structures: the control socket applications attach to (default: in a
+    /// directory private to you: /run/shmnet for root, else $XDG_RUNTIME_DIR/shmnet or
+    /// /tmp/shmnet-$UID; $SHMNET_RUNTIME_DIR overrides).
+    #[arg(long, default_value_os_t = shmnet_io::control::default_socket())]
     socket: PathBuf,
+    /// af_packet: serve the interface even if another shmnet server already does (both will
+    /// answer every frame: peers see duplicate replies).
+    #[arg(long)]
+    force: bool,
     /// Messages a socket's receive queue holds before the stack drops (and counts) more.
     #[arg(long, default_value_t = 64, value_name = "MESSAGES")]
     rx_queue: usize,
@@ -267,6 +280,11 @@ struct Report {
 
 pub fn run(a: ServeArgs) -> Result<()> {
     a.dev.check()?;
+    // One server per interface, held until this function returns (every structure).
+    let _lock = match a.dev.driver.strip_prefix("af_packet:") {
+        Some(iface) => crate::iface_lock::lock_or_warn(iface, a.force)?,
+        None => None,
+    };
     match a.structure {
         Structure::Inline => {}
         Structure::Server => return run_server(a),
@@ -351,8 +369,9 @@ fn mac_of(iface: &str) -> Result<[u8; 6]> {
         .map_err(|_| anyhow::anyhow!("{iface} has no Ethernet address ({})", text.trim()))
 }
 
-/// What ends a run of `shmnet serve` (Ctrl-C or `--duration`), and its status line (shown on
-/// a terminal, hidden with `--json`).
+/// What ends a run of `shmnet serve` (Ctrl-C, SIGTERM or `--duration`), and its status line
+/// (shown on a terminal, hidden with `--json`). Either signal ends the loop, and the run then
+/// stops its parties, removes its control socket and prints its final counters.
 struct RunControl {
     stop: Arc<AtomicBool>,
     start: Instant,
@@ -364,8 +383,9 @@ impl RunControl {
     fn new(a: &ServeArgs) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
+        // With ctrlc's `termination` feature this catches SIGTERM (and SIGHUP) too.
         ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed))
-            .context("installing Ctrl-C")?;
+            .context("installing the SIGINT/SIGTERM handler")?;
         Ok(Self {
             stop,
             start: Instant::now(),
@@ -397,12 +417,16 @@ fn serve<D: Driver>(
         let work = server.step();
         if work == 0 {
             if finished(&server) {
+                // softnic has sent everything: a few more rounds for what is in flight.
                 idle_after_done += 1;
                 if idle_after_done > 100 {
                     break;
                 }
+            } else {
+                // Asleep on the device until it has frames (or the next timer): an idle
+                // server costs no CPU. 50 ms bounds how late Ctrl-C and --duration are seen.
+                server.idle(Duration::from_millis(50));
             }
-            std::thread::yield_now();
         }
         if !run.keep_going() {
             break;
@@ -482,6 +506,8 @@ fn run_server(a: ServeArgs) -> Result<()> {
             "in the server structure applications are processes of their own: start `shmnet app sink --port P` (or echo) after the server, not --sink/--echo"
         );
     }
+    // Before anything starts, so that a signal during start-up also ends in order.
+    let run = RunControl::new(&a)?;
     let opts = ServerOptions {
         serve: ServeConfig {
             ip: a.dev.ip.0,
@@ -527,7 +553,12 @@ fn run_server(a: ServeArgs) -> Result<()> {
             mac,
             &opts,
             |path| {
+                use std::os::unix::process::CommandExt;
                 std::process::Command::new(exe)
+                    // Its own process group: a Ctrl-C at the terminal reaches the server
+                    // only, which then stops the driver in order (the driver also exits
+                    // when the server's socket closes).
+                    .process_group(0)
                     .arg("driver")
                     .args(dev.to_args())
                     .arg("--socket")
@@ -559,7 +590,6 @@ fn run_server(a: ServeArgs) -> Result<()> {
             String::new()
         }
     );
-    let run = RunControl::new(&a)?;
     let pb = &run.pb;
     let mut last = (Instant::now(), 0u64);
     // A benchmark run ends when its harness says so on the scoreboard.
