@@ -97,18 +97,19 @@ pub fn run(cmd: AppCmd) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     };
-    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64()).max(1e-9);
+    // From the first message to the last: with fewer than two there is no rate (0).
+    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    let rate = |x: f64| if n > 1 && secs > 0.0 { x / secs } else { 0.0 };
+    let (msgs_per_s, gbit_per_s) = (rate(n as f64), rate(bytes as f64 * 8.0) / 1e9);
     if a.json {
         println!(
             "{}",
             serde_json::json!({"messages": n, "bytes": bytes, "seconds": secs,
-                "msgs_per_s": n as f64 / secs, "gbit_per_s": bytes as f64 * 8.0 / secs / 1e9, "stopped": why})
+                "msgs_per_s": msgs_per_s, "gbit_per_s": gbit_per_s, "stopped": why})
         );
     } else {
         println!(
-            "{n} messages, {bytes} bytes in {secs:.3} s: {:.0} msgs/s, {:.2} Gbit/s ({why})",
-            n as f64 / secs,
-            bytes as f64 * 8.0 / secs / 1e9
+            "{n} messages, {bytes} bytes in {secs:.3} s: {msgs_per_s:.0} msgs/s, {gbit_per_s:.2} Gbit/s ({why})"
         );
     }
     Ok(())

@@ -14,8 +14,9 @@
 //! Invariant: while an [`InterfaceLock`] is alive, its file is open and `flock`ed
 //! exclusively by this process.
 
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
@@ -76,9 +77,12 @@ pub fn lock(iface: &str) -> Result<InterfaceLock, LockError> {
         .truncate(false)
         .open(&path)
         .map_err(io)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
+    // SAFETY: flock on the fd of `file`, which is open for the duration of the call.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let err = std::io::Error::last_os_error();
+    match r {
+        0 => {}
+        _ if err.raw_os_error() == Some(libc::EWOULDBLOCK) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let holder = holder.trim();
@@ -87,7 +91,7 @@ pub fn lock(iface: &str) -> Result<InterfaceLock, LockError> {
                 holder: if holder.is_empty() { "?" } else { holder }.to_string(),
             });
         }
-        Err(TryLockError::Error(e)) => return Err(io(e)),
+        _ => return Err(io(err)),
     }
     file.set_len(0).map_err(io)?;
     file.rewind().map_err(io)?;

@@ -317,6 +317,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         };
         let nic = a.dev.softnic(first.port(), None)?;
         let server = Inline::with_page(nic, &cfg, a.page).context("starting the inline server")?;
+        eprintln!(
+            "shmnet inline over softnic: {} messages of {} B to port {}; UDP {}; Ctrl-C to stop",
+            a.dev.softnic_count,
+            a.dev.softnic_size,
+            first.port(),
+            describe_apps(&apps)
+        );
         serve(server, &a, |s| s.driver().done())
     } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
         let nic = open_af_packet(iface)?;
