@@ -148,5 +148,6 @@ mod tests {
         assert!(lock("shmtest1").is_ok(), "another interface is free");
         drop(first);
         assert!(lock("shmtest0").is_ok(), "freed by drop");
+        let _ = std::fs::remove_dir_all(shmnet_io::control::runtime_dir());
     }
 }
