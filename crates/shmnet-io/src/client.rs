@@ -2,7 +2,7 @@
 //!
 //! ```no_run
 //! use shmnet_io::client::Client;
-//! let client = Client::connect("/tmp/shmnet.sock")?;
+//! let client = Client::connect(shmnet_io::control::default_socket())?;
 //! let sock = client.udp_bind(5001)?;
 //! let mut buf = vec![0u8; 65_536];
 //! let (n, from) = sock.recv(&mut buf)?;        // sleeps on a wake-up until a message comes
@@ -50,6 +50,17 @@ pub enum ClientError {
     /// The server said something this client does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The process answering on the control socket runs as neither root nor our own user
+    /// (`SO_PEERCRED`): it may be squatting the path, so the client refuses it.
+    #[error(
+        "the process answering on the control socket (pid {pid}) runs as uid {uid}, neither root nor us: refusing it; stop it, or remove the socket and start `shmnet serve` again"
+    )]
+    UntrustedServer {
+        /// The server's uid.
+        uid: u32,
+        /// The server's pid.
+        pid: u32,
+    },
     /// The control socket failed.
     #[error(transparent)]
     Control(ControlError),
@@ -59,6 +70,7 @@ impl From<ControlError> for ClientError {
     fn from(e: ControlError) -> Self {
         match e {
             ControlError::HungUp => Self::ServerGone,
+            ControlError::UntrustedServer { uid, pid, .. } => Self::UntrustedServer { uid, pid },
             other => Self::Control(other),
         }
     }
@@ -101,9 +113,10 @@ pub struct UdpSocket {
 }
 
 impl Client {
-    /// Attaches to the server listening on `path`: version handshake, then both windows.
+    /// Attaches to the server listening on `path`: checks that it runs as root or as our own
+    /// user ([`ClientError::UntrustedServer`] if not), version handshake, then both windows.
     pub fn connect(path: impl AsRef<Path>) -> Result<Self, ClientError> {
-        let ctl = control::connect(path.as_ref())?;
+        let (ctl, _server) = control::connect_checked(path.as_ref())?;
         control::send(
             &ctl,
             &Request::Hello {
@@ -155,14 +168,16 @@ impl Client {
         })
     }
 
-    /// Binds UDP `port` on the server's address.
+    /// Binds UDP `port` on the server's address; port 0 binds a free ephemeral port
+    /// (49152–65535), which [`UdpSocket::port`] then names.
     pub fn udp_bind(&self, port: u16) -> Result<UdpSocket, ClientError> {
         let mut i = self.inner.borrow_mut();
         match i.call(Request::Bind { port })? {
-            Response::Bound { socket } => Ok(UdpSocket {
+            Response::Bound { socket, port: got } => Ok(UdpSocket {
                 inner: self.inner.clone(),
                 id: socket as u16,
-                port,
+                // A server older than `Bound::port` says 0: the port asked for.
+                port: if got != 0 { got } else { port },
             }),
             Response::Error(e) => Err(ClientError::Refused(e)),
             other => Err(ClientError::Protocol(format!(
@@ -429,7 +444,7 @@ impl Inner {
 }
 
 impl UdpSocket {
-    /// The bound port.
+    /// The bound port (for a bind of port 0, the one the server picked).
     pub fn port(&self) -> u16 {
         self.port
     }

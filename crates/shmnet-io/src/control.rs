@@ -2,33 +2,174 @@
 //! server, bind ports, and learn its counters.
 //!
 //! Every message is one packet holding one JSON object (the control path is not the data
-//! path: readability beats bytes here). Window hand-offs are packets of their own carrying
-//! the fds (see `shmnet_chan::handoff`). Packets keep their boundaries, so a JSON message and
-//! a hand-off never run together, and a hang-up reads as a zero-length packet: that is how
-//! each side notices the other's death.
+//! path: readability beats bytes here), at most [`MAX_MSG`] bytes: a larger one is refused
+//! by [`send`] and reported by [`recv`] as [`ControlError::TooLarge`], never truncated.
+//! Window hand-offs are packets of their own carrying the fds (see `shmnet_chan::handoff`).
+//! Packets keep their boundaries, so a JSON message and a hand-off never run together, and a
+//! hang-up reads as a zero-length packet: that is how each side notices the other's death.
 //!
 //! ```text
 //! app → server  {"Hello":{"version":1}}
 //! server → app  {"Welcome":{"version":1,"data_window":..., "app_window":...}}  then two hand-offs
-//! app → server  {"Bind":{"port":5001}}      server → app {"Bound":{"socket":0}} | {"Error":"…"}
+//! app → server  {"Bind":{"port":5001}}  server → app {"Bound":{"socket":0,"port":5001}} | {"Error":"…"}
 //! app → server  {"Close":{"socket":0}}      server → app {"Closed":{"socket":0}}
 //! any → server  {"Stats":null}              server → any {"Stats":{…}}
 //! driver → server {"DriverHello":{"version":1}}  server → driver {"Welcome":…} then the data window
 //! server → driver "Start"                    driver → server {"DriverStats":{…}} every 100 ms
 //! ```
+//!
+//! Who may talk to whom: by default the socket lives in a directory only its owner can enter
+//! ([`runtime_dir`], made 0700 by [`listen`]), and a client checks with `SO_PEERCRED` that
+//! the process that answers runs as root or as the client's own user ([`connect_checked`]),
+//! so no other local user can squat the path or answer in the server's place. A server reads
+//! each client's pid and uid with [`peer_credentials`].
 
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrUnix, SocketFlags, SocketType};
-use std::path::Path;
+use std::cell::RefCell;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Path, PathBuf};
 
 /// The control protocol's version. Both sides must agree.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// The default control socket path.
-pub const DEFAULT_SOCKET: &str = "/tmp/shmnet.sock";
-
-/// Largest control message.
+/// The largest control message, in bytes (JSON text). Big enough for every request and for a
+/// server's counters; a larger message is refused whole ([`ControlError::TooLarge`]), never
+/// cut short.
 pub const MAX_MSG: usize = 64 * 1024;
+
+/// The environment variable that, when set to an absolute path, names the directory of the
+/// default control socket (and of the interface locks) instead of the per-user default: for
+/// tests, and for servers run side by side.
+pub const RUNTIME_DIR_ENV: &str = "SHMNET_RUNTIME_DIR";
+
+/// The directory of the default control socket and of the interface locks, private to the
+/// user who runs shmnet:
+///
+/// - `$SHMNET_RUNTIME_DIR` if set to an absolute path;
+/// - `/run/shmnet` for root;
+/// - `$XDG_RUNTIME_DIR/shmnet` for other users when `XDG_RUNTIME_DIR` is set (an absolute
+///   path), else `/tmp/shmnet-$UID`.
+///
+/// [`listen`] creates it with mode 0700 and refuses to use it if it belongs to someone else
+/// or others may enter it. A server meant for other users' applications listens on a path
+/// they can reach, given with `--socket`.
+pub fn runtime_dir() -> PathBuf {
+    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    if let Some(dir) = std::env::var_os(RUNTIME_DIR_ENV).and_then(absolute) {
+        return dir;
+    }
+    let uid = rustix::process::geteuid().as_raw();
+    if uid == 0 {
+        return PathBuf::from("/run/shmnet");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").and_then(absolute) {
+        Some(dir) => dir.join("shmnet"),
+        None => PathBuf::from(format!("/tmp/shmnet-{uid}")),
+    }
+}
+
+/// The default control socket: `shmnet.sock` in [`runtime_dir`].
+pub fn default_socket() -> PathBuf {
+    runtime_dir().join("shmnet.sock")
+}
+
+/// Creates [`runtime_dir`] (mode 0700) if it is missing and checks it is private; returns it.
+pub fn ensure_runtime_dir() -> Result<PathBuf, ControlError> {
+    let dir = runtime_dir();
+    ensure_private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// What makes a directory unfit to hold a control socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirProblem {
+    /// It is a symbolic link or not a directory at all.
+    NotADirectory,
+    /// Another user owns it.
+    NotOurs {
+        /// Its owner's uid.
+        owner: u32,
+    },
+    /// Its group or other users may enter it.
+    OpenToOthers {
+        /// Its permission bits.
+        mode: u32,
+    },
+}
+
+impl std::fmt::Display for DirProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::NotADirectory => write!(f, "not a directory (or a symbolic link)"),
+            Self::NotOurs { owner } => write!(f, "owned by uid {owner}, not by us"),
+            Self::OpenToOthers { mode } => write!(f, "open to others (mode {mode:03o})"),
+        }
+    }
+}
+
+/// Creates `dir` with mode 0700 if it is missing; refuses it if it is not a directory we
+/// own that only we may enter. Its parent must exist.
+pub fn ensure_private_dir(dir: &Path) -> Result<(), ControlError> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(ControlError::Io(std::io::Error::new(
+                e.kind(),
+                format!("cannot create the directory {}: {e}", dir.display()),
+            )));
+        }
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    let me = rustix::process::geteuid().as_raw();
+    let problem = if !meta.file_type().is_dir() {
+        Some(DirProblem::NotADirectory)
+    } else if meta.uid() != me {
+        Some(DirProblem::NotOurs { owner: meta.uid() })
+    } else if meta.mode() & 0o077 != 0 {
+        Some(DirProblem::OpenToOthers {
+            mode: meta.mode() & 0o7777,
+        })
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(ControlError::UnsafeDirectory {
+            dir: dir.to_path_buf(),
+            problem,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Who is at the other end of a Unix socket, as the kernel recorded it when the peer
+/// connected (or, for a listening server, when it listened).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PeerCred {
+    /// Its process id (in our pid namespace; 0 if it is in none we can see).
+    pub pid: u32,
+    /// Its effective user id.
+    pub uid: u32,
+    /// Its effective group id.
+    pub gid: u32,
+}
+
+/// The credentials of the peer of the connected socket `fd` (`SO_PEERCRED`).
+pub fn peer_credentials(fd: impl AsFd) -> Result<PeerCred, ControlError> {
+    let c = rustix::net::sockopt::socket_peercred(fd).map_err(std::io::Error::from)?;
+    Ok(PeerCred {
+        pid: c.pid.as_raw_nonzero().get() as u32,
+        uid: c.uid.as_raw(),
+        gid: c.gid.as_raw(),
+    })
+}
+
+/// Whether a client running as `client_uid` may trust a server running as `server_uid`:
+/// the server runs as root or as the client's own user.
+pub fn trusts(client_uid: u32, server_uid: u32) -> bool {
+    server_uid == 0 || server_uid == client_uid
+}
 
 /// A message from an application (or `shmnet stats`) to the server.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -78,6 +219,10 @@ pub enum Response {
     Bound {
         /// Its number, used in descriptors.
         socket: u32,
+        /// The port it was bound to: the one asked for, or the ephemeral port the stack
+        /// picked for a `Bind` of port 0 (0 from a server older than this field).
+        #[serde(default)]
+        port: u16,
     },
     /// A socket was closed.
     Closed {
@@ -104,11 +249,59 @@ pub enum ControlError {
     /// The peer sent something that is not a message of this protocol.
     #[error("malformed control message: {0}")]
     Malformed(String),
+    /// A message over [`MAX_MSG`]: refused before sending, or received and discarded whole
+    /// (the connection stays usable).
+    #[error("a {size}-byte control message is over the limit of {limit} bytes")]
+    TooLarge {
+        /// Its size in bytes.
+        size: usize,
+        /// The limit, [`MAX_MSG`].
+        limit: usize,
+    },
+    /// `accept` found this process (EMFILE) or the system (ENFILE) out of file descriptors.
+    /// The pending connection stays queued, so the listener stays readable: back off (or use
+    /// an [`FdReserve`]) rather than retry at once, which would spin.
+    #[error(
+        "out of file descriptors ({0}): close idle connections, or raise the limit (`ulimit -n`)"
+    )]
+    OutOfFds(rustix::io::Errno),
+    /// The default socket's directory is not private to us (see [`runtime_dir`]).
+    #[error(
+        "{} is {problem}: remove it (`rm -r {}`) so shmnet can make it afresh, or choose another path with --socket",
+        dir.display(),
+        dir.display()
+    )]
+    UnsafeDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        problem: DirProblem,
+    },
+    /// The process listening on the socket runs as neither root nor our own user: it may be
+    /// squatting the path, so we say nothing to it.
+    #[error(
+        "the process answering on {} (pid {pid}) runs as uid {uid}, neither root nor us: not trusting it; stop it, or remove the socket and start `shmnet serve` again",
+        path.display()
+    )]
+    UntrustedServer {
+        /// The socket path.
+        path: PathBuf,
+        /// The server's uid.
+        uid: u32,
+        /// The server's pid.
+        pid: u32,
+    },
 }
 
 /// Sends one message.
 pub fn send<T: serde::Serialize>(fd: impl AsFd, msg: &T) -> Result<(), ControlError> {
     let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    if bytes.len() > MAX_MSG {
+        return Err(ControlError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_MSG,
+        });
+    }
     rustix::net::send(fd, &bytes, SendFlags::NOSIGNAL).map_err(|e| {
         if e == rustix::io::Errno::PIPE || e == rustix::io::Errno::CONNRESET {
             ControlError::HungUp
@@ -182,18 +375,33 @@ pub fn send_raw(fd: impl AsFd, parts: &[&[u8]]) -> Result<bool, ControlError> {
     }
 }
 
+thread_local! {
+    /// Where [`recv`] reads a packet: allocated (and zeroed) once per thread, not per call.
+    static RECV_BUF: RefCell<Vec<u8>> = RefCell::new(vec![0u8; MAX_MSG]);
+}
+
 /// Receives one message; `Ok(None)` if the socket is non-blocking and nothing is there.
+///
+/// A packet over [`MAX_MSG`] is consumed whole and reported as [`ControlError::TooLarge`]
+/// (with its real size): the next call reads the next message.
 pub fn recv<T: serde::de::DeserializeOwned>(fd: impl AsFd) -> Result<Option<T>, ControlError> {
-    let mut buf = vec![0u8; MAX_MSG];
-    match rustix::net::recv(fd, &mut buf, RecvFlags::empty()) {
-        Ok((0, _)) => Err(ControlError::HungUp),
-        Ok((n, _)) => serde_json::from_slice(&buf[..n])
-            .map(Some)
-            .map_err(|e| ControlError::Malformed(e.to_string())),
-        Err(rustix::io::Errno::AGAIN) => Ok(None),
-        Err(rustix::io::Errno::CONNRESET) => Err(ControlError::HungUp),
-        Err(e) => Err(ControlError::Io(e.into())),
-    }
+    RECV_BUF.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        // TRUNC: the kernel returns the packet's real length even when it is cut to fit.
+        match rustix::net::recv(fd, &mut buf[..], RecvFlags::TRUNC) {
+            Ok((_, 0)) => Err(ControlError::HungUp),
+            Ok((_, n)) if n > MAX_MSG => Err(ControlError::TooLarge {
+                size: n,
+                limit: MAX_MSG,
+            }),
+            Ok((_, n)) => serde_json::from_slice(&buf[..n])
+                .map(Some)
+                .map_err(|e| ControlError::Malformed(e.to_string())),
+            Err(rustix::io::Errno::AGAIN) => Ok(None),
+            Err(rustix::io::Errno::CONNRESET) => Err(ControlError::HungUp),
+            Err(e) => Err(ControlError::Io(e.into())),
+        }
+    })
 }
 
 /// Receives one message, blocking.
@@ -212,8 +420,12 @@ pub fn recv_blocking<T: serde::de::DeserializeOwned>(fd: impl AsFd) -> Result<T,
 }
 
 /// Listens on `path`, replacing a stale socket file nobody listens on, refusing to replace
-/// a live one.
+/// a live one. A path in [`runtime_dir`] (the default's directory) gets that directory made
+/// private first ([`ensure_private_dir`]); any other path is used as given.
 pub fn listen(path: &Path) -> Result<OwnedFd, ControlError> {
+    if path.parent() == Some(runtime_dir().as_path()) {
+        ensure_runtime_dir()?;
+    }
     if path.exists() {
         if connect(path).is_ok() {
             return Err(ControlError::Io(std::io::Error::new(
@@ -261,11 +473,38 @@ pub fn connect(path: &Path) -> Result<OwnedFd, ControlError> {
     Ok(fd)
 }
 
+/// Connects to a server's control socket (blocking socket) and checks with `SO_PEERCRED`
+/// that the server runs as root or as our own user ([`trusts`]); returns the socket and the
+/// server's credentials. Every client (applications, `shmnet stats`) connects this way.
+pub fn connect_checked(path: &Path) -> Result<(OwnedFd, PeerCred), ControlError> {
+    let fd = connect(path)?;
+    let server = peer_credentials(&fd)?;
+    if !trusts(rustix::process::geteuid().as_raw(), server.uid) {
+        return Err(ControlError::UntrustedServer {
+            path: path.to_path_buf(),
+            uid: server.uid,
+            pid: server.pid,
+        });
+    }
+    Ok((fd, server))
+}
+
 /// Accepts a pending connection (non-blocking), if any.
+///
+/// [`ControlError::OutOfFds`] when the process or the system has no file descriptor left:
+/// the connection stays queued and the listener readable, so the caller must back off (and
+/// count it) rather than call again at once; see [`FdReserve`] to serve it anyway.
 pub fn accept(listener: impl AsFd) -> Result<Option<OwnedFd>, ControlError> {
     match rustix::net::accept_with(listener, SocketFlags::CLOEXEC | SocketFlags::NONBLOCK) {
         Ok(fd) => Ok(Some(fd)),
-        Err(rustix::io::Errno::AGAIN) => Ok(None),
+        // A client that gave up before we came: nothing to accept from it; the listener
+        // stays readable if others wait.
+        Err(rustix::io::Errno::AGAIN)
+        | Err(rustix::io::Errno::CONNABORTED)
+        | Err(rustix::io::Errno::INTR) => Ok(None),
+        Err(e @ (rustix::io::Errno::MFILE | rustix::io::Errno::NFILE)) => {
+            Err(ControlError::OutOfFds(e))
+        }
         Err(e) => Err(ControlError::Io(e.into())),
     }
 }
@@ -320,4 +559,72 @@ pub fn recv_fd(sock: impl AsFd) -> Result<OwnedFd, ControlError> {
         ));
     }
     Ok(fds.remove(0))
+}
+
+/// One file descriptor held in reserve, so that a server out of descriptors can still take
+/// one connection — to answer `stats`, or to tell the client why it is refused — instead of
+/// leaving it queued.
+///
+/// Invariant: while [`FdReserve::is_held`], one descriptor (of `/dev/null`) is open and
+/// unused, so releasing it makes room for exactly one `accept`.
+#[derive(Debug)]
+pub struct FdReserve(Option<OwnedFd>);
+
+impl FdReserve {
+    /// Opens the reserve descriptor.
+    pub fn new() -> Result<Self, ControlError> {
+        let mut r = Self(None);
+        r.refill()?;
+        Ok(r)
+    }
+
+    /// Whether the reserve descriptor is held (it is not between an
+    /// [`FdReserve::accept_with_reserve`] that used it and the next [`FdReserve::refill`]).
+    pub fn is_held(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Opens the reserve again if it was used; `Err(OutOfFds)` while no descriptor is free
+    /// (close the connection taken with it first).
+    pub fn refill(&mut self) -> Result<(), ControlError> {
+        if self.0.is_none() {
+            let fd = rustix::fs::open(
+                "/dev/null",
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|e| match e {
+                rustix::io::Errno::MFILE | rustix::io::Errno::NFILE => ControlError::OutOfFds(e),
+                e => ControlError::Io(e.into()),
+            })?;
+            self.0 = Some(fd);
+        }
+        Ok(())
+    }
+
+    /// As [`accept`]; when that finds no descriptor free, gives up the reserve to accept the
+    /// connection anyway and returns it as `Ok(Some((fd, true)))`: the caller answers it
+    /// briefly (a `Stats`, or an `Error` saying the server is full), closes it, then calls
+    /// [`FdReserve::refill`]. `Err(OutOfFds)` if the reserve is already spent.
+    pub fn accept_with_reserve(
+        &mut self,
+        listener: impl AsFd,
+    ) -> Result<Option<(OwnedFd, bool)>, ControlError> {
+        let listener = listener.as_fd();
+        match accept(listener) {
+            Ok(got) => Ok(got.map(|fd| (fd, false))),
+            Err(ControlError::OutOfFds(e)) => {
+                if self.0.take().is_none() {
+                    return Err(ControlError::OutOfFds(e));
+                }
+                let got = accept(listener);
+                if !matches!(got, Ok(Some(_))) {
+                    // Nothing taken with it: hold the reserve again.
+                    let _ = self.refill();
+                }
+                Ok(got?.map(|fd| (fd, true)))
+            }
+            Err(e) => Err(e),
+        }
+    }
 }

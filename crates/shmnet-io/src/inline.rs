@@ -118,6 +118,9 @@ pub struct Inline<D: Driver> {
 /// Frames taken from the driver per step.
 const BURST: usize = 32;
 
+/// [`Inline::idle`] yields instead of sleeping for waits shorter than this.
+pub const SPIN_BELOW: Duration = Duration::from_micros(200);
+
 impl<D: Driver> Inline<D> {
     /// Creates the window, the stack (with the driver's MAC) and binds the applications.
     pub fn new(driver: D, cfg: &ServeConfig) -> Result<Self, ServeError> {
@@ -242,7 +245,7 @@ impl<D: Driver> Inline<D> {
         work
     }
 
-    /// Runs until `stop` says so, sleeping on the driver's fd (or yielding) when idle.
+    /// Runs until `stop` says so, sleeping in [`Inline::idle`] when a step finds no work.
     pub fn run_until(&mut self, mut stop: impl FnMut(&Self) -> bool) {
         while !stop(self) {
             if self.step() == 0 {
@@ -251,12 +254,23 @@ impl<D: Driver> Inline<D> {
         }
     }
 
-    fn idle(&self, at_most: Duration) {
-        let wait = match self.iface.poll_at() {
-            Some(t) => {
-                Duration::from_nanos(t.nanos().saturating_sub(self.now().nanos())).min(at_most)
-            }
-            None => at_most,
+    /// Call after a [`Inline::step`] that found no work: sleeps until the driver may have
+    /// frames, the stack's next timer (ARP retry, reassembly expiry) is due, or `max` has
+    /// passed, whichever comes first. An idle server thus costs (almost) no CPU.
+    ///
+    /// - A driver with a receive fd (af_packet): `poll` on it.
+    /// - A driver without one (softnic): its [`Driver::idle_hint`] — a paced softnic's next
+    ///   frame, or nothing to wait for (`None`: sleep up to the limit). A wait under
+    ///   [`SPIN_BELOW`] only yields the CPU, since a sleep that short oversleeps by the
+    ///   timer slack (about 50 µs) and would throw the pacing off.
+    ///
+    /// Frames arriving on an fd wake it at once; nothing else does (the inline structure has
+    /// no other party), so callers that must notice something else (Ctrl-C, a deadline) pass
+    /// a `max` as long as they can afford to notice it late.
+    pub fn idle(&self, max: Duration) {
+        let mut wait = match self.iface.poll_at() {
+            Some(t) => Duration::from_nanos(t.nanos().saturating_sub(self.now().nanos())).min(max),
+            None => max,
         };
         match self.driver.rx_fd() {
             Some(fd) => {
@@ -270,7 +284,16 @@ impl<D: Driver> Inline<D> {
                 )];
                 let _ = rustix::event::poll(&mut fds, Some(&ts));
             }
-            None => std::thread::yield_now(),
+            None => {
+                if let Some(hint) = self.driver.idle_hint() {
+                    wait = wait.min(hint);
+                }
+                if wait < SPIN_BELOW {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(wait);
+                }
+            }
         }
     }
 

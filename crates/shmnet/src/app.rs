@@ -17,14 +17,18 @@ pub enum AppCmd {
 
 #[derive(Args)]
 pub struct AppArgs {
-    /// The UDP port to bind.
+    /// The UDP port to bind (0: a free ephemeral port, printed once bound).
     #[arg(long)]
     port: u16,
-    /// Stop after this many messages (default: until the server goes away or 5 s of silence).
+    /// Stop after this many messages, however long they take (default: until the server
+    /// goes away, Ctrl-C, or --timeout).
     #[arg(long)]
     count: Option<u64>,
-    /// The server's control socket.
-    #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
+    /// Stop after this many seconds of silence (default: never).
+    #[arg(long, value_name = "SECONDS")]
+    timeout: Option<f64>,
+    /// The server's control socket (default: the one `shmnet serve` uses by default).
+    #[arg(long, default_value_os_t = shmnet_io::control::default_socket())]
     socket: PathBuf,
     /// Print the report as JSON.
     #[arg(long)]
@@ -40,16 +44,29 @@ pub fn run(cmd: AppCmd) -> Result<()> {
     let sock = client
         .udp_bind(a.port)
         .with_context(|| format!("binding UDP port {}", a.port))?;
+    let port = sock.port();
     let (data, own) = client.window_sizes();
     if !a.json {
         eprintln!(
-            "attached to {}: port {} bound; mapping {:.1} MiB of data window and {:.1} MiB of our own",
+            "attached to {}: port {port} bound; mapping {:.1} MiB of data window and {:.1} MiB of our own",
             a.socket.display(),
-            a.port,
             data as f64 / (1 << 20) as f64,
             own as f64 / (1 << 20) as f64
         );
     }
+    if a.port == 0 {
+        // On stdout, alone on its line, for whoever started us to read.
+        println!("port {port}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+    let silence = a.timeout.map(Duration::from_secs_f64);
+    // Wake up now and then to notice Ctrl-C and SIGTERM, which end the run with its report.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    ctrlc::set_handler(move || s2.store(true, std::sync::atomic::Ordering::Relaxed))
+        .context("installing the SIGINT/SIGTERM handler")?;
+    let tick = Duration::from_millis(200);
     let mut buf = vec![0u8; 65_536];
     let (mut n, mut bytes) = (0u64, 0u64);
     let mut first: Option<Instant> = None;
@@ -58,7 +75,14 @@ pub fn run(cmd: AppCmd) -> Result<()> {
         if a.count.is_some_and(|c| n >= c) {
             break "count reached";
         }
-        match sock.recv_timeout(&mut buf, Duration::from_secs(5)) {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            break "stopped by a signal";
+        }
+        if silence.is_some_and(|s| last.elapsed() >= s) {
+            break "--timeout of silence";
+        }
+        let wait = silence.map_or(tick, |s| s.saturating_sub(last.elapsed()).min(tick));
+        match sock.recv_timeout(&mut buf, wait) {
             Ok((len, from)) => {
                 first.get_or_insert_with(Instant::now);
                 last = Instant::now();
@@ -68,24 +92,24 @@ pub fn run(cmd: AppCmd) -> Result<()> {
                     sock.send_to(&buf[..len], from)?;
                 }
             }
-            Err(ClientError::TimedOut) if n > 0 => break "5 s of silence",
             Err(ClientError::TimedOut) => continue,
             Err(ClientError::ServerGone) => break "the server went away",
             Err(e) => return Err(e.into()),
         }
     };
-    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64()).max(1e-9);
+    // From the first message to the last: with fewer than two there is no rate (0).
+    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    let rate = |x: f64| if n > 1 && secs > 0.0 { x / secs } else { 0.0 };
+    let (msgs_per_s, gbit_per_s) = (rate(n as f64), rate(bytes as f64 * 8.0) / 1e9);
     if a.json {
         println!(
             "{}",
             serde_json::json!({"messages": n, "bytes": bytes, "seconds": secs,
-                "msgs_per_s": n as f64 / secs, "gbit_per_s": bytes as f64 * 8.0 / secs / 1e9, "stopped": why})
+                "msgs_per_s": msgs_per_s, "gbit_per_s": gbit_per_s, "stopped": why})
         );
     } else {
         println!(
-            "{n} messages, {bytes} bytes in {secs:.3} s: {:.0} msgs/s, {:.2} Gbit/s ({why})",
-            n as f64 / secs,
-            bytes as f64 * 8.0 / secs / 1e9
+            "{n} messages, {bytes} bytes in {secs:.3} s: {msgs_per_s:.0} msgs/s, {gbit_per_s:.2} Gbit/s ({why})"
         );
     }
     Ok(())
@@ -93,8 +117,8 @@ pub fn run(cmd: AppCmd) -> Result<()> {
 
 #[derive(Args)]
 pub struct StatsArgs {
-    /// The server's control socket.
-    #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
+    /// The server's control socket (default: the one `shmnet serve` uses by default).
+    #[arg(long, default_value_os_t = shmnet_io::control::default_socket())]
     socket: PathBuf,
     /// Print every counter as JSON.
     #[arg(long)]

@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 mod app;
+mod iface_lock;
 mod lab;
 mod netbench;
 mod replay;
@@ -38,17 +39,38 @@ enum Command {
     /// Measure shmnet's parts against baselines run in the same process and moment.
     #[command(subcommand)]
     Bench(Bench),
-    /// Run the protocol server: a driver, the stack, and built-in UDP applications.
+    /// Run the protocol server: a packet driver, the protocol stack, and UDP applications.
+    ///
+    /// Three structures place the same parties differently (--structure):
+    ///   inline   driver, stack and built-in applications (--echo, --sink) in one thread: the
+    ///            monolithic kernel path. Sleeps on the device when idle.
+    ///   server   the driver, the protocol server and each application as processes sharing
+    ///            memory windows; applications attach with `shmnet app` through the control
+    ///            socket (--socket). The driver is a process of its own, or a thread of the
+    ///            server with --driver-thread.
+    ///   ipc      as server, but every frame and datagram is copied through Unix sockets:
+    ///            the baseline the shared windows replace.
+    ///
+    /// The device (--driver): softnic, a software sender (see --softnic-*), or
+    /// af_packet:IFACE, a real interface (root or CAP_NET_RAW; shmnet answers ARP, ping and
+    /// UDP for --ip, which the kernel must not also hold). One server per interface: a second
+    /// one refuses to start unless --force. Ctrl-C or SIGTERM stops it in order: the control
+    /// socket is removed and the final counters printed.
     ///
     /// Examples:
     ///   shmnet serve --sink 5001                          softnic sends 100,000 14,792-byte messages to a checking sink
     ///   shmnet serve --sink 5001 --softnic-dma nt         the same, the "device" writing around the cache
     ///   shmnet serve --driver af_packet:veth0 --ip 10.77.0.1/24 --echo 7
+    ///   shmnet serve --structure server --driver af_packet:veth0 --ip 10.77.0.1/24 &
+    ///   shmnet app echo --port 7                          driver, server, application: 3 processes
     ///   shmnet serve --structure server &  shmnet app sink --port 5001
-    ///                                                     driver, server, application: 3 processes
+    ///                                                     softnic sends once the sink binds 5001
     ///   shmnet serve --structure ipc &  shmnet app sink --port 5001
     ///                                                     the same, copied through Unix sockets
     ///   shmnet stats                                      every counter of a running server
+    ///
+    /// README.md's "Serving a real interface" sets up a pair of network namespaces to try
+    /// the af_packet examples in.
     #[command(verbatim_doc_comment)]
     Serve(serve::ServeArgs),
     /// An application for a server started with --structure server.

@@ -25,11 +25,14 @@ pub enum PlacementArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Structure {
-    /// Driver, stack and applications in one thread.
+    /// Driver, stack and the built-in applications (--echo, --sink) in one thread: the
+    /// monolithic kernel path.
     Inline,
-    /// Driver, protocol server and applications as processes sharing windows (not built yet).
+    /// The driver, the protocol server and applications as processes sharing memory
+    /// windows: applications attach with `shmnet app` through the control socket.
     Server,
-    /// As `server`, but packets cross as copied messages over a Unix socket (not built yet).
+    /// As `server`, but every frame and datagram crosses as a copied message over a Unix
+    /// socket (the baseline the shared windows replace).
     Ipc,
 }
 
@@ -154,16 +157,20 @@ impl DriverArgs {
                 }
             ),
             format!("--ip={}/{}", self.ip.0, self.ip.1),
+        ]
+        .into_iter()
+        // --mac applies to softnic only (af_packet uses the interface's own address, and
+        // `check` refuses --mac with it); without it the driver process takes the same
+        // default as this one.
+        .chain(self.mac.filter(|_| self.driver == "softnic").map(|m| {
             format!(
                 "--mac={}",
-                self.softnic_mac()
-                    .iter()
+                m.iter()
                     .map(|b| format!("{b:02x}"))
                     .collect::<Vec<_>>()
                     .join(":")
-            ),
-        ]
-        .into_iter()
+            )
+        }))
         .chain(self.no_checksum.then(|| "--no-checksum".to_string()))
         .chain(self.softnic_board.iter().flat_map(|p| {
             [
@@ -236,9 +243,15 @@ pub struct ServeArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
-    /// server structure: the control socket applications attach to.
-    #[arg(long, default_value = shmnet_io::control::DEFAULT_SOCKET)]
+    /// server and ipc structures: the control socket applications attach to (default: in a
+    /// directory private to you: /run/shmnet for root, else $XDG_RUNTIME_DIR/shmnet or
+    /// /tmp/shmnet-$UID; $SHMNET_RUNTIME_DIR overrides).
+    #[arg(long, default_value_os_t = shmnet_io::control::default_socket())]
     socket: PathBuf,
+    /// af_packet: serve the interface even if another shmnet server already does (both will
+    /// answer every frame: peers see duplicate replies).
+    #[arg(long)]
+    force: bool,
     /// Messages a socket's receive queue holds before the stack drops (and counts) more.
     #[arg(long, default_value_t = 64, value_name = "MESSAGES")]
     rx_queue: usize,
@@ -306,6 +319,11 @@ struct Report {
 
 pub fn run(a: ServeArgs) -> Result<()> {
     a.dev.check()?;
+    // One server per interface, held until this function returns (every structure).
+    let _lock = match a.dev.driver.strip_prefix("af_packet:") {
+        Some(iface) => crate::iface_lock::lock_or_warn(iface, a.force)?,
+        None => None,
+    };
     match a.structure {
         Structure::Inline => {}
         Structure::Server => return run_server(a),
@@ -338,6 +356,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         };
         let nic = a.dev.softnic(first.port(), None)?;
         let server = Inline::with_page(nic, &cfg, a.page).context("starting the inline server")?;
+        eprintln!(
+            "shmnet inline over softnic: {} messages of {} B to port {}; UDP {}; Ctrl-C to stop",
+            a.dev.softnic_count,
+            a.dev.softnic_size,
+            first.port(),
+            describe_apps(&apps)
+        );
         serve(server, &a, |s| s.driver().done())
     } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
         let nic = open_af_packet(iface)?;
@@ -390,8 +415,9 @@ fn mac_of(iface: &str) -> Result<[u8; 6]> {
         .map_err(|_| anyhow::anyhow!("{iface} has no Ethernet address ({})", text.trim()))
 }
 
-/// What ends a run of `shmnet serve` (Ctrl-C or `--duration`), and its status line (shown on
-/// a terminal, hidden with `--json`).
+/// What ends a run of `shmnet serve` (Ctrl-C, SIGTERM or `--duration`), and its status line
+/// (shown on a terminal, hidden with `--json`). Either signal ends the loop, and the run then
+/// stops its parties, removes its control socket and prints its final counters.
 struct RunControl {
     stop: Arc<AtomicBool>,
     start: Instant,
@@ -403,8 +429,9 @@ impl RunControl {
     fn new(a: &ServeArgs) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
+        // With ctrlc's `termination` feature this catches SIGTERM (and SIGHUP) too.
         ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed))
-            .context("installing Ctrl-C")?;
+            .context("installing the SIGINT/SIGTERM handler")?;
         Ok(Self {
             stop,
             start: Instant::now(),
@@ -436,12 +463,16 @@ fn serve<D: Driver>(
         let work = server.step();
         if work == 0 {
             if finished(&server) {
+                // softnic has sent everything: a few more rounds for what is in flight.
                 idle_after_done += 1;
                 if idle_after_done > 100 {
                     break;
                 }
+            } else {
+                // Asleep on the device until it has frames (or the next timer): an idle
+                // server costs no CPU. 50 ms bounds how late Ctrl-C and --duration are seen.
+                server.idle(Duration::from_millis(50));
             }
-            std::thread::yield_now();
         }
         if !run.keep_going() {
             break;
@@ -521,6 +552,8 @@ fn run_server(a: ServeArgs) -> Result<()> {
             "in the server structure applications are processes of their own: start `shmnet app sink --port P` (or echo) after the server, not --sink/--echo"
         );
     }
+    // Before anything starts, so that a signal during start-up also ends in order.
+    let run = RunControl::new(&a)?;
     let opts = ServerOptions {
         serve: ServeConfig {
             ip: a.dev.ip.0,
@@ -579,7 +612,12 @@ fn run_server(a: ServeArgs) -> Result<()> {
             mac,
             &opts,
             |path| {
+                use std::os::unix::process::CommandExt;
                 std::process::Command::new(exe)
+                    // Its own process group: a Ctrl-C at the terminal reaches the server
+                    // only, which then stops the driver in order (the driver also exits
+                    // when the server's socket closes).
+                    .process_group(0)
                     .arg("driver")
                     .args(dev.to_args())
                     .arg("--socket")
@@ -611,7 +649,6 @@ fn run_server(a: ServeArgs) -> Result<()> {
             String::new()
         }
     );
-    let run = RunControl::new(&a)?;
     let pb = &run.pb;
     let mut last = (Instant::now(), 0u64);
     // A benchmark run ends when its harness says so on the scoreboard.

@@ -371,6 +371,8 @@ impl DataPlane {
                 app.sockets.push(Some(h));
                 Response::Bound {
                     socket: (app.sockets.len() - 1) as u32,
+                    // Port 0 asked for any free port: say which one it got.
+                    port: self.iface.udp_local_addr(h).map_or(port, |a| a.port()),
                 }
             }
             Err(e) => Response::Error(format!("cannot bind UDP port {port}: {e}")),

@@ -1,0 +1,358 @@
+//! `shmnet serve` and `shmnet app` as a user runs them: SIGTERM stops every structure in
+//! order, an idle inline server sleeps, a second server on one interface is refused, and an
+//! application binding port 0 is told its port.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a party may take to start or to stop (only a hang reaches it).
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// How long the idle servers are watched.
+const IDLE_WATCH: Duration = Duration::from_secs(3);
+
+/// The bound on an idle server's CPU time, as a fraction of wall time. An idle server wakes
+/// every 50 ms at most (to notice a signal), each wake costing microseconds: well under 1 %.
+/// A loop that spins or yields instead of sleeping costs 50–100 %. And an idle sleeper's CPU
+/// time does not grow when the machine is busy (it waits longer for a CPU, but that is not
+/// its CPU time), so 10 % cannot fail on a slow or loaded machine and still tells a sleeper
+/// from a spinner.
+const IDLE_CPU_BOUND: f64 = 0.10;
+
+fn temp(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("shmnet-cli-{}-{tag}", std::process::id()))
+}
+
+/// A running `shmnet` with its output collected.
+struct Party {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+fn collect(r: impl Read + Send + 'static, into: Arc<Mutex<String>>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).lines().map_while(Result::ok) {
+            let mut s = into.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+}
+
+impl Party {
+    fn spawn(cmd: &mut Command) -> Party {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start shmnet");
+        let (stdout, stderr) = (Arc::default(), Arc::default());
+        collect(child.stdout.take().unwrap(), Arc::clone(&stdout));
+        collect(child.stderr.take().unwrap(), Arc::clone(&stderr));
+        Party {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn shmnet(args: &[&str], runtime: &std::path::Path) -> Party {
+        Party::spawn(
+            Command::new(env!("CARGO_BIN_EXE_shmnet"))
+                .args(args)
+                .env("SHMNET_RUNTIME_DIR", runtime),
+        )
+    }
+
+    fn out(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    fn err(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until stderr has a line containing `what` (the party says it is up).
+    fn wait_for(&mut self, what: &str) {
+        let deadline = Instant::now() + LIMIT;
+        while !self.err().contains(what) {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                panic!(
+                    "exited ({s}) before saying {what:?}:\n{}{}",
+                    self.out(),
+                    self.err()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never said {what:?}:\n{}",
+                self.err()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the exit (and the last of the output).
+    fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                std::thread::sleep(Duration::from_millis(50));
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("did not exit in {LIMIT:?}:\n{}{}", self.out(), self.err());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: a signal to a child we spawned and have not reaped.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// User plus system CPU time so far, from /proc/PID/stat (all threads).
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        // After `(comm)`: state is field 3, utime 14 and stime 15 (1-based).
+        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        Duration::from_secs_f64(ticks as f64 / hz as f64)
+    }
+
+    /// CPU time over `IDLE_WATCH` of wall time, as a fraction.
+    fn idle_cpu_fraction(&self) -> f64 {
+        let (c0, t0) = (self.cpu(), Instant::now());
+        std::thread::sleep(IDLE_WATCH);
+        (self.cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64()
+    }
+}
+
+impl Drop for Party {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A softnic sending one message every half second for far longer than the test.
+const PACED: [&str; 6] = [
+    "--softnic-gap-us",
+    "500000",
+    "--softnic-count",
+    "1000000",
+    "--softnic-size",
+    "1000",
+];
+
+#[test]
+fn sigterm_stops_every_structure_in_order_with_its_socket_removed_and_its_counters_printed() {
+    let runtime = temp("sigterm");
+    for (name, extra) in [
+        ("inline", vec!["--sink", "5001"]),
+        ("server", vec!["--structure", "server"]),
+        (
+            "server thread",
+            vec!["--structure", "server", "--driver-thread"],
+        ),
+        ("ipc", vec!["--structure", "ipc"]),
+    ] {
+        let socket = temp(&format!("{}.sock", name.replace(' ', "-")));
+        let socket_s = socket.to_str().unwrap();
+        let mut args = vec!["serve", "--json", "--socket", socket_s];
+        args.extend(PACED);
+        args.extend(&extra);
+        let mut p = Party::shmnet(&args, &runtime);
+        p.wait_for("shmnet ");
+        if name != "inline" {
+            assert!(socket.exists(), "{name}: no socket at {socket_s}");
+        }
+        p.signal(libc::SIGTERM);
+        let status = p.wait();
+        assert!(status.success(), "{name}: {status}\n{}", p.err());
+        assert!(!socket.exists(), "{name}: the socket is left behind");
+        let out = p.out();
+        let report: serde_json::Value = serde_json::from_str(out.trim())
+            .unwrap_or_else(|e| panic!("{name}: no JSON report ({e}): {out:?}"));
+        assert!(report.is_object(), "{name}: {report}");
+    }
+    let _ = std::fs::remove_dir_all(runtime);
+}
+
+#[test]
+fn an_idle_inline_server_over_softnic_sleeps() {
+    let runtime = temp("idle-softnic");
+    let mut args = vec!["serve", "--sink", "5001"];
+    args.extend(PACED);
+    let mut p = Party::shmnet(&args, &runtime);
+    p.wait_for("shmnet inline");
+    let cpu = p.idle_cpu_fraction();
+    p.signal(libc::SIGTERM);
+    assert!(p.wait().success(), "{}", p.err());
+    assert!(
+        cpu < IDLE_CPU_BOUND,
+        "an inline server with a message every 0.5 s used {:.0} % of a CPU",
+        cpu * 100.0
+    );
+    let _ = std::fs::remove_dir_all(runtime);
+}
+
+#[test]
+fn an_application_binding_port_0_is_told_its_port() {
+    let runtime = temp("port0");
+    let socket = temp("port0.sock");
+    let socket_s = socket.to_str().unwrap();
+    let mut args = vec!["serve", "--structure", "server", "--socket", socket_s];
+    args.extend(PACED);
+    let mut server = Party::shmnet(&args, &runtime);
+    server.wait_for("shmnet server structure");
+    let mut app = Party::shmnet(
+        &[
+            "app",
+            "sink",
+            "--port",
+            "0",
+            "--socket",
+            socket_s,
+            "--timeout",
+            "0.5",
+            "--json",
+        ],
+        &runtime,
+    );
+    let status = app.wait();
+    assert!(status.success(), "{}", app.err());
+    let out = app.out();
+    let mut lines = out.lines();
+    let port: u16 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("port "))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no `port N` line first: {out:?}"));
+    assert!(port >= 49152, "an ephemeral port, got {port}");
+    let report: serde_json::Value = serde_json::from_str(lines.next().unwrap_or("")).unwrap();
+    assert_eq!(report["stopped"], "--timeout of silence", "{report}");
+    server.signal(libc::SIGTERM);
+    assert!(server.wait().success(), "{}", server.err());
+    let _ = std::fs::remove_dir_all(runtime);
+}
+
+/// A network namespace holding a veth pair, removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Option<Netns> {
+        let name = format!("shmnet-cli-{}-{tag}", std::process::id());
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let _ = ip(&["netns", "del", &name]);
+        if !ip(&["netns", "add", &name]) {
+            return None;
+        }
+        let ns = Netns(name);
+        let ok = ip(&[
+            "-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        ]) && ip(&["-n", &ns.0, "link", "set", "v0", "up"])
+            && ip(&["-n", &ns.0, "link", "set", "v1", "up"]);
+        ok.then_some(ns)
+    }
+
+    fn shmnet(&self, args: &[&str], runtime: &std::path::Path) -> Party {
+        Party::spawn(
+            Command::new("ip")
+                .args(["netns", "exec", &self.0, env!("CARGO_BIN_EXE_shmnet")])
+                .args(args)
+                .env("SHMNET_RUNTIME_DIR", runtime),
+        )
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused() {
+    const TEST: &str = "on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
+        return;
+    }
+    let Some(ns) = Netns::new("iface") else {
+        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+        return;
+    };
+    let runtime = temp("iface");
+    let serve = ["serve", "--driver", "af_packet:v0", "--ip", "10.78.0.1/24"];
+    let mut first = ns.shmnet(&[&serve[..], &["--echo", "7"]].concat(), &runtime);
+    first.wait_for("shmnet inline on v0");
+    let cpu = first.idle_cpu_fraction();
+    assert!(
+        cpu < IDLE_CPU_BOUND,
+        "an idle inline server on af_packet used {:.0} % of a CPU",
+        cpu * 100.0
+    );
+
+    // Refused in every structure, naming the first server's pid.
+    let pid = first.child.id().to_string();
+    for extra in [
+        &[][..],
+        &["--structure", "server"][..],
+        &["--structure", "server", "--driver-thread"][..],
+        &["--structure", "ipc"][..],
+    ] {
+        let socket = temp("second.sock");
+        let args = [&serve[..], extra, &["--socket", socket.to_str().unwrap()]].concat();
+        let mut second = ns.shmnet(&args, &runtime);
+        let status = second.wait();
+        assert!(!status.success(), "{extra:?}: a second server started");
+        let err = second.err();
+        assert!(
+            err.contains("already serves v0") && err.contains(&format!("pid {pid}")),
+            "{extra:?}: {err}"
+        );
+    }
+    // --force runs beside it, warning loudly.
+    let mut forced = ns.shmnet(&[&serve[..], &["--force"]].concat(), &runtime);
+    forced.wait_for("shmnet inline on v0");
+    assert!(forced.err().contains("WARNING"), "{}", forced.err());
+    forced.signal(libc::SIGTERM);
+    assert!(forced.wait().success(), "{}", forced.err());
+
+    first.signal(libc::SIGTERM);
+    assert!(first.wait().success(), "{}", first.err());
+    assert!(
+        first.out().contains("inline over af_packet:v0"),
+        "{}",
+        first.out()
+    );
+    // Once the first is gone, the interface is free again.
+    let mut again = ns.shmnet(&serve, &runtime);
+    again.wait_for("shmnet inline on v0");
+    again.signal(libc::SIGTERM);
+    assert!(again.wait().success(), "{}", again.err());
+    let _ = std::fs::remove_dir_all(runtime);
+}
