@@ -156,6 +156,9 @@ pub struct HandoffReport {
     pub runs: usize,
     /// Seconds per run.
     pub seconds_per_run: f64,
+    /// The 1-minute load average just before the probe (`/proc/loadavg`; 0 if unreadable):
+    /// other work on these CPUs preempts the pinned pair, which then waits for each other.
+    pub load_before: f64,
     /// Messages whose sequence number or count came out wrong (0 unless the probe is
     /// broken; the figures are void otherwise).
     pub wrong_messages: u64,
@@ -518,6 +521,10 @@ pub fn run(opts: &HandoffOptions, progress: &mut dyn FnMut(&str)) -> HandoffRepo
         None => pick_cpus(),
     };
     let shared = cpus[0] == cpus[1];
+    let load_before = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
     let spec = PoolSpec::default();
     let buffers = (spec.pools * spec.buffers_per_pool) as usize;
     let buffer_bytes = spec.data_size as usize;
@@ -555,7 +562,7 @@ pub fn run(opts: &HandoffOptions, progress: &mut dyn FnMut(&str)) -> HandoffRepo
             wrong += bad;
         }
     }
-    let sizes = plans
+    let sizes: Vec<HandoffSize> = plans
         .iter()
         .zip(rates)
         .map(|(plan, runs_msgs_per_s)| {
@@ -583,6 +590,12 @@ pub fn run(opts: &HandoffOptions, progress: &mut dyn FnMut(&str)) -> HandoffRepo
             cpus[0], cpus[1]
         ));
     }
+    let spread = sizes_spread(&sizes);
+    if spread > 1.5 {
+        notes.push(format!(
+            "runs of one size differ by up to {spread:.1}× (load average {load_before:.2} before the probe): other work shares these CPUs, so read these figures with care"
+        ));
+    }
     if wrong > 0 {
         notes.push(format!(
             "{wrong} message(s) arrived wrong: the probe is broken and its figures are void"
@@ -599,9 +612,26 @@ pub fn run(opts: &HandoffOptions, progress: &mut dyn FnMut(&str)) -> HandoffRepo
         burst: BURST,
         runs,
         seconds_per_run: time.as_secs_f64(),
+        load_before,
         wrong_messages: wrong,
         notes,
     }
+}
+
+/// The largest ratio of a size's fastest run to its slowest.
+fn sizes_spread(sizes: &[HandoffSize]) -> f64 {
+    sizes
+        .iter()
+        .map(|s| {
+            let (lo, hi) = s
+                .runs_msgs_per_s
+                .iter()
+                .fold((f64::INFINITY, 0.0f64), |(lo, hi), &r| {
+                    (lo.min(r), hi.max(r))
+                });
+            if lo > 0.0 { hi / lo } else { 1.0 }
+        })
+        .fold(1.0, f64::max)
 }
 
 impl HandoffReport {
