@@ -213,6 +213,35 @@ between 64-byte-aligned buffers in the same run (the best case for `memcpy`).
     return s
 
 
+def handoff(runs, quick):
+    r0 = runs[0]
+    rows = []
+    for h in r0["sizes"]:
+        size = h["size"]
+
+        def get(run, k):
+            return next((x[k] for x in run["sizes"] if x["size"] == size), None)
+
+        rows.append([f"{size:,}", h["buffers_per_msg"], fig([get(r, "msgs_per_s") for r in runs], "k"),
+                     fig([get(r, "gbit_per_s") for r in runs], 1)])
+    shared = any(r["shared_cpu"] for r in runs)
+    s = f"""## The cross-core hand-off limit (`shmnet bench handoff`)
+
+Command: `shmnet bench handoff{' --quick' if quick else ''} --json` (median of {r0['runs']} runs of {r0['seconds_per_run'] * 1e3:.0f} ms per
+size). A producer thread on CPU {r0['cpus'][0]} writes each message's frames (MTU-1,500 fragments, one per
+buffer) into a LIFO pool of {r0['pool_buffers']:,} × {r0['buffer_bytes']:,}-byte buffers (the server's data window) and hands
+them over a {r0['ring_slots']:,}-slot SPSC ring to a consumer on CPU {r0['cpus'][1]}, which copies the payload out and hands
+the buffers back: no protocol, no system call — the physical limit the `server` structure is
+measured against (ttcp measures it again in its own run).{' **Both threads shared one CPU in some run: not a cross-core figure.**' if shared else ''}
+
+"""
+    s += table(["size B", "buffers/msg", "msgs/s", "payload Gbit/s"], rows)
+    wrong = sum(r["wrong_messages"] for r in runs)
+    if wrong:
+        s += f"\n**{wrong} message(s) arrived wrong: the probe is broken and these figures are void.**\n"
+    return s
+
+
 def party_split(rows):
     parties = sorted({p for r in rows for p in r["cpu_us_per_msg_by_party"]})
     return ", ".join(
@@ -239,6 +268,7 @@ def ttcp(runs, quick):
         ratios = ratios_over_runs(
             runs, lambda r: (same(r, key) or {}).get("msgs_per_s"),
             lambda r: (same(r, (key[0], key[1], "kernel")) or {}).get("msgs_per_s"))
+        over = [x["over_handoff"] for x in rs if x.get("over_handoff")]
         rows.append([
             key[0], f"{key[1]:,}", key[2],
             fig([x["msgs_per_s"] for x in rs], "k"),
@@ -246,6 +276,7 @@ def ttcp(runs, quick):
             f"{fig([x['cpu_s_per_msg'] * 1e6 for x in rs], 2)} ({party_split(rs)})",
             fig([x["sleeps_per_msg"] for x in rs], 2),
             fig(ratios, 2) + "×" if ratios and key[2] != "kernel" else "—",
+            fig(over, 3) if over else "—",
             sum(x["lost"] for x in rs),
             sum(x["unaccounted"] for x in rs),
         ])
@@ -266,7 +297,7 @@ over the runs.
 
 """
     s += table(["dir", "size B", "structure", "msgs/s", "Gbit/s", "CPU µs/msg (by party)",
-                "sleeps/msg", "÷ kernel msgs/s", "lost", "unaccounted"], rows)
+                "sleeps/msg", "÷ kernel msgs/s", "÷ hand-off", "lost", "unaccounted"], rows)
     s += "\n![ttcp bars, normalised to the fastest per size (the last run)](ttcp.png)\n\n"
     mc = []
     for m in r0["memcpy"]:
@@ -276,6 +307,15 @@ over the runs.
         mc.append(f"{size:,} B: {fig(hot, 0)} / {fig(cold, 0)}")
     s += ("`memcpy` in the same runs, Gbit/s, source in cache / source in memory: "
           + "; ".join(mc) + ".\n\n")
+    if r0.get("handoff"):
+        ho = []
+        for h in r0["handoff"]["sizes"]:
+            size = h["size"]
+            g = [next((x["gbit_per_s"] for x in (r.get("handoff") or {}).get("sizes", [])
+                       if x["size"] == size), None) for r in runs]
+            ho.append(f"{size:,} B: {fig(g, 1)}")
+        s += ("The cross-core hand-off limit in the same runs (`shmnet bench handoff`; "
+              "÷ hand-off above is a cell's Gbit/s over it), Gbit/s: " + "; ".join(ho) + ".\n\n")
     trows = []
     for t in r0["targets"]:
         k = (t["dir"], t["size"], t["what"])
@@ -287,8 +327,10 @@ over the runs.
         s += table(["dir", "size B", "what", "measured", "target", "verdict"], trows)
         last = runs[-1]["targets"]
         s += "\nWhat limits `server` (the last run's breakdown):\n\n"
+        said = set()
         for t in last:
-            if not t["met"] and t.get("limited_by"):
+            if not t["met"] and t.get("limited_by") and (t["dir"], t["size"]) not in said:
+                said.add((t["dir"], t["size"]))
                 s += f"- {t['dir']} {t['size']:,} B: {t['limited_by']}\n"
     for r in runs:
         for f in r["failed"]:
@@ -485,7 +527,8 @@ def main():
     quick = meta["quick"]
     parts = [header(meta, seconds)] + [
         render(load_runs(d, name), quick)
-        for name, render in [("chan", chan), ("stack", stack), ("ttcp", ttcp), ("rr", rr),
+        for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
+                             ("ttcp", ttcp), ("rr", rr),
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     print("\n".join(parts), end="")

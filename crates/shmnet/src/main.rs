@@ -179,6 +179,13 @@ enum Bench {
     /// and send path, for 10 B, 1 KB, 8 KB and 14,792 B UDP messages with the checksum off
     /// and on, beside a memcpy of the same bytes measured in the same run.
     Stack(StackArgs),
+    /// The cross-core hand-off limit the server structure is measured against: a producer
+    /// thread on one CPU writes each message's frames into buffers of a LIFO pool (the
+    /// server's data-window geometry, MTU fragments of 2 KiB buffers) and hands them over an
+    /// SPSC ring to a consumer on another CPU, which copies the payload out and hands the
+    /// buffers back. Messages/s and payload Gbit/s per size, median of runs of a fixed time.
+    /// With one CPU available both threads share it, and the output says so.
+    Handoff(netbench::HandoffArgs),
 }
 
 #[derive(Args)]
@@ -339,6 +346,7 @@ fn dispatch() -> Result<()> {
     match Cli::parse().command {
         Command::Bench(Bench::Chan(a)) => bench_chan(a),
         Command::Bench(Bench::Stack(a)) => bench_stack(a),
+        Command::Bench(Bench::Handoff(a)) => netbench::bench_handoff(a),
         Command::Serve(a) => serve::run(a),
         Command::App(c) => app::run(c),
         Command::Stats(a) => app::stats(a),

@@ -43,7 +43,8 @@ pub struct TtcpArgs {
     /// Seconds per cell (default 2; 0.25 with --quick).
     #[arg(long)]
     seconds: Option<f64>,
-    /// A quarter second per cell: the whole table in about half a minute.
+    /// A quarter second per cell (and about a second for the hand-off probe): the whole
+    /// table in about half a minute.
     #[arg(long)]
     quick: bool,
     /// The sender's window in messages (default: 1 MiB of messages, 8 to 256).
@@ -58,6 +59,36 @@ pub struct TtcpArgs {
     /// Draw the bars, normalised to the fastest structure per size, into this PNG.
     #[arg(long, value_name = "FILE.png")]
     plot: Option<PathBuf>,
+}
+
+/// `shmnet bench handoff`.
+#[derive(Args)]
+pub struct HandoffArgs {
+    /// 3 runs of about 80 ms per size (about a second in all) instead of 5 of 200 ms.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// UDP payload bytes per message (comma-separated).
+    #[arg(long, default_value = "10,1024,8192,14792", value_parser = sizes)]
+    size: std::vec::Vec<usize>,
+}
+
+/// `shmnet bench handoff`: the cross-core hand-off limit.
+pub fn bench_handoff(a: HandoffArgs) -> Result<()> {
+    use shmnet_lab::bench::handoff;
+    let opts = handoff::HandoffOptions::new(a.quick, a.size, None)?;
+    let mut wrong = 0;
+    crate::emit(a.json, |progress| {
+        let r = handoff::run(&opts, progress);
+        wrong = r.wrong_messages;
+        r
+    })?;
+    if wrong > 0 {
+        bail!("the hand-off probe delivered {wrong} message(s) wrong, so its figures are void");
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -122,6 +153,7 @@ pub fn ttcp(a: TtcpArgs) -> Result<()> {
         count: a.count,
         seconds: seconds(a.seconds, a.quick)?,
         window: a.window,
+        quick: a.quick,
     };
     let plot = a.plot.clone();
     let json = a.json;
@@ -316,7 +348,7 @@ pub fn worker(a: WorkerArgs) -> Result<()> {
         Err(e) => {
             // Let the others leave too: the harness reports this party's error.
             board.set_quit();
-            bail!(e)
+            bail!("{e}")
         }
     }
 }

@@ -54,6 +54,37 @@ fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
     let memcpy = v["memcpy"].as_array().expect("memcpy");
     assert_eq!(memcpy.len(), 4);
     assert!(!v["targets"].as_array().expect("targets").is_empty());
+    // The hand-off probe ran at every size, and every row is set against it.
+    let handoff = v["handoff"]["sizes"].as_array().expect("handoff sizes");
+    assert_eq!(handoff.len(), 4, "{v}");
+    assert_eq!(u(&v["handoff"], "wrong_messages"), 0, "{v}");
+    for r in rows {
+        for k in ["handoff_gbit_per_s", "handoff_msgs_per_s", "over_handoff"] {
+            assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {r}");
+        }
+    }
+}
+
+/// The hand-off probe's JSON: every size with positive figures, the CPUs it ran on, and no
+/// message delivered wrong.
+#[test]
+fn bench_handoff_reports_every_size() {
+    let v = shmnet(&["bench", "handoff", "--quick", "--json"]);
+    let sizes = v["sizes"].as_array().expect("sizes");
+    let want = [10, 1024, 8192, 14_792];
+    assert_eq!(sizes.len(), want.len(), "{v}");
+    for (s, size) in sizes.iter().zip(want) {
+        assert_eq!(u(s, "size"), size, "{s}");
+        assert!(u(s, "buffers_per_msg") >= 1, "{s}");
+        for k in ["msgs_per_s", "gbit_per_s"] {
+            assert!(s[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {s}");
+        }
+    }
+    let cpus = v["cpus"].as_array().expect("cpus");
+    assert_eq!(cpus.len(), 2, "{v}");
+    let shared = v["shared_cpu"].as_bool().expect("shared_cpu");
+    assert_eq!(shared, cpus[0] == cpus[1], "{v}");
+    assert_eq!(u(&v, "wrong_messages"), 0, "{v}");
 }
 
 #[test]
@@ -134,6 +165,7 @@ fn bad_arguments_are_refused_with_a_hint() {
         (&["ttcp", "--size", "70000"][..], "1 to 65,507"),
         (&["rr", "--outstanding", "0"][..], "1 to 128"),
         (&["rr", "--outstanding", "129"][..], "loopback wire holds"),
+        (&["bench", "handoff", "--size", "0"][..], "1 to 65,507"),
     ] {
         let out = run(args);
         assert!(!out.status.success());

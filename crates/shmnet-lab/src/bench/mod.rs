@@ -2,4 +2,5 @@
 //! none asserts anything about speed (that is what makes them benchmarks, not tests).
 
 pub mod chan;
+pub mod handoff;
 pub mod stack;

@@ -128,6 +128,12 @@ fn arg(k: &str, v: impl std::fmt::Display) -> String {
     format!("--{k}={v}")
 }
 
+/// Starts one party; the cell's errors are still lines of text (the harness quotes what
+/// its parties said).
+fn spawn(name: &'static str, exe: &std::path::Path, args: &[String]) -> Result<Party, String> {
+    Party::spawn(name, exe, args).map_err(|e| e.to_string())
+}
+
 /// Starts a cell's parties and waits until each has said it is ready.
 pub(crate) fn start(
     launch: &Launch,
@@ -171,8 +177,8 @@ pub(crate) fn start(
                     worker("kernel-send", vec![arg("size", size)]),
                 ),
             };
-            run.parties.push(Party::spawn("receiver", exe, &first)?);
-            run.parties.push(Party::spawn("sender", exe, &second)?);
+            run.parties.push(spawn("receiver", exe, &first)?);
+            run.parties.push(spawn("sender", exe, &second)?);
             2
         }
         Structure::Inline => {
@@ -190,7 +196,7 @@ pub(crate) fn start(
                 extra.push("--checksum".into());
             }
             run.parties
-                .push(Party::spawn("inline", exe, &worker("inline", extra))?);
+                .push(spawn("inline", exe, &worker("inline", extra))?);
             1
         }
         Structure::Server | Structure::Ipc => {
@@ -230,14 +236,14 @@ pub(crate) fn start(
             if !launch.checksum {
                 serve.push("--no-checksum".into());
             }
-            run.parties.push(Party::spawn("serve", exe, &serve)?);
+            run.parties.push(spawn("serve", exe, &serve)?);
             if let Err(e) = wait_until(Duration::from_secs(15), &run, || socket.exists()) {
                 return Err(run.abort(e));
             }
             let wanted = apps.len() as u64;
             for (name, mut app) in apps {
                 app.push(arg("socket", socket.display()));
-                run.parties.push(Party::spawn(name, exe, &app)?);
+                run.parties.push(spawn(name, exe, &app)?);
             }
             wanted
         }

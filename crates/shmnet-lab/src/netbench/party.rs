@@ -8,6 +8,21 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// Why a party could not be started.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PartyError {
+    /// The program could not be run.
+    #[error("starting {name} ({}): {source}", exe.display())]
+    Spawn {
+        /// The party.
+        name: &'static str,
+        /// The program.
+        exe: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// A process of the cell.
 pub(crate) struct Party {
     pub name: &'static str,
@@ -47,7 +62,7 @@ impl Party {
         name: &'static str,
         exe: &std::path::Path,
         args: &[String],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PartyError> {
         let mut child = Command::new(exe)
             .args(args)
             .stdin(Stdio::null())
@@ -56,7 +71,11 @@ impl Party {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("starting {name} ({}): {e}", exe.display()))?;
+            .map_err(|source| PartyError::Spawn {
+                name,
+                exe: exe.to_path_buf(),
+                source,
+            })?;
         let stdout = child.stdout.take().map(reader);
         let stderr = child.stderr.take().map(reader);
         Ok(Self {

@@ -10,11 +10,11 @@
 use super::requester::Requester;
 use serde_json::{Value, json};
 use shmnet_io::client::{Client, ClientError};
-use shmnet_io::driver::softnic::{BoardRole, Softnic, SoftnicConfig};
-use shmnet_io::inline::{App, Inline, ServeConfig};
+use shmnet_io::driver::softnic::{BoardRole, Softnic, SoftnicConfig, SoftnicError};
+use shmnet_io::inline::{App, Inline, ServeConfig, ServeError};
 use shmnet_io::scoreboard::{Permit, Scoreboard};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,8 +31,65 @@ pub const SOURCE_PORT: u16 = 40001;
 /// How long a receiver waits for a message before looking at the board again.
 const POLL: Duration = Duration::from_millis(20);
 
-/// What went wrong in a worker.
-pub type Result<T> = std::result::Result<T, String>;
+/// What went wrong in a worker: one line for the harness to quote, naming the step that
+/// failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A call on a kernel UDP socket failed.
+    #[error("{what}: {source}")]
+    Socket {
+        /// The step: "UDP socket", "connect", ….
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Receiving on a kernel UDP socket failed.
+    #[error("recv: {0}")]
+    Recv(#[source] std::io::Error),
+    /// The receiver (or echo) never said which port it listens on.
+    #[error("the receiver never published its port")]
+    NoPort,
+    /// The server could not be attached to in 10 s.
+    #[error("attaching to the server at {}: {source}", socket.display())]
+    Attach {
+        /// Its control socket.
+        socket: PathBuf,
+        /// Why, the last time it was tried.
+        source: ClientError,
+    },
+    /// The server refused the application's port.
+    #[error("binding UDP port {port}: {source}")]
+    Bind {
+        /// The port.
+        port: u16,
+        /// Why.
+        source: ClientError,
+    },
+    /// The sending application's first message (which teaches the server the peer's
+    /// address) could not be sent.
+    #[error("first send: {0}")]
+    FirstSend(#[source] ClientError),
+    /// The server closed the application's connection or died.
+    #[error("the server went away")]
+    ServerGone,
+    /// Receiving through the server failed.
+    #[error("recv: {0}")]
+    ShmRecv(#[source] ClientError),
+    /// The inline worker's softnic could not be made.
+    #[error(transparent)]
+    Softnic(#[from] SoftnicError),
+    /// The inline worker's stack could not be made.
+    #[error(transparent)]
+    Inline(#[from] ServeError),
+}
+
+/// What a worker returns.
+pub type Result<T> = std::result::Result<T, WorkerError>;
+
+/// The error of step `what` on a kernel socket.
+fn socket_error(what: &'static str) -> impl FnOnce(std::io::Error) -> WorkerError {
+    move |source| WorkerError::Socket { what, source }
+}
 
 /// A sender held back by the window: spin briefly, then yield, then sleep a little (the
 /// receiver's progress has no file descriptor to wait on).
@@ -64,7 +121,7 @@ fn wait_for_quit(board: &Scoreboard) {
 }
 
 fn udp_socket() -> Result<UdpSocket> {
-    UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("UDP socket: {e}"))
+    UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).map_err(socket_error("UDP socket"))
 }
 
 /// Asks for a receive buffer of `bytes` (beyond `rmem_max` when allowed to: root); returns
@@ -121,8 +178,11 @@ pub fn kernel_recv(board: &Scoreboard) -> Result<Value> {
     let sock = udp_socket()?;
     let rcvbuf = grow_rcvbuf(&sock, 8 << 20);
     sock.set_read_timeout(Some(POLL))
-        .map_err(|e| e.to_string())?;
-    let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+        .map_err(socket_error("setting the receive timeout"))?;
+    let port = sock
+        .local_addr()
+        .map_err(socket_error("reading the socket's port"))?
+        .port();
     board.set_port(port);
     board.add_ready();
     let mut buf = vec![0u8; 65_536];
@@ -140,7 +200,7 @@ pub fn kernel_recv(board: &Scoreboard) -> Result<Value> {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("recv: {e}")),
+            Err(e) => return Err(WorkerError::Recv(e)),
         }
     }
     Ok(json!({"received": n, "bytes": bytes, "rcvbuf": rcvbuf,
@@ -152,7 +212,7 @@ pub fn kernel_send(board: &Scoreboard, size: usize) -> Result<Value> {
     let sock = udp_socket()?;
     let port = wait_port(board)?;
     sock.connect((Ipv4Addr::LOCALHOST, port))
-        .map_err(|e| e.to_string())?;
+        .map_err(socket_error("connect"))?;
     board.add_ready();
     let mut msg = vec![0x5au8; size];
     let (mut sent, mut seen, mut errors) = (0u64, 0u64, 0u64);
@@ -186,7 +246,7 @@ fn wait_port(board: &Scoreboard) -> Result<u16> {
             return Ok(p);
         }
         if Instant::now() > deadline || board.quitting() {
-            return Err("the receiver never published its port".into());
+            return Err(WorkerError::NoPort);
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -196,8 +256,11 @@ fn wait_port(board: &Scoreboard) -> Result<u16> {
 pub fn kernel_echo(board: &Scoreboard) -> Result<Value> {
     let sock = udp_socket()?;
     sock.set_read_timeout(Some(POLL))
-        .map_err(|e| e.to_string())?;
-    let port = sock.local_addr().map_err(|e| e.to_string())?.port();
+        .map_err(socket_error("setting the receive timeout"))?;
+    let port = sock
+        .local_addr()
+        .map_err(socket_error("reading the socket's port"))?
+        .port();
     board.set_port(port);
     board.add_ready();
     let mut buf = vec![0u8; 65_536];
@@ -229,14 +292,14 @@ pub fn kernel_rr(board: &Scoreboard, size: usize, outstanding: u32) -> Result<Va
     let sock = udp_socket()?;
     let port = wait_port(board)?;
     sock.connect((Ipv4Addr::LOCALHOST, port))
-        .map_err(|e| e.to_string())?;
+        .map_err(socket_error("connect"))?;
     sock.set_read_timeout(Some(POLL))
-        .map_err(|e| e.to_string())?;
+        .map_err(socket_error("setting the receive timeout"))?;
     board.add_ready();
     wait_for_go(board);
     let mut r = Requester::new(board, size, outstanding);
     r.run(
-        |req| Ok::<_, String>(sock.send(req).is_ok()),
+        |req| Ok::<_, WorkerError>(sock.send(req).is_ok()),
         |buf| Ok(sock.recv(buf).ok()),
     )?;
     r.finish();
@@ -251,21 +314,28 @@ fn connect(socket: &Path) -> Result<Client> {
     loop {
         match Client::connect(socket) {
             Ok(c) => return Ok(c),
-            Err(e) if Instant::now() > deadline => {
-                return Err(format!(
-                    "attaching to the server at {}: {e}",
-                    socket.display()
-                ));
+            Err(source) if Instant::now() > deadline => {
+                return Err(WorkerError::Attach {
+                    socket: socket.to_path_buf(),
+                    source,
+                });
             }
             Err(_) => std::thread::sleep(Duration::from_millis(5)),
         }
     }
 }
 
+/// Binds `port` for the application.
+fn bind(client: &Client, port: u16) -> Result<shmnet_io::client::UdpSocket> {
+    client
+        .udp_bind(port)
+        .map_err(|source| WorkerError::Bind { port, source })
+}
+
 /// `server`/`ipc` receiving application: binds [`APP_PORT`] and copies out every message.
 pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
     let client = connect(socket)?;
-    let sock = client.udp_bind(APP_PORT).map_err(|e| e.to_string())?;
+    let sock = bind(&client, APP_PORT)?;
     board.add_ready();
     let mut buf = vec![0u8; 65_536];
     let (mut n, mut bytes) = (0u64, 0u64);
@@ -278,7 +348,7 @@ pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
             }
             Err(ClientError::TimedOut) => {}
             Err(ClientError::ServerGone) => break,
-            Err(e) => return Err(format!("recv: {e}")),
+            Err(e) => return Err(WorkerError::ShmRecv(e)),
         }
     }
     Ok(json!({"received": n, "bytes": bytes}))
@@ -289,11 +359,10 @@ pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
 /// peer's Ethernet address before the run starts.
 pub fn shm_send(board: &Scoreboard, socket: &Path, size: usize) -> Result<Value> {
     let client = connect(socket)?;
-    let sock = client.udp_bind(SOURCE_PORT).map_err(|e| e.to_string())?;
+    let sock = bind(&client, SOURCE_PORT)?;
     let mut msg = vec![0x5au8; size];
     stamp(&mut msg, u64::MAX);
-    sock.send_to(&msg, PEER)
-        .map_err(|e| format!("first send: {e}"))?;
+    sock.send_to(&msg, PEER).map_err(WorkerError::FirstSend)?;
     std::thread::sleep(Duration::from_millis(100));
     board.add_ready();
     let (mut sent, mut seen, mut failed) = (0u64, 0u64, 0u64);
@@ -305,7 +374,7 @@ pub fn shm_send(board: &Scoreboard, socket: &Path, size: usize) -> Result<Value>
                 stamp(&mut msg, sent);
                 match sock.send_to(&msg, PEER) {
                     Ok(()) => {}
-                    Err(ClientError::ServerGone) => return Err("the server went away".into()),
+                    Err(ClientError::ServerGone) => return Err(WorkerError::ServerGone),
                     Err(_) => failed += 1,
                 }
                 sent += 1;
@@ -324,7 +393,7 @@ pub fn shm_send(board: &Scoreboard, socket: &Path, size: usize) -> Result<Value>
 /// `server`/`ipc` rr application: echoes every datagram on [`APP_PORT`] to its sender.
 pub fn shm_echo(board: &Scoreboard, socket: &Path) -> Result<Value> {
     let client = connect(socket)?;
-    let sock = client.udp_bind(APP_PORT).map_err(|e| e.to_string())?;
+    let sock = bind(&client, APP_PORT)?;
     board.add_ready();
     let mut buf = vec![0u8; 65_536];
     let (mut n, mut failed) = (0u64, 0u64);
@@ -338,7 +407,7 @@ pub fn shm_echo(board: &Scoreboard, socket: &Path) -> Result<Value> {
             }
             Err(ClientError::TimedOut) => {}
             Err(ClientError::ServerGone) => break,
-            Err(e) => return Err(format!("recv: {e}")),
+            Err(e) => return Err(WorkerError::ShmRecv(e)),
         }
     }
     Ok(json!({"echoed": n, "lost": {"app: echo send failed": failed}}))
@@ -349,7 +418,7 @@ pub fn shm_echo(board: &Scoreboard, socket: &Path) -> Result<Value> {
 /// [`shm_echo`] uses it (see [`Requester`]).
 pub fn shm_rr(board: &Scoreboard, socket: &Path, size: usize, outstanding: u32) -> Result<Value> {
     let client = connect(socket)?;
-    let sock = client.udp_bind(SOURCE_PORT).map_err(|e| e.to_string())?;
+    let sock = bind(&client, SOURCE_PORT)?;
     let echo = SocketAddrV4::new(SERVER_IP, APP_PORT);
     board.add_ready();
     wait_for_go(board);
@@ -357,14 +426,14 @@ pub fn shm_rr(board: &Scoreboard, socket: &Path, size: usize, outstanding: u32) 
     r.run(
         |req| match sock.send_to(req, echo) {
             Ok(()) => Ok(true),
-            Err(ClientError::ServerGone) => Err("the server went away".to_string()),
+            Err(ClientError::ServerGone) => Err(WorkerError::ServerGone),
             Err(_) => Ok(false),
         },
         |buf| match sock.recv_timeout(buf, POLL) {
             Ok((len, _)) => Ok(Some(len)),
             Err(ClientError::TimedOut) => Ok(None),
-            Err(ClientError::ServerGone) => Err("the server went away".to_string()),
-            Err(e) => Err(format!("recv: {e}")),
+            Err(ClientError::ServerGone) => Err(WorkerError::ServerGone),
+            Err(e) => Err(WorkerError::ShmRecv(e)),
         },
     )?;
     r.finish();
@@ -412,8 +481,7 @@ pub fn inline(
         src_port: PEER.port(),
         board: Some((board.clone(), role)),
         ..SoftnicConfig::default()
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let cfg = ServeConfig {
         ip: SERVER_IP,
         checksum,
@@ -422,7 +490,7 @@ pub fn inline(
         loopback: role == BoardRole::Loopback,
         ..ServeConfig::default()
     };
-    let mut server = Inline::new(nic, &cfg).map_err(|e| e.to_string())?;
+    let mut server = Inline::new(nic, &cfg)?;
     let lost = match job {
         InlineJob::RequestResponse { outstanding } => {
             inline_rr(&board, &mut server, size, outstanding)
