@@ -15,8 +15,8 @@ use rustix::net::{
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
 
-/// Most fds a window can come with (the memfd, one eventfd per ring, one for the pools).
-const MAX_FDS: usize = crate::layout::MAX_RINGS + 2;
+/// Most fds a window can come with (the memfd, two eventfds per ring, one for the pools).
+const MAX_FDS: usize = 2 * crate::layout::MAX_RINGS + 2;
 
 fn greeting() -> [u8; 16] {
     let mut g = *b"shmnet-window\0\0\0";

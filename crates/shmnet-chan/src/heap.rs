@@ -78,12 +78,12 @@ pub fn heap_pools(
     (
         ServerPools::new(
             Buffers::new(mem.clone()),
-            crate::ring::Consumer::new(ring.clone(), None, limits),
+            crate::ring::Consumer::new(ring.clone(), None, None, limits),
             want_signal.clone(),
         ),
         DriverPools::new(
             Buffers::new(mem),
-            crate::ring::Producer::new(ring, None),
+            crate::ring::Producer::new(ring, None, None),
             want_signal,
         ),
     )

@@ -13,8 +13,10 @@ use std::mem::size_of;
 
 /// The window header's magic bytes.
 pub const MAGIC: [u8; 8] = *b"SHMNETW\0";
-/// The layout version this build reads and writes. Bumped on any change to the layout.
-pub const LAYOUT_VERSION: u32 = 1;
+/// The layout version this build reads and writes. Bumped on any change to the layout or
+/// to the meaning of its shared words. 2: rings have room wake-ups (the head word's bit 33,
+/// a second eventfd per ring).
+pub const LAYOUT_VERSION: u32 = 2;
 /// Most rings a window can hold (besides the deferred-free queue).
 pub const MAX_RINGS: usize = 32;
 /// Most regions a header can describe.
@@ -98,8 +100,10 @@ impl std::str::FromStr for PageSize {
 pub struct RingSpec {
     /// Slots (a power of two).
     pub capacity: u32,
-    /// Whether the consumer sleeps on wake-ups (`true`) or busy-polls (`false`). Both sides
-    /// must agree, so it is part of the layout.
+    /// Whether the ends may sleep (`true`) or busy-poll (`false`): with wake-ups the
+    /// consumer sleeps on an eventfd the producer raises when descriptors arrive, and the
+    /// producer of a full ring sleeps on another the consumer raises when it frees room. Both
+    /// sides must agree, so it is part of the layout.
     pub wakeups: bool,
 }
 

@@ -10,11 +10,14 @@
 //!   between guard pages, or open one a peer passed, checking seals, size, magic, version and
 //!   the whole layout before use. [`handoff`] passes it over a Unix socket.
 //! - [`ring`]: SPSC descriptor rings — free-running `u32` indices on separate cache lines, a
-//!   cached copy of the peer's index, burst calls, a producer that never waits, and the
-//!   consumer-idle wake-up protocol over counting [`signal`]s.
+//!   cached copy of the peer's index, burst calls, and need-wakeup in both directions over
+//!   counting [`signal`]s: an idle consumer sleeps until the producer publishes, a producer
+//!   of a full ring sleeps until the consumer frees room.
 //! - [`pool`]: N pools of fixed-size buffers, each with its own lock and free list (LIFO,
 //!   FIFO or random), try-lock allocation for the driver, a deferred-free queue, reference
 //!   counts, chains, and a waiters flag.
+//! - [`chain`]: walking a chain a peer may have built — validated segments, bounded against
+//!   cycles, typed errors — and copying its bytes out.
 //!
 //! ## Why hand-written
 //!
@@ -36,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+pub mod chain;
 pub mod desc;
 pub mod heap;
 pub mod pool;
@@ -50,6 +54,7 @@ pub mod layout;
 #[cfg(not(loom))]
 pub mod window;
 
+pub use chain::{ChainError, Segment, Segments};
 pub use desc::{Desc, NO_BUF};
 pub use pool::{AllocPolicy, Buffers, DriverPools, PoolGeometry, Releaser, ServerPools};
 pub use ring::{Consumer, DescLimits, Producer, RingStats};

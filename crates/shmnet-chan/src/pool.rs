@@ -323,6 +323,15 @@ impl Buffers {
         })
     }
 
+    /// Buffer `idx`'s `next` and `off_len` words, each read once (for chain walks).
+    pub(crate) fn raw_link(&self, idx: u32) -> Option<(u32, u32)> {
+        let h = self.hdr(idx)?;
+        Some((
+            h.next.load(Ordering::Relaxed),
+            h.off_len.load(Ordering::Relaxed),
+        ))
+    }
+
     /// The pool that owns buffer `idx` (which must be valid).
     fn pool_of(&self, idx: u32) -> u32 {
         idx / self.mem.geo.per_pool

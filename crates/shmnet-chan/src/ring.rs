@@ -4,7 +4,7 @@
 //!
 //! | cache line | written by | holds |
 //! |---|---|---|
-//! | 0 | producer (the consumer sets and clears bit 32) | the head word — bits 0–31 `head`, the free-running index of the next slot the producer fills; bit 32 `sleeping`, the consumer is (about to be) blocked — then the producer's counters |
+//! | 0 | producer (the consumer sets and clears bit 32, and clears bit 33) | the head word — bits 0–31 `head`, the free-running index of the next slot the producer fills; bit 32 `sleeping`, the consumer is (about to be) blocked; bit 33 `want_room`, the producer found the ring full and is (about to be) blocked — then the producer's counters |
 //! | 1 | nobody | guard |
 //! | 2 | consumer | `tail`, the free-running index of the next slot the consumer reads, then the consumer's counters |
 //! | 3 | nobody | guard |
@@ -45,6 +45,42 @@
 //! and the producer sends nothing (counted as suppressed); each wake-up sent answers one
 //! announcement, so `wakeups_sent <= sleeps`.
 //!
+//! # Room wake-ups (need-wakeup in the other direction)
+//!
+//! A producer whose ring is full need not spin or poll with a timeout: it announces that it
+//! wants room and blocks on a second signal, the *room* signal, which the consumer raises.
+//! The announcement is bit 33 (`WANT_ROOM`) of the same head word, so the consumer's side of
+//! the protocol costs nothing new on its fast path: it looks at the bit in words it already
+//! reads or read-modify-writes.
+//!
+//! - Producer ([`Producer::prepare_wait_room`]): if the ring is full, `fetch_or(WANT_ROOM)`
+//!   on the head word, then re-read `tail`; if room appeared, withdraw
+//!   (`fetch_and(!WANT_ROOM)`) and go on; otherwise block on the room signal. Publishing
+//!   (which stores or swaps a plain `head` into the word) clears the bit again.
+//! - Consumer: whenever it has the head word in hand — the load that refreshes its cached
+//!   `head`, the `fetch_or(SLEEPING)` of [`Consumer::prepare_wait`], and, after a burst that
+//!   started from a ring it saw full, one extra load — and the bit is set, it clears the bit
+//!   with `fetch_and(!WANT_ROOM)` and, if that read-modify-write still found it set, raises
+//!   the room signal.
+//!
+//! Why no wake-up is lost: the producer's `fetch_or` and the consumer's `fetch_or(SLEEPING)`
+//! are read-modify-writes of one word. If the consumer's comes second it sees `WANT_ROOM` and
+//! raises the signal. If it comes first, the producer's `fetch_or` reads it (acquire after
+//! the consumer's release), so the producer's re-read of `tail` sees every slot the consumer
+//! freed before announcing its own sleep — and a consumer only sleeps on an empty ring, so the
+//! producer finds room and does not block. A consumer that never sleeps keeps refreshing
+//! `head` with loads while the ring is empty, and those loads see the bit. So a blocked
+//! producer is woken at the latest when the consumer has drained what it had cached or is
+//! about to sleep, and at once after a burst from a ring the consumer saw full (the common
+//! case: a producer blocks on a full ring). Room is freed in bursts, so waking the producer a
+//! little later costs nothing but saves wake-ups.
+//!
+//! The consumer raises at most once per advance of its `tail`: a bit seen again before it
+//! freed anything more is left set and counted as suppressed (no room appeared, so there is
+//! nobody to wake yet). A hostile producer that keeps setting the bit therefore costs the
+//! consumer at most one eventfd write per burst it dequeues. Each raise answers one
+//! announcement, so `room_wakeups_sent <= room_sleeps` for an honest producer.
+//!
 //! # Untrusted peer
 //!
 //! Each side keeps its own index privately and only ever *stores* it to shared memory: a peer
@@ -53,7 +89,9 @@
 //! index error and behaves as if the ring were full (producer) or empty (consumer). Every
 //! descriptor read is checked against [`DescLimits`] before it is returned; refused ones are
 //! counted and skipped. The capacity and mask come from the validated private layout, never
-//! from shared memory.
+//! from shared memory. The wake bits are hints: a peer that sets one costs this side a
+//! spurious wake-up (harmless: every waiter re-checks the ring), a peer that clears one can
+//! only leave itself asleep.
 
 use crate::desc::{Desc, DescSlot};
 use crate::signal::{Signal, WaitOutcome};
@@ -72,6 +110,7 @@ pub struct ProducerCounters {
     wakeups_sent: AtomicU64,
     wakeups_suppressed: AtomicU64,
     index_errors: AtomicU64,
+    room_sleeps: AtomicU64,
 }
 
 /// Counters written by the consumer (each a running total).
@@ -82,13 +121,15 @@ pub struct ConsumerCounters {
     refused: AtomicU64,
     sleeps: AtomicU64,
     index_errors: AtomicU64,
+    room_wakeups_sent: AtomicU64,
+    room_wakeups_suppressed: AtomicU64,
 }
 
 /// The producer's line: its index, then its counters, so a publish dirties one line.
 #[repr(C)]
 #[derive(Debug, Default)]
 struct ProducerLine {
-    /// `head` in the low 32 bits, [`SLEEPING`] above.
+    /// `head` in the low 32 bits, [`SLEEPING`] and [`WANT_ROOM`] above.
     head_word: AtomicU64,
     counters: ProducerCounters,
 }
@@ -114,13 +155,24 @@ pub struct RingShared {
 
 /// The head word's bit that says the consumer announced it will sleep.
 const SLEEPING: u64 = 1 << 32;
+/// The head word's bit that says the producer found the ring full and will sleep until the
+/// consumer frees room.
+const WANT_ROOM: u64 = 1 << 33;
+
+// Each party's index and counters fit on its own line.
+const _: () = {
+    assert!(std::mem::size_of::<ProducerLine>() <= 64);
+    assert!(std::mem::size_of::<ConsumerLine>() <= 64);
+};
 
 impl RingShared {
-    /// Overwrites the indices and the wake bit with arbitrary values, as a hostile peer
-    /// might (fault-injection tests only).
+    /// Overwrites the indices and the wake bits with arbitrary values, as a hostile peer
+    /// might (fault-injection tests only): bit 0 of `bits` is the consumer's `sleeping`, bit 1
+    /// the producer's `want_room`.
     #[doc(hidden)]
-    pub fn scribble(&self, head: u32, tail: u32, sleeping: u32) {
-        let bit = if sleeping != 0 { SLEEPING } else { 0 };
+    pub fn scribble(&self, head: u32, tail: u32, bits: u32) {
+        let bit =
+            if bits & 1 != 0 { SLEEPING } else { 0 } | if bits & 2 != 0 { WANT_ROOM } else { 0 };
         self.producer
             .head_word
             .store(u64::from(head) | bit, Ordering::Relaxed);
@@ -188,6 +240,14 @@ pub struct RingStats {
     pub sleeps: u64,
     /// Times either side read an impossible index from its peer.
     pub index_errors: u64,
+    /// Times the producer found the ring full and announced it would sleep until room
+    /// appeared, including announcements it withdrew because room appeared meanwhile.
+    pub room_sleeps: u64,
+    /// Room wake-ups the consumer sent (eventfd writes to the producer's room signal).
+    pub room_wakeups_sent: u64,
+    /// Times the consumer saw the producer's announcement but sent nothing because it had
+    /// freed no slot since its last room wake-up (nothing to wake for yet).
+    pub room_wakeups_suppressed: u64,
 }
 
 impl RingStats {
@@ -212,6 +272,9 @@ impl RingStats {
             refused: r(&c.refused),
             sleeps: r(&c.sleeps),
             index_errors: r(&p.index_errors).wrapping_add(r(&c.index_errors)),
+            room_sleeps: r(&p.room_sleeps),
+            room_wakeups_sent: r(&c.room_wakeups_sent),
+            room_wakeups_suppressed: r(&c.room_wakeups_suppressed),
         }
     }
 }
@@ -329,10 +392,24 @@ const _: () = {
     assert!(cfg!(target_endian = "little"));
 };
 
-/// Builds a ring on the heap, for in-process use, tests and loom models.
+/// Builds a ring on the heap, for in-process use, tests and loom models. `signal`: the
+/// consumer's wake-up signal (`None`: the consumer busy-polls). The producer cannot sleep
+/// for room (see [`heap_ring_with_room`]).
 pub fn heap_ring(
     capacity: u32,
     signal: Option<Arc<dyn Signal>>,
+    limits: DescLimits,
+) -> (Producer, Consumer) {
+    heap_ring_with_room(capacity, signal, None, limits)
+}
+
+/// Builds a ring on the heap with wake-ups in both directions: `signal` wakes the consumer
+/// when descriptors arrive, `room` wakes the producer when slots are freed (`None`: that side
+/// cannot sleep and busy-polls).
+pub fn heap_ring_with_room(
+    capacity: u32,
+    signal: Option<Arc<dyn Signal>>,
+    room: Option<Arc<dyn Signal>>,
     limits: DescLimits,
 ) -> (Producer, Consumer) {
     assert!(
@@ -353,8 +430,8 @@ pub fn heap_ring(
     // never moved (boxed); `capacity` slots were allocated and it is a power of two.
     let mem = unsafe { RingMem::new(shared, slots, capacity, ring) };
     (
-        Producer::new(mem.clone(), signal.clone()),
-        Consumer::new(mem, signal, limits),
+        Producer::new(mem.clone(), signal.clone(), room.clone()),
+        Consumer::new(mem, signal, room, limits),
     )
 }
 
@@ -364,12 +441,15 @@ pub struct Producer {
     head: u32,
     cached_tail: u32,
     signal: Option<Arc<dyn Signal>>,
+    /// Raised by the consumer when it frees room after this producer announced it wants some.
+    room: Option<Arc<dyn Signal>>,
     enqueued: u64,
     full: u64,
     rejected: u64,
     wakeups_sent: u64,
     wakeups_suppressed: u64,
     index_errors: u64,
+    room_sleeps: u64,
 }
 
 // SAFETY: the handle owns its private state; the shared memory it points to is only accessed
@@ -377,8 +457,13 @@ pub struct Producer {
 unsafe impl Send for Producer {}
 
 impl Producer {
-    /// `signal`: `Some` for a ring with wake-ups, `None` for a busy-polled ring.
-    pub(crate) fn new(mem: RingMem, signal: Option<Arc<dyn Signal>>) -> Self {
+    /// `signal`: `Some` for a ring with wake-ups, `None` for a busy-polled ring. `room`: the
+    /// signal this producer sleeps on when the ring is full (`None`: it cannot sleep).
+    pub(crate) fn new(
+        mem: RingMem,
+        signal: Option<Arc<dyn Signal>>,
+        room: Option<Arc<dyn Signal>>,
+    ) -> Self {
         let s = mem.shared();
         // Resume from what is published: a fresh ring reads 0. The peer's tail is not
         // trusted here; it is checked at first use.
@@ -387,12 +472,14 @@ impl Producer {
             head,
             cached_tail: head,
             signal,
+            room,
             enqueued: s.producer.counters.enqueued.load(Ordering::Relaxed),
             full: 0,
             rejected: 0,
             wakeups_sent: 0,
             wakeups_suppressed: 0,
             index_errors: 0,
+            room_sleeps: 0,
             mem,
         }
     }
@@ -501,6 +588,82 @@ impl Producer {
         }
     }
 
+    /// Sleeps until the ring has a free slot or `timeout` passes, following the room
+    /// protocol (see the module docs). Returns at once if a slot is free. A producer without
+    /// a room signal cannot sleep: it returns [`WaitOutcome::Woken`] at once so the caller
+    /// simply tries again. A spurious [`WaitOutcome::Woken`] is possible (the caller retries
+    /// its enqueue and waits again if the ring is still full).
+    pub fn wait_room(&mut self, timeout: Option<Duration>) -> WaitOutcome {
+        let Some(room) = self.room.clone() else {
+            crate::sync::spin_hint();
+            return WaitOutcome::Woken;
+        };
+        if !self.prepare_wait_room() {
+            return WaitOutcome::Woken;
+        }
+        let outcome = room.wait(timeout);
+        // A consumer that woke us already cleared the bit; after a timeout (or a wake-up left
+        // over from an announcement withdrawn earlier) it may still be set.
+        self.withdraw_room();
+        outcome
+    }
+
+    /// The first half of a wait for room among several things: announces that this producer
+    /// is going to sleep until the consumer frees a slot, exactly as [`Producer::wait_room`]
+    /// does, but does not block. Returns `false` (announcement withdrawn, or never made) if a
+    /// slot is free, or this producer has no room signal. After `true`, the caller blocks on
+    /// [`Producer::room_fd`] among its other fds, and must then call
+    /// [`Producer::finish_wait_room`].
+    pub fn prepare_wait_room(&mut self) -> bool {
+        if self.room.is_none() || self.free_slots() != 0 {
+            return false;
+        }
+        // Announce; the consumer sees the bit in its next look at the head word.
+        let s = self.mem.shared();
+        s.head_word().fetch_or(WANT_ROOM, Ordering::AcqRel);
+        self.room_sleeps += 1;
+        s.producer
+            .counters
+            .room_sleeps
+            .store(self.room_sleeps, Ordering::Relaxed);
+        // Re-check after announcing: a consumer that freed room before it could see the bit
+        // published its tail before its own read-modify-write of the head word, which our
+        // `fetch_or` (acquire) read or preceded (see the module docs).
+        if self.free_slots() != 0 {
+            self.withdraw_room();
+            return false;
+        }
+        true
+    }
+
+    /// The second half of a multi-wait for room: withdraws the announcement (a consumer that
+    /// woke us already did) and consumes the pending event, so the next wait starts clean.
+    pub fn finish_wait_room(&mut self) {
+        self.withdraw_room();
+        if let Some(s) = &self.room {
+            s.clear();
+        }
+    }
+
+    fn withdraw_room(&self) {
+        self.mem
+            .shared()
+            .head_word()
+            .fetch_and(!WANT_ROOM, Ordering::Relaxed);
+    }
+
+    /// The fd that becomes readable when the consumer frees room for this producer (rings
+    /// with room wake-ups on real eventfds only).
+    #[cfg(not(loom))]
+    pub fn room_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        self.room.as_ref().and_then(|s| s.fd())
+    }
+
+    /// Whether this producer can sleep for room (it has a room signal).
+    pub fn can_wait_room(&self) -> bool {
+        self.room.is_some()
+    }
+
     /// A snapshot of this ring's shared counters.
     pub fn stats(&self) -> RingStats {
         RingStats::read(self.mem.shared(), self.mem.capacity)
@@ -524,28 +687,47 @@ pub struct Consumer {
     tail: u32,
     cached_head: u32,
     signal: Option<Arc<dyn Signal>>,
+    /// The producer's room signal, raised when this consumer frees room for a producer that
+    /// announced it is waiting for some.
+    room: Option<Arc<dyn Signal>>,
+    /// `tail` when this consumer last raised `room` (`None`: never): it raises at most once
+    /// per advance of `tail`.
+    room_raised_at: Option<u32>,
     limits: DescLimits,
     dequeued: u64,
     refused: u64,
     sleeps: u64,
     index_errors: u64,
+    room_wakeups_sent: u64,
+    room_wakeups_suppressed: u64,
 }
 
 // SAFETY: as for `Producer`.
 unsafe impl Send for Consumer {}
 
 impl Consumer {
-    pub(crate) fn new(mem: RingMem, signal: Option<Arc<dyn Signal>>, limits: DescLimits) -> Self {
+    /// `signal`: this consumer's wake-up signal (`None`: it busy-polls); `room`: the
+    /// producer's room signal (`None`: the producer cannot sleep for room).
+    pub(crate) fn new(
+        mem: RingMem,
+        signal: Option<Arc<dyn Signal>>,
+        room: Option<Arc<dyn Signal>>,
+        limits: DescLimits,
+    ) -> Self {
         let tail = mem.shared().tail().load(Ordering::Relaxed);
         Self {
             tail,
             cached_head: tail,
             signal,
+            room,
+            room_raised_at: None,
             limits,
             dequeued: 0,
             refused: 0,
             sleeps: 0,
             index_errors: 0,
+            room_wakeups_sent: 0,
+            room_wakeups_suppressed: 0,
             mem,
         }
     }
@@ -556,11 +738,52 @@ impl Consumer {
     }
 
     /// Re-reads the producer's head; returns how many descriptors are readable. An
-    /// impossible head is counted and treated as "nothing new".
+    /// impossible head is counted and treated as "nothing new". Answers a producer waiting
+    /// for room.
     #[inline]
     fn refresh_head(&mut self) -> u32 {
-        let head = self.mem.shared().head(Ordering::Acquire);
-        self.accept_head(head)
+        let word = self.mem.shared().head_word().load(Ordering::Acquire);
+        let avail = self.accept_head(word as u32);
+        self.check_room(word);
+        avail
+    }
+
+    /// If `word` (the head word, just read) says the producer waits for room, wakes it —
+    /// unless nothing was freed since the last room wake-up. Free when the bit is clear (one
+    /// test of a word already in hand).
+    #[inline]
+    fn check_room(&mut self, word: u64) {
+        if word & WANT_ROOM != 0 && self.room.is_some() {
+            self.wake_room();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_room(&mut self) {
+        let c = &self.mem.shared().consumer.counters;
+        if self.room_raised_at == Some(self.tail) {
+            // No slot freed since our last raise: there is no room to wake the producer for,
+            // and the bit stays set so that the look after our next burst answers it.
+            self.room_wakeups_suppressed += 1;
+            c.room_wakeups_suppressed
+                .store(self.room_wakeups_suppressed, Ordering::Relaxed);
+            return;
+        }
+        let old = self
+            .mem
+            .shared()
+            .head_word()
+            .fetch_and(!WANT_ROOM, Ordering::AcqRel);
+        if old & WANT_ROOM != 0 {
+            if let Some(room) = &self.room {
+                room.raise();
+            }
+            self.room_raised_at = Some(self.tail);
+            self.room_wakeups_sent += 1;
+            c.room_wakeups_sent
+                .store(self.room_wakeups_sent, Ordering::Relaxed);
+        }
     }
 
     /// Adopts a `head` read from the peer if it is consistent with our tail; returns how many
@@ -595,13 +818,20 @@ impl Consumer {
     pub fn dequeue_burst(&mut self, out: &mut [Desc]) -> usize {
         let want = out.len().min(u32::MAX as usize) as u32;
         let mut avail = self.cached_head.wrapping_sub(self.tail);
+        // The head word if this call read it (0: not read).
+        let mut word = 0;
         if avail < want {
-            avail = self.refresh_head();
+            word = self.mem.shared().head_word().load(Ordering::Acquire);
+            avail = self.accept_head(word as u32);
         }
         let n = avail.min(want);
         if n == 0 {
+            self.check_room(word);
             return 0;
         }
+        // A ring we see full is one a producer may be blocked on: look for its announcement
+        // once this burst has freed room (the only extra load, and only on a full ring).
+        let was_full = avail == self.mem.capacity && self.room.is_some();
         let out = &mut out[..n as usize];
         self.mem.read_slots(self.tail, out);
         // Validate the private copies; compact only if something was refused (rare).
@@ -631,6 +861,10 @@ impl Consumer {
                 .refused
                 .store(self.refused, Ordering::Relaxed);
         }
+        if was_full {
+            word = s.head_word().load(Ordering::Relaxed);
+        }
+        self.check_room(word);
         accepted
     }
 
@@ -685,6 +919,8 @@ impl Consumer {
         let sleeps = self.sleeps;
         let s = self.mem.shared();
         s.consumer.counters.sleeps.store(sleeps, Ordering::Relaxed);
+        // The read-modify-write that makes room wake-ups reliable (see the module docs).
+        self.check_room(word);
         if self.accept_head(word as u32) != 0 {
             self.mem
                 .shared()

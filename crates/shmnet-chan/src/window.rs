@@ -198,7 +198,8 @@ pub struct Window {
     map: Arc<Mapping>,
     layout: Layout,
     memfd: OwnedFd,
-    /// One per ring (the ring's consumer sleeps on it), then one for the pools' waiters.
+    /// One per ring (the ring's consumer sleeps on it), then one for the pools' waiters, then
+    /// one per ring again (the ring's producer sleeps on it for room): see [`Window::open`].
     signals: Vec<Arc<EventFd>>,
     /// Producer ends taken in the low 32 bits, consumer ends in the next 30, then pools.
     taken: Mutex<u64>,
@@ -256,7 +257,7 @@ impl Window {
         if page == PageSize::Thp {
             map.advise_huge().map_err(sys("madvise(MADV_HUGEPAGE)"))?;
         }
-        let signals = (0..=spec.rings.len())
+        let signals = (0..signal_count(spec.rings.len()))
             .map(|_| EventFd::new().map(Arc::new))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|err| CreateError::Sys {
@@ -302,7 +303,9 @@ impl Window {
     }
 
     /// Opens a window another party created, from its memfd and the eventfds that came
-    /// with it (one per ring, then one for the pools), checking everything first.
+    /// with it, checking everything first. The eventfds, in order: one per ring (its
+    /// consumer's wake-up), one for the pools' waiters, one per ring (its producer's room
+    /// wake-up) — `2 × rings + 1` in all, as [`Window::fds`] lists them.
     pub fn open(memfd: OwnedFd, signals: Vec<OwnedFd>) -> Result<Self, OpenError> {
         let seals = rustix::fs::fcntl_get_seals(&memfd).map_err(osys("reading the seals"))?;
         let need = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
@@ -326,12 +329,12 @@ impl Window {
         // no padding, so every byte pattern of its size is a valid value.
         let header: RawHeader = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
         let layout = Layout::from_raw_header(&header, size).map_err(OpenError::BadHeader)?;
-        if signals.len() != layout.spec.rings.len() + 1 {
+        let expected = signal_count(layout.spec.rings.len());
+        if signals.len() != expected {
             return Err(OpenError::BadSignals(format!(
-                "{} eventfds came with a window of {} rings (expected {})",
+                "{} eventfds came with a window of {} rings (expected {expected}): run the same shmnet version on both sides",
                 signals.len(),
                 layout.spec.rings.len(),
-                layout.spec.rings.len() + 1
             )));
         }
         let signals = signals
@@ -413,10 +416,20 @@ impl Window {
         Ok(unsafe { RingMem::new(ctl, slots, spec.capacity, self.map.clone()) })
     }
 
+    /// The consumer's wake-up signal of ring `ring`, if the ring has wake-ups.
     fn ring_signal(&self, ring: usize) -> Option<Arc<dyn Signal>> {
         self.layout.spec.rings[ring]
             .wakeups
             .then(|| self.signals[ring].clone() as Arc<dyn Signal>)
+    }
+
+    /// The producer's room signal of ring `ring`, if the ring has wake-ups (a ring with
+    /// wake-ups has them in both directions).
+    fn room_signal(&self, ring: usize) -> Option<Arc<dyn Signal>> {
+        let n = self.layout.spec.rings.len();
+        self.layout.spec.rings[ring]
+            .wakeups
+            .then(|| self.signals[n + 1 + ring].clone() as Arc<dyn Signal>)
     }
 
     /// Descriptor limits for rings that carry this window's buffers: the index must name a
@@ -433,7 +446,11 @@ impl Window {
     pub fn producer(&self, ring: usize) -> Result<Producer, HandleError> {
         let mem = self.ring_mem(ring)?;
         self.take(1 << ring, || format!("the producer of ring {ring}"))?;
-        Ok(Producer::new(mem, self.ring_signal(ring)))
+        Ok(Producer::new(
+            mem,
+            self.ring_signal(ring),
+            self.room_signal(ring),
+        ))
     }
 
     /// Takes the consuming end of ring `ring`, which carries this window's buffers.
@@ -450,7 +467,12 @@ impl Window {
     ) -> Result<Consumer, HandleError> {
         let mem = self.ring_mem(ring)?;
         self.take(1 << (32 + ring), || format!("the consumer of ring {ring}"))?;
-        Ok(Consumer::new(mem, self.ring_signal(ring), limits))
+        Ok(Consumer::new(
+            mem,
+            self.ring_signal(ring),
+            self.room_signal(ring),
+            limits,
+        ))
     }
 
     fn pool_mem(&self) -> PoolMem {
@@ -486,7 +508,7 @@ impl Window {
     /// Takes the server's (protocol side's) view of the pools.
     pub fn server_pools(&self) -> Result<ServerPools, HandleError> {
         self.take(TAKEN_SERVER_POOLS, || "the server's pools".into())?;
-        let deferred = Consumer::new(self.deferred_mem(), None, self.buffer_limits());
+        let deferred = Consumer::new(self.deferred_mem(), None, None, self.buffer_limits());
         Ok(ServerPools::new(
             Buffers::new(self.pool_mem()),
             deferred,
@@ -497,7 +519,7 @@ impl Window {
     /// Takes the driver's view of the pools.
     pub fn driver_pools(&self) -> Result<DriverPools, HandleError> {
         self.take(TAKEN_DRIVER_POOLS, || "the driver's pools".into())?;
-        let deferred = Producer::new(self.deferred_mem(), None);
+        let deferred = Producer::new(self.deferred_mem(), None, None);
         Ok(DriverPools::new(
             Buffers::new(self.pool_mem()),
             deferred,
@@ -594,6 +616,12 @@ impl Hostile<'_> {
         // SAFETY: `pool % n < n` control blocks lie in the region.
         unsafe { &*base.as_ptr().add((pool % n) as usize) }
     }
+}
+
+/// Eventfds a window of `rings` rings comes with: a consumer wake-up per ring, the pools'
+/// waiters, a producer room wake-up per ring.
+fn signal_count(rings: usize) -> usize {
+    2 * rings + 1
 }
 
 fn huge_pages_free() -> usize {

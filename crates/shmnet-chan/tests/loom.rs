@@ -8,7 +8,7 @@
 use loom::sync::{Condvar, Mutex};
 use loom::thread;
 use shmnet_chan::heap::heap_pools;
-use shmnet_chan::ring::heap_ring;
+use shmnet_chan::ring::{heap_ring, heap_ring_with_room};
 use shmnet_chan::{AllocPolicy, Desc, DescLimits, PoolGeometry, Signal, WaitOutcome};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,6 +102,53 @@ fn no_wakeup_is_ever_lost() {
         }
         producer.join().unwrap();
         let st = rx.stats();
+        assert!(st.wakeups_sent <= st.sleeps, "{st:?}");
+    });
+}
+
+/// Need-wakeup in the other direction: a producer that finds the ring full sleeps on the room
+/// signal, and the consumer — which sleeps too whenever the ring is empty — must wake it once
+/// it frees a slot. Both sides block without a timeout, so a lost wake-up in either direction
+/// is a deadlock loom reports.
+#[test]
+fn no_room_wakeup_is_ever_lost() {
+    // Bounded: the full exploration (two signals, each a mutex and a condition variable)
+    // did not end in 17 minutes on a shared 2-CPU machine; 5 preemptions take about 15 s,
+    // and 3 already find the deadlock of each broken variant tried (no look at the bit in the
+    // consumer's read-modify-write, no re-check after the producer's announcement, a consumer
+    // that raises only once). LOOM_MAX_PREEMPTIONS overrides.
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound.get_or_insert(5);
+    model.check(|| {
+        let wake: Arc<dyn Signal> = Arc::new(LoomSignal::default());
+        let room: Arc<dyn Signal> = Arc::new(LoomSignal::default());
+        // One slot: the second descriptor always finds the ring full.
+        let (mut tx, mut rx) = heap_ring_with_room(1, Some(wake), Some(room), DescLimits::OPAQUE);
+        const N: u32 = 2;
+        let producer = thread::spawn(move || {
+            for i in 0..N {
+                while tx.enqueue(desc(i)).is_err() {
+                    // A lost room wake-up blocks here forever.
+                    tx.wait_room(None);
+                }
+            }
+            tx
+        });
+        let mut got = 0;
+        while got < N {
+            match rx.dequeue() {
+                Some(d) => {
+                    assert_eq!(d, desc(got));
+                    got += 1;
+                }
+                None => {
+                    rx.wait(None);
+                }
+            }
+        }
+        let tx = producer.join().unwrap();
+        let st = tx.stats();
+        assert!(st.room_wakeups_sent <= st.room_sleeps, "{st:?}");
         assert!(st.wakeups_sent <= st.sleeps, "{st:?}");
     });
 }

@@ -6,7 +6,7 @@ use rustix::fd::OwnedFd;
 use shmnet_chan::handoff::{HandoffError, recv_window, send_window};
 use shmnet_chan::layout::{Layout, LayoutError, RegionKind};
 use shmnet_chan::window::{CreateError, HandleError, OpenError};
-use shmnet_chan::{ChannelSpec, Desc, PageSize, PoolSpec, RingSpec, Window};
+use shmnet_chan::{ChannelSpec, Desc, DescLimits, PageSize, PoolSpec, RingSpec, Window};
 use std::os::unix::net::UnixStream;
 
 fn spec() -> ChannelSpec {
@@ -93,6 +93,62 @@ fn a_window_opened_from_passed_fds_shares_queues_and_buffers() {
     let total = win.layout().pool_geometry().total();
     assert_eq!(win.buffers().free_count(), total);
     assert_eq!(win.stats().rings[0].enqueued, 1);
+}
+
+#[test]
+fn a_full_ring_wakes_its_producer_across_a_handoff() {
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let win = Window::create(&spec()).unwrap();
+    let (a, b) = UnixStream::pair().unwrap();
+    send_window(&a, &win).unwrap();
+    let peer = recv_window(&b).unwrap();
+    let mut tx = peer.producer(0).unwrap();
+    let mut rx = win.consumer_with_limits(0, DescLimits::OPAQUE).unwrap();
+    while tx.enqueue(Desc::new(1, 0)).is_ok() {}
+    assert!(
+        tx.prepare_wait_room(),
+        "a full ring with wake-ups lets its producer sleep"
+    );
+    assert!(rx.dequeue().is_some());
+    let fd = tx.room_fd().expect("the room eventfd came with the window");
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: 30,
+        tv_nsec: 0,
+    };
+    assert_eq!(rustix::event::poll(&mut fds, Some(&ts)).unwrap(), 1);
+    tx.finish_wait_room();
+    let st = win.stats().rings[0].clone();
+    assert_eq!((st.room_sleeps, st.room_wakeups_sent), (1, 1), "{st:?}");
+    // A ring without wake-ups stays busy-polled in both directions.
+    let mut tx1 = peer.producer(1).unwrap();
+    while tx1.enqueue(Desc::new(1, 0)).is_ok() {}
+    assert!(!tx1.can_wait_room() && !tx1.prepare_wait_room());
+}
+
+#[test]
+fn a_producer_flooding_the_room_bit_costs_one_wakeup_per_freed_burst() {
+    let win = Window::create(&spec()).unwrap();
+    let mut tx = win.producer(0).unwrap();
+    let mut rx = win.consumer_with_limits(0, DescLimits::OPAQUE).unwrap();
+    for i in 0..8 {
+        tx.enqueue(Desc::new(i, 0)).unwrap();
+    }
+    let hostile = win.hostile();
+    for tail in 0..8 {
+        // The producer claims it waits for room before every look the consumer takes.
+        for _ in 0..5 {
+            hostile.ring(Some(0)).scribble(8, tail, 2);
+            rx.available();
+        }
+        assert!(rx.dequeue().is_some());
+    }
+    let st = win.stats().rings[0].clone();
+    assert!(
+        st.room_wakeups_sent <= 8,
+        "at most one per freed slot: {st:?}"
+    );
+    assert!(st.room_wakeups_suppressed >= 8 * 3, "{st:?}");
 }
 
 #[test]

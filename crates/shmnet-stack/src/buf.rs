@@ -116,33 +116,54 @@ pub(crate) fn set_window<P: BufferPool + ?Sized>(
     pool.set_len(idx, len as u16);
 }
 
+/// The buffers of the chain at `head` with their valid bytes ([`valid`]), in order: the one
+/// walk of a chain in the stack. It follows at most `max_bufs` links and never more than
+/// `total()`, so a cyclic chain ends instead of looping.
+pub fn chain_segments<P: BufferPool + ?Sized>(
+    pool: &P,
+    head: BufIdx,
+    max_bufs: usize,
+) -> ChainSegments<'_, P> {
+    ChainSegments {
+        pool,
+        cur: Some(head),
+        left: max_bufs.min(pool.total()),
+    }
+}
+
+/// The iterator of [`chain_segments`].
+#[derive(Debug)]
+pub struct ChainSegments<'a, P: ?Sized> {
+    pool: &'a P,
+    cur: Option<BufIdx>,
+    /// Links still allowed.
+    left: usize,
+}
+
+impl<'a, P: BufferPool + ?Sized> Iterator for ChainSegments<'a, P> {
+    type Item = (BufIdx, &'a [u8]);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let idx = self.cur.filter(|_| self.left > 0)?;
+        self.left -= 1;
+        self.cur = self.pool.next(idx);
+        Some((idx, valid(self.pool, idx)))
+    }
+}
+
 /// Total valid bytes and number of buffers of a chain, walking at most `total()` links.
 pub fn chain_len<P: BufferPool + ?Sized>(pool: &P, head: BufIdx) -> (usize, usize) {
-    let mut cur = Some(head);
-    let (mut bytes, mut bufs) = (0, 0);
-    while let Some(idx) = cur {
-        if bufs >= pool.total() {
-            break;
-        }
-        bytes += valid(pool, idx).len();
-        bufs += 1;
-        cur = pool.next(idx);
-    }
-    (bytes, bufs)
+    chain_segments(pool, head, usize::MAX).fold((0, 0), |(bytes, bufs), (_, seg)| {
+        (bytes + seg.len(), bufs + 1)
+    })
 }
 
 /// Copy the bytes of a chain into a `Vec` (tests and diagnostics; not on the data path).
 pub fn chain_to_vec<P: BufferPool + ?Sized>(pool: &P, head: BufIdx) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut cur = Some(head);
-    let mut n = 0;
-    while let Some(idx) = cur {
-        if n >= pool.total() {
-            break;
-        }
-        out.extend_from_slice(valid(pool, idx));
-        n += 1;
-        cur = pool.next(idx);
+    for (_, seg) in chain_segments(pool, head, usize::MAX) {
+        out.extend_from_slice(seg);
     }
     out
 }
@@ -340,6 +361,28 @@ mod tests {
         p.set_next(b, Some(a));
         assert_eq!(p.free_chain(a), 2);
         assert_eq!(p.free_count(), 3);
+    }
+
+    #[test]
+    fn chain_segments_walk_in_order_and_end_on_cycles() {
+        let mut p = HeapPool::new(3, 64);
+        let a = p.alloc_with(2, b"ab").unwrap();
+        let b = p.alloc_with(0, b"").unwrap();
+        let c = p.alloc_with(5, b"cde").unwrap();
+        p.set_next(a, Some(b));
+        p.set_next(b, Some(c));
+        let segs: Vec<_> = chain_segments(&p, a, usize::MAX).collect();
+        assert_eq!(segs, [(a, &b"ab"[..]), (b, &b""[..]), (c, &b"cde"[..])]);
+        assert_eq!(chain_len(&p, a), (5, 3));
+        assert_eq!(chain_to_vec(&p, a), b"abcde");
+        assert_eq!(chain_segments(&p, a, 2).count(), 2);
+        p.set_next(c, Some(a));
+        assert_eq!(
+            chain_segments(&p, a, usize::MAX).count(),
+            3,
+            "bounded by total()"
+        );
+        assert_eq!(chain_to_vec(&p, b), b"cdeab");
     }
 
     #[test]

@@ -598,7 +598,7 @@ impl Interface {
         let msg = icmp::port_unreachable(&quoted);
         let hdr = self.emit_header(dg.src, IpProtocol::Icmp);
         if self
-            .send_ip(pool, &hdr, &[&msg], Some(dg.src_mac), now, tx)
+            .send_ip(pool, &hdr, &msg, &[], None, Some(dg.src_mac), now, tx)
             .is_ok()
         {
             self.stats.icmp_unreach_sent += 1;
@@ -633,7 +633,7 @@ impl Interface {
         let reply = icmp::echo_reply(ih.ident, ih.seq_no, &data[icmp::HEADER_LEN..]);
         let hdr = self.emit_header(dg.src, IpProtocol::Icmp);
         if self
-            .send_ip(pool, &hdr, &[&reply], Some(dg.src_mac), now, tx)
+            .send_ip(pool, &hdr, &reply, &[], None, Some(dg.src_mac), now, tx)
             .is_ok()
         {
             self.stats.icmp_echo_replies += 1;
@@ -730,12 +730,18 @@ impl Interface {
         tx.transmit(b);
     }
 
-    /// Build and send (or queue for ARP) one IP datagram carrying `parts`.
+    /// Build and send (or queue for ARP) one IP datagram carrying `prefix` then `parts`.
+    /// With `udp_pseudo` (the pseudo-header sum), `prefix` is a UDP header whose checksum
+    /// field is zero, and the checksum is computed over the bytes as copied into the frames
+    /// and written into the first one.
+    #[allow(clippy::too_many_arguments)]
     fn send_ip<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
         hdr: &EmitHeader,
+        prefix: &[u8],
         parts: &[&[u8]],
+        udp_pseudo: Option<u16>,
         dst_mac: Option<EthernetAddress>,
         now: Instant,
         tx: &mut T,
@@ -758,15 +764,25 @@ impl Interface {
         };
         let mut frames = std::mem::take(&mut self.scratch);
         frames.clear();
-        let built = frag::build(
+        let mut sum = udp::Sum::default();
+        let built = frag::build_gather(
             pool,
             self.cfg.mac,
             mac.unwrap_or(EthernetAddress([0; 6])),
             hdr,
+            prefix,
             parts,
             self.cfg.mtu,
             &mut frames,
+            udp_pseudo.is_some().then_some(&mut sum),
         );
+        if let (Ok(_), Some(pseudo), Some(&first)) = (&built, udp_pseudo, frames.first()) {
+            // The UDP header is whole in the first frame (every fragment but the last
+            // carries a multiple of 8 bytes, and the header is 8).
+            let at = eth::HEADER_LEN + ipv4::HEADER_LEN + udp::CHECKSUM_OFFSET;
+            let c = udp::finish_tx_checksum(sum, pseudo).to_be_bytes();
+            pool.data_mut(first)[at..at + 2].copy_from_slice(&c);
+        }
         let res = match built {
             Err(e) => {
                 if e == BuildError::NoBuffers {
@@ -953,11 +969,32 @@ impl Interface {
 
     /// Send `data` from socket `h` to `dst`: copy it into pool buffers, fragmenting to the
     /// MTU, and hand the frames to `tx` — or queue them until ARP resolves the next hop.
+    /// [`Interface::udp_send_gather`] with one slice.
     pub fn udp_send_to<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
         h: SocketHandle,
         data: &[u8],
+        dst: SocketAddrV4,
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<(), SendError> {
+        self.udp_send_gather(pool, h, &[data], dst, now, tx)
+    }
+
+    /// Send one datagram whose payload is the concatenation of `parts`, taken where they lie
+    /// (e.g. the segments of a chain in an application's window): each byte is copied once,
+    /// into the frames' pool buffers, fragmenting to the MTU, and the frames go to `tx` — or
+    /// are queued until ARP resolves the next hop.
+    ///
+    /// The UDP checksum (when [`Config::udp_tx_checksum`] is on) is computed over the bytes
+    /// as copied into the frames, so the datagram sent is always self-consistent: an
+    /// application that rewrites its bytes during the send can corrupt only what it sends.
+    pub fn udp_send_gather<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: SocketHandle,
+        parts: &[&[u8]],
         dst: SocketAddrV4,
         now: Instant,
         tx: &mut T,
@@ -974,11 +1011,12 @@ impl Interface {
         {
             return Err(SendError::Unaddressable);
         }
-        let ulen = udp::HEADER_LEN + data.len();
-        if ulen > ipv4::MAX_DATAGRAM - ipv4::HEADER_LEN {
-            return Err(SendError::TooBig);
-        }
-        let mut uh = UdpHeader {
+        let ulen = parts
+            .iter()
+            .try_fold(udp::HEADER_LEN, |t, p| t.checked_add(p.len()))
+            .filter(|&l| l <= ipv4::MAX_DATAGRAM - ipv4::HEADER_LEN)
+            .ok_or(SendError::TooBig)?;
+        let uh = UdpHeader {
             src_port,
             dst_port: dst.port(),
             len: ulen as u16,
@@ -986,12 +1024,12 @@ impl Interface {
         };
         let mut hbytes = [0u8; udp::HEADER_LEN];
         udp::write_header(&mut hbytes, &uh);
-        if self.cfg.udp_tx_checksum {
-            uh.checksum = udp::tx_checksum(self.cfg.ipv4, *dst.ip(), &hbytes, data);
-            udp::write_header(&mut hbytes, &uh);
-        }
+        let pseudo = self
+            .cfg
+            .udp_tx_checksum
+            .then(|| udp::pseudo(self.cfg.ipv4, *dst.ip(), ulen));
         let hdr = self.emit_header(*dst.ip(), IpProtocol::Udp);
-        self.send_ip(pool, &hdr, &[&hbytes, data], None, now, tx)?;
+        self.send_ip(pool, &hdr, &hbytes, parts, pseudo, None, now, tx)?;
         self.stats.udp_sent += 1;
         Ok(())
     }

@@ -5,10 +5,13 @@ use std::net::Ipv4Addr;
 
 use smoltcp::wire::{IpProtocol, UdpPacket, checksum};
 
-use crate::buf::{BufIdx, BufferPool, valid};
+use crate::buf::{BufIdx, BufferPool, chain_segments};
 
 /// Length of a UDP header.
 pub const HEADER_LEN: usize = smoltcp::wire::UDP_HEADER_LEN;
+
+/// Where the checksum field lies in a UDP header.
+pub const CHECKSUM_OFFSET: usize = 6;
 
 /// The fields of a UDP header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,18 +88,13 @@ impl Sum {
 pub fn chain_sum<P: BufferPool + ?Sized>(pool: &P, head: BufIdx, len: usize, bufs: usize) -> Sum {
     let mut sum = Sum::default();
     let mut left = len;
-    let mut cur = Some(head);
-    let mut n = 0;
-    while let Some(idx) = cur {
-        if left == 0 || n >= bufs {
+    for (_, seg) in chain_segments(pool, head, bufs) {
+        if left == 0 {
             break;
         }
-        let seg = valid(pool, idx);
         let k = seg.len().min(left);
         sum.add(&seg[..k]);
         left -= k;
-        n += 1;
-        cur = pool.next(idx);
     }
     sum
 }
@@ -128,7 +126,13 @@ pub fn tx_checksum(src: Ipv4Addr, dst: Ipv4Addr, header: &[u8], data: &[u8]) -> 
     let mut sum = Sum::default();
     sum.add(header);
     sum.add(data);
-    sum.add_word(pseudo(src, dst, header.len() + data.len()));
+    finish_tx_checksum(sum, pseudo(src, dst, header.len() + data.len()))
+}
+
+/// The checksum to put in a header, from `sum` (of the header with its checksum field zero
+/// and the data) and the pseudo-header sum. A computed zero is sent as 0xffff (RFC 768).
+pub fn finish_tx_checksum(mut sum: Sum, pseudo: u16) -> u16 {
+    sum.add_word(pseudo);
     match !sum.value() {
         0 => 0xffff,
         c => c,
