@@ -90,6 +90,15 @@ struct Inner {
     gone: bool,
 }
 
+/// The application's producing rings.
+#[derive(Clone, Copy)]
+enum Ring {
+    /// Requests (sends).
+    Req,
+    /// Returned chains.
+    Ret,
+}
+
 struct Shm {
     data: Window,
     app: Window,
@@ -406,9 +415,37 @@ impl Inner {
                     "the server stopped taking buffers back".into(),
                 ));
             }
-            std::thread::yield_now();
+            self.sleep_for_room(Ring::Ret);
         }
         Ok((copied, src))
+    }
+
+    /// Sleeps until the server frees room in a full ring of ours (it raises the ring's room
+    /// eventfd when it does), or the control socket stirs (the server died), at most 100 ms
+    /// (the caller re-checks the server and its own deadline).
+    fn sleep_for_room(&mut self, which: Ring) {
+        let Some(shm) = self.shm.as_mut() else {
+            return;
+        };
+        let ring = match which {
+            Ring::Req => &mut shm.req,
+            Ring::Ret => &mut shm.ret,
+        };
+        if !ring.prepare_wait_room() {
+            return;
+        }
+        if let Some(fd) = ring.room_fd() {
+            let mut fds = [
+                PollFd::from_borrowed_fd(fd, PollFlags::IN),
+                PollFd::new(&self.ctl, PollFlags::IN),
+            ];
+            let ts = Timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        }
+        ring.finish_wait_room();
     }
 
     /// Sleeps until the receive queue has something, the server dies, or `deadline` passes.
@@ -609,7 +646,7 @@ impl UdpSocket {
             // The request queue is deeper than the send pool, so this only happens if the
             // server stopped serving us.
             i.check_alive()?;
-            std::thread::yield_now();
+            i.sleep_for_room(Ring::Req);
         }
         Ok(())
     }

@@ -152,6 +152,68 @@ pub fn run_driver_process<D: Driver>(
     Ok(())
 }
 
+/// Sleeps until the device or the server has something. With the IN queues full, the
+/// device is left alone (its frames wait there) and the driver sleeps until the server
+/// frees room: it announces that on the full rings and the server's dequeue raises their
+/// room eventfd — no timed polling to see whether room appeared. The timeout only bounds how
+/// stale the published counters and the stop flag can get (or, for a device without an fd,
+/// follows its own hint).
+fn sleep_driver<D: Driver>(driver: &D, ends: &mut DriverEnds, full: bool) {
+    if !ends.out.prepare_wait() {
+        return;
+    }
+    let mut armed = [false; 2];
+    let mut room_now = false;
+    if full {
+        for (k, p) in [&mut ends.in_ipv4, &mut ends.in_arp]
+            .into_iter()
+            .enumerate()
+        {
+            if p.free_slots() == 0 {
+                if p.prepare_wait_room() {
+                    armed[k] = true;
+                } else {
+                    room_now = true;
+                }
+            }
+        }
+    }
+    if !room_now {
+        let timeout = if full {
+            Timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            }
+        } else {
+            idle_timeout(driver)
+        };
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
+        if let Some(fd) = ends.out.wake_fd() {
+            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+        }
+        if !full {
+            if let Some(fd) = driver.rx_fd() {
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+        }
+        for (k, p) in [&ends.in_ipv4, &ends.in_arp].into_iter().enumerate() {
+            if let (true, Some(fd)) = (armed[k], p.room_fd()) {
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+        }
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+    }
+    ends.out.finish_wait();
+    for (k, p) in [&mut ends.in_ipv4, &mut ends.in_arp]
+        .into_iter()
+        .enumerate()
+    {
+        if armed[k] {
+            p.finish_wait_room();
+        }
+    }
+}
+
 /// The driver thread: device → IN queues, OUT queue → device. Never waits on the server.
 pub(crate) fn drive<D: Driver>(
     mut driver: D,
@@ -173,12 +235,11 @@ pub(crate) fn drive<D: Driver>(
         // are the device's to drop (and count), and a frame taken is never dropped for want
         // of queue space after its buffer was filled.
         let room = ends.in_ipv4.free_slots().min(ends.in_arp.free_slots()) as usize;
-        if room > 0 {
-            if let Err(e) = driver.rx_burst(&mut ends.pools, &mut rx, room.min(32)) {
-                // The device gave up for good (the `Driver` contract): stop, and say why.
-                gave_up = Some(format!("the device failed: {e}"));
-                break;
-            }
+        // Called even with no room (max 0): the device does its health checks there.
+        if let Err(e) = driver.rx_burst(&mut ends.pools, &mut rx, room.min(32)) {
+            // The device gave up for good (the `Driver` contract): stop, and say why.
+            gave_up = Some(format!("the device failed: {e}"));
+            break;
         }
         ipv4.clear();
         arp.clear();
@@ -211,20 +272,7 @@ pub(crate) fn drive<D: Driver>(
             }
         }
         if idle {
-            // Sleep until the device or the server has something, at most 10 ms (a softnic
-            // that paces its messages has no fd to wake us).
-            if ends.out.prepare_wait() {
-                let timeout = idle_timeout(&driver);
-                let mut fds: Vec<PollFd<'_>> = Vec::new();
-                if let Some(fd) = ends.out.wake_fd() {
-                    fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
-                }
-                if let Some(fd) = driver.rx_fd() {
-                    fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
-                }
-                let _ = rustix::event::poll(&mut fds, Some(&timeout));
-                ends.out.finish_wait();
-            }
+            sleep_driver(&driver, &mut ends, room == 0);
         }
     }
     if let Ok(mut s) = shared.lock() {

@@ -233,7 +233,7 @@ struct ControlPlane {
     conns: Vec<Conn>,
     next_id: u64,
     /// Kept open to be given up when `accept` runs out of fds.
-    reserve: Option<OwnedFd>,
+    reserve: Option<control::FdReserve>,
     listener_rests_until: Option<Instant>,
     buf: Vec<u8>,
 }
@@ -245,7 +245,7 @@ impl ControlPlane {
             stop,
             conns: Vec::new(),
             next_id: 1,
-            reserve: open_reserve(),
+            reserve: control::FdReserve::new().ok(),
             listener_rests_until: None,
             // One byte more than the largest message, to tell a message that fills the
             // buffer from one that was truncated.
@@ -354,9 +354,7 @@ impl ControlPlane {
             match control::accept(&self.spec.listener) {
                 Ok(Some(fd)) => self.admit(fd),
                 Ok(None) => return,
-                Err(control::ControlError::Io(e))
-                    if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) =>
-                {
+                Err(control::ControlError::OutOfFds(_)) => {
                     self.count(|c| c.fd_exhausted += 1);
                     self.out_of_fds();
                     return;
@@ -366,14 +364,15 @@ impl ControlPlane {
         }
     }
 
-    /// `accept` ran out of fds: rest the listener, and use the reserve fd to take one
-    /// pending connection — answered if it asks for Stats, turned away otherwise.
+    /// `accept` ran out of fds: rest the listener (the pending connection keeps it
+    /// readable: retrying at once would spin), and use the reserve fd to take one pending
+    /// connection — answered if it asks for Stats, turned away otherwise.
     fn out_of_fds(&mut self) {
         self.listener_rests_until = Some(Instant::now() + FD_REST);
-        if self.reserve.take().is_none() {
+        let Some(reserve) = &mut self.reserve else {
             return;
-        }
-        if let Ok(Some(fd)) = control::accept(&self.spec.listener) {
+        };
+        if let Ok(Some((fd, _))) = reserve.accept_with_reserve(&self.spec.listener) {
             let deadline = Instant::now() + Duration::from_millis(50);
             let answer = match wait_message(&fd, &mut self.buf, deadline) {
                 Some(Request::Stats) => self.stats_response(),
@@ -384,7 +383,9 @@ impl ControlPlane {
             };
             let _ = control::send(&fd, &answer);
         }
-        self.reserve = open_reserve();
+        if let Some(r) = &mut self.reserve {
+            let _ = r.refill();
+        }
     }
 
     fn admit(&mut self, fd: OwnedFd) {
@@ -400,8 +401,8 @@ impl ControlPlane {
             );
             return;
         }
-        let (pid, uid) = match rustix::net::sockopt::socket_peercred(&fd) {
-            Ok(c) => (c.pid.as_raw_nonzero().get(), c.uid.as_raw()),
+        let (pid, uid) = match control::peer_credentials(&fd) {
+            Ok(c) => (c.pid as i32, c.uid),
             Err(_) => (0, u32::MAX),
         };
         let id = self.next_id;
@@ -596,11 +597,6 @@ enum AttachError {
     Window(#[from] shmnet_chan::window::CreateError),
     #[error("taking its window's ends: {0}")]
     Handle(#[from] shmnet_chan::window::HandleError),
-}
-
-/// An fd kept to be given up when the process runs out of them.
-fn open_reserve() -> Option<OwnedFd> {
-    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
 }
 
 /// Waits for one message on a non-blocking socket until `deadline`.

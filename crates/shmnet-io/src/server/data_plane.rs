@@ -552,9 +552,15 @@ impl DataPlane {
         if driver_stopped.is_none() && self.driver_stopped() {
             driver_stopped = Some("the driver went away".into());
         }
+        let app_windows_bytes = self
+            .apps
+            .iter()
+            .map(|a| a.transport.window().map_or(0, Window::size))
+            .sum();
         let apps: Vec<AppStats> = self
             .apps
             .iter()
+            .take(super::stats::APPS_LISTED)
             .map(|a| AppStats {
                 pid: a.pid,
                 uid: a.uid,
@@ -562,7 +568,7 @@ impl DataPlane {
                 sockets: a.sockets.iter().flatten().count(),
                 holding: a.transport.holding(),
                 window_bytes: a.transport.window().map_or(0, Window::size),
-                window: a.transport.window().map(Window::stats),
+                rings: a.transport.window().map_or(Vec::new(), |w| w.stats().rings),
                 counters: AppCounters {
                     wakeups: a.transport.wakeups(),
                     ..a.counters.clone()
@@ -581,7 +587,7 @@ impl DataPlane {
             uptime_s: self.epoch.elapsed().as_secs_f64(),
             memory: MemoryStats {
                 data_window_bytes: self.data.size(),
-                app_windows_bytes: apps.iter().map(|a| a.window_bytes).sum(),
+                app_windows_bytes,
             },
             data_window: Some(self.data.stats()),
             driver,
@@ -593,6 +599,7 @@ impl DataPlane {
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
             apps,
+            apps_total: self.apps.len(),
         }
     }
 

@@ -8,6 +8,7 @@
 /// A set of buffer indices below a fixed bound.
 pub(crate) struct Held {
     bits: Vec<u64>,
+    total: u32,
     count: usize,
 }
 
@@ -16,11 +17,15 @@ impl Held {
     pub(crate) fn new(total: u32) -> Self {
         Self {
             bits: vec![0; (total as usize).div_ceil(64)],
+            total,
             count: 0,
         }
     }
 
     fn slot(&mut self, idx: u32) -> Option<(&mut u64, u64)> {
+        if idx >= self.total {
+            return None;
+        }
         let word = self.bits.get_mut(idx as usize / 64)?;
         Some((word, 1u64 << (idx % 64)))
     }

@@ -38,9 +38,15 @@ pub struct ServerStats {
     pub data_plane: DataPlaneCounters,
     /// The control plane's counters.
     pub control: ControlCounters,
-    /// Attached applications.
+    /// Attached applications, in order of attachment: the first [`APPS_LISTED`] of them
+    /// (a control message has a size limit; `apps_total` counts them all).
     pub apps: Vec<AppStats>,
+    /// Applications attached now.
+    pub apps_total: usize,
 }
+
+/// Applications listed one by one in [`ServerStats::apps`].
+pub const APPS_LISTED: usize = 64;
 
 /// Shared memory in use.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -68,8 +74,8 @@ pub struct AppStats {
     pub holding: usize,
     /// Bytes of its window (0 for `ipc`).
     pub window_bytes: usize,
-    /// Its window's rings and send pool.
-    pub window: Option<shmnet_chan::WindowStats>,
+    /// Its rings: requests, deliveries, returns (empty for `ipc`).
+    pub rings: Vec<shmnet_chan::RingStats>,
     /// What the server did for it.
     pub counters: AppCounters,
 }

@@ -19,7 +19,7 @@ use crate::pool::ChanPool;
 use crate::windows::{self, SEND_HEADER};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::OwnedFd;
-use shmnet_chan::{Consumer, Desc, DriverPools, NO_BUF, Producer, Window};
+use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
 use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
 
 /// Descriptors moved per ring operation.
@@ -139,6 +139,7 @@ impl AppTransport for ShmApp {
                 }
             }
         }
+        let bufs = self.win.buffers();
         loop {
             let n = self.req.dequeue_burst(&mut self.batch);
             if n == 0 {
@@ -146,10 +147,11 @@ impl AppTransport for ShmApp {
             }
             work += n;
             for d in &self.batch[..n] {
-                let sent = read_send(&self.win, d, r.scratch).and_then(|(dst, len)| {
+                let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
+                let sent = gather_send(&bufs, d, &mut parts).and_then(|(dst, k)| {
                     let h = sockets.get(d.aux as usize).copied().flatten()?;
                     r.iface
-                        .udp_send_to(r.pool, h, &r.scratch[..len], dst, r.now, r.tx)
+                        .udp_send_gather(r.pool, h, &parts[..k], dst, r.now, r.tx)
                         .ok()
                 });
                 match sent {
@@ -238,40 +240,40 @@ impl AppTransport for ShmApp {
     }
 }
 
-/// Reads a send request: the destination header and the payload of the chain at `d.buf` in
-/// the application's window, into `out`. `None` if the chain is malformed.
-fn read_send(win: &Window, d: &Desc, out: &mut [u8]) -> Option<(std::net::SocketAddrV4, usize)> {
-    let bufs = win.buffers();
-    let total = bufs.geometry().total();
+/// Most buffers one send can span: the largest datagram and its header in the app window's
+/// smallest buffers, with room to spare.
+const MAX_SEND_PARTS: usize = 64;
+
+/// Reads a send request in place: the destination header, and the payload of the chain at
+/// `d.buf` in the application's window as up to [`MAX_SEND_PARTS`] slices of its buffers
+/// (the stack copies them once, into the frames — no scratch copy). Returns the
+/// destination and how many slices; `None` if the chain is malformed or shorter than
+/// `d.len`.
+fn gather_send<'a>(
+    bufs: &'a shmnet_chan::Buffers,
+    d: &Desc,
+    parts: &mut [&'a [u8]; MAX_SEND_PARTS],
+) -> Option<(std::net::SocketAddrV4, usize)> {
     let len = d.len as usize;
-    if len > out.len() {
+    let mut hdr = [0u8; SEND_HEADER];
+    if bufs.read_chain(d.buf, 0, &mut hdr).ok()? != SEND_HEADER {
         return None;
     }
-    let mut hdr = [0u8; SEND_HEADER];
-    let mut cur = d.buf;
-    let mut copied = 0;
-    let mut first = true;
-    for _ in 0..total {
-        if cur == NO_BUF || copied == len {
-            break;
-        }
-        let (off, blen) = bufs.off_len(cur)?;
-        let (mut off, mut blen) = (usize::from(off), usize::from(blen));
-        if first {
-            if blen < SEND_HEADER {
-                return None;
-            }
-            bufs.read(cur, off, &mut hdr).ok()?;
-            off += SEND_HEADER;
-            blen -= SEND_HEADER;
-            first = false;
-        }
-        let take = blen.min(len - copied);
-        bufs.read(cur, off, &mut out[copied..copied + take]).ok()?;
-        copied += take;
-        cur = bufs.next(cur).unwrap_or(NO_BUF);
+    let mut k = 0;
+    let mut total = 0;
+    for seg in bufs.segments_from(d.buf, SEND_HEADER, len) {
+        let seg = seg.ok()?;
+        // SAFETY: the application handed this chain to the server with the request and
+        // gets it back only through `release` after the send. The slice lies inside its
+        // buffer (the walk checked offset and length). An application that writes it
+        // anyway, concurrently, changes only the bytes of its own datagram: the stack
+        // copies them once and checksums its copy.
+        let bytes = unsafe { bufs.segment_bytes(seg) }.ok()?;
+        *parts.get_mut(k)? = bytes;
+        k += 1;
+        total += bytes.len();
     }
-    (copied == len && !first).then(|| (windows::decode_dst(&hdr), len))
+    (total == len).then(|| (windows::decode_dst(&hdr), k))
 }
 
 /// An application of the `ipc` structure: datagrams in packets on `sock`, a socket pair of
