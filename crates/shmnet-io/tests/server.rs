@@ -459,3 +459,101 @@ fn a_client_without_a_server_is_told_what_to_do() {
     assert!(msg.contains("shmnet serve"), "{msg}");
     assert!(matches!(err, ClientError::Control(_)));
 }
+
+/// Starts a server whose control plane has `limits`, its softnic idle.
+fn start_limited(tag: &str, limits: shmnet_io::server::ControlLimits) -> Server {
+    let nic = Softnic::new(SoftnicConfig {
+        count: Some(0),
+        ..SoftnicConfig::default()
+    })
+    .unwrap();
+    Server::start(
+        nic,
+        &ServerOptions {
+            serve: ServeConfig::default(),
+            socket: socket_path(tag),
+            page: PageSize::Small,
+            ipc: false,
+            placement: Placement::Polled,
+            limits,
+        },
+    )
+    .expect("start the server")
+}
+
+/// Steps `server` on a thread of its own until `stop`.
+fn serve_in_background(
+    mut server: Server,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Server> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            if server.step() == 0 {
+                server.idle(Duration::from_millis(5));
+            }
+        }
+        server
+    })
+}
+
+#[test]
+fn the_control_plane_caps_connections_and_still_answers_stats() {
+    use shmnet_io::control::{self, Request, Response};
+    let limits = shmnet_io::server::ControlLimits {
+        max_connections: 4,
+        hello_timeout: Duration::from_secs(60),
+    };
+    let server = start_limited("cap", limits);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = serve_in_background(server, stop.clone());
+    let path = socket_path("cap");
+    // Four connections that never say anything fill the server.
+    let idle: Vec<_> = (0..4).map(|_| control::connect(&path).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(100));
+    // The fifth is told why, in one line, and closed.
+    let fifth = control::connect(&path).unwrap();
+    control::send(&fifth, &Request::Hello { version: control::PROTOCOL_VERSION }).unwrap();
+    match control::recv_blocking::<Response>(&fifth).unwrap() {
+        Response::Error(e) => assert!(e.contains("--max-connections"), "{e}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // `shmnet stats` is still answered.
+    let st = shmnet_io::server::query_stats(&path).expect("stats answered at the cap");
+    assert!(st.control.refused_full >= 2, "{:?}", st.control);
+    assert_eq!(st.control.open, 4);
+    drop(idle);
+    stop.store(true, Ordering::Relaxed);
+    drop(t.join().unwrap());
+}
+
+#[test]
+fn a_connection_that_never_says_hello_is_closed() {
+    use shmnet_io::control;
+    let limits = shmnet_io::server::ControlLimits {
+        max_connections: 16,
+        hello_timeout: Duration::from_millis(200),
+    };
+    let server = start_limited("hello", limits);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t = serve_in_background(server, stop.clone());
+    let path = socket_path("hello");
+    let silent = control::connect(&path).unwrap();
+    // The server hangs up on it (a blocking recv returns the hang-up), well within 30 s.
+    rustix::net::sockopt::set_socket_timeout(
+        &silent,
+        rustix::net::sockopt::Timeout::Recv,
+        Some(Duration::from_secs(30)),
+    )
+    .unwrap();
+    let mut buf = [0u8; 16];
+    let got = rustix::net::recv(&silent, &mut buf, rustix::net::RecvFlags::empty());
+    assert!(matches!(got, Ok((0, _))), "expected a hang-up, got {got:?}");
+    let st = shmnet_io::server::query_stats(&path).unwrap();
+    assert_eq!(st.control.hello_timeouts, 1, "{:?}", st.control);
+    // An application that does say Hello in time is served.
+    let client = shmnet_io::client::Client::connect(&path).expect("attach");
+    let sock = client.udp_bind(0).expect("bind any port");
+    assert!(sock.port() >= 49152, "port {}", sock.port());
+    stop.store(true, Ordering::Relaxed);
+    drop(t.join().unwrap());
+}

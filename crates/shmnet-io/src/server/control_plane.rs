@@ -391,14 +391,18 @@ impl ControlPlane {
     fn admit(&mut self, fd: OwnedFd) {
         self.count(|c| c.accepted += 1);
         if self.conns.len() >= self.spec.limits.max_connections {
+            // Full. A `shmnet stats` asker still gets its answer (it asks at once); anyone
+            // else is told why and closed.
             self.count(|c| c.refused_full += 1);
-            let _ = control::send(
-                &fd,
-                &Response::Error(format!(
+            let deadline = Instant::now() + Duration::from_millis(10);
+            let answer = match wait_message(&fd, &mut self.buf, deadline) {
+                Some(Request::Stats) => self.stats_response(),
+                _ => Response::Error(format!(
                     "the shmnet server already has {} connections (its --max-connections): close some, or raise the limit",
                     self.conns.len()
                 )),
-            );
+            };
+            let _ = control::send(&fd, &answer);
             return;
         }
         let (pid, uid) = match control::peer_credentials(&fd) {
