@@ -512,7 +512,13 @@ fn the_control_plane_caps_connections_and_still_answers_stats() {
     std::thread::sleep(Duration::from_millis(100));
     // The fifth is told why, in one line, and closed.
     let fifth = control::connect(&path).unwrap();
-    control::send(&fifth, &Request::Hello { version: control::PROTOCOL_VERSION }).unwrap();
+    control::send(
+        &fifth,
+        &Request::Hello {
+            version: control::PROTOCOL_VERSION,
+        },
+    )
+    .unwrap();
     match control::recv_blocking::<Response>(&fifth).unwrap() {
         Response::Error(e) => assert!(e.contains("--max-connections"), "{e}"),
         other => panic!("expected a refusal, got {other:?}"),

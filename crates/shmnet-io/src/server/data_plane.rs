@@ -518,6 +518,11 @@ impl DataPlane {
         }
     }
 
+    /// Whether this is the `ipc` structure (its rounds are system calls).
+    pub(crate) fn is_ipc(&self) -> bool {
+        matches!(self.link, DriverLink::Ipc(_))
+    }
+
     /// Applications attached now.
     pub(crate) fn apps_attached(&self) -> usize {
         self.apps.len()
