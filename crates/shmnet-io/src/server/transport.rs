@@ -74,6 +74,8 @@ pub(crate) trait AppTransport: Send {
 /// An application of the `server` structure.
 pub(crate) struct ShmApp {
     win: Window,
+    /// Its send buffers (kept: making the view walks the window's regions).
+    bufs: shmnet_chan::Buffers,
     req: Consumer,
     rx: Producer,
     ret: Consumer,
@@ -97,6 +99,7 @@ impl ShmApp {
             send_bufs: win.driver_pools()?,
             held: Held::new(total),
             batch: [Desc::default(); BURST],
+            bufs: win.buffers(),
             win,
         })
     }
@@ -139,7 +142,8 @@ impl AppTransport for ShmApp {
                 }
             }
         }
-        let bufs = self.win.buffers();
+        let bufs = &self.bufs;
+        let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
         loop {
             let n = self.req.dequeue_burst(&mut self.batch);
             if n == 0 {
@@ -147,8 +151,7 @@ impl AppTransport for ShmApp {
             }
             work += n;
             for d in &self.batch[..n] {
-                let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
-                let sent = gather_send(&bufs, d, &mut parts).and_then(|(dst, k)| {
+                let sent = gather_send(bufs, d, &mut parts).and_then(|(dst, k)| {
                     let h = sockets.get(d.aux as usize).copied().flatten()?;
                     r.iface
                         .udp_send_gather(r.pool, h, &parts[..k], dst, r.now, r.tx)
