@@ -68,17 +68,17 @@ impl DriverEnds {
     }
 }
 
-/// How long an idle driver loop may sleep: a device with an fd wakes it (10 ms at most); one
-/// without sleeps no longer than its own hint (a paced softnic's next message), and 200 µs at
-/// most — its loop is also idle when the IN queues are full, and nothing signals when they
-/// drain.
+/// How long an idle driver loop may sleep. Everything that has work for it wakes it: the
+/// server (the OUT ring's eventfd, or the IN rings' room eventfd when they were full) and a
+/// device with an fd. So the timeout only bounds how stale the published counters and the
+/// stop flag get (100 ms) — except for a device without an fd that knows when it will have
+/// frames (a paced softnic's next message), which sleeps no longer than its hint. (A gated
+/// softnic says nothing: its gate opens with an application's bind, at most 100 ms late.)
 fn idle_timeout<D: Driver>(driver: &D) -> Timespec {
+    let cap = std::time::Duration::from_millis(100);
     let t = match (driver.rx_fd(), driver.idle_hint()) {
-        (Some(_), _) => std::time::Duration::from_millis(10),
-        (None, hint) => {
-            let cap = std::time::Duration::from_micros(200);
-            hint.map_or(cap, |h| h.min(cap))
-        }
+        (None, Some(h)) => h.min(cap),
+        _ => cap,
     };
     Timespec {
         tv_sec: 0,

@@ -356,3 +356,142 @@ fn on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused() {
     assert!(again.wait().success(), "{}", again.err());
     let _ = std::fs::remove_dir_all(runtime);
 }
+
+#[test]
+fn an_idle_server_structure_sleeps_in_every_placement() {
+    for placement in ["polled", "thread", "process"] {
+        let runtime = temp(&format!("idle-server-{placement}"));
+        let mut args = vec!["serve", "--structure", "server", "--placement", placement];
+        args.extend(PACED);
+        let mut p = Party::shmnet(&args, &runtime);
+        p.wait_for("shmnet server structure");
+        // With no application bound, softnic waits; the server, its control plane and its
+        // driver (thread or process: the process's CPU is read from its own /proc entry)
+        // must all be asleep.
+        let cpu = p.idle_cpu_fraction();
+        p.signal(libc::SIGTERM);
+        assert!(p.wait().success(), "{placement}: {}", p.err());
+        println!(
+            "idle server structure, driver {placement}: {:.2} % of a CPU",
+            cpu * 100.0
+        );
+        assert!(
+            cpu < IDLE_CPU_BOUND,
+            "an idle server structure (driver {placement}) used {:.0} % of a CPU",
+            cpu * 100.0
+        );
+        let _ = std::fs::remove_dir_all(runtime);
+    }
+}
+
+/// Connects to `socket` without blocking; `false` when the server's backlog is full.
+fn connect_nonblocking(socket: &std::path::Path) -> Option<std::os::fd::OwnedFd> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .ok()?;
+    let addr = SocketAddrUnix::new(socket).ok()?;
+    rustix::net::connect(&fd, &addr).ok()?;
+    Some(fd)
+}
+
+#[test]
+fn stats_answers_when_the_server_is_out_of_file_descriptors() {
+    // Enough fds here for every connection the test opens.
+    // SAFETY: get/setrlimit on our own process with a valid struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r.rlim_cur = r.rlim_max.min(4096);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+    }
+    let runtime = temp("fd-limit");
+    let socket = runtime.join("s.sock");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shmnet"));
+    cmd.args([
+        "serve",
+        "--structure",
+        "server",
+        "--max-connections",
+        "5000",
+        "--hello-timeout",
+        "600",
+        "--socket",
+        socket.to_str().unwrap(),
+    ])
+    .args(PACED)
+    .env("SHMNET_RUNTIME_DIR", &runtime);
+    // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let r = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+            Ok(())
+        });
+    }
+    let mut p = Party::spawn(&mut cmd);
+    p.wait_for("shmnet server structure");
+    // Idle connections until the server is out of fds and its backlog is full.
+    // A full backlog refuses a connect until the server accepts more: try again for a while.
+    let mut idle = Vec::new();
+    let mut refused_since = None;
+    while idle.len() < 1_000 {
+        match connect_nonblocking(&socket) {
+            Some(fd) => {
+                idle.push(fd);
+                refused_since = None;
+            }
+            None => {
+                let since = *refused_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+        .args(["stats", "--json", "--socket", socket.to_str().unwrap()])
+        .env("SHMNET_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert!(
+        out.status.success(),
+        "stats failed with {} idle connections: {}",
+        idle.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        st["control"]["fd_exhausted"].as_u64().unwrap_or(0) > 0,
+        "the server never ran out of fds: {}",
+        st["control"]
+    );
+    println!(
+        "stats answered in {:.1} ms with {} connections made, the server out of fds",
+        took.as_secs_f64() * 1e3,
+        idle.len()
+    );
+    // Out of fds, it does not spin.
+    let cpu = p.idle_cpu_fraction();
+    println!("server at its fd limit: {:.2} % of a CPU", cpu * 100.0);
+    assert!(
+        cpu < IDLE_CPU_BOUND,
+        "a server out of fds used {:.0} % of a CPU",
+        cpu * 100.0
+    );
+    drop(idle);
+    p.signal(libc::SIGTERM);
+    assert!(p.wait().success(), "{}", p.err());
+    let _ = std::fs::remove_dir_all(runtime);
+}

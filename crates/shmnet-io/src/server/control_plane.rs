@@ -37,6 +37,8 @@ use std::time::{Duration, Instant};
 const REPLY_PATIENCE: Duration = Duration::from_secs(2);
 /// How long the listener rests after `accept` ran out of file descriptors.
 const FD_REST: Duration = Duration::from_millis(20);
+/// Pending connections answered through the reserve fd per round at the fd limit.
+const FD_SHED_PER_ROUND: usize = 256;
 
 /// Limits on what clients may do to the control plane.
 #[derive(Clone, Copy, Debug)]
@@ -364,16 +366,21 @@ impl ControlPlane {
         }
     }
 
-    /// `accept` ran out of fds: rest the listener (the pending connection keeps it
-    /// readable: retrying at once would spin), and use the reserve fd to take one pending
-    /// connection — answered if it asks for Stats, turned away otherwise.
+    /// `accept` ran out of fds. The reserve fd takes the pending connections one at a time:
+    /// a `Stats` request already waiting on one is answered, every other connection is told
+    /// the server is out of fds and closed at once (no waiting on a silent peer). Then the
+    /// listener rests a moment (a connection that keeps it readable must not make us spin).
     fn out_of_fds(&mut self) {
         self.listener_rests_until = Some(Instant::now() + FD_REST);
-        let Some(reserve) = &mut self.reserve else {
-            return;
-        };
-        if let Ok(Some((fd, _))) = reserve.accept_with_reserve(&self.spec.listener) {
-            let deadline = Instant::now() + Duration::from_millis(50);
+        for _ in 0..FD_SHED_PER_ROUND {
+            let Some(reserve) = &mut self.reserve else {
+                return;
+            };
+            let Ok(Some((fd, _))) = reserve.accept_with_reserve(&self.spec.listener) else {
+                break;
+            };
+            // A `shmnet stats` sends its request as soon as it has connected.
+            let deadline = Instant::now() + Duration::from_millis(1);
             let answer = match wait_message(&fd, &mut self.buf, deadline) {
                 Some(Request::Stats) => self.stats_response(),
                 _ => Response::Error(
@@ -382,9 +389,12 @@ impl ControlPlane {
                 ),
             };
             let _ = control::send(&fd, &answer);
-        }
-        if let Some(r) = &mut self.reserve {
-            let _ = r.refill();
+            drop(fd);
+            if let Some(r) = &mut self.reserve {
+                if r.refill().is_err() {
+                    break;
+                }
+            }
         }
     }
 

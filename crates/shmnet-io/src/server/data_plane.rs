@@ -432,8 +432,11 @@ impl DataPlane {
         };
         if let DriverLink::Polled(p) = &self.link {
             if p.stopped.is_none() && p.driver.rx_fd().is_none() {
-                // A device without an fd (softnic) says how long it will be quiet.
-                wait = wait.min(p.driver.idle_hint().unwrap_or(Duration::from_micros(200)));
+                // A device without an fd (softnic) says how long it will be quiet; one that
+                // says nothing has nothing coming until something else wakes us.
+                if let Some(h) = p.driver.idle_hint() {
+                    wait = wait.min(h);
+                }
             }
         }
         // Announce sleep on every ring we consume; if one already has work, do not sleep.

@@ -144,6 +144,8 @@ pub struct Server {
     driver: DriverHost,
     data: Arc<Window>,
     socket_path: PathBuf,
+    /// Whether [`Server::idle`] has spun since the last work.
+    spun: bool,
 }
 
 impl Server {
@@ -332,6 +334,7 @@ impl Server {
             driver,
             data,
             socket_path: opts.socket.clone(),
+            spun: false,
         })
     }
 
@@ -376,7 +379,11 @@ impl Server {
 
     /// One round of the data plane. Returns how much work it found (0: idle).
     pub fn step(&mut self) -> usize {
-        self.dp.step()
+        let n = self.dp.step();
+        if n > 0 {
+            self.spun = false;
+        }
+        n
     }
 
     /// Sleeps until a queue, the control plane, the device or the timers have work, at
@@ -386,9 +393,11 @@ impl Server {
     /// excepted, whose rounds are system calls): on a VM a sleep and its wake-up cost tens
     /// of microseconds, more than the gap between the messages of a conversation, so a
     /// server that slept at every pause would add that to each round trip. Spinning stops
-    /// at the first work found; an idle server spins once, then sleeps.
+    /// at the first work found; an idle server spins once after its last work, then only
+    /// sleeps.
     pub fn idle(&mut self, at_most: Duration) {
-        if !self.dp.is_ipc() {
+        if !self.dp.is_ipc() && !self.spun {
+            self.spun = true;
             let until = Instant::now() + SPIN_BEFORE_SLEEP;
             // The clock is read every 16 rounds: on a VM a read costs as much as a round.
             'spin: loop {
