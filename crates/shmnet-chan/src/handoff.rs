@@ -29,7 +29,7 @@ fn greeting() -> [u8; 16] {
 pub enum HandoffError {
     /// The socket failed or closed.
     #[error("socket: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The peer closed the socket before sending a window.
     #[error("the peer closed the socket before sending a window")]
     Closed,
@@ -44,6 +44,14 @@ pub enum HandoffError {
     /// The window itself was refused.
     #[error(transparent)]
     Open(#[from] OpenError),
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<std::io::Error> for HandoffError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// Sends `win`'s memfd and eventfds over the connected Unix socket `sock`.

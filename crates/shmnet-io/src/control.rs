@@ -245,7 +245,7 @@ pub enum ControlError {
     HungUp,
     /// A socket call failed.
     #[error("control socket: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The peer sent something that is not a message of this protocol.
     #[error("malformed control message: {0}")]
     Malformed(String),
@@ -291,6 +291,14 @@ pub enum ControlError {
         /// The server's pid.
         pid: u32,
     },
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<std::io::Error> for ControlError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// Sends one message.

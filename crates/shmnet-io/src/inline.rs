@@ -79,10 +79,18 @@ impl Default for ServeConfig {
 pub enum ServeError {
     /// The window could not be made.
     #[error("creating the buffer window: {0}")]
-    Window(#[from] shmnet_chan::window::CreateError),
+    Window(shmnet_chan::window::CreateError),
     /// Two applications want one port.
     #[error("cannot bind UDP port {0}: {1}")]
     Bind(u16, shmnet_stack::BindError),
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<shmnet_chan::window::CreateError> for ServeError {
+    fn from(e: shmnet_chan::window::CreateError) -> Self {
+        Self::Window(e)
+    }
 }
 
 /// What the built-in applications did.

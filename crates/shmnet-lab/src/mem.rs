@@ -43,10 +43,10 @@ impl Drop for Region {
 
 /// The mapping could not be made.
 #[derive(Debug, thiserror::Error)]
-#[error("mapping {len} bytes of private memory: {source}")]
+#[error("mapping {len} bytes of private memory: {cause}")]
 pub struct MapError {
     len: usize,
-    source: std::io::Error,
+    cause: std::io::Error,
 }
 
 impl Region {
@@ -70,7 +70,7 @@ impl Region {
         if raw == libc::MAP_FAILED {
             return Err(MapError {
                 len,
-                source: std::io::Error::last_os_error(),
+                cause: std::io::Error::last_os_error(),
             });
         }
         let base = raw as usize;

@@ -199,7 +199,15 @@ pub enum SuiteError {
     Write(PathBuf, std::io::Error),
     /// The calibration failed.
     #[error("calibrating: {0}")]
-    Calibrate(#[from] crate::mem::MapError),
+    Calibrate(crate::mem::MapError),
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<crate::mem::MapError> for SuiteError {
+    fn from(e: crate::mem::MapError) -> Self {
+        Self::Calibrate(e)
+    }
 }
 
 /// Runs the suite and writes its report.

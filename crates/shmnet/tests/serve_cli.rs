@@ -495,3 +495,19 @@ fn stats_answers_when_the_server_is_out_of_file_descriptors() {
     assert!(p.wait().success(), "{}", p.err());
     let _ = std::fs::remove_dir_all(runtime);
 }
+
+#[test]
+fn an_error_is_one_line_that_says_its_cause_once() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+        .args(["stats", "--socket", "/nonexistent/shmnet.sock"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert_eq!(
+        err.matches("cannot reach a shmnet server").count(),
+        1,
+        "{err}"
+    );
+}

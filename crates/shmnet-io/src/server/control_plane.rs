@@ -608,9 +608,25 @@ enum AttachError {
     #[error(transparent)]
     Control(#[from] control::ControlError),
     #[error("creating its window: {0}")]
-    Window(#[from] shmnet_chan::window::CreateError),
+    Window(shmnet_chan::window::CreateError),
     #[error("taking its window's ends: {0}")]
-    Handle(#[from] shmnet_chan::window::HandleError),
+    Handle(shmnet_chan::window::HandleError),
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<shmnet_chan::window::HandleError> for AttachError {
+    fn from(e: shmnet_chan::window::HandleError) -> Self {
+        Self::Handle(e)
+    }
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<shmnet_chan::window::CreateError> for AttachError {
+    fn from(e: shmnet_chan::window::CreateError) -> Self {
+        Self::Window(e)
+    }
 }
 
 /// Waits for one message on a non-blocking socket until `deadline`.

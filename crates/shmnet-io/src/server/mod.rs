@@ -106,16 +106,32 @@ pub struct ServerOptions {
 pub enum ServerError {
     /// The data window could not be made.
     #[error("creating the data window: {0}")]
-    Window(#[from] shmnet_chan::window::CreateError),
+    Window(shmnet_chan::window::CreateError),
     /// The control socket could not be made.
     #[error(transparent)]
     Control(#[from] ControlError),
     /// A thread or eventfd could not be made.
     #[error("starting the server's threads: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The driver process did not attach.
     #[error("the driver process {0}")]
     DriverProcess(String),
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<std::io::Error> for ServerError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<shmnet_chan::window::CreateError> for ServerError {
+    fn from(e: shmnet_chan::window::CreateError) -> Self {
+        Self::Window(e)
+    }
 }
 
 /// Where the driver runs, and how to stop it.

@@ -45,7 +45,7 @@ pub enum WorkerError {
     },
     /// Receiving on a kernel UDP socket failed.
     #[error("recv: {0}")]
-    Recv(#[source] std::io::Error),
+    Recv(std::io::Error),
     /// The receiver (or echo) never said which port it listens on.
     #[error("the receiver never published its port")]
     NoPort,
@@ -68,13 +68,13 @@ pub enum WorkerError {
     /// The sending application's first message (which teaches the server the peer's
     /// address) could not be sent.
     #[error("first send: {0}")]
-    FirstSend(#[source] ClientError),
+    FirstSend(ClientError),
     /// The server closed the application's connection or died.
     #[error("the server went away")]
     ServerGone,
     /// Receiving through the server failed.
     #[error("recv: {0}")]
-    ShmRecv(#[source] ClientError),
+    ShmRecv(ClientError),
     /// The inline worker's softnic could not be made.
     #[error(transparent)]
     Softnic(#[from] SoftnicError),

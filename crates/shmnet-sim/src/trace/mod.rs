@@ -117,7 +117,7 @@ pub struct Ref {
 pub enum TraceError {
     /// Reading failed.
     #[error("reading the trace: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     /// A record or line could not be parsed.
     #[error("{format} trace, byte offset {offset}{}: {detail}", line.map(|l| format!(" (line {l})")).unwrap_or_default())]
     Bad {
@@ -130,6 +130,14 @@ pub enum TraceError {
         /// What is wrong.
         detail: String,
     },
+}
+
+// The message above includes the cause, so it is not also reported as `source()` (a chain
+// printer would repeat it).
+impl From<io::Error> for TraceError {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// A source of references that yields them in batches.
