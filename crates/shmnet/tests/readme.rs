@@ -427,7 +427,7 @@ fn check_promise(cmd: &str, out: &str) -> Result<(), String> {
             return Err(format!("`{cmd}`: expected {n} bytes echoed, got {out:?}"));
         }
     }
-    if cmd.ends_with("shmnet stats") && !out.contains("server up") {
+    if cmd.ends_with("shmnet stats") && !out.contains("structure up") {
         return Err(format!("`{cmd}` printed no counters:\n{out}"));
     }
     Ok(())
