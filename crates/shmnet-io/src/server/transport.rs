@@ -173,6 +173,15 @@ impl AppTransport for ShmApp {
         sockets: &[Option<SocketHandle>],
         c: &mut AppCounters,
     ) -> usize {
+        // The ring's tail is the application's to write: read it (a cache line that moves
+        // between cores) only when there is something to deliver.
+        if !sockets
+            .iter()
+            .flatten()
+            .any(|&h| matches!(r.iface.udp_peek(h), Ok(Some(_))))
+        {
+            return 0;
+        }
         let mut room = self.rx.free_slots() as usize;
         let mut n = 0;
         let mut work = 0;
