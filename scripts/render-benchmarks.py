@@ -242,10 +242,12 @@ measured against (ttcp measures it again in its own run).{' **Both threads share
     return s
 
 
-def party_split(rows):
-    parties = sorted({p for r in rows for p in r["cpu_us_per_msg_by_party"]})
+def party_split(rows, key="cpu_us_per_msg_by_party"):
+    """The median CPU µs per message (or transaction) of each party over the runs' rows; a
+    party missing from a row (a polled driver has no entry of its own) counts 0 there."""
+    parties = sorted({p for r in rows for p in r.get(key, {})})
     return ", ".join(
-        f"{p} {statistics.median(r['cpu_us_per_msg_by_party'].get(p, 0.0) for r in rows):.2f}"
+        f"{p} {statistics.median(r.get(key, {}).get(p, 0.0) for r in rows):.2f}"
         for p in parties)
 
 
@@ -293,7 +295,9 @@ no fragmentation, where shmnet's 1,500-byte wire cuts a 14,792-byte message into
 
 CPU µs/msg is every party's user + system time (`wait4`), with the median split by party in
 brackets; sleeps are voluntary context switches per message; lost and unaccounted are summed
-over the runs.
+over the runs. `server`, `server-thread` and `server-process` are the server structure with
+its driver polled by the server's own loop (its work is the server's: no driver party),
+on a thread of the server, or in a process of its own.
 
 """
     s += table(["dir", "size B", "structure", "msgs/s", "Gbit/s", "CPU µs/msg (by party)",
@@ -361,7 +365,7 @@ def rr(runs, quick):
             fig(ratios, 2) + "×" if key[1] != "kernel" and ratios else "—",
             fig([x["p50_us"] for x in rs], 1),
             fig([x["p99_us"] for x in rs], 1),
-            fig([x["cpu_s_per_txn"] * 1e6 for x in rs], 2),
+            f"{fig([x['cpu_s_per_txn'] * 1e6 for x in rs], 2)} ({party_split(rs, 'cpu_us_per_txn_by_party')})",
             fig([x["sleeps_per_txn"] for x in rs], 2),
             sum(x["lost"] for x in rs),
         ])
@@ -370,7 +374,7 @@ def rr(runs, quick):
 
 Command: `shmnet rr{' --quick' if quick else ''} --json`. {size}-byte requests, each echoed by an application; 1 and 16 in
 flight. The requester is an application process in every separated structure — a UDP socket
-over loopback for `kernel`, the shmnet client API for `ipc` and `server`, whose wire is a
+over loopback for `kernel`, the shmnet client API for `ipc` and the `server` placements, whose wire is a
 loopback softnic that hands each transmitted frame back as received — so every structure
 carries each request and reply through its stack twice, as the kernel does over `lo`.
 `inline`'s requester runs in the inline thread itself: no process boundary, so its ratio is
@@ -378,7 +382,7 @@ not like for like. Method: [netbench.md](netbench.md#rr).
 
 """
     s += table(["in flight", "structure", "transactions/s", "÷ kernel", "p50 µs", "p99 µs",
-                "CPU µs/txn", "sleeps/txn", "lost"], rows)
+                "CPU µs/txn (by party)", "sleeps/txn", "lost"], rows)
     for r in runs:
         for f in r["failed"]:
             s += f"\nFAILED: {f}\n"

@@ -14,7 +14,8 @@
 //! app → server  {"Bind":{"port":5001}}  server → app {"Bound":{"socket":0,"port":5001}} | {"Error":"…"}
 //! app → server  {"Close":{"socket":0}}      server → app {"Closed":{"socket":0}}
 //! any → server  {"Stats":null}              server → any {"Stats":{…}}
-//! driver → server {"DriverHello":{"version":1}}  server → driver {"Welcome":…} then the data window
+//! driver → server {"DriverHello":{"version":1}}  server → driver {"Welcome":…}, {"Driver":{…}}
+//!                                            (its device: a `DriverSetup`), then the data window
 //! server → driver "Start"                    driver → server {"DriverStats":{…}} every 100 ms
 //! ```
 //!
@@ -231,6 +232,9 @@ pub enum Response {
     },
     /// Every counter.
     Stats(Box<crate::server::ServerStats>),
+    /// To a driver process, right after its `Welcome`: the device to drive (the data window
+    /// follows).
+    Driver(Box<crate::spec::DriverSetup>),
     /// To a driver process: start moving frames.
     Start,
     /// The request failed.

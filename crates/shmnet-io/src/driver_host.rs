@@ -5,6 +5,7 @@
 
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::driver::{Driver, DriverStats, Family, RxFrame};
+use crate::spec::DriverSetup;
 use crate::windows::{IN_ARP, IN_IPV4, OUT};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
@@ -86,13 +87,21 @@ fn idle_timeout<D: Driver>(driver: &D) -> Timespec {
     }
 }
 
-/// The body of a driver process: attaches to the server at `socket`, waits for the word to
-/// start, then moves frames between `driver` and the data window until the server goes away
-/// (its control socket hangs up), sending its counters every 100 ms.
-pub fn run_driver_process<D: Driver>(
-    driver: D,
+/// A driver process attached to its server: greeted, told its device ([`DriverSetup`]), and
+/// holding the data window; [`AttachedDriver::run`] drives the device once the server says
+/// start. Dropping it hangs up: the server then reports the driver gone.
+pub struct AttachedDriver {
+    ctl: OwnedFd,
+    data: Window,
+}
+
+/// Attaches a driver process to the server at `socket`: says `DriverHello`, and receives the
+/// `Welcome`, the spec of the device to drive, and the data window. The caller opens the
+/// device the setup names and calls [`AttachedDriver::run`] (or [`AttachedDriver::fail`]
+/// if it cannot).
+pub fn attach_driver_process(
     socket: &std::path::Path,
-) -> Result<(), ControlError> {
+) -> Result<(AttachedDriver, DriverSetup), ControlError> {
     let ctl = control::connect(socket)?;
     control::send(
         &ctl,
@@ -109,32 +118,78 @@ pub fn run_driver_process<D: Driver>(
             )));
         }
     }
-    let data = shmnet_chan::handoff::recv_window(&ctl)
-        .map_err(|e| ControlError::Malformed(e.to_string()))?;
-    match control::recv_blocking::<Response>(ctl.as_fd())? {
-        Response::Start => {}
+    let setup = match control::recv_blocking::<Response>(ctl.as_fd())? {
+        Response::Driver(setup) => *setup,
         other => {
             return Err(ControlError::Malformed(format!(
-                "expected Start, got {other:?}"
+                "expected the driver's setup, got {other:?}"
             )));
         }
+    };
+    let data = shmnet_chan::handoff::recv_window(&ctl)
+        .map_err(|e| ControlError::Malformed(e.to_string()))?;
+    Ok((AttachedDriver { ctl, data }, setup))
+}
+
+/// The body of a driver process whose device is already open: attaches to the server at
+/// `socket` (ignoring the setup it sends), then [`AttachedDriver::run`]s `driver`.
+pub fn run_driver_process<D: Driver>(
+    driver: D,
+    socket: &std::path::Path,
+) -> Result<(), ControlError> {
+    attach_driver_process(socket)?.0.run(driver)
+}
+
+impl AttachedDriver {
+    /// Tells the server the device could not be opened (`why`, shown in its stats and its
+    /// exit message), and hangs up.
+    pub fn fail(self, why: &str) {
+        let st = DriverThreadStats {
+            stopped: Some(format!(
+                "the driver process could not open its device: {why}"
+            )),
+            ..DriverThreadStats::default()
+        };
+        let _ = control::send(&self.ctl, &Request::DriverStats(st));
     }
-    let ends = DriverEnds::take(&data);
+
+    /// Waits for the word to start, then moves frames between `driver` and the data window
+    /// until the server goes away (its control socket hangs up), sending its counters every
+    /// 100 ms.
+    pub fn run<D: Driver>(self, driver: D) -> Result<(), ControlError> {
+        let Self { ctl, data } = self;
+        match control::recv_blocking::<Response>(ctl.as_fd())? {
+            Response::Start => {}
+            other => {
+                return Err(ControlError::Malformed(format!(
+                    "expected Start, got {other:?}"
+                )));
+            }
+        }
+        drive_process(driver, &ctl, &data);
+        Ok(())
+    }
+}
+
+/// A driver process's loop, with the watcher thread that reports its counters and stops it
+/// when the server is gone.
+fn drive_process<D: Driver>(driver: D, ctl: &OwnedFd, data: &Window) {
+    let ends = DriverEnds::take(data);
     let stop = AtomicBool::new(false);
     let stats = Mutex::new(DriverThreadStats::default());
     std::thread::scope(|s| {
         s.spawn(|| {
             // The watcher: reports counters, and stops the driver when the server is gone.
             loop {
-                let mut fds = [PollFd::new(&ctl, PollFlags::IN)];
+                let mut fds = [PollFd::new(ctl, PollFlags::IN)];
                 let ts = Timespec {
                     tv_sec: 0,
                     tv_nsec: 100_000_000,
                 };
                 let ready = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0);
-                let hup = ready > 0 && control::recv::<Response>(&ctl).is_err();
+                let hup = ready > 0 && control::recv::<Response>(ctl).is_err();
                 let st = stats.lock().map(|s| s.clone()).unwrap_or_default();
-                if hup || control::send(&ctl, &Request::DriverStats(st)).is_err() {
+                if hup || control::send(ctl, &Request::DriverStats(st)).is_err() {
                     stop.store(true, Ordering::Relaxed);
                     break;
                 }
@@ -148,8 +203,7 @@ pub fn run_driver_process<D: Driver>(
     });
     // The last word: the final counters, and why the driver stopped if it gave up.
     let last = stats.lock().map(|s| s.clone()).unwrap_or_default();
-    let _ = control::send(&ctl, &Request::DriverStats(last));
-    Ok(())
+    let _ = control::send(ctl, &Request::DriverStats(last));
 }
 
 /// Sleeps until the device or the server has something. With the IN queues full, the

@@ -14,4 +14,5 @@ pub mod inline;
 pub mod pool;
 pub mod scoreboard;
 pub mod server;
+pub mod spec;
 pub mod windows;

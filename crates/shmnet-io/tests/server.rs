@@ -6,6 +6,7 @@ use shmnet_io::client::{Client, ClientError};
 use shmnet_io::driver::softnic::{Softnic, SoftnicConfig, expected_payload};
 use shmnet_io::inline::ServeConfig;
 use shmnet_io::server::{Placement, Server, ServerOptions};
+use shmnet_io::spec::{DriverSpec, SoftnicSpec};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
@@ -72,8 +73,8 @@ fn app_checked_receiver() {
     println!("done");
 }
 
-/// Driver-process entry: a softnic sending `SHMNET_N` messages of `SHMNET_SIZE` bytes to
-/// PORT, attached to the server at `SHMNET_TEST_SOCKET`.
+/// Driver-process entry: attached to the server at `SHMNET_TEST_SOCKET`, it drives the
+/// softnic the server's setup describes (a `DriverSpec` over the control socket, not argv).
 #[test]
 #[ignore = "driver-process entry; run by the parent tests"]
 fn driver_process_softnic() {
@@ -81,19 +82,31 @@ fn driver_process_softnic() {
         eprintln!("driver_process_softnic: not started by a parent test; nothing to do");
         return;
     };
-    let nic = Softnic::new(SoftnicConfig {
-        size: child_env("SHMNET_SIZE").unwrap().parse().unwrap(),
-        count: Some(child_env("SHMNET_N").unwrap().parse().unwrap()),
-        checksum: true,
-        dst_ports: vec![PORT],
-        gap: Duration::from_micros(20),
-        ..SoftnicConfig::default()
-    })
-    .unwrap();
-    shmnet_io::server::run_driver_process(nic, std::path::Path::new(&socket)).expect("driver");
+    let (attached, setup) =
+        shmnet_io::server::attach_driver_process(std::path::Path::new(&socket)).expect("attach");
+    let spec = setup.driver.softnic().expect("a softnic spec").clone();
+    let nic = Softnic::new(spec.config(setup.ip, setup.checksum, spec.port)).unwrap();
+    attached.run(nic).expect("driver");
+}
+
+/// Driver-process entry: attaches, and says it could not open the device it was told.
+#[test]
+#[ignore = "driver-process entry; run by the parent tests"]
+fn driver_process_without_its_device() {
+    let Some(socket) = child_env("SHMNET_TEST_SOCKET") else {
+        eprintln!("driver_process_without_its_device: not started by a parent test; nothing to do");
+        return;
+    };
+    let (attached, setup) =
+        shmnet_io::server::attach_driver_process(std::path::Path::new(&socket)).expect("attach");
+    attached.fail(&format!("no device {}", setup.driver.name()));
 }
 
 fn start_with_process(tag: &str, count: u64, size: usize) -> Server {
+    start_with_process_entry(tag, count, size, "driver_process_softnic")
+}
+
+fn start_with_process_entry(tag: &str, count: u64, size: usize, entry: &str) -> Server {
     let server = Server::start_with_driver_process(
         SoftnicConfig::default().mac,
         &ServerOptions {
@@ -104,17 +117,17 @@ fn start_with_process(tag: &str, count: u64, size: usize) -> Server {
             placement: Placement::Process,
             limits: Default::default(),
         },
+        &DriverSpec::Softnic(SoftnicSpec {
+            size,
+            count,
+            port: PORT,
+            gap_us: 20.0,
+            ..SoftnicSpec::default()
+        }),
         |path| {
             Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "driver_process_softnic",
-                    "--exact",
-                    "--ignored",
-                    "--test-threads=1",
-                ])
+                .args([entry, "--exact", "--ignored", "--test-threads=1"])
                 .env("SHMNET_TEST_SOCKET", path)
-                .env("SHMNET_N", count.to_string())
-                .env("SHMNET_SIZE", size.to_string())
                 .stdout(Stdio::null())
                 .spawn()
         },
@@ -150,6 +163,24 @@ fn three_processes_driver_server_application() {
         r.server.stats_json()["driver"]["driver"]["rx_frames"] == count * 10
     });
     assert!(all_free(&mut r), "buffers leaked: {stats:#}");
+}
+
+/// The driver process learns its device from the server (a `DriverSetup` over the control
+/// socket); one that cannot open it says why, and the server reports the driver stopped
+/// with that reason.
+#[test]
+fn a_driver_process_that_cannot_open_its_device_says_why() {
+    let server = start_with_process_entry("nodev", 10, 100, "driver_process_without_its_device");
+    let mut r = Running {
+        server,
+        gate: Arc::new(AtomicBool::new(false)),
+    };
+    serve_until(&mut r, |r| r.server.driver_stopped());
+    let why = r.server.stats().driver_stopped.unwrap_or_default();
+    assert!(
+        why.contains("could not open its device: no device softnic"),
+        "{why}"
+    );
 }
 
 #[test]

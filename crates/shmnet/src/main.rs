@@ -26,7 +26,7 @@ Start with:\n  \
 shmnet lab --quick             how much packet data is still in the cache at copy-out\n  \
 shmnet bench chan --quick      the queue against rtrb and rte_ring, and the pools\n  \
 shmnet bench stack --quick     the stack's receive and send paths against memcpy\n  \
-shmnet ttcp --quick            streaming throughput: kernel, ipc, server, inline\n  \
+shmnet ttcp --quick            streaming throughput: kernel, ipc, server (each driver placement), inline\n  \
 shmnet rr --quick              request-response latency and rate, same structures"
 )]
 struct Cli {
@@ -46,8 +46,8 @@ enum Command {
     ///            monolithic kernel path. Sleeps on the device when idle.
     ///   server   the driver, the protocol server and each application as processes sharing
     ///            memory windows; applications attach with `shmnet app` through the control
-    ///            socket (--socket). The driver is a process of its own, or a thread of the
-    ///            server with --driver-thread.
+    ///            socket (--socket). The driver runs where --placement says: polled by the
+    ///            server's own loop (the default), a thread of the server, or a process.
     ///   ipc      as server, but every frame and datagram is copied through Unix sockets:
     ///            the baseline the shared windows replace.
     ///
@@ -82,12 +82,15 @@ enum Command {
     /// Print the live counters of a running server: every queue, pool and layer, and the
     /// memory its windows hold.
     Stats(app::StatsArgs),
-    /// Streaming throughput by structure (seed 002's ttcp): kernel, ipc, server, inline ×
-    /// message sizes × directions, with the kernel and memcpy measured in the same run.
+    /// Streaming throughput by structure (seed 002's ttcp): kernel, ipc, server (its driver
+    /// polled by the server's loop), server-thread, server-process (the driver a thread or a
+    /// process of its own), inline × message sizes × directions, with the kernel and memcpy
+    /// measured in the same run.
     ///
     /// Each cell starts its parties as processes (the kernel's sender and receiver; or
     /// `shmnet serve` with softnic as the wire, and an application), runs for --seconds,
-    /// and reports messages/s, payload Gbit/s, CPU per message from every party (wait4),
+    /// and reports messages/s, payload Gbit/s, CPU per message from every party (wait4;
+    /// `shmnet serve`'s split into its server loop and its driver thread or process),
     /// sleeps (voluntary context switches) per message, and every lost message with where
     /// it was lost. The sender keeps a window of messages in flight (UDP has none; seed 002's
     /// ttcp ran over TCP), the same for every structure.
@@ -95,11 +98,14 @@ enum Command {
     /// Examples:
     ///   shmnet ttcp --quick                           the whole table in about half a minute
     ///   shmnet ttcp --structure kernel,server --size 10 --dir rx
+    ///   shmnet ttcp --structure server,server-thread,server-process --size 14792
+    ///                                                 the server's driver in each place
     ///   shmnet ttcp --json --plot ttcp.png            rows as JSON, bars like the seed's figures
     #[command(verbatim_doc_comment)]
     Ttcp(netbench::TtcpArgs),
     /// Request–response by structure (seed 002's X11perf dot analog): 32-byte requests each
-    /// echoed back, 1 and 16 in flight; transactions/s and p50/p99 latency.
+    /// echoed back, 1 and 16 in flight, in the same structures and placements as ttcp;
+    /// transactions/s, p50/p99 latency, and CPU per transaction by party.
     ///
     /// Examples:
     ///   shmnet rr --quick
@@ -159,9 +165,13 @@ enum Command {
     /// `shmnet calibrate --json`). Run `shmnet sim run --help` for the trace formats.
     #[command(subcommand)]
     Sim(sim::SimCmd),
-    /// One party of a ttcp or rr cell (started by them).
+    /// One party of a ttcp or rr cell, from options.
     #[command(hide = true)]
     Worker(netbench::WorkerArgs),
+    /// One party of a ttcp or rr cell (started by them): reads its spec, one JSON object,
+    /// from standard input.
+    #[command(hide = true)]
+    Party,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +331,23 @@ pub(crate) fn emit<R: serde::Serialize + std::fmt::Display>(
     Ok(())
 }
 
+/// The hidden `shmnet party` command: runs the party whose spec is on standard input.
+fn party() -> Result<()> {
+    use shmnet_lab::netbench::PartySpec;
+    use std::io::Read;
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the party's spec from standard input")?;
+    let spec: PartySpec = serde_json::from_str(&text).context(
+        "reading the party's spec: `shmnet party` takes one JSON PartySpec on standard input (ttcp and rr start it)",
+    )?;
+    match spec {
+        PartySpec::Serve(s) => serve::run(s),
+        PartySpec::Worker(w) => netbench::run_worker(&w),
+    }
+}
+
 /// Runs the command; an error is printed as one line (`shmnet: what went wrong: why`) and
 /// ends the program with status 1, or with its own status for results that were written but
 /// do not hold ([`lab::Unsound`]: 3 degenerate marks, 4 failed lab runs).
@@ -347,13 +374,14 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::Chan(a)) => bench_chan(a),
         Command::Bench(Bench::Stack(a)) => bench_stack(a),
         Command::Bench(Bench::Handoff(a)) => netbench::bench_handoff(a),
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
         Command::Stats(a) => app::stats(a),
         Command::Driver(a) => serve::run_driver(a),
         Command::Ttcp(a) => netbench::ttcp(a),
         Command::Rr(a) => netbench::rr(a),
         Command::Worker(a) => netbench::worker(a),
+        Command::Party => party(),
         Command::Calibrate(a) => lab::calibrate(a),
         Command::Residency(a) => lab::residency(a),
         Command::Lab(a) => lab::lab(a),

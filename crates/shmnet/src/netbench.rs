@@ -1,14 +1,14 @@
-//! `shmnet ttcp`, `shmnet rr`, and the hidden `shmnet worker` their cells start.
+//! `shmnet ttcp`, `shmnet rr`, and the hidden `shmnet party` their cells start (and
+//! `shmnet worker`, the same workers from command-line options).
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use shmnet_lab::netbench::rr::{RrOptions, RrReport};
 use shmnet_lab::netbench::ttcp::{Dir, TtcpOptions, TtcpReport};
-use shmnet_lab::netbench::worker::{self, InlineJob};
+use shmnet_lab::netbench::worker::{self, InlineJob, WorkerJob, WorkerSpec};
 use shmnet_lab::netbench::{Launch, Structure};
 use shmnet_lab::plot::{Bar, Group, Panel};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 fn list<T: std::str::FromStr<Err = String>>(s: &str) -> Result<Vec<T>, String> {
     s.split(',').map(|x| x.trim().parse()).collect()
@@ -25,11 +25,16 @@ fn sizes(s: &str) -> Result<Vec<usize>, String> {
     Ok(v)
 }
 
+/// Every structure, each placement of the server's driver included.
+const DEFAULT_STRUCTURES: &str = "kernel,ipc,server,server-thread,server-process,inline";
+
 #[derive(Args)]
 pub struct TtcpArgs {
     /// Structures to compare: kernel (Linux UDP over loopback), ipc (shmnet, messages copied
-    /// through sockets), server (shmnet, shared windows, 3 processes), inline (one process).
-    #[arg(long, default_value = "kernel,ipc,server,inline", value_parser = list::<Structure>)]
+    /// through sockets), server (shmnet, shared windows, the driver polled by the server's
+    /// loop), server-thread (the driver a thread of the server), server-process (the driver a
+    /// process of its own), inline (one process).
+    #[arg(long, default_value = DEFAULT_STRUCTURES, value_parser = list::<Structure>)]
     structure: std::vec::Vec<Structure>,
     /// UDP payload bytes per message (comma-separated).
     #[arg(long, default_value = "10,1024,8192,14792", value_parser = sizes)]
@@ -93,8 +98,9 @@ pub fn bench_handoff(a: HandoffArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct RrArgs {
-    /// Structures to compare (as for ttcp).
-    #[arg(long, default_value = "kernel,ipc,server,inline", value_parser = list::<Structure>)]
+    /// Structures to compare (as for ttcp: kernel, ipc, server, server-thread,
+    /// server-process, inline).
+    #[arg(long, default_value = DEFAULT_STRUCTURES, value_parser = list::<Structure>)]
     structure: std::vec::Vec<Structure>,
     /// Requests in flight (comma-separated; each is a cell).
     #[arg(long, default_value = "1,16")]
@@ -268,12 +274,13 @@ pub fn rr(a: RrArgs) -> Result<()> {
     Ok(())
 }
 
-/// The hidden `shmnet worker` command: one party of a ttcp or rr cell.
+/// The hidden `shmnet worker` command: one party of a ttcp or rr cell, from options (the
+/// harness itself starts `shmnet party` with a [`WorkerSpec`]).
 #[derive(Args)]
 pub struct WorkerArgs {
     /// Which party.
     #[arg(value_enum)]
-    job: WorkerJob,
+    job: WorkerKind,
     /// The cell's scoreboard.
     #[arg(long)]
     board: PathBuf,
@@ -298,7 +305,7 @@ pub struct WorkerArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum WorkerJob {
+enum WorkerKind {
     KernelRecv,
     KernelSend,
     KernelEcho,
@@ -310,45 +317,61 @@ enum WorkerJob {
     Inline,
 }
 
-pub fn worker(a: WorkerArgs) -> Result<()> {
-    let board = Arc::new(
-        shmnet_io::scoreboard::Scoreboard::open(&a.board).context("opening the scoreboard")?,
-    );
-    let socket = || {
-        a.socket
-            .clone()
-            .context("this worker needs --socket (the server's control socket)")
-    };
-    let out = match a.job {
-        WorkerJob::KernelRecv => worker::kernel_recv(&board),
-        WorkerJob::KernelSend => worker::kernel_send(&board, a.size),
-        WorkerJob::KernelEcho => worker::kernel_echo(&board),
-        WorkerJob::KernelRr => worker::kernel_rr(&board, a.size, a.outstanding),
-        WorkerJob::ShmRecv => worker::shm_recv(&board, &socket()?),
-        WorkerJob::ShmSend => worker::shm_send(&board, &socket()?, a.size),
-        WorkerJob::ShmEcho => worker::shm_echo(&board, &socket()?),
-        WorkerJob::ShmRr => worker::shm_rr(&board, &socket()?, a.size, a.outstanding),
-        WorkerJob::Inline => {
-            let job = match a.job_kind.as_str() {
-                "rx" => InlineJob::Receive,
-                "tx" => InlineJob::Transmit,
-                other => match other.strip_prefix("rr:").and_then(|n| n.parse().ok()) {
-                    Some(outstanding) => InlineJob::RequestResponse { outstanding },
-                    None => bail!("unknown inline job {other:?}: rx, tx or rr:N"),
+impl WorkerArgs {
+    /// The worker these options describe.
+    fn to_spec(&self) -> Result<WorkerSpec> {
+        let socket = || {
+            self.socket
+                .clone()
+                .context("this worker needs --socket (the server's control socket)")
+        };
+        let (size, outstanding) = (self.size, self.outstanding);
+        let job = match self.job {
+            WorkerKind::KernelRecv => WorkerJob::KernelRecv,
+            WorkerKind::KernelSend => WorkerJob::KernelSend { size },
+            WorkerKind::KernelEcho => WorkerJob::KernelEcho,
+            WorkerKind::KernelRr => WorkerJob::KernelRr { size, outstanding },
+            WorkerKind::ShmRecv => WorkerJob::ShmRecv { socket: socket()? },
+            WorkerKind::ShmSend => WorkerJob::ShmSend {
+                socket: socket()?,
+                size,
+            },
+            WorkerKind::ShmEcho => WorkerJob::ShmEcho { socket: socket()? },
+            WorkerKind::ShmRr => WorkerJob::ShmRr {
+                socket: socket()?,
+                size,
+                outstanding,
+            },
+            WorkerKind::Inline => WorkerJob::Inline {
+                job: match self.job_kind.as_str() {
+                    "rx" => InlineJob::Receive,
+                    "tx" => InlineJob::Transmit,
+                    other => match other.strip_prefix("rr:").and_then(|n| n.parse().ok()) {
+                        Some(outstanding) => InlineJob::RequestResponse { outstanding },
+                        None => bail!("unknown inline job {other:?}: rx, tx or rr:N"),
+                    },
                 },
-            };
-            worker::inline(board.clone(), job, a.size, a.checksum, a.rx_queue)
-        }
-    };
-    match out {
-        Ok(v) => {
-            println!("{v}");
-            Ok(())
-        }
-        Err(e) => {
-            // Let the others leave too: the harness reports this party's error.
-            board.set_quit();
-            bail!("{e}")
-        }
+                size,
+                checksum: self.checksum,
+                rx_queue: self.rx_queue,
+            },
+        };
+        Ok(WorkerSpec {
+            board: self.board.clone(),
+            job,
+        })
     }
+}
+
+/// The hidden `shmnet worker` command.
+pub fn worker(a: WorkerArgs) -> Result<()> {
+    run_worker(&a.to_spec()?)
+}
+
+/// Runs one worker of a cell and prints its JSON report.
+pub fn run_worker(spec: &WorkerSpec) -> Result<()> {
+    // One line, as the harness quotes it (the error names its step and says why).
+    let v = worker::run(spec).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("{v}");
+    Ok(())
 }

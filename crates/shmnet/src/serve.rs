@@ -3,9 +3,11 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use shmnet_io::driver::Driver;
-use shmnet_io::driver::softnic::{BoardRole, Dma, Softnic, SoftnicConfig};
-use shmnet_io::inline::{App, Inline, ServeConfig};
+use shmnet_io::driver::softnic::{Dma, Softnic};
+use shmnet_io::inline::{App, Inline};
 use shmnet_io::scoreboard::Scoreboard;
+use shmnet_io::server::Placement;
+use shmnet_io::spec::{BenchPart, DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -89,121 +91,86 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 }
 
 impl DriverArgs {
-    /// softnic's MAC: `--mac`, or its default.
-    fn softnic_mac(&self) -> [u8; 6] {
-        self.mac.unwrap_or(SoftnicConfig::default().mac)
-    }
-
-    /// Whether softnic is a benchmark's loopback (the stack then reaches its own address).
-    fn loopback(&self) -> bool {
-        self.softnic_board.is_some() && self.softnic_role == "loopback"
-    }
-
-    /// Refuses options that do not apply to the chosen driver.
-    fn check(&self) -> Result<()> {
-        if self.mac.is_some() && self.driver != "softnic" {
-            bail!(
-                "--mac applies to softnic only: with af_packet, shmnet answers with the interface's own MAC address (change it with `ip link set IFACE address …`)"
-            );
-        }
-        Ok(())
-    }
-
-    /// The benchmark scoreboard and softnic's part in it, if this is a benchmark run.
-    fn board(&self) -> Result<Option<(Arc<Scoreboard>, BoardRole)>> {
-        let Some(path) = &self.softnic_board else {
-            return Ok(None);
+    /// The device these options name, as a spec (refusing options that do not apply to it).
+    fn to_spec(&self) -> Result<DriverSpec> {
+        let bench = match &self.softnic_board {
+            Some(board) => Some(BenchPart {
+                board: board.clone(),
+                role: self.softnic_role.parse()?,
+            }),
+            None => None,
         };
-        let role = match self.softnic_role.as_str() {
-            "send" => BoardRole::Send,
-            "sink" => BoardRole::Sink,
-            "loopback" => BoardRole::Loopback,
-            other => bail!("unknown softnic role {other:?}: use send, sink or loopback"),
-        };
-        let board = Scoreboard::open(path).context("opening the benchmark scoreboard")?;
-        Ok(Some((Arc::new(board), role)))
-    }
-
-    fn softnic(&self, port: u16, gate: Option<Arc<AtomicBool>>) -> Result<Softnic> {
-        Softnic::new(SoftnicConfig {
-            board: self.board()?,
-            mac: self.softnic_mac(),
-            ip: self.ip.0,
-            dst_ports: vec![port],
+        let softnic = SoftnicSpec {
             size: self.softnic_size,
-            count: Some(self.softnic_count),
-            gap: Duration::from_secs_f64(self.softnic_gap_us / 1e6),
-            checksum: !self.no_checksum,
+            port: self.softnic_port,
+            count: self.softnic_count,
+            gap_us: self.softnic_gap_us,
             dma: self.softnic_dma,
-            gate,
-            ..SoftnicConfig::default()
-        })
-        .context("configuring softnic")
-    }
-
-    /// The arguments that recreate these options in a driver process.
-    fn to_args(&self) -> Vec<String> {
-        vec![
-            format!("--driver={}", self.driver),
-            format!("--softnic-size={}", self.softnic_size),
-            format!("--softnic-port={}", self.softnic_port),
-            format!("--softnic-count={}", self.softnic_count),
-            format!("--softnic-gap-us={}", self.softnic_gap_us),
-            format!(
-                "--softnic-dma={}",
-                match self.softnic_dma {
-                    Dma::Cached => "cached",
-                    Dma::NonTemporal => "nt",
-                }
-            ),
-            format!("--ip={}/{}", self.ip.0, self.ip.1),
-        ]
-        .into_iter()
-        // --mac applies to softnic only (af_packet uses the interface's own address, and
-        // `check` refuses --mac with it); without it the driver process takes the same
-        // default as this one.
-        .chain(self.mac.filter(|_| self.driver == "softnic").map(|m| {
-            format!(
-                "--mac={}",
-                m.iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":")
-            )
-        }))
-        .chain(self.no_checksum.then(|| "--no-checksum".to_string()))
-        .chain(self.softnic_board.iter().flat_map(|p| {
-            [
-                format!("--softnic-board={}", p.display()),
-                format!("--softnic-role={}", self.softnic_role),
-            ]
-        }))
-        .collect()
+            mac: None,
+            bench,
+        };
+        Ok(DriverSpec::parse(&self.driver, softnic, self.mac)?)
     }
 }
 
+/// Opens softnic as `spec` says, for a server at `ip` (its benchmark board too, if any),
+/// sending to `port`, held back by `gate` if given.
+fn open_softnic(
+    spec: &SoftnicSpec,
+    ip: Ipv4Addr,
+    checksum: bool,
+    port: u16,
+    gate: Option<Arc<AtomicBool>>,
+) -> Result<Softnic> {
+    let mut cfg = spec.config(ip, checksum, port);
+    if let Some(part) = &spec.bench {
+        cfg.board = Some((open_board(part)?, part.role.into()));
+    }
+    cfg.gate = gate;
+    Softnic::new(cfg).context("configuring softnic")
+}
+
+/// A benchmark run's scoreboard.
+fn open_board(part: &BenchPart) -> Result<Arc<Scoreboard>> {
+    let board = Scoreboard::open(&part.board).context("opening the benchmark scoreboard")?;
+    Ok(Arc::new(board))
+}
+
+/// The hidden `shmnet driver` command's options: only the server's control socket (the
+/// server tells the driver its device over it).
 #[derive(Args)]
 pub struct DriverProcessArgs {
-    #[command(flatten)]
-    dev: DriverArgs,
     /// The server's control socket.
     #[arg(long)]
     socket: PathBuf,
 }
 
-/// The hidden `shmnet driver` command: a driver process of the server structure.
+/// The hidden `shmnet driver` command: a driver process of the server structure. It
+/// attaches to the server, which sends the spec of the device to drive.
 pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
-    a.dev.check()?;
-    if a.dev.driver == "softnic" {
-        let nic = a.dev.softnic(a.dev.softnic_port, None)?;
-        shmnet_io::server::run_driver_process(nic, &a.socket).context("driver process")?;
-    } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
-        let nic = open_af_packet(iface)?;
-        shmnet_io::server::run_driver_process(nic, &a.socket).context("driver process")?;
-    } else {
-        bail!("unknown driver {:?}", a.dev.driver)
+    use shmnet_io::server::attach_driver_process;
+    let (attached, setup) = attach_driver_process(&a.socket).context("driver process")?;
+    match &setup.driver {
+        DriverSpec::Softnic(s) => drive_with(
+            attached,
+            open_softnic(s, setup.ip, setup.checksum, s.port, None),
+        ),
+        DriverSpec::AfPacket { iface } => drive_with(attached, open_af_packet(iface)),
     }
-    Ok(())
+}
+
+/// Drives the device just opened, or tells the server why it could not be.
+fn drive_with<D: Driver>(
+    attached: shmnet_io::server::AttachedDriver,
+    opened: Result<D>,
+) -> Result<()> {
+    match opened {
+        Ok(nic) => attached.run(nic).context("driver process"),
+        Err(e) => {
+            attached.fail(&format!("{e:#}"));
+            Err(e.context("driver process"))
+        }
+    }
 }
 
 #[derive(Args)]
@@ -266,12 +233,36 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    /// The buffer pools these options ask for.
-    fn pools(&self) -> shmnet_chan::PoolSpec {
-        shmnet_chan::PoolSpec {
-            policy: self.alloc,
-            ..shmnet_chan::PoolSpec::default()
-        }
+    /// The spec these options describe (what [`run`] runs): refuses options that do not
+    /// apply to the chosen driver, and drivers shmnet does not know.
+    pub fn to_spec(&self) -> Result<ServeSpec> {
+        Ok(ServeSpec {
+            structure: match self.structure {
+                Structure::Inline => ServeStructure::Inline,
+                Structure::Server => ServeStructure::Server,
+                Structure::Ipc => ServeStructure::Ipc,
+            },
+            placement: match (self.placement, self.driver_thread) {
+                (_, true) | (PlacementArg::Thread, _) => Placement::Thread,
+                (PlacementArg::Polled, _) => Placement::Polled,
+                (PlacementArg::Process, _) => Placement::Process,
+            },
+            driver: self.dev.to_spec()?,
+            ip: self.dev.ip.0,
+            prefix: self.dev.ip.1,
+            checksum: !self.dev.no_checksum,
+            rx_queue: self.rx_queue,
+            page: self.page,
+            alloc: self.alloc,
+            socket: self.socket.clone(),
+            max_connections: self.max_connections,
+            hello_timeout_s: self.hello_timeout,
+            echo: self.echo.clone(),
+            sink: self.sink.clone(),
+            duration_s: self.duration,
+            json: self.json,
+            force: self.force,
+        })
     }
 }
 
@@ -317,68 +308,57 @@ struct Report {
     window: shmnet_chan::WindowStats,
 }
 
-pub fn run(a: ServeArgs) -> Result<()> {
-    a.dev.check()?;
+/// Runs `shmnet serve` as `spec` says, until softnic is done, a benchmark's board says quit,
+/// the time limit, or a signal.
+pub fn run(spec: ServeSpec) -> Result<()> {
     // One server per interface, held until this function returns (every structure).
-    let _lock = match a.dev.driver.strip_prefix("af_packet:") {
-        Some(iface) => crate::iface_lock::lock_or_warn(iface, a.force)?,
+    let _lock = match spec.driver.af_packet() {
+        Some(iface) => crate::iface_lock::lock_or_warn(iface, spec.force)?,
         None => None,
     };
-    match a.structure {
-        Structure::Inline => {}
-        Structure::Server => return run_server(a),
-        Structure::Ipc => return run_server(a),
+    match spec.structure {
+        ServeStructure::Inline => {}
+        ServeStructure::Server | ServeStructure::Ipc => return run_server(&spec),
     }
-    let apps: Vec<App> = a
+    let apps: Vec<App> = spec
         .echo
         .iter()
         .map(|&p| App::Echo(p))
-        .chain(a.sink.iter().map(|&p| {
-            if a.dev.driver == "softnic" {
-                App::CheckedSink(p, a.dev.softnic_size)
-            } else {
-                App::Sink(p)
-            }
+        .chain(spec.sink.iter().map(|&p| match spec.driver.softnic() {
+            Some(s) => App::CheckedSink(p, s.size),
+            None => App::Sink(p),
         }))
         .collect();
-    let cfg = ServeConfig {
-        ip: a.dev.ip.0,
-        prefix: a.dev.ip.1,
-        checksum: !a.dev.no_checksum,
-        apps: apps.clone(),
-        rx_queue_limit: a.rx_queue,
-        pools: a.pools(),
-        loopback: a.dev.loopback(),
-    };
-    if a.dev.driver == "softnic" {
-        let Some(first) = apps.first() else {
-            bail!("softnic sends to an application: add --sink PORT (or --echo PORT)");
-        };
-        let nic = a.dev.softnic(first.port(), None)?;
-        let server = Inline::with_page(nic, &cfg, a.page).context("starting the inline server")?;
-        eprintln!(
-            "shmnet inline over softnic: {} messages of {} B to port {}; UDP {}; Ctrl-C to stop",
-            a.dev.softnic_count,
-            a.dev.softnic_size,
-            first.port(),
-            describe_apps(&apps)
-        );
-        serve(server, &a, |s| s.driver().done())
-    } else if let Some(iface) = a.dev.driver.strip_prefix("af_packet:") {
-        let nic = open_af_packet(iface)?;
-        let server = Inline::with_page(nic, &cfg, a.page).context("starting the inline server")?;
-        eprintln!(
-            "shmnet inline on {iface} as {}/{}: answering ARP and ping; UDP {}; Ctrl-C to stop",
-            a.dev.ip.0,
-            a.dev.ip.1,
-            describe_apps(&apps)
-        );
-        serve(server, &a, |_| false)
-    } else {
-        bail!(
-            "unknown driver {:?}: use softnic or af_packet:IFACE",
-            a.dev.driver
-        )
+    let cfg = spec.serve_config(apps.clone());
+    match &spec.driver {
+        DriverSpec::Softnic(soft) => {
+            let Some(first) = apps.first() else {
+                bail!("softnic sends to an application: add --sink PORT (or --echo PORT)");
+            };
+            let nic = open_softnic(soft, spec.ip, spec.checksum, first.port(), None)?;
+            let server =
+                Inline::with_page(nic, &cfg, spec.page).context("starting the inline server")?;
+            eprintln!(
+                "shmnet inline over softnic: {} messages of {} B to port {}; UDP {}; Ctrl-C to stop",
+                soft.count,
+                soft.size,
+                first.port(),
+                describe_apps(&apps)
+            );
+            serve(server, &spec, |s| s.driver().done())
+        }
+        DriverSpec::AfPacket { iface } => {
+            let nic = open_af_packet(iface)?;
+            let server =
+                Inline::with_page(nic, &cfg, spec.page).context("starting the inline server")?;
+            eprintln!(
+                "shmnet inline on {iface} as {}/{}: answering ARP and ping; UDP {}; Ctrl-C to stop",
+                spec.ip,
+                spec.prefix,
+                describe_apps(&apps)
+            );
+            serve(server, &spec, |_| false)
+        }
     }
 }
 
@@ -426,7 +406,7 @@ struct RunControl {
 }
 
 impl RunControl {
-    fn new(a: &ServeArgs) -> Result<Self> {
+    fn new(a: &ServeSpec) -> Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
         // With ctrlc's `termination` feature this catches SIGTERM (and SIGHUP) too.
@@ -435,7 +415,7 @@ impl RunControl {
         Ok(Self {
             stop,
             start: Instant::now(),
-            limit: a.duration.map(Duration::from_secs_f64),
+            limit: a.duration_s.map(Duration::from_secs_f64),
             pb: if a.json {
                 indicatif::ProgressBar::hidden()
             } else {
@@ -452,7 +432,7 @@ impl RunControl {
 
 fn serve<D: Driver>(
     mut server: Inline<D>,
-    a: &ServeArgs,
+    a: &ServeSpec,
     finished: impl Fn(&Inline<D>) -> bool,
 ) -> Result<()> {
     let run = RunControl::new(a)?;
@@ -490,7 +470,7 @@ fn serve<D: Driver>(
     let apps = server.app_stats().clone();
     let report = Report {
         structure: "inline",
-        driver: a.dev.driver.clone(),
+        driver: a.driver.name(),
         seconds: secs,
         messages: apps.messages,
         msgs_per_s: apps.messages as f64 / secs,
@@ -545,72 +525,39 @@ fn serve<D: Driver>(
     Ok(())
 }
 
-fn run_server(a: ServeArgs) -> Result<()> {
-    use shmnet_io::server::{ControlLimits, Placement, Server, ServerOptions};
+fn run_server(a: &ServeSpec) -> Result<()> {
+    use shmnet_io::server::Server;
     if !a.echo.is_empty() || !a.sink.is_empty() {
         bail!(
             "in the server structure applications are processes of their own: start `shmnet app sink --port P` (or echo) after the server, not --sink/--echo"
         );
     }
     // Before anything starts, so that a signal during start-up also ends in order.
-    let run = RunControl::new(&a)?;
-    let opts = ServerOptions {
-        serve: ServeConfig {
-            ip: a.dev.ip.0,
-            prefix: a.dev.ip.1,
-            checksum: !a.dev.no_checksum,
-            rx_queue_limit: a.rx_queue,
-            pools: a.pools(),
-            loopback: a.dev.loopback(),
-            ..ServeConfig::default()
-        },
-        socket: a.socket.clone(),
-        page: a.page,
-        ipc: a.structure == Structure::Ipc,
-        placement: match (a.placement, a.driver_thread) {
-            (_, true) | (PlacementArg::Thread, _) => Placement::Thread,
-            (PlacementArg::Polled, _) => Placement::Polled,
-            (PlacementArg::Process, _) => Placement::Process,
-        },
-        limits: ControlLimits {
-            max_connections: a.max_connections,
-            hello_timeout: Duration::from_secs_f64(a.hello_timeout),
-        },
-    };
+    let run = RunControl::new(a)?;
+    let opts = a.server_options();
     let ipc = opts.ipc;
     let gate = Arc::new(AtomicBool::new(false));
-    let softnic = a.dev.driver == "softnic";
-    let as_thread = opts.placement != Placement::Process || ipc;
-    let placement = if ipc {
-        Placement::Thread
-    } else {
-        opts.placement
-    };
-    let af_packet = a.dev.driver.strip_prefix("af_packet:");
-    if !softnic && af_packet.is_none() {
-        bail!(
-            "unknown driver {:?}: use softnic or af_packet:IFACE",
-            a.dev.driver
-        )
-    }
+    let softnic = a.driver.softnic();
+    let placement = a.effective_placement();
+    let as_thread = placement != Placement::Process;
     let mut server = if as_thread {
-        match af_packet {
-            Some(iface) => Server::start(open_af_packet(iface)?, &opts),
-            None => Server::start(
-                a.dev.softnic(a.dev.softnic_port, Some(gate.clone()))?,
+        match &a.driver {
+            DriverSpec::AfPacket { iface } => Server::start(open_af_packet(iface)?, &opts),
+            DriverSpec::Softnic(s) => Server::start(
+                open_softnic(s, a.ip, a.checksum, s.port, Some(gate.clone()))?,
                 &opts,
             ),
         }
     } else {
-        let mac = match af_packet {
-            Some(iface) => mac_of(iface)?,
-            None => a.dev.softnic_mac(),
+        let mac = match &a.driver {
+            DriverSpec::AfPacket { iface } => mac_of(iface)?,
+            DriverSpec::Softnic(s) => s.mac(),
         };
         let exe = std::env::current_exe().context("finding this program to start the driver")?;
-        let dev = a.dev.clone();
         Server::start_with_driver_process(
             mac,
             &opts,
+            &a.driver,
             |path| {
                 use std::os::unix::process::CommandExt;
                 std::process::Command::new(exe)
@@ -619,7 +566,6 @@ fn run_server(a: ServeArgs) -> Result<()> {
                     // when the server's socket closes).
                     .process_group(0)
                     .arg("driver")
-                    .args(dev.to_args())
                     .arg("--socket")
                     .arg(path)
                     .spawn()
@@ -628,35 +574,34 @@ fn run_server(a: ServeArgs) -> Result<()> {
         )
     }
     .context("starting the server")?;
-    if !softnic {
+    if softnic.is_none() {
         server.start_driver();
     }
     let data_mib = server.data_window().size() as f64 / (1 << 20) as f64;
     eprintln!(
         "shmnet {} structure, driver {} ({}) on {}/{}, control socket {}; data window {data_mib:.1} MiB{}",
         if ipc { "ipc" } else { "server" },
-        a.dev.driver,
+        a.driver.name(),
         placement.name(),
-        a.dev.ip.0,
-        a.dev.ip.1,
+        a.ip,
+        a.prefix,
         a.socket.display(),
-        if softnic {
-            format!(
+        match softnic {
+            Some(s) => format!(
                 "; softnic sends {} messages of {} B to port {} once an application binds it",
-                a.dev.softnic_count, a.dev.softnic_size, a.dev.softnic_port
-            )
-        } else {
-            String::new()
+                s.count, s.size, s.port
+            ),
+            None => String::new(),
         }
     );
     let pb = &run.pb;
     let mut last = (Instant::now(), 0u64);
     // A benchmark run ends when its harness says so on the scoreboard.
-    let board = a.dev.board()?.map(|(b, _)| b);
+    let board = a.driver.bench().map(open_board).transpose()?;
     let quit = || board.as_ref().is_some_and(|b| b.quitting());
     let mut driver_died = false;
     while run.keep_going() && !quit() {
-        if softnic && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
+        if softnic.is_some() && !gate.load(Ordering::Relaxed) && server.sockets_bound() > 0 {
             gate.store(true, Ordering::Release);
             server.start_driver();
         }

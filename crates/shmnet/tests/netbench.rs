@@ -23,6 +23,26 @@ fn check_books(row: &Value, sent_field: &str) {
     }
 }
 
+/// CPU per party: the server structure in each placement reports the server loop, and the
+/// driver as a party of its own only where it is one (a thread or a process; a driver polled
+/// by the server is the server's work).
+fn check_party_split(rows: &[Value], field: &str) {
+    for r in rows {
+        let parties = r[field]
+            .as_object()
+            .unwrap_or_else(|| panic!("{field} in {r}"));
+        let has = |k: &str| parties.contains_key(k);
+        match r["structure"].as_str().expect("structure") {
+            "server" => assert!(has("server") && !has("driver"), "{r}"),
+            "server-thread" | "server-process" | "ipc" => {
+                assert!(has("server") && has("driver"), "{r}")
+            }
+            "kernel" | "inline" => assert!(!has("driver"), "{r}"),
+            other => panic!("unknown structure {other}: {r}"),
+        }
+    }
+}
+
 #[test]
 fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
     let v = shmnet(&["ttcp", "--quick", "--count", "3000", "--json"]);
@@ -30,8 +50,8 @@ fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(
         rows.len(),
-        4 * 4 * 2,
-        "4 structures × 4 sizes × 2 directions"
+        6 * 4 * 2,
+        "6 structures (server in 3 placements) × 4 sizes × 2 directions"
     );
     for r in rows {
         for k in [
@@ -51,6 +71,7 @@ fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
         assert_eq!(u(r, "lost"), 0, "{r}");
         assert!(r["cpu_s_per_msg"].as_f64().unwrap() > 0.0, "{r}");
     }
+    check_party_split(rows, "cpu_us_per_msg_by_party");
     let memcpy = v["memcpy"].as_array().expect("memcpy");
     assert_eq!(memcpy.len(), 4);
     assert!(!v["targets"].as_array().expect("targets").is_empty());
@@ -129,8 +150,8 @@ fn ttcp_for_a_time_settles_its_counts_before_reading_them() {
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(
         rows.len(),
-        4 * 2 * 2,
-        "4 structures × 2 sizes × 2 directions"
+        6 * 2 * 2,
+        "6 structures × 2 sizes × 2 directions"
     );
     for r in rows {
         check_books(r, "sent");
@@ -145,7 +166,7 @@ fn rr_times_every_transaction_and_loses_none() {
     let v = shmnet(&["rr", "--quick", "--count", "2000", "--json"]);
     assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
     let rows = v["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 4 * 2, "4 structures × (1 and 16 in flight)");
+    assert_eq!(rows.len(), 6 * 2, "6 structures × (1 and 16 in flight)");
     for r in rows {
         check_books(r, "sent");
         assert_eq!(u(r, "lost"), 0, "{r}");
@@ -153,6 +174,7 @@ fn rr_times_every_transaction_and_loses_none() {
         let (p50, p99) = (r["p50_us"].as_f64().unwrap(), r["p99_us"].as_f64().unwrap());
         assert!(p50 > 0.0 && p50 <= p99, "{r}");
     }
+    check_party_split(rows, "cpu_us_per_txn_by_party");
 }
 
 #[test]
@@ -160,7 +182,7 @@ fn bad_arguments_are_refused_with_a_hint() {
     for (args, hint) in [
         (
             &["ttcp", "--structure", "kernal"][..],
-            "use kernel, ipc, server or inline",
+            "use kernel, ipc, server, server-thread, server-process or inline",
         ),
         (&["ttcp", "--size", "70000"][..], "1 to 65,507"),
         (&["rr", "--outstanding", "0"][..], "1 to 128"),

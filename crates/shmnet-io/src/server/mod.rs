@@ -31,7 +31,9 @@ mod held;
 mod stats;
 mod transport;
 
-pub use crate::driver_host::{DriverThreadStats, run_driver_process, rusage_cpu_s};
+pub use crate::driver_host::{
+    AttachedDriver, DriverThreadStats, attach_driver_process, run_driver_process, rusage_cpu_s,
+};
 pub use control_plane::ControlLimits;
 pub use stats::{
     AppCounters, AppStats, ControlCounters, DataPlaneCounters, MemoryStats, ServerStats,
@@ -41,6 +43,7 @@ use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::driver::Driver;
 use crate::driver_host::{DriverEnds, drive, drive_ipc};
 use crate::inline::ServeConfig;
+use crate::spec::{DriverSetup, DriverSpec};
 use crate::windows::{self, IN_ARP, IN_IPV4, OUT};
 use control_plane::{ControlHandle, ControlSpec, command_queue, wait_message};
 use data_plane::{DataPlane, DriverLink, DriverWatch, Polled};
@@ -242,11 +245,14 @@ impl Server {
 
     /// Creates the data window and the control socket, starts the driver process with
     /// `spawn` (given the control socket's path; the process must call
-    /// [`run_driver_process`]), and waits up to `patience` for it to attach. `mac` is the
-    /// device's address, which the stack answers for.
+    /// [`attach_driver_process`] or [`run_driver_process`]), and waits up to `patience` for
+    /// it to attach; then tells it its device, `driver` (with `opts`' address and checksum
+    /// rule, as a [`DriverSetup`]). `mac` is the device's address, which the stack answers
+    /// for.
     pub fn start_with_driver_process(
         mac: [u8; 6],
         opts: &ServerOptions,
+        driver: &DriverSpec,
         spawn: impl FnOnce(&std::path::Path) -> std::io::Result<std::process::Child>,
         patience: Duration,
     ) -> Result<Self, ServerError> {
@@ -295,6 +301,12 @@ impl Server {
                 ipc: false,
             },
         )?;
+        let setup = DriverSetup {
+            driver: driver.clone(),
+            ip: opts.serve.ip,
+            checksum: opts.serve.checksum,
+        };
+        control::send(&ctl, &Response::Driver(Box::new(setup)))?;
         send_window(&ctl, &data).map_err(ControlError::Io)?;
         let start = ctl.try_clone()?;
         let watch = DriverWatch {

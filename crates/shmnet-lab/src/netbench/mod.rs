@@ -2,8 +2,9 @@
 //! direction at a time) and `shmnet rr` (request–response).
 //!
 //! A **cell** is one structure × one workload. Its parties are separate processes, started
-//! by the harness from this same program (`shmnet serve`, and the hidden `shmnet worker`),
-//! agreeing through a [`Scoreboard`] on when to start and stop, on the sender's window, and on
+//! by the harness from this same program — each from a typed [`PartySpec`] (`shmnet serve`'s
+//! [`ServeSpec`], or a [`WorkerSpec`]) that the hidden `shmnet party` command reads as JSON on
+//! its standard input, so the harness never composes a command line — agreeing through a [`Scoreboard`] on when to start and stop, on the sender's window, and on
 //! counts. The harness only watches the board (a page it reads every millisecond) and, when
 //! the run is over, reaps every party with `wait4`: CPU time and context switches come from
 //! the kernel's accounting of each process, not from anything a party reports.
@@ -12,7 +13,9 @@
 //! |---|---|
 //! | `kernel` | Linux UDP sockets over loopback: a sender process and a receiver process |
 //! | `ipc` | `shmnet serve --structure ipc` (server, softnic as its thread, frames and datagrams copied through Unix sockets) and an application process (rr: two, the echo and the requester) |
-//! | `server` | `shmnet serve --structure server` (server process + softnic driver process, shared windows) and an application process (rr: two) |
+//! | `server` | `shmnet serve --structure server` (the server process polling softnic in its own loop, shared windows) and an application process (rr: two) |
+//! | `server-thread` | as `server`, softnic on a thread of the server process (`--placement thread`), joined by the IN and OUT queues |
+//! | `server-process` | as `server`, softnic in a driver process of its own (`--placement process`, seed 002's layout) |
 //! | `inline` | one process: softnic, the stack and the application (rr: the echo and the requester) in one loop |
 //!
 //! In ttcp the shmnet structures' wire is `softnic`: it "receives" by writing frames into
@@ -21,7 +24,10 @@
 //! frame transmitted comes back as received, so the requester is an application like the
 //! echo, and every structure runs its stack twice per direction (see [`rr`]).
 
-use shmnet_io::scoreboard::Scoreboard;
+use shmnet_io::scoreboard::{Scoreboard, ScoreboardError};
+use shmnet_io::server::Placement;
+use shmnet_io::spec::{BenchPart, BenchRole, DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,30 +37,43 @@ pub mod rr;
 pub mod ttcp;
 pub mod worker;
 
-use party::{Finished, Party};
+use party::{Finished, Party, PartyError};
+pub use party::{PARTY_COMMAND, PartySpec};
+use worker::{InlineJob, WorkerJob, WorkerSpec};
 
 /// How the parties are placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
 pub enum Structure {
     /// Linux UDP over loopback, two processes.
+    #[serde(rename = "kernel")]
     Kernel,
     /// shmnet, every frame and datagram copied through Unix sockets (seed 002's message-based
     /// device interface).
+    #[serde(rename = "ipc")]
     Ipc,
-    /// shmnet, driver, server and application sharing windows (seed 002's shared-memory
-    /// queues).
+    /// shmnet, server and application sharing windows (seed 002's shared-memory queues),
+    /// the driver polled by the server's own loop.
+    #[serde(rename = "server")]
     Server,
+    /// As [`Structure::Server`], the driver on a thread of the server process.
+    #[serde(rename = "server-thread")]
+    ServerThread,
+    /// As [`Structure::Server`], the driver in a process of its own.
+    #[serde(rename = "server-process")]
+    ServerProcess,
     /// shmnet, driver, stack and application in one thread.
+    #[serde(rename = "inline")]
     Inline,
 }
 
 impl Structure {
     /// Every structure, in the order tables list them.
-    pub const ALL: [Structure; 4] = [
+    pub const ALL: [Structure; 6] = [
         Structure::Kernel,
         Structure::Ipc,
         Structure::Server,
+        Structure::ServerThread,
+        Structure::ServerProcess,
         Structure::Inline,
     ];
 
@@ -64,7 +83,20 @@ impl Structure {
             Self::Kernel => "kernel",
             Self::Ipc => "ipc",
             Self::Server => "server",
+            Self::ServerThread => "server-thread",
+            Self::ServerProcess => "server-process",
             Self::Inline => "inline",
+        }
+    }
+
+    /// For the structures `shmnet serve` runs: its structure and where its driver runs.
+    pub fn serve(self) -> Option<(ServeStructure, Placement)> {
+        match self {
+            Self::Kernel | Self::Inline => None,
+            Self::Ipc => Some((ServeStructure::Ipc, Placement::Thread)),
+            Self::Server => Some((ServeStructure::Server, Placement::Polled)),
+            Self::ServerThread => Some((ServeStructure::Server, Placement::Thread)),
+            Self::ServerProcess => Some((ServeStructure::Server, Placement::Process)),
         }
     }
 }
@@ -72,11 +104,54 @@ impl Structure {
 impl std::str::FromStr for Structure {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|x| x.name() == s)
-            .ok_or_else(|| format!("unknown structure {s:?}: use kernel, ipc, server or inline"))
+        Self::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
+            format!(
+                "unknown structure {s:?}: use kernel, ipc, server, server-thread, server-process or inline"
+            )
+        })
     }
+}
+
+/// Why a cell could not run: one line for the report, quoting what a failed party said.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CellError {
+    /// A party could not be started.
+    #[error(transparent)]
+    Party(#[from] PartyError),
+    /// The cell's scoreboard could not be made.
+    #[error(transparent)]
+    Board(#[from] ScoreboardError),
+    /// A party exited before every party was ready.
+    #[error("{0} exited before the run started")]
+    ExitedEarly(&'static str),
+    /// The parties were not all ready in time.
+    #[error("the parties were not ready after {0} s")]
+    NotReady(u64),
+    /// The cell could not start (`why`); every party was stopped, and those that failed
+    /// said `said`.
+    #[error("{why}; {}", said.join("; "))]
+    Aborted {
+        /// Why it was abandoned.
+        why: Box<CellError>,
+        /// What each failed party said.
+        said: Vec<String>,
+    },
+    /// A party failed: its exit and the last lines it wrote on standard error.
+    #[error("{name} exited with {status}: {said}")]
+    PartyFailed {
+        /// The party.
+        name: &'static str,
+        /// `code N`, or `a signal`.
+        status: String,
+        /// Its last lines, joined by ` | `.
+        said: String,
+    },
+    /// A party exited during the run and left nothing to say why.
+    #[error("{0} exited during the run")]
+    ExitedDuring(&'static str),
+    /// The latency histogram could not be made.
+    #[error("the latency histogram: {0}")]
+    Histogram(String),
 }
 
 /// What every cell of a run shares.
@@ -124,14 +199,9 @@ pub(crate) struct Outcome {
     pub samples: Vec<u32>,
 }
 
-fn arg(k: &str, v: impl std::fmt::Display) -> String {
-    format!("--{k}={v}")
-}
-
-/// Starts one party; the cell's errors are still lines of text (the harness quotes what
-/// its parties said).
-fn spawn(name: &'static str, exe: &std::path::Path, args: &[String]) -> Result<Party, String> {
-    Party::spawn(name, exe, args).map_err(|e| e.to_string())
+/// Starts one party from its spec.
+fn spawn(name: &'static str, launch: &Launch, spec: PartySpec) -> Result<Party, CellError> {
+    Ok(Party::spawn(name, &launch.exe, &spec)?)
 }
 
 /// Starts a cell's parties and waits until each has said it is ready.
@@ -143,107 +213,115 @@ pub(crate) fn start(
     window: u64,
     limit: u64,
     rx_queue: usize,
-) -> Result<Running, String> {
+) -> Result<Running, CellError> {
     let board_path = shmnet_io::scoreboard::temp_path(structure.name());
     let samples = if matches!(roles, Roles::RequestResponse(_)) {
         4 << 20
     } else {
         0
     };
-    let board =
-        Scoreboard::create(&board_path, window, limit, samples).map_err(|e| e.to_string())?;
+    let board = Scoreboard::create(&board_path, window, limit, samples)?;
     let mut run = Running {
         board,
         board_path: board_path.clone(),
         socket: None,
         parties: Vec::new(),
     };
-    let b = arg("board", board_path.display());
-    let exe = &launch.exe;
-    let worker = |job: &str, extra: Vec<String>| {
-        let mut v = vec!["worker".to_string(), job.to_string(), b.clone()];
-        v.extend(extra);
-        v
+    let worker = |job: WorkerJob| {
+        PartySpec::Worker(WorkerSpec {
+            board: board_path.clone(),
+            job,
+        })
     };
-    let ready_wanted = match structure {
-        Structure::Kernel => {
-            let (first, second) = match roles {
-                Roles::RequestResponse(n) => (
-                    worker("kernel-echo", vec![]),
-                    worker("kernel-rr", vec![arg("size", size), arg("outstanding", n)]),
+    let ready_wanted = match structure.serve() {
+        None if structure == Structure::Kernel => {
+            let (first, second) = match *roles {
+                Roles::RequestResponse(outstanding) => (
+                    worker(WorkerJob::KernelEcho),
+                    worker(WorkerJob::KernelRr { size, outstanding }),
                 ),
                 _ => (
-                    worker("kernel-recv", vec![]),
-                    worker("kernel-send", vec![arg("size", size)]),
+                    worker(WorkerJob::KernelRecv),
+                    worker(WorkerJob::KernelSend { size }),
                 ),
             };
-            run.parties.push(spawn("receiver", exe, &first)?);
-            run.parties.push(spawn("sender", exe, &second)?);
+            run.parties.push(spawn("receiver", launch, first)?);
+            run.parties.push(spawn("sender", launch, second)?);
             2
         }
-        Structure::Inline => {
-            let job = match roles {
-                Roles::Receive => "rx".to_string(),
-                Roles::Transmit => "tx".to_string(),
-                Roles::RequestResponse(n) => format!("rr:{n}"),
+        None => {
+            let job = match *roles {
+                Roles::Receive => InlineJob::Receive,
+                Roles::Transmit => InlineJob::Transmit,
+                Roles::RequestResponse(outstanding) => InlineJob::RequestResponse { outstanding },
             };
-            let mut extra = vec![
-                arg("job-kind", job),
-                arg("size", size),
-                arg("rx-queue", rx_queue),
-            ];
-            if launch.checksum {
-                extra.push("--checksum".into());
-            }
-            run.parties
-                .push(spawn("inline", exe, &worker("inline", extra))?);
+            let inline = worker(WorkerJob::Inline {
+                job,
+                size,
+                checksum: launch.checksum,
+                rx_queue,
+            });
+            run.parties.push(spawn("inline", launch, inline)?);
             1
         }
-        Structure::Server | Structure::Ipc => {
+        Some((serve_structure, placement)) => {
             let socket = board_path.with_extension("sock");
             run.socket = Some(socket.clone());
             // The applications, in the order they start: rr's echo binds before its
             // requester.
-            let (role, apps) = match roles {
-                Roles::Receive => ("send", vec![("app", worker("shm-recv", vec![]))]),
-                Roles::Transmit => (
-                    "sink",
-                    vec![("app", worker("shm-send", vec![arg("size", size)]))],
+            let s = socket.clone();
+            let (role, apps) = match *roles {
+                Roles::Receive => (
+                    BenchRole::Send,
+                    vec![("app", WorkerJob::ShmRecv { socket: s })],
                 ),
-                Roles::RequestResponse(n) => (
-                    "loopback",
+                Roles::Transmit => (
+                    BenchRole::Sink,
+                    vec![("app", WorkerJob::ShmSend { socket: s, size })],
+                ),
+                Roles::RequestResponse(outstanding) => (
+                    BenchRole::Loopback,
                     vec![
-                        ("app", worker("shm-echo", vec![])),
+                        ("app", WorkerJob::ShmEcho { socket: s.clone() }),
                         (
                             "requester",
-                            worker("shm-rr", vec![arg("size", size), arg("outstanding", n)]),
+                            WorkerJob::ShmRr {
+                                socket: s,
+                                size,
+                                outstanding,
+                            },
                         ),
                     ],
                 ),
             };
-            let mut serve = vec![
-                "serve".to_string(),
-                arg("structure", structure.name()),
-                arg("socket", socket.display()),
-                arg("ip", format!("{}/24", worker::SERVER_IP)),
-                b.replace("--board", "--softnic-board"),
-                arg("softnic-role", role),
-                arg("softnic-size", size),
-                arg("softnic-port", worker::APP_PORT),
-                arg("rx-queue", rx_queue),
-                "--json".into(),
-            ];
-            if !launch.checksum {
-                serve.push("--no-checksum".into());
-            }
-            run.parties.push(spawn("serve", exe, &serve)?);
+            let serve = ServeSpec {
+                structure: serve_structure,
+                placement,
+                driver: DriverSpec::Softnic(SoftnicSpec {
+                    size,
+                    port: worker::APP_PORT,
+                    bench: Some(BenchPart {
+                        board: board_path.clone(),
+                        role,
+                    }),
+                    ..SoftnicSpec::default()
+                }),
+                ip: worker::SERVER_IP,
+                prefix: 24,
+                checksum: launch.checksum,
+                rx_queue,
+                socket: socket.clone(),
+                json: true,
+                ..ServeSpec::default()
+            };
+            run.parties
+                .push(spawn("serve", launch, PartySpec::Serve(serve))?);
             if let Err(e) = wait_until(Duration::from_secs(15), &run, || socket.exists()) {
                 return Err(run.abort(e));
             }
             let wanted = apps.len() as u64;
-            for (name, mut app) in apps {
-                app.push(arg("socket", socket.display()));
-                run.parties.push(spawn(name, exe, &app)?);
+            for (name, job) in apps {
+                run.parties.push(spawn(name, launch, worker(job))?);
             }
             wanted
         }
@@ -259,15 +337,18 @@ pub(crate) fn start(
 impl Running {
     /// Ends a cell that could not start: every party told to quit and reaped; `why`, with
     /// what any party that failed said.
-    fn abort(mut self, why: String) -> String {
+    fn abort(mut self, why: CellError) -> CellError {
         self.board.set_quit();
         let said: Vec<String> = std::mem::take(&mut self.parties)
             .into_iter()
             .map(|p| p.finish(Duration::from_secs(5)))
             .filter(|f| f.code != Some(0))
-            .map(|f| f.failure())
+            .map(|f| f.failure().to_string())
             .collect();
-        format!("{why}; {}", said.join("; "))
+        CellError::Aborted {
+            why: Box::new(why),
+            said,
+        }
     }
 }
 
@@ -276,17 +357,14 @@ fn wait_until(
     patience: Duration,
     run: &Running,
     mut cond: impl FnMut() -> bool,
-) -> Result<(), String> {
+) -> Result<(), CellError> {
     let deadline = Instant::now() + patience;
     while !cond() {
         if let Some(p) = run.parties.iter().find(|p| p.has_exited()) {
-            return Err(format!("{} exited before the run started", p.name));
+            return Err(CellError::ExitedEarly(p.name));
         }
         if Instant::now() > deadline {
-            return Err(format!(
-                "the parties were not ready after {} s",
-                patience.as_secs()
-            ));
+            return Err(CellError::NotReady(patience.as_secs()));
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -309,7 +387,7 @@ pub(crate) fn run(
     mut running: Running,
     seconds: Option<f64>,
     progress: &mut dyn FnMut(u64, f64),
-) -> Result<Outcome, String> {
+) -> Result<Outcome, CellError> {
     let board = &running.board;
     let start = Instant::now();
     board.set_go();
@@ -371,7 +449,7 @@ pub(crate) fn run(
             .iter()
             .find(|p| p.name == name)
             .map(Finished::failure);
-        return Err(f.unwrap_or_else(|| format!("{name} exited during the run")));
+        return Err(f.unwrap_or(CellError::ExitedDuring(name)));
     }
     if let Some(bad) = parties.iter().find(|p| p.code != Some(0)) {
         return Err(bad.failure());
@@ -383,6 +461,36 @@ pub(crate) fn run(
         seconds,
         samples: board.samples(),
     })
+}
+
+/// CPU microseconds per message (or transaction: `n` of them), by party. `shmnet serve`'s
+/// time is split as its report says: the server loop, the driver (only where the driver is a
+/// party of its own: a thread or a process; a polled driver's work is the server's), and the
+/// rest `wait4` saw (start-up, the control thread).
+pub(crate) fn cpu_by_party(parties: &[Finished], n: f64) -> BTreeMap<String, f64> {
+    let mut by_party = BTreeMap::new();
+    for p in parties {
+        match p.json().filter(|_| p.name == "serve") {
+            Some(v) => {
+                let s = v["cpu_s"]["server"].as_f64().unwrap_or(0.0);
+                let d = v["cpu_s"]["driver"].as_f64().unwrap_or(0.0);
+                if v["driver_placement"].as_str() == Some(Placement::Polled.name()) {
+                    by_party.insert("server".to_string(), (s + d) * 1e6 / n);
+                } else {
+                    by_party.insert("server".to_string(), s * 1e6 / n);
+                    by_party.insert("driver".to_string(), d * 1e6 / n);
+                }
+                by_party.insert(
+                    "serve (rest)".to_string(),
+                    (p.cpu_s - s - d).max(0.0) * 1e6 / n,
+                );
+            }
+            None => {
+                by_party.insert(p.name.to_string(), p.cpu_s * 1e6 / n);
+            }
+        }
+    }
+    by_party
 }
 
 /// Payload Gbit/s of a `memcpy` of `size` bytes from a source that stays in the cache (the

@@ -1,12 +1,29 @@
-//! The processes of one benchmark cell: started with their output captured, watched for an
-//! early death, and reaped with `wait4` so that each one's CPU time and context switches
-//! (its reaped children's included: `shmnet serve` reaps its driver process) are known
-//! exactly.
+//! The processes of one benchmark cell: started from a typed [`PartySpec`] (written as JSON
+//! to the standard input of the hidden `shmnet party` command, never composed into a command
+//! line) with their output captured, watched for an early death, and reaped with `wait4` so
+//! that each one's CPU time and context switches (its reaped children's included: `shmnet
+//! serve` reaps its driver process) are known exactly.
 
-use std::io::Read;
+use super::worker::WorkerSpec;
+use shmnet_io::spec::ServeSpec;
+use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// What one party of a cell runs: what the hidden `shmnet party` command reads, as one JSON
+/// object, from its standard input.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartySpec {
+    /// `shmnet serve` (the server and ipc structures' server, with softnic as its wire).
+    Serve(ServeSpec),
+    /// Any other party: a kernel sender or receiver, a shmnet application, the inline thread.
+    Worker(WorkerSpec),
+}
+
+/// The hidden command that runs one [`PartySpec`] read from standard input.
+pub const PARTY_COMMAND: &str = "party";
 
 /// Why a party could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +37,14 @@ pub(crate) enum PartyError {
         exe: std::path::PathBuf,
         /// Why.
         source: std::io::Error,
+    },
+    /// The spec could not be written as JSON.
+    #[error("writing {name}'s spec: {source}")]
+    Spec {
+        /// The party.
+        name: &'static str,
+        /// Why.
+        source: serde_json::Error,
     },
 }
 
@@ -57,15 +82,17 @@ fn reader(mut r: impl Read + Send + 'static) -> JoinHandle<String> {
 }
 
 impl Party {
-    /// Starts `exe args…` with standard output and error captured.
+    /// Starts `exe party` running `spec` (written to its standard input, which is then
+    /// closed), with standard output and error captured.
     pub fn spawn(
         name: &'static str,
         exe: &std::path::Path,
-        args: &[String],
+        spec: &PartySpec,
     ) -> Result<Self, PartyError> {
+        let text = serde_json::to_vec(spec).map_err(|source| PartyError::Spec { name, source })?;
         let mut child = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::null())
+            .arg(PARTY_COMMAND)
+            .stdin(Stdio::piped())
             // Errors, not backtraces: the report quotes the last lines of what a party said.
             .env("RUST_BACKTRACE", "0")
             .stdout(Stdio::piped())
@@ -76,6 +103,12 @@ impl Party {
                 exe: exe.to_path_buf(),
                 source,
             })?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A spec is a few hundred bytes: the pipe holds it whole, so this never waits for
+            // the child. If the child died already the write fails; its exit (and what it
+            // said) is what the harness reports, as for any early death.
+            let _ = stdin.write_all(&text);
+        }
         let stdout = child.stdout.take().map(reader);
         let stderr = child.stderr.take().map(reader);
         Ok(Self {
@@ -151,16 +184,16 @@ impl Finished {
             .find_map(|l| serde_json::from_str(l.trim()).ok())
     }
 
-    /// A one-line account of a failure, for an error message.
-    pub fn failure(&self) -> String {
+    /// A one-line account of a failure: its exit and the last lines it wrote.
+    pub fn failure(&self) -> super::CellError {
         let tail: Vec<&str> = self.stderr.lines().rev().take(5).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!(
-            "{} exited with {}: {}",
-            self.name,
-            self.code
+        super::CellError::PartyFailed {
+            name: self.name,
+            status: self
+                .code
                 .map_or("a signal".to_string(), |c| format!("code {c}")),
-            tail.join(" | ")
-        )
+            said: tail.join(" | "),
+        }
     }
 }

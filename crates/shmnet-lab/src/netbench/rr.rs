@@ -10,13 +10,13 @@
 //! | structure | requester | wire |
 //! |---|---|---|
 //! | `kernel` | a process with a UDP socket, to the echo process's socket | `lo` |
-//! | `server`, `ipc` | a process using the shmnet client API, attached to the same `shmnet serve` as the echo process | a loopback softnic |
+//! | `server`, `server-thread`, `server-process`, `ipc` | a process using the shmnet client API, attached to the same `shmnet serve` as the echo process | a loopback softnic |
 //! | `inline` | the inline thread itself (no second process), beside the built-in echo | a loopback softnic |
 //!
 //! So a request goes requester → stack (UDP/IP out) → wire → stack (in) → echo, and the
 //! reply the same way back, in every structure: each pays its stack twice per direction.
 
-use super::{Launch, Roles, Structure, losses, start};
+use super::{CellError, Launch, Roles, Structure, cpu_by_party, losses, start};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,6 +57,9 @@ pub struct RrRow {
     pub max_us: f64,
     /// CPU seconds per transaction, every party.
     pub cpu_s_per_txn: f64,
+    /// CPU microseconds per transaction, by party (as ttcp's `cpu_us_per_msg_by_party`:
+    /// `shmnet serve` split into server, driver where it is a party of its own, and the rest).
+    pub cpu_us_per_txn_by_party: BTreeMap<String, f64>,
     /// Voluntary context switches (sleeps) per transaction, every party.
     pub sleeps_per_txn: f64,
     /// Requests sent.
@@ -115,7 +118,7 @@ fn cell(
     structure: Structure,
     outstanding: u32,
     progress: &mut dyn FnMut(u64, f64),
-) -> Result<RrRow, String> {
+) -> Result<RrRow, CellError> {
     let running = start(
         &o.launch,
         structure,
@@ -128,8 +131,8 @@ fn cell(
     )?;
     let seconds = o.count.is_none().then_some(o.seconds);
     let out = super::run(running, seconds, progress)?;
-    let mut h =
-        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).map_err(|e| e.to_string())?;
+    let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+        .map_err(|e| CellError::Histogram(e.to_string()))?;
     for &ns in &out.samples {
         let _ = h.record(u64::from(ns).max(1));
     }
@@ -156,6 +159,7 @@ fn cell(
             h.max() as f64 / 1e3
         },
         cpu_s_per_txn: out.parties.iter().map(|p| p.cpu_s).sum::<f64>() / n,
+        cpu_us_per_txn_by_party: cpu_by_party(&out.parties, n),
         sleeps_per_txn: out
             .parties
             .iter()
@@ -176,13 +180,13 @@ impl fmt::Display for RrReport {
         writeln!(f, "rr on {} ({} CPUs)", self.machine.cpu, self.machine.cpus)?;
         writeln!(
             f,
-            "{:>9} {:<7} {:>10} {:>9} {:>9} {:>11} {:>7} {:>6}",
+            "{:>9} {:<14} {:>10} {:>9} {:>9} {:>11} {:>7} {:>6}  CPU µs/txn by party",
             "in flight", "struct", "txn/s", "p50 µs", "p99 µs", "CPU µs/txn", "sleeps", "lost"
         )?;
         for r in &self.rows {
             writeln!(
                 f,
-                "{:>9} {:<7} {:>10.0} {:>9.1} {:>9.1} {:>11.2} {:>7.2} {:>6}",
+                "{:>9} {:<14} {:>10.0} {:>9.1} {:>9.1} {:>11.2} {:>7.2} {:>6}  {}",
                 r.outstanding,
                 r.structure.name(),
                 r.transactions_per_s,
@@ -190,7 +194,12 @@ impl fmt::Display for RrReport {
                 r.p99_us,
                 r.cpu_s_per_txn * 1e6,
                 r.sleeps_per_txn,
-                r.lost
+                r.lost,
+                r.cpu_us_per_txn_by_party
+                    .iter()
+                    .map(|(k, v)| format!("{k} {v:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )?;
         }
         for e in &self.failed {

@@ -13,7 +13,10 @@
 //! and at the receiver. That is more work than a shmnet structure does for one direction
 //! (softnic's half of the wire is nearly free), which the report says beside the figures.
 
-use super::{Launch, Roles, Structure, losses, memcpy_cold_gbit_per_s, memcpy_gbit_per_s, start};
+use super::{
+    CellError, Launch, Roles, Structure, cpu_by_party, losses, memcpy_cold_gbit_per_s,
+    memcpy_gbit_per_s, start,
+};
 use crate::bench::handoff::{self, HandoffOptions, HandoffReport};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -106,7 +109,9 @@ pub struct TtcpRow {
     pub seconds: f64,
     /// The sender's window, messages.
     pub window: u64,
-    /// CPU microseconds per message, by party (driver, server, app, …).
+    /// CPU microseconds per message, by party (server, driver, app, …; `shmnet serve`'s
+    /// time split into its server loop, its driver — a thread or a process; a driver polled
+    /// by the server is the server's work and has no entry — and the rest).
     pub cpu_us_per_msg_by_party: BTreeMap<String, f64>,
     /// Voluntary context switches (sleeps) per message, all parties.
     pub sleeps_per_msg: f64,
@@ -242,7 +247,7 @@ fn cell(
     dir: Dir,
     size: usize,
     progress: &mut dyn FnMut(u64, f64),
-) -> Result<TtcpRow, String> {
+) -> Result<TtcpRow, CellError> {
     let window = o.window.unwrap_or_else(|| default_window(size));
     let roles = match dir {
         Dir::Tx => Roles::Transmit,
@@ -265,26 +270,7 @@ fn cell(
     let counted: u64 = lost_where.values().sum();
     let n = out.received.max(1) as f64;
     let cpu: f64 = out.parties.iter().map(|p| p.cpu_s).sum();
-    let mut by_party = BTreeMap::new();
-    for p in &out.parties {
-        // `shmnet serve` splits its time between the server loop and the driver.
-        match p.json().filter(|_| p.name == "serve") {
-            Some(v) => {
-                let s = v["cpu_s"]["server"].as_f64().unwrap_or(0.0);
-                let d = v["cpu_s"]["driver"].as_f64().unwrap_or(0.0);
-                by_party.insert("server".to_string(), s * 1e6 / n);
-                by_party.insert("driver".to_string(), d * 1e6 / n);
-                // What `wait4` saw beyond the two (start-up, the control thread).
-                by_party.insert(
-                    "serve (rest)".to_string(),
-                    (p.cpu_s - s - d).max(0.0) * 1e6 / n,
-                );
-            }
-            None => {
-                by_party.insert(p.name.to_string(), p.cpu_s * 1e6 / n);
-            }
-        }
-    }
+    let by_party = cpu_by_party(&out.parties, n);
     Ok(TtcpRow {
         structure,
         size,
@@ -425,7 +411,7 @@ impl fmt::Display for TtcpReport {
         )?;
         writeln!(
             f,
-            "{:<3} {:>6}  {:<7} {:>10} {:>8} {:>9} {:>11} {:>7} {:>7}  where lost",
+            "{:<3} {:>6}  {:<14} {:>10} {:>8} {:>9} {:>11} {:>7} {:>7}  where lost",
             "dir",
             "size",
             "struct",
@@ -444,7 +430,7 @@ impl fmt::Display for TtcpReport {
                 .collect();
             writeln!(
                 f,
-                "{:<3} {:>6}  {:<7} {:>10} {:>8.2} {:>9.3} {:>11.3} {:>7.2} {:>7}  {}",
+                "{:<3} {:>6}  {:<14} {:>10} {:>8.2} {:>9.3} {:>11.3} {:>7.2} {:>7}  {}",
                 r.dir.name(),
                 r.size,
                 r.structure.name(),

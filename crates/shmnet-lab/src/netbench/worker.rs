@@ -1,6 +1,7 @@
-//! The processes of a `ttcp` or `rr` cell other than `shmnet serve`: each a body that the
-//! hidden `shmnet worker` command runs, driven by the cell's [`Scoreboard`], printing one
-//! JSON object on standard output when the harness says quit.
+//! The processes of a `ttcp` or `rr` cell other than `shmnet serve`: each a body, named by a
+//! typed [`WorkerSpec`] (which the harness hands to the hidden `shmnet party` command, and
+//! the hidden `shmnet worker` command builds from its options), driven by the cell's
+//! [`Scoreboard`], printing one JSON object on standard output when the harness says quit.
 //!
 //! Every sender and receiver does the same work whatever the structure: a receiver copies
 //! each message out into its own buffer (as `recv` does) and counts it; a sender writes the
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::driver::softnic::{BoardRole, Softnic, SoftnicConfig, SoftnicError};
 use shmnet_io::inline::{App, Inline, ServeConfig, ServeError};
-use shmnet_io::scoreboard::{Permit, Scoreboard};
+use shmnet_io::scoreboard::{Permit, Scoreboard, ScoreboardError};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -81,6 +82,110 @@ pub enum WorkerError {
     /// The inline worker's stack could not be made.
     #[error(transparent)]
     Inline(#[from] ServeError),
+    /// The cell's scoreboard could not be opened.
+    #[error("opening the scoreboard: {0}")]
+    Board(#[from] ScoreboardError),
+}
+
+/// One party of a cell other than `shmnet serve`: its board and its job.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorkerSpec {
+    /// The cell's scoreboard.
+    pub board: PathBuf,
+    /// What it does.
+    pub job: WorkerJob,
+}
+
+/// What a worker does; each job carries what it needs (the shmnet applications their
+/// server's control socket).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerJob {
+    /// [`kernel_recv`].
+    KernelRecv,
+    /// [`kernel_send`] of `size`-byte messages.
+    KernelSend {
+        /// Message bytes.
+        size: usize,
+    },
+    /// [`kernel_echo`].
+    KernelEcho,
+    /// [`kernel_rr`].
+    KernelRr {
+        /// Request bytes.
+        size: usize,
+        /// Requests in flight.
+        outstanding: u32,
+    },
+    /// [`shm_recv`].
+    ShmRecv {
+        /// The server's control socket.
+        socket: PathBuf,
+    },
+    /// [`shm_send`].
+    ShmSend {
+        /// The server's control socket.
+        socket: PathBuf,
+        /// Message bytes.
+        size: usize,
+    },
+    /// [`shm_echo`].
+    ShmEcho {
+        /// The server's control socket.
+        socket: PathBuf,
+    },
+    /// [`shm_rr`].
+    ShmRr {
+        /// The server's control socket.
+        socket: PathBuf,
+        /// Request bytes.
+        size: usize,
+        /// Requests in flight.
+        outstanding: u32,
+    },
+    /// [`inline`].
+    Inline {
+        /// Which workload.
+        job: InlineJob,
+        /// Message bytes.
+        size: usize,
+        /// UDP checksums.
+        checksum: bool,
+        /// Socket queue limit.
+        rx_queue: usize,
+    },
+}
+
+/// Runs the worker `spec` names: opens its board and does its job. On failure it tells the
+/// other parties to leave too (the board's quit) and returns the error for the harness to
+/// quote.
+pub fn run(spec: &WorkerSpec) -> Result<Value> {
+    let board = Arc::new(Scoreboard::open(&spec.board)?);
+    let out = match &spec.job {
+        WorkerJob::KernelRecv => kernel_recv(&board),
+        WorkerJob::KernelSend { size } => kernel_send(&board, *size),
+        WorkerJob::KernelEcho => kernel_echo(&board),
+        WorkerJob::KernelRr { size, outstanding } => kernel_rr(&board, *size, *outstanding),
+        WorkerJob::ShmRecv { socket } => shm_recv(&board, socket),
+        WorkerJob::ShmSend { socket, size } => shm_send(&board, socket, *size),
+        WorkerJob::ShmEcho { socket } => shm_echo(&board, socket),
+        WorkerJob::ShmRr {
+            socket,
+            size,
+            outstanding,
+        } => shm_rr(&board, socket, *size, *outstanding),
+        WorkerJob::Inline {
+            job,
+            size,
+            checksum,
+            rx_queue,
+        } => inline(board.clone(), *job, *size, *checksum, *rx_queue),
+    };
+    if out.is_err() {
+        // Let the others leave too: the harness reports this party's error.
+        board.set_quit();
+    }
+    out
 }
 
 /// What a worker returns.
@@ -442,7 +547,8 @@ pub fn shm_rr(board: &Scoreboard, socket: &Path, size: usize, outstanding: u32) 
 }
 
 /// What the `inline` worker does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum InlineJob {
     /// softnic sends, the built-in application receives (ttcp rx).
     Receive,

@@ -1,15 +1,17 @@
-//! The server structure: `shmnet serve --structure server --driver-thread` (the protocol
-//! server, softnic as its driver thread) in a process of its own, the application — with the
+//! The server structure: `shmnet serve --structure server --placement thread` (the protocol
+//! server, softnic as its driver thread; started from a typed [`ServeSpec`] through the hidden
+//! `shmnet party` command, not a command line) in a process of its own, the application — with the
 //! probe — in this one, attached over the control socket and reading the buffers where the
 //! driver put them. `--cores same` puts both processes on one CPU (they take turns: the
 //! seed's scheduling points); `split` gives the server the other CPU.
 
 use super::{AppSide, Messages, RunError, Settings};
 use crate::calibrate::Pinned;
-use shmnet_chan::{AllocPolicy, PageSize};
+use crate::netbench::{PARTY_COMMAND, PartySpec};
 use shmnet_io::client::{Client, ClientError};
-use shmnet_io::driver::softnic::Dma;
-use std::io::Read;
+use shmnet_io::server::Placement;
+use shmnet_io::spec::{DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -47,48 +49,26 @@ impl ServerProcess {
     }
 }
 
-fn serve_args(s: &Settings, socket: &Path) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "serve",
-        "--structure=server",
-        "--driver-thread",
-        "--driver=softnic",
-    ]
-    .map(String::from)
-    .into();
-    a.push(format!("--softnic-size={}", s.size));
-    a.push(format!("--softnic-count={}", s.messages));
-    a.push(format!("--softnic-gap-us={}", s.gap_us));
-    a.push(format!("--softnic-port={PORT}"));
-    a.push(format!(
-        "--softnic-dma={}",
-        match s.dma {
-            Dma::Cached => "cached",
-            Dma::NonTemporal => "nt",
-        }
-    ));
-    a.push(format!("--rx-queue={}", s.queue));
-    a.push(format!(
-        "--page={}",
-        match s.pages {
-            PageSize::Small => "4k",
-            PageSize::Huge => "2m",
-            PageSize::Thp => "thp",
-        }
-    ));
-    a.push(format!(
-        "--alloc={}",
-        match s.alloc {
-            AllocPolicy::Lifo => "lifo",
-            AllocPolicy::Fifo => "fifo",
-            AllocPolicy::Random => "random",
-        }
-    ));
-    a.push(format!("--socket={}", socket.display()));
-    if !s.checksum {
-        a.push("--no-checksum".into());
+/// What the server process runs.
+fn serve_spec(s: &Settings, socket: &Path) -> ServeSpec {
+    ServeSpec {
+        structure: ServeStructure::Server,
+        placement: Placement::Thread,
+        driver: DriverSpec::Softnic(SoftnicSpec {
+            size: s.size,
+            count: s.messages,
+            gap_us: s.gap_us,
+            port: PORT,
+            dma: s.dma,
+            ..SoftnicSpec::default()
+        }),
+        rx_queue: s.queue,
+        page: s.pages,
+        alloc: s.alloc,
+        socket: socket.to_path_buf(),
+        checksum: s.checksum,
+        ..ServeSpec::default()
     }
-    a
 }
 
 pub(super) fn run(
@@ -104,14 +84,21 @@ pub(super) fn run(
     ));
     // The server inherits the CPU this thread is pinned to when it starts it.
     let _restore = Pinned::here(Some(s.server_cpu()));
-    let child = Command::new(exe)
-        .args(serve_args(s, &socket))
-        .stdin(Stdio::null())
+    let spec = serde_json::to_vec(&PartySpec::Serve(serve_spec(s, &socket)))
+        .map_err(|e| RunError::Setup(format!("writing the server's spec: {e}")))?;
+    let mut child = Command::new(exe)
+        .arg(PARTY_COMMAND)
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .env("RUST_BACKTRACE", "0")
         .spawn()
         .map_err(|e| RunError::Setup(format!("starting {} serve: {e}", exe.display())))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A few hundred bytes: the pipe holds them whole. If the server died already, its
+        // exit and what it said are reported below.
+        let _ = stdin.write_all(&spec);
+    }
     let mut server = ServerProcess {
         child,
         socket: socket.clone(),

@@ -1,0 +1,492 @@
+//! Typed specs of shmnet's parties: what `shmnet serve` runs ([`ServeSpec`]) and what its
+//! packet device is ([`DriverSpec`]).
+//!
+//! The command line builds these from its options, the benchmark harness (shmnet-lab's
+//! netbench) builds them directly, and both hand the same struct to the same runner: the
+//! harness starts a party by writing its spec as JSON to a hidden `shmnet party` command, not
+//! by composing a command line. A driver process of the server structure gets its
+//! [`DriverSetup`] from the server over the control socket, so nothing about the device
+//! travels in argv either.
+//!
+//! The specs are data only: they name files (the benchmark board) and interfaces but open
+//! nothing. Opening the device is the runner's job, so that a spec can be built, checked and
+//! sent by a party that could not open it (the harness, the server for its driver process).
+//!
+//! Invariants: a [`DriverSpec::AfPacket`] carries no MAC (the interface's own is used), so
+//! "--mac with af_packet" cannot be expressed; [`SoftnicSpec::bench`] set means a benchmark
+//! run, whose end the board decides.
+
+use crate::driver::softnic::{BoardRole, Dma, SoftnicConfig};
+use crate::inline::{App, ServeConfig};
+use crate::server::{ControlLimits, Placement, ServerOptions};
+use serde::{Deserialize, Serialize};
+use shmnet_chan::{AllocPolicy, PageSize, PoolSpec};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Why a spec cannot be built from what the user gave.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// `--driver` names no device shmnet knows.
+    #[error("unknown driver {0:?}: use softnic or af_packet:IFACE")]
+    UnknownDriver(String),
+    /// `--mac` was given for a device that has its own.
+    #[error(
+        "--mac applies to softnic only: with af_packet, shmnet answers with the interface's own MAC address (change it with `ip link set IFACE address …`)"
+    )]
+    MacWithAfPacket,
+    /// `--softnic-role` names no part of a benchmark run.
+    #[error("unknown softnic role {0:?}: use send, sink or loopback")]
+    UnknownRole(String),
+}
+
+/// How `shmnet serve` places its parties.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServeStructure {
+    /// Driver, stack and the built-in applications in one thread.
+    #[default]
+    Inline,
+    /// The protocol server; applications attach through the control socket.
+    Server,
+    /// As `Server`, every frame and datagram copied through Unix sockets.
+    Ipc,
+}
+
+impl ServeStructure {
+    /// Its name, as `--structure` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Inline => "inline",
+            Self::Server => "server",
+            Self::Ipc => "ipc",
+        }
+    }
+}
+
+/// softnic's part in a benchmark run (`shmnet ttcp`, `shmnet rr`): see
+/// [`BoardRole`](crate::driver::softnic::BoardRole), which it becomes when the board is open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchRole {
+    /// The streaming sender (ttcp receive).
+    #[default]
+    Send,
+    /// The receiving peer (ttcp transmit).
+    Sink,
+    /// The loopback wire of a request–response run.
+    Loopback,
+}
+
+impl BenchRole {
+    /// Its name, as `--softnic-role` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Send => "send",
+            Self::Sink => "sink",
+            Self::Loopback => "loopback",
+        }
+    }
+}
+
+impl std::str::FromStr for BenchRole {
+    type Err = SpecError;
+    fn from_str(s: &str) -> Result<Self, SpecError> {
+        match s {
+            "send" => Ok(Self::Send),
+            "sink" => Ok(Self::Sink),
+            "loopback" => Ok(Self::Loopback),
+            other => Err(SpecError::UnknownRole(other.to_string())),
+        }
+    }
+}
+
+impl From<BenchRole> for BoardRole {
+    fn from(r: BenchRole) -> Self {
+        match r {
+            BenchRole::Send => Self::Send,
+            BenchRole::Sink => Self::Sink,
+            BenchRole::Loopback => Self::Loopback,
+        }
+    }
+}
+
+/// A benchmark run's scoreboard and softnic's part in it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BenchPart {
+    /// The run's scoreboard (a file the harness created).
+    pub board: PathBuf,
+    /// What softnic does in the run.
+    pub role: BenchRole,
+}
+
+/// The software device and what it sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SoftnicSpec {
+    /// UDP payload bytes per message.
+    pub size: usize,
+    /// In the server and ipc structures: the UDP port it sends to (inline sends to its first
+    /// application's).
+    pub port: u16,
+    /// Messages to send.
+    pub count: u64,
+    /// Microseconds between messages (0: back to back).
+    pub gap_us: f64,
+    /// How frames reach the buffers.
+    #[serde(serialize_with = "dma_name", deserialize_with = "by_name")]
+    pub dma: Dma,
+    /// Its MAC address (`None`: [`SoftnicConfig`]'s default).
+    pub mac: Option<[u8; 6]>,
+    /// A benchmark run's board and softnic's part in it.
+    pub bench: Option<BenchPart>,
+}
+
+impl Default for SoftnicSpec {
+    fn default() -> Self {
+        Self {
+            size: 14_792,
+            port: 5001,
+            count: 100_000,
+            gap_us: 0.0,
+            dma: Dma::Cached,
+            mac: None,
+            bench: None,
+        }
+    }
+}
+
+impl SoftnicSpec {
+    /// Its MAC address: the one given, or softnic's default.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac.unwrap_or(SoftnicConfig::default().mac)
+    }
+
+    /// Whether it is a benchmark's loopback wire (the stack then reaches its own address).
+    pub fn loopback(&self) -> bool {
+        self.bench
+            .as_ref()
+            .is_some_and(|b| b.role == BenchRole::Loopback)
+    }
+
+    /// softnic's configuration for a server at `ip`, sending to `port`: everything but the
+    /// board (the runner opens it and sets `board`) and the gate.
+    pub fn config(&self, ip: Ipv4Addr, checksum: bool, port: u16) -> SoftnicConfig {
+        SoftnicConfig {
+            mac: self.mac(),
+            ip,
+            dst_ports: vec![port],
+            size: self.size,
+            count: Some(self.count),
+            gap: Duration::from_secs_f64(self.gap_us.max(0.0) / 1e6),
+            checksum,
+            dma: self.dma,
+            ..SoftnicConfig::default()
+        }
+    }
+}
+
+/// The packet device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DriverSpec {
+    /// The software sender.
+    Softnic(SoftnicSpec),
+    /// A real interface through `AF_PACKET` (root or `CAP_NET_RAW`).
+    AfPacket {
+        /// The interface's name.
+        iface: String,
+    },
+}
+
+impl Default for DriverSpec {
+    fn default() -> Self {
+        Self::Softnic(SoftnicSpec::default())
+    }
+}
+
+impl DriverSpec {
+    /// The device `--driver` names (`softnic` or `af_packet:IFACE`), softnic configured as
+    /// `softnic` says and answering at `mac` (which only softnic takes).
+    pub fn parse(
+        driver: &str,
+        softnic: SoftnicSpec,
+        mac: Option<[u8; 6]>,
+    ) -> Result<Self, SpecError> {
+        if driver == "softnic" {
+            return Ok(Self::Softnic(SoftnicSpec {
+                mac: mac.or(softnic.mac),
+                ..softnic
+            }));
+        }
+        if mac.is_some() {
+            return Err(SpecError::MacWithAfPacket);
+        }
+        match driver.strip_prefix("af_packet:") {
+            Some(iface) => Ok(Self::AfPacket {
+                iface: iface.to_string(),
+            }),
+            None => Err(SpecError::UnknownDriver(driver.to_string())),
+        }
+    }
+
+    /// Its name as `--driver` takes it: `softnic` or `af_packet:IFACE`.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Softnic(_) => "softnic".into(),
+            Self::AfPacket { iface } => format!("af_packet:{iface}"),
+        }
+    }
+
+    /// softnic's settings, if the device is softnic.
+    pub fn softnic(&self) -> Option<&SoftnicSpec> {
+        match self {
+            Self::Softnic(s) => Some(s),
+            Self::AfPacket { .. } => None,
+        }
+    }
+
+    /// The interface, if the device is an `AF_PACKET` one.
+    pub fn af_packet(&self) -> Option<&str> {
+        match self {
+            Self::AfPacket { iface } => Some(iface),
+            Self::Softnic(_) => None,
+        }
+    }
+
+    /// The benchmark board and softnic's part, if this is a benchmark run.
+    pub fn bench(&self) -> Option<&BenchPart> {
+        self.softnic().and_then(|s| s.bench.as_ref())
+    }
+
+    /// Whether the device is a benchmark's loopback wire.
+    pub fn loopback(&self) -> bool {
+        self.softnic().is_some_and(SoftnicSpec::loopback)
+    }
+}
+
+/// What a driver process of the server structure is told by the server, over the control
+/// socket, right after its `Welcome`: its device, and the address and checksum rule of the
+/// server it drives for (which a softnic mirrors in the frames it makes).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DriverSetup {
+    /// The device.
+    pub driver: DriverSpec,
+    /// The server's address.
+    pub ip: Ipv4Addr,
+    /// Whether UDP checksums are made and checked.
+    pub checksum: bool,
+}
+
+/// Everything `shmnet serve` runs: the structure, where its driver runs, the device, and
+/// the server's settings. [`Default`] is `shmnet serve` with no options.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServeSpec {
+    /// How the parties are placed.
+    pub structure: ServeStructure,
+    /// server structure: where the driver runs (the ipc structure always uses a thread).
+    pub placement: Placement,
+    /// The packet device.
+    pub driver: DriverSpec,
+    /// Our address.
+    pub ip: Ipv4Addr,
+    /// Its prefix length (at most 32).
+    pub prefix: u8,
+    /// Verify and generate UDP checksums.
+    pub checksum: bool,
+    /// Messages a socket's receive queue holds before the stack drops more.
+    pub rx_queue: usize,
+    /// The pages the packet buffers live on.
+    #[serde(deserialize_with = "by_name")]
+    pub page: PageSize,
+    /// Which free buffer the driver is handed.
+    #[serde(deserialize_with = "by_name")]
+    pub alloc: AllocPolicy,
+    /// server and ipc structures: the control socket.
+    pub socket: PathBuf,
+    /// server structure: connections the control socket accepts at once.
+    pub max_connections: usize,
+    /// server structure: seconds a new connection may take to say Hello.
+    pub hello_timeout_s: f64,
+    /// inline: UDP echo applications on these ports.
+    pub echo: Vec<u16>,
+    /// inline: UDP sinks on these ports.
+    pub sink: Vec<u16>,
+    /// Stop after this many seconds (`None`: when softnic is done, a benchmark's board says
+    /// quit, or at a signal).
+    pub duration_s: Option<f64>,
+    /// Print the final report as one line of JSON.
+    pub json: bool,
+    /// af_packet: serve the interface even if another shmnet server already does.
+    pub force: bool,
+}
+
+impl Default for ServeSpec {
+    fn default() -> Self {
+        Self {
+            structure: ServeStructure::default(),
+            placement: Placement::default(),
+            driver: DriverSpec::default(),
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+            prefix: 24,
+            checksum: true,
+            rx_queue: 64,
+            page: PageSize::default(),
+            alloc: AllocPolicy::default(),
+            socket: crate::control::default_socket(),
+            max_connections: ControlLimits::default().max_connections,
+            hello_timeout_s: ControlLimits::default().hello_timeout.as_secs_f64(),
+            echo: Vec::new(),
+            sink: Vec::new(),
+            duration_s: None,
+            json: false,
+            force: false,
+        }
+    }
+}
+
+impl ServeSpec {
+    /// The buffer pools it asks for.
+    pub fn pools(&self) -> PoolSpec {
+        PoolSpec {
+            policy: self.alloc,
+            ..PoolSpec::default()
+        }
+    }
+
+    /// Where the driver actually runs: the ipc structure always runs it on a thread.
+    pub fn effective_placement(&self) -> Placement {
+        if self.structure == ServeStructure::Ipc {
+            Placement::Thread
+        } else {
+            self.placement
+        }
+    }
+
+    /// The stack's settings, with `apps` built in (the inline structure's; none for the
+    /// server structures).
+    pub fn serve_config(&self, apps: Vec<App>) -> ServeConfig {
+        ServeConfig {
+            ip: self.ip,
+            prefix: self.prefix,
+            checksum: self.checksum,
+            apps,
+            rx_queue_limit: self.rx_queue,
+            pools: self.pools(),
+            loopback: self.driver.loopback(),
+        }
+    }
+
+    /// The server structure's options.
+    pub fn server_options(&self) -> ServerOptions {
+        ServerOptions {
+            serve: self.serve_config(Vec::new()),
+            socket: self.socket.clone(),
+            page: self.page,
+            ipc: self.structure == ServeStructure::Ipc,
+            placement: self.placement,
+            limits: ControlLimits {
+                max_connections: self.max_connections,
+                hello_timeout: Duration::from_secs_f64(self.hello_timeout_s.max(0.0)),
+            },
+        }
+    }
+
+    /// What its driver process is told (see [`DriverSetup`]).
+    pub fn driver_setup(&self) -> DriverSetup {
+        DriverSetup {
+            driver: self.driver.clone(),
+            ip: self.ip,
+            checksum: self.checksum,
+        }
+    }
+
+    /// The control socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+/// Deserializes a value from its name through its `FromStr` (the names the command line
+/// takes: `4k`, `lifo`, `nt`, …).
+fn by_name<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr<Err = String>,
+{
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
+}
+
+/// Serializes a [`Dma`] as the command line names it.
+fn dma_name<S: serde::Serializer>(dma: &Dma, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match dma {
+        Dma::Cached => "cached",
+        Dma::NonTemporal => "nt",
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_serve_spec_survives_json() {
+        let spec = ServeSpec {
+            structure: ServeStructure::Server,
+            placement: Placement::Process,
+            driver: DriverSpec::Softnic(SoftnicSpec {
+                dma: Dma::NonTemporal,
+                mac: Some([2, 0, 0, 0, 0, 9]),
+                bench: Some(BenchPart {
+                    board: "/tmp/board".into(),
+                    role: BenchRole::Loopback,
+                }),
+                ..SoftnicSpec::default()
+            }),
+            page: PageSize::Thp,
+            alloc: AllocPolicy::Fifo,
+            duration_s: Some(1.5),
+            ..ServeSpec::default()
+        };
+        let text = serde_json::to_string(&spec).unwrap();
+        assert!(text.contains("\"nt\""), "{text}");
+        let back: ServeSpec = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, spec);
+        assert!(back.driver.loopback());
+        assert!(back.serve_config(Vec::new()).loopback);
+    }
+
+    #[test]
+    fn an_empty_object_is_the_default_spec() {
+        let spec: ServeSpec = serde_json::from_str("{}").unwrap();
+        assert_eq!(spec, ServeSpec::default());
+        let setup: DriverSpec = serde_json::from_str(r#"{"af_packet":{"iface":"veth0"}}"#).unwrap();
+        assert_eq!(setup.name(), "af_packet:veth0");
+    }
+
+    #[test]
+    fn drivers_parse_as_the_command_line_names_them() {
+        let s = SoftnicSpec::default();
+        assert_eq!(
+            DriverSpec::parse("af_packet:v0", s.clone(), None).unwrap(),
+            DriverSpec::AfPacket { iface: "v0".into() }
+        );
+        assert_eq!(
+            DriverSpec::parse("af_packet:v0", s.clone(), Some([2; 6])),
+            Err(SpecError::MacWithAfPacket)
+        );
+        assert_eq!(
+            DriverSpec::parse("tap", s.clone(), None),
+            Err(SpecError::UnknownDriver("tap".into()))
+        );
+        let d = DriverSpec::parse("softnic", s, Some([2; 6])).unwrap();
+        assert_eq!(d.softnic().unwrap().mac(), [2; 6]);
+        assert_eq!(
+            "sunk".parse::<BenchRole>(),
+            Err(SpecError::UnknownRole("sunk".into()))
+        );
+    }
+}
