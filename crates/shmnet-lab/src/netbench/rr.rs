@@ -81,6 +81,8 @@ pub struct RrRow {
 pub struct RrReport {
     /// One row per cell.
     pub rows: Vec<RrRow>,
+    /// Issue 14's targets, where the kernel and `server` both ran.
+    pub targets: Vec<RrTarget>,
     /// Cells that failed to run, with why.
     pub failed: Vec<String>,
     /// Where it ran.
@@ -107,10 +109,59 @@ pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
         }
     }
     RrReport {
+        targets: targets(&rows),
         rows,
         failed,
         machine: crate::machine::Machine::this(),
     }
+}
+
+/// A target of the issue, checked against the kernel in the same run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RrTarget {
+    /// Requests in flight.
+    pub outstanding: u32,
+    /// What is compared.
+    pub what: String,
+    /// The figure.
+    pub measured: f64,
+    /// What it must reach (`at_most`: at most, else at least).
+    pub required: f64,
+    /// Whether the figure must stay at or below `required`.
+    pub at_most: bool,
+    /// Whether it did.
+    pub met: bool,
+}
+
+/// Issue 14's targets: `server` (driver polled) p50 ≤ the kernel's at 1 in flight, and ≥ 2×
+/// the kernel's transactions/s at 16 in flight.
+fn targets(rows: &[RrRow]) -> Vec<RrTarget> {
+    let find = |s, n| rows.iter().find(|r| r.structure == s && r.outstanding == n);
+    let mut out = Vec::new();
+    if let (Some(server), Some(kernel)) = (find(Structure::Server, 1), find(Structure::Kernel, 1)) {
+        let ratio = server.p50_us / kernel.p50_us.max(1e-9);
+        out.push(RrTarget {
+            outstanding: 1,
+            what: "server p50 ÷ kernel p50".into(),
+            measured: ratio,
+            required: 1.0,
+            at_most: true,
+            met: ratio <= 1.0,
+        });
+    }
+    if let (Some(server), Some(kernel)) = (find(Structure::Server, 16), find(Structure::Kernel, 16))
+    {
+        let ratio = server.transactions_per_s / kernel.transactions_per_s.max(1e-9);
+        out.push(RrTarget {
+            outstanding: 16,
+            what: "server txn/s ÷ kernel txn/s".into(),
+            measured: ratio,
+            required: 2.0,
+            at_most: false,
+            met: ratio >= 2.0,
+        });
+    }
+    out
 }
 
 fn cell(
@@ -204,6 +255,21 @@ impl fmt::Display for RrReport {
         }
         for e in &self.failed {
             writeln!(f, "FAILED {e}")?;
+        }
+        if !self.targets.is_empty() {
+            writeln!(f, "targets (server against the kernel, same run):")?;
+            for t in &self.targets {
+                writeln!(
+                    f,
+                    "  {:>3} in flight  {} = {:.2} (need {} {}) {}",
+                    t.outstanding,
+                    t.what,
+                    t.measured,
+                    if t.at_most { "≤" } else { "≥" },
+                    t.required,
+                    if t.met { "MET" } else { "NOT MET" }
+                )?;
+            }
         }
         Ok(())
     }
