@@ -197,7 +197,18 @@ pub enum DriverSpec {
     AfPacket {
         /// The interface's name.
         iface: String,
+        /// Seconds the interface may stay down or missing before the driver gives up and
+        /// the server exits non-zero (0: never give up).
+        #[serde(default = "default_give_up_s")]
+        give_up_after_s: f64,
     },
+}
+
+/// The default of [`DriverSpec::AfPacket`]'s `give_up_after_s`.
+pub const DEFAULT_GIVE_UP_S: f64 = 60.0;
+
+fn default_give_up_s() -> f64 {
+    DEFAULT_GIVE_UP_S
 }
 
 impl Default for DriverSpec {
@@ -226,6 +237,7 @@ impl DriverSpec {
         match driver.strip_prefix("af_packet:") {
             Some(iface) => Ok(Self::AfPacket {
                 iface: iface.to_string(),
+                give_up_after_s: DEFAULT_GIVE_UP_S,
             }),
             None => Err(SpecError::UnknownDriver(driver.to_string())),
         }
@@ -235,7 +247,7 @@ impl DriverSpec {
     pub fn name(&self) -> String {
         match self {
             Self::Softnic(_) => "softnic".into(),
-            Self::AfPacket { iface } => format!("af_packet:{iface}"),
+            Self::AfPacket { iface, .. } => format!("af_packet:{iface}"),
         }
     }
 
@@ -250,7 +262,7 @@ impl DriverSpec {
     /// The interface, if the device is an `AF_PACKET` one.
     pub fn af_packet(&self) -> Option<&str> {
         match self {
-            Self::AfPacket { iface } => Some(iface),
+            Self::AfPacket { iface, .. } => Some(iface),
             Self::Softnic(_) => None,
         }
     }
@@ -472,7 +484,10 @@ mod tests {
         let s = SoftnicSpec::default();
         assert_eq!(
             DriverSpec::parse("af_packet:v0", s.clone(), None).unwrap(),
-            DriverSpec::AfPacket { iface: "v0".into() }
+            DriverSpec::AfPacket {
+                iface: "v0".into(),
+                give_up_after_s: DEFAULT_GIVE_UP_S
+            }
         );
         assert_eq!(
             DriverSpec::parse("af_packet:v0", s.clone(), Some([2; 6])),

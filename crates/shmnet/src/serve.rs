@@ -45,6 +45,11 @@ pub struct DriverArgs {
     /// `af_packet:IFACE` (a real interface; needs root or CAP_NET_RAW).
     #[arg(long, default_value = "softnic")]
     driver: String,
+    /// af_packet: seconds the interface may stay down or missing (the driver reopens it
+    /// every 250 ms meanwhile) before the driver gives up and the server exits non-zero;
+    /// 0 never gives up.
+    #[arg(long, default_value_t = shmnet_io::spec::DEFAULT_GIVE_UP_S, value_name = "SECONDS")]
+    give_up_after: f64,
     /// softnic: UDP payload bytes per message.
     #[arg(long, default_value_t = 14_792)]
     softnic_size: usize,
@@ -109,7 +114,14 @@ impl DriverArgs {
             mac: None,
             bench,
         };
-        Ok(DriverSpec::parse(&self.driver, softnic, self.mac)?)
+        let mut spec = DriverSpec::parse(&self.driver, softnic, self.mac)?;
+        if let DriverSpec::AfPacket {
+            give_up_after_s, ..
+        } = &mut spec
+        {
+            *give_up_after_s = self.give_up_after;
+        }
+        Ok(spec)
     }
 }
 
@@ -155,7 +167,10 @@ pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
             attached,
             open_softnic(s, setup.ip, setup.checksum, s.port, None),
         ),
-        DriverSpec::AfPacket { iface } => drive_with(attached, open_af_packet(iface)),
+        DriverSpec::AfPacket {
+            iface,
+            give_up_after_s,
+        } => drive_with(attached, open_af_packet(iface, *give_up_after_s)),
     }
 }
 
@@ -347,8 +362,11 @@ pub fn run(spec: ServeSpec) -> Result<()> {
             );
             serve(server, &spec, |s| s.driver().done())
         }
-        DriverSpec::AfPacket { iface } => {
-            let nic = open_af_packet(iface)?;
+        DriverSpec::AfPacket {
+            iface,
+            give_up_after_s,
+        } => {
+            let nic = open_af_packet(iface, *give_up_after_s)?;
             let server =
                 Inline::with_page(nic, &cfg, spec.page).context("starting the inline server")?;
             eprintln!(
@@ -376,8 +394,17 @@ fn describe_apps(apps: &[App]) -> String {
         .join(", ")
 }
 
-fn open_af_packet(iface: &str) -> Result<shmnet_io::driver::af_packet::AfPacket> {
-    shmnet_io::driver::af_packet::AfPacket::open(iface, Default::default())
+/// Opens `iface` with AF_PACKET; the driver gives up after `give_up_after_s` seconds of the
+/// interface being down or missing (0: never).
+fn open_af_packet(
+    iface: &str,
+    give_up_after_s: f64,
+) -> Result<shmnet_io::driver::af_packet::AfPacket> {
+    let opts = shmnet_io::driver::af_packet::AfPacketOptions {
+        give_up_after: (give_up_after_s > 0.0).then(|| Duration::from_secs_f64(give_up_after_s)),
+        ..Default::default()
+    };
+    shmnet_io::driver::af_packet::AfPacket::open(iface, opts)
         .with_context(|| format!("opening {iface} with AF_PACKET"))
 }
 
@@ -542,7 +569,10 @@ fn run_server(a: &ServeSpec) -> Result<()> {
     let as_thread = placement != Placement::Process;
     let mut server = if as_thread {
         match &a.driver {
-            DriverSpec::AfPacket { iface } => Server::start(open_af_packet(iface)?, &opts),
+            DriverSpec::AfPacket {
+                iface,
+                give_up_after_s,
+            } => Server::start(open_af_packet(iface, *give_up_after_s)?, &opts),
             DriverSpec::Softnic(s) => Server::start(
                 open_softnic(s, a.ip, a.checksum, s.port, Some(gate.clone()))?,
                 &opts,
@@ -550,7 +580,7 @@ fn run_server(a: &ServeSpec) -> Result<()> {
         }
     } else {
         let mac = match &a.driver {
-            DriverSpec::AfPacket { iface } => mac_of(iface)?,
+            DriverSpec::AfPacket { iface, .. } => mac_of(iface)?,
             DriverSpec::Softnic(s) => s.mac(),
         };
         let exe = std::env::current_exe().context("finding this program to start the driver")?;
