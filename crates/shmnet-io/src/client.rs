@@ -366,7 +366,7 @@ impl Inner {
         let mut copied = 0;
         // The chain lies in shared memory: shmnet-chan's walk validates each link and range
         // once; a bad one (or the chain's end) ends the copy short.
-        for seg in bufs.segments(d.buf, want) {
+        for seg in bufs.segments(BufIdx(d.buf), want) {
             let Ok(seg) = seg else { break };
             // SAFETY: this application owns the delivered chain until it returns it below.
             let Ok(data) = (unsafe { bufs.segment_bytes(seg) }) else {
@@ -375,9 +375,9 @@ impl Inner {
             let dst = &mut buf[copied..copied + data.len()];
             // The instrument sees each non-empty buffer's bytes around their copy.
             if hook.active() {
-                hook.on_buffer(BufIdx(seg.idx()), data);
+                hook.on_buffer(seg.idx(), data);
                 dst.copy_from_slice(data);
-                hook.after_buffer(BufIdx(seg.idx()), data);
+                hook.after_buffer(seg.idx(), data);
             } else {
                 dst.copy_from_slice(data);
             }

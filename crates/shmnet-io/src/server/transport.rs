@@ -256,12 +256,12 @@ fn gather_send<'a>(
 ) -> Option<(std::net::SocketAddrV4, usize)> {
     let len = d.len as usize;
     let mut hdr = [0u8; SEND_HEADER];
-    if bufs.read_chain(d.buf, 0, &mut hdr).ok()? != SEND_HEADER {
+    if bufs.read_chain(BufIdx(d.buf), 0, &mut hdr).ok()? != SEND_HEADER {
         return None;
     }
     let mut k = 0;
     let mut total = 0;
-    for seg in bufs.segments_from(d.buf, SEND_HEADER, len) {
+    for seg in bufs.segments_from(BufIdx(d.buf), SEND_HEADER, len) {
         let seg = seg.ok()?;
         // SAFETY: the application handed this chain to the server with the request and
         // gets it back only through `release` after the send. The slice lies inside its
@@ -431,5 +431,5 @@ pub(crate) fn copy_chain(
     dst: &mut [u8],
 ) -> Option<usize> {
     let n = msg.len.min(dst.len());
-    pool.buffers().read_chain(msg.head.0, 0, &mut dst[..n]).ok()
+    pool.buffers().read_chain(msg.head, 0, &mut dst[..n]).ok()
 }
