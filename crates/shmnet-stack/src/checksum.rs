@@ -38,7 +38,7 @@ impl Sum {
     }
 
     /// Add the next piece.
-    #[inline]
+    #[inline(always)]
     pub fn add(&mut self, bytes: &[u8]) {
         if bytes.len() > MAX_PIECE {
             return self.add_long(bytes);
