@@ -17,7 +17,7 @@
 //! A peer can thus make a walk fail or yield wrong bytes, never read outside the window or loop
 //! forever.
 
-use crate::desc::NO_BUF;
+use crate::desc::{BufIdx, NO_BUF};
 use crate::pool::{BufError, Buffers};
 
 /// Why a chain could not be walked to its end (or to the bytes asked for).
@@ -25,12 +25,12 @@ use crate::pool::{BufError, Buffers};
 pub enum ChainError {
     /// A head or `next` link names no buffer of this pool set.
     #[error("the chain links to buffer {0}, which is outside the pool set")]
-    BadIndex(u32),
+    BadIndex(BufIdx),
     /// A buffer's header claims bytes outside its data area.
     #[error("buffer {idx} of the chain claims bytes {off}..{end} of a {size}-byte buffer")]
     BadRange {
         /// The buffer.
-        idx: u32,
+        idx: BufIdx,
         /// Its claimed start.
         off: u32,
         /// Its claimed end (`off + len`).
@@ -54,8 +54,8 @@ pub struct Segment {
 
 impl Segment {
     /// The buffer.
-    pub fn idx(&self) -> u32 {
-        self.idx
+    pub fn idx(&self) -> BufIdx {
+        BufIdx(self.idx)
     }
 
     /// Where the bytes start in the buffer's data area.
@@ -104,7 +104,7 @@ impl Iterator for Segments<'_> {
             let err = if self.steps >= g.total() {
                 Some(ChainError::TooLong(g.total()))
             } else if self.bufs.hdr(self.cur).is_none() {
-                Some(ChainError::BadIndex(self.cur))
+                Some(ChainError::BadIndex(BufIdx(self.cur)))
             } else {
                 None
             };
@@ -119,7 +119,7 @@ impl Iterator for Segments<'_> {
             if off + len > g.data_size {
                 self.done = true;
                 return Some(Err(ChainError::BadRange {
-                    idx,
+                    idx: BufIdx(idx),
                     off,
                     end: off + len,
                     size: g.data_size,
@@ -151,17 +151,17 @@ impl Buffers {
     /// The validated segments of the chain at `head`, up to `max_bytes` bytes in all (the
     /// last segment is cut short to fit). Ends at the chain's end ([`NO_BUF`]), after
     /// `max_bytes`, or with one `Err` at the first bad link, range or cycle. Empty buffers are
-    /// passed over. A `head` of [`NO_BUF`] is an empty chain.
-    pub fn segments(&self, head: u32, max_bytes: usize) -> Segments<'_> {
+    /// passed over. A `head` of [`BufIdx::NONE`] is an empty chain.
+    pub fn segments(&self, head: BufIdx, max_bytes: usize) -> Segments<'_> {
         self.segments_from(head, 0, max_bytes)
     }
 
     /// As [`Buffers::segments`], passing over the chain's first `skip` bytes (which may span
     /// several buffers) first; `max_bytes` counts the bytes after them.
-    pub fn segments_from(&self, head: u32, skip: usize, max_bytes: usize) -> Segments<'_> {
+    pub fn segments_from(&self, head: BufIdx, skip: usize, max_bytes: usize) -> Segments<'_> {
         Segments {
             bufs: self,
-            cur: head,
+            cur: head.0,
             skip,
             left: max_bytes,
             steps: 0,
@@ -172,7 +172,12 @@ impl Buffers {
     /// Copies the chain at `head`'s bytes, after its first `skip`, into `dst`; returns how
     /// many were copied: `dst.len()`, or fewer if the chain ends first. Fails if the walk
     /// meets a bad link, range or cycle before `dst` is full (see [`Buffers::segments`]).
-    pub fn read_chain(&self, head: u32, skip: usize, dst: &mut [u8]) -> Result<usize, ChainError> {
+    pub fn read_chain(
+        &self,
+        head: BufIdx,
+        skip: usize,
+        dst: &mut [u8],
+    ) -> Result<usize, ChainError> {
         let mut at = 0;
         for seg in self.segments_from(head, skip, dst.len()) {
             let seg = seg?;
@@ -224,14 +229,14 @@ mod tests {
     }
 
     /// Allocates a chain holding `parts`, one buffer each, at offset 3.
-    fn chain_of(s: &mut ServerPools, parts: &[&[u8]]) -> u32 {
+    fn chain_of(s: &mut ServerPools, parts: &[&[u8]]) -> BufIdx {
         let idx: Vec<u32> = parts.iter().map(|_| s.alloc().unwrap()).collect();
         let b = s.buffers();
         for (&i, p) in idx.iter().zip(parts) {
             b.write(i, 3, p).unwrap();
             b.set_off_len(i, 3, p.len() as u16).unwrap();
         }
-        b.chain(&idx).unwrap().unwrap()
+        BufIdx(b.chain(&idx).unwrap().unwrap())
     }
 
     #[test]
@@ -250,7 +255,7 @@ mod tests {
         let segs: Vec<_> = b.segments_from(head, 6, 3).map(Result::unwrap).collect();
         assert_eq!(segs.len(), 1);
         assert_eq!((segs[0].off(), segs[0].len()), (3, 3));
-        assert_eq!(b.segments(NO_BUF, 10).count(), 0);
+        assert_eq!(b.segments(BufIdx::NONE, 10).count(), 0);
         assert_eq!(b.segments(head, 0).count(), 0);
         // SAFETY: this test owns the chain.
         let bytes = unsafe { b.segment_bytes(segs[0]) }.unwrap();
@@ -262,8 +267,8 @@ mod tests {
         let mut s = pools(2);
         let head = chain_of(&mut s, &[b"ab", b"cd"]);
         let b = s.buffers();
-        let second = b.next(head).unwrap();
-        b.set_next(second, head).unwrap();
+        let second = b.next(head.get()).unwrap();
+        b.set_next(second, head.get()).unwrap();
         let items: Vec<_> = b.segments(head, usize::MAX).collect();
         assert_eq!(
             items.len(),
@@ -284,11 +289,11 @@ mod tests {
         let mut s = pools(2);
         let head = chain_of(&mut s, &[b"ab", b"cd"]);
         let b = s.buffers();
-        let second = b.next(head).unwrap();
+        let second = b.next(head.get()).unwrap();
         b.hdr(second).unwrap().scribble([999, 1, 3 | (2 << 16), 0]);
         let items: Vec<_> = b.segments(head, usize::MAX).collect();
         assert_eq!(items.len(), 3);
-        assert_eq!(items[2], Err(ChainError::BadIndex(999)));
+        assert_eq!(items[2], Err(ChainError::BadIndex(BufIdx(999))));
         // The bad link is not followed when the bytes asked for end before it.
         assert_eq!(b.read_chain(head, 0, &mut [0u8; 4]), Ok(4));
         b.hdr(second)
@@ -297,12 +302,15 @@ mod tests {
         assert_eq!(
             b.read_chain(head, 0, &mut [0u8; 10]),
             Err(ChainError::BadRange {
-                idx: second,
+                idx: BufIdx(second),
                 off: 60,
                 end: 65,
                 size: 64
             })
         );
-        assert_eq!(b.segments(4, 1).next(), Some(Err(ChainError::BadIndex(4))));
+        assert_eq!(
+            b.segments(BufIdx(4), 1).next(),
+            Some(Err(ChainError::BadIndex(BufIdx(4))))
+        );
     }
 }

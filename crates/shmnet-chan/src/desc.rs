@@ -5,6 +5,54 @@ use crate::sync::{AtomicU64, Ordering};
 /// A buffer index that names no buffer (the end of a chain).
 pub const NO_BUF: u32 = u32::MAX;
 
+/// The index of a buffer in a pool set: global across the set's pools (buffer `i` lies in
+/// pool `i / per_pool`). shmnet's one buffer-index type: the stack's pools
+/// (`shmnet_stack::BufferPool`, which re-exports it) and the chain walk
+/// ([`crate::Buffers::segments`]) take and return it.
+///
+/// Only a name: an index read from shared memory may name no buffer, and every use checks
+/// it against the party's own geometry. [`BufIdx::NONE`] is the end of a chain.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufIdx(pub u32);
+
+impl BufIdx {
+    /// The index that names no buffer ([`NO_BUF`]).
+    pub const NONE: BufIdx = BufIdx(NO_BUF);
+
+    /// The index as a `usize`, for indexing.
+    #[inline]
+    pub const fn as_usize(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The raw index, as a descriptor or a buffer header carries it.
+    #[inline]
+    pub const fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl From<u32> for BufIdx {
+    #[inline]
+    fn from(i: u32) -> Self {
+        BufIdx(i)
+    }
+}
+
+impl From<BufIdx> for u32 {
+    #[inline]
+    fn from(i: BufIdx) -> Self {
+        i.0
+    }
+}
+
+impl std::fmt::Display for BufIdx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// One queue entry: `{buffer index, length, flags}` plus a word the parties may use for their
 /// own purposes (a message tag; 0 when unused). 16 bytes, so four share a cache line.
 ///

@@ -55,7 +55,7 @@ pub mod layout;
 pub mod window;
 
 pub use chain::{ChainError, Segment, Segments};
-pub use desc::{Desc, NO_BUF};
+pub use desc::{BufIdx, Desc, NO_BUF};
 pub use pool::{AllocPolicy, Buffers, DriverPools, PoolGeometry, Releaser, ServerPools};
 pub use ring::{Consumer, DescLimits, Producer, RingStats};
 pub use signal::{Signal, WaitOutcome};

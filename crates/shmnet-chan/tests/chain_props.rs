@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use shmnet_chan::heap::heap_pools;
-use shmnet_chan::{AllocPolicy, ChainError, NO_BUF, PoolGeometry, ServerPools};
+use shmnet_chan::{AllocPolicy, BufIdx, ChainError, NO_BUF, PoolGeometry, ServerPools};
 
 const DATA: u32 = 64;
 
@@ -58,12 +58,12 @@ fn model(hdrs: &[Hdr], head: u32, skip: usize, max: usize) -> (Vec<u8>, Option<C
             return (out, Some(ChainError::TooLong(total)));
         }
         let Some(h) = hdrs.get(cur as usize) else {
-            return (out, Some(ChainError::BadIndex(cur)));
+            return (out, Some(ChainError::BadIndex(BufIdx(cur))));
         };
         steps += 1;
         if h.off + h.len > DATA {
             let e = ChainError::BadRange {
-                idx: cur,
+                idx: BufIdx(cur),
                 off: h.off,
                 end: h.off + h.len,
                 size: DATA,
@@ -113,7 +113,7 @@ proptest! {
             _ => head_pick % total,
         };
 
-        let items: Vec<_> = b.segments_from(head, skip, max).collect();
+        let items: Vec<_> = b.segments_from(BufIdx(head), skip, max).collect();
         prop_assert!(items.len() <= total as usize + 1, "the walk ended within the set");
         let mut got = Vec::new();
         let mut err = None;
@@ -121,7 +121,7 @@ proptest! {
             match it {
                 Ok(seg) => {
                     prop_assert!(err.is_none());
-                    prop_assert!(seg.idx() < total && !seg.is_empty());
+                    prop_assert!(seg.idx().get() < total && !seg.is_empty());
                     prop_assert!(seg.off() + seg.len() <= DATA as usize);
                     // SAFETY: this test owns every buffer of the set.
                     got.extend_from_slice(unsafe { b.segment_bytes(*seg) }.unwrap());
@@ -137,7 +137,7 @@ proptest! {
         prop_assert_eq!(err, want_err);
 
         let mut dst = vec![0u8; max];
-        match b.read_chain(head, skip, &mut dst) {
+        match b.read_chain(BufIdx(head), skip, &mut dst) {
             Ok(n) => {
                 prop_assert!(want_err.is_none());
                 prop_assert_eq!(&dst[..n], &want[..]);
@@ -162,7 +162,7 @@ proptest! {
         let head = b.chain(&idx).unwrap().unwrap();
         let all: Vec<u8> = parts.concat();
         let mut dst = vec![0u8; all.len() + 5];
-        let n = b.read_chain(head, skip, &mut dst).unwrap();
+        let n = b.read_chain(BufIdx(head), skip, &mut dst).unwrap();
         let want = all.get(skip..).unwrap_or(&[]);
         prop_assert_eq!(&dst[..n], want);
     }

@@ -23,7 +23,7 @@ use crate::windows::{self, REQ, RET, RX, SEND_HEADER};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use shmnet_chan::handoff::recv_window;
-use shmnet_chan::{Consumer, Desc, NO_BUF, Producer, ServerPools, Window};
+use shmnet_chan::{Consumer, Desc, Producer, ServerPools, Window};
 use shmnet_stack::{BufIdx, NoHook, RecvHook};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -362,43 +362,26 @@ impl Inner {
             .as_mut()
             .expect("deliveries come only with windows");
         let bufs = shm.data.buffers();
-        let total = bufs.geometry().total();
         let want = (d.len as usize).min(buf.len());
         let mut copied = 0;
-        let mut cur = d.buf;
-        for _ in 0..total {
-            if cur == NO_BUF || copied >= want {
-                break;
-            }
-            let Some((off, len)) = bufs.off_len(cur) else {
+        // The chain lies in shared memory: shmnet-chan's walk validates each link and range
+        // once; a bad one (or the chain's end) ends the copy short.
+        for seg in bufs.segments(BufIdx(d.buf), want) {
+            let Ok(seg) = seg else { break };
+            // SAFETY: this application owns the delivered chain until it returns it below.
+            let Ok(data) = (unsafe { bufs.segment_bytes(seg) }) else {
                 break;
             };
-            let take = usize::from(len).min(want - copied);
-            // The instrument sees the bytes only once the buffer's geometry has vouched for
-            // them (`read` below makes the same check).
-            let start = usize::from(off);
-            let seen = if hook.active() {
-                // SAFETY: this application owns the delivered chain until it returns it below.
-                unsafe { bufs.data(cur) }
-                    .ok()
-                    .and_then(|d| d.get(start..start + take))
+            let dst = &mut buf[copied..copied + data.len()];
+            // The instrument sees each non-empty buffer's bytes around their copy.
+            if hook.active() {
+                hook.on_buffer(seg.idx(), data);
+                dst.copy_from_slice(data);
+                hook.after_buffer(seg.idx(), data);
             } else {
-                None
-            };
-            if let Some(data) = seen {
-                hook.on_buffer(BufIdx(cur), data);
+                dst.copy_from_slice(data);
             }
-            if bufs
-                .read(cur, start, &mut buf[copied..copied + take])
-                .is_err()
-            {
-                break;
-            }
-            if let Some(data) = seen {
-                hook.after_buffer(BufIdx(cur), data);
-            }
-            copied += take;
-            cur = bufs.next(cur).unwrap_or(NO_BUF);
+            copied += data.len();
         }
         // Give the chain back; the return queue has room for everything we were given unless
         // the server is not draining it, in which case wait for it (or for its death).

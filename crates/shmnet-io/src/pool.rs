@@ -28,6 +28,11 @@ impl ChanPool {
         }
     }
 
+    /// The buffers, for reading chains the stack handed out ([`shmnet_chan::Buffers::segments`]).
+    pub fn buffers(&self) -> &shmnet_chan::Buffers {
+        self.pools.buffers()
+    }
+
     /// The pools, for what the stack does not do (draining deferred frees, statistics).
     pub fn pools(&mut self) -> &mut ServerPools {
         &mut self.pools

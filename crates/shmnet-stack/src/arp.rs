@@ -222,7 +222,7 @@ impl PendingQueue {
 pub const ARP_LEN: usize = 28;
 
 /// Write an Ethernet frame carrying `repr` into buffer `idx` (from offset 0) and set its
-/// window. The capacity must be at least 42 bytes.
+/// window. The capacity must be at least [`FRAME_LEN`] bytes.
 pub fn write_arp<P: BufferPool + ?Sized>(
     pool: &mut P,
     idx: BufIdx,
@@ -230,11 +230,33 @@ pub fn write_arp<P: BufferPool + ?Sized>(
     dst_mac: EthernetAddress,
     repr: &ArpRepr,
 ) {
-    let total = eth::HEADER_LEN + ARP_LEN;
-    let data = &mut pool.data_mut(idx)[..total];
+    emit_frame(pool.data_mut(idx), src_mac, dst_mac, repr);
+    crate::buf::set_window(pool, idx, 0, FRAME_LEN);
+}
+
+/// Length of an Ethernet frame carrying an ARP packet (without padding).
+pub const FRAME_LEN: usize = eth::HEADER_LEN + ARP_LEN;
+
+/// Write an Ethernet frame carrying `repr` at the start of `buf` (at least [`FRAME_LEN`]
+/// bytes).
+pub fn emit_frame(
+    buf: &mut [u8],
+    src_mac: EthernetAddress,
+    dst_mac: EthernetAddress,
+    repr: &ArpRepr,
+) {
+    let data = &mut buf[..FRAME_LEN];
     eth::write_header(data, src_mac, dst_mac, smoltcp::wire::EthernetProtocol::Arp);
     repr.emit(&mut ArpPacket::new_unchecked(&mut data[eth::HEADER_LEN..]));
-    crate::buf::set_window(pool, idx, 0, total);
+}
+
+/// Read the ARP packet at the start of `packet` (an Ethernet payload); `None` if it is too
+/// short or not an Ethernet/IPv4 ARP packet.
+#[inline]
+pub fn parse(packet: &[u8]) -> Option<ArpRepr> {
+    ArpPacket::new_checked(packet)
+        .ok()
+        .and_then(|p| ArpRepr::parse(&p).ok())
 }
 
 /// An ARP request for `target` from (`mac`, `ip`).

@@ -25,17 +25,9 @@
 //! memory), so the stack never trusts `off`/`len`: [`valid`] clamps them to the capacity, and
 //! [`BufferPool::free_chain`] is bounded against cycles.
 
-/// The index of a buffer inside its pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BufIdx(pub u32);
-
-impl BufIdx {
-    /// The index as a `usize`, for indexing.
-    #[inline]
-    pub const fn as_usize(self) -> usize {
-        self.0 as usize
-    }
-}
+/// The index of a buffer inside its pool: shmnet-chan's, so that the stack, the
+/// shared-memory pools and the chain walk name buffers with one type.
+pub use shmnet_chan::BufIdx;
 
 /// The default data capacity of a buffer: an MTU-1500 Ethernet frame and headroom fit.
 pub const DEFAULT_BUF_CAPACITY: usize = 2048;

@@ -34,6 +34,13 @@ pub fn parse(frame: &[u8]) -> Option<EthHeader> {
     })
 }
 
+/// The EtherType of `frame`; `None` if it is shorter than a header (a runt). What a driver
+/// sorts frames by, without reading the addresses.
+#[inline]
+pub fn ethertype(frame: &[u8]) -> Option<EthernetProtocol> {
+    Some(EthernetFrame::new_unchecked(frame.first_chunk::<HEADER_LEN>()?).ethertype())
+}
+
 /// Write an Ethernet header at the start of `buf` (at least [`HEADER_LEN`] bytes).
 #[inline]
 pub fn write_header(

@@ -10,7 +10,7 @@
 use smoltcp::wire::{EthernetAddress, EthernetProtocol};
 
 use crate::buf::{BufIdx, BufferPool, set_window};
-use crate::udp::Sum;
+use crate::checksum::Sum;
 use crate::{eth, ipv4};
 
 /// Why frames could not be built.

@@ -7,11 +7,12 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use smoltcp::wire::{
-    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetProtocol, Icmpv4Message, IpProtocol,
+    ArpOperation, ArpRepr, EthernetAddress, EthernetProtocol, Icmpv4Message, IpProtocol,
 };
 
 use crate::arp::{self, NeighborCache, PendingQueue};
 use crate::buf::{BufIdx, BufferPool, set_window, valid};
+use crate::checksum::Sum;
 use crate::frag::{self, BuildError};
 use crate::icmp::{self, RateLimiter};
 use crate::ipv4::{self, Datagram, EmitHeader, Ipv4Error};
@@ -337,10 +338,7 @@ impl Interface {
         tx: &mut T,
     ) {
         let bytes = &valid(pool, frame)[eth::HEADER_LEN..];
-        let Some(repr) = ArpPacket::new_checked(bytes)
-            .ok()
-            .and_then(|p| ArpRepr::parse(&p).ok())
-        else {
+        let Some(repr) = arp::parse(bytes) else {
             self.stats.arp_bad += 1;
             pool.free(frame);
             return;
@@ -764,7 +762,7 @@ impl Interface {
         };
         let mut frames = std::mem::take(&mut self.scratch);
         frames.clear();
-        let mut sum = udp::Sum::default();
+        let mut sum = Sum::default();
         let built = frag::build_gather(
             pool,
             self.cfg.mac,

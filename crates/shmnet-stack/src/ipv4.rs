@@ -11,6 +11,7 @@ use smoltcp::phy::ChecksumCapabilities;
 use smoltcp::wire::{EthernetAddress, IpProtocol, Ipv4Packet, Ipv4Repr};
 
 use crate::buf::BufIdx;
+use crate::checksum;
 
 /// Length of an IPv4 header without options.
 pub const HEADER_LEN: usize = smoltcp::wire::IPV4_HEADER_LEN;
@@ -78,6 +79,19 @@ pub enum Ipv4Error {
 /// over the whole header, options included.
 #[inline]
 pub fn parse(packet: &[u8]) -> Result<Ipv4Header, Ipv4Error> {
+    parse_with(packet, true)
+}
+
+/// As [`parse`] without verifying the header checksum: the length checks only. For a party
+/// that must find a packet's fields but is not the one to judge its header (a driver
+/// completing a transport checksum the kernel left to offload).
+#[inline]
+pub fn parse_unverified(packet: &[u8]) -> Result<Ipv4Header, Ipv4Error> {
+    parse_with(packet, false)
+}
+
+#[inline(always)]
+fn parse_with(packet: &[u8], verify: bool) -> Result<Ipv4Header, Ipv4Error> {
     // A view over a fixed-size array: the field accessors need no bounds checks.
     let Some(fixed) = packet.first_chunk::<HEADER_LEN>() else {
         return Err(Ipv4Error::Runt);
@@ -92,7 +106,7 @@ pub fn parse(packet: &[u8]) -> Result<Ipv4Header, Ipv4Error> {
         return Err(Ipv4Error::BadLength);
     }
     // Now HEADER_LEN <= header_len <= total_len <= packet.len().
-    if !checksum_ok(fixed, &packet[HEADER_LEN..header_len]) {
+    if verify && !checksum::ipv4_header_ok(fixed, &packet[HEADER_LEN..header_len]) {
         return Err(Ipv4Error::BadChecksum);
     }
     Ok(Ipv4Header {
@@ -108,42 +122,24 @@ pub fn parse(packet: &[u8]) -> Result<Ipv4Header, Ipv4Error> {
     })
 }
 
-/// Whether the RFC 1071 sum of a header (its fixed part and its options, whose length is a
-/// multiple of four as the IHL counts 32-bit words) is all ones, as it is when the checksum
-/// field is right.
-///
-/// The header is summed 32 bits at a time, in native byte order, into a 64-bit integer, and
-/// the end-around-carry fold is replaced by a remainder: a 32-bit word `hi·2¹⁶ + lo` is
-/// congruent to `hi + lo` modulo 0xffff, so the integer sum is congruent to the sum of the
-/// 16-bit words, and the folded ones' complement sum of a nonzero integer sum is 0xffff exactly
-/// when that sum is a multiple of 0xffff. Byte order does not matter (RFC 1071 section 2:
-/// swapping the bytes of every word multiplies the sum by 2⁸ modulo 0xffff, which is
-/// invertible, so multiples of 0xffff stay multiples).
+/// The protocol and fragment offset (in bytes) of the IPv4 header at the start of `packet`,
+/// read with no check but its length; `None` if shorter than a header. For a party that
+/// sees only a frame's first bytes and does not judge it (a sink counting the datagrams
+/// sent to it, a tracer telling first fragments from the others).
 #[inline]
-fn checksum_ok(fixed: &[u8; HEADER_LEN], options: &[u8]) -> bool {
-    let word = |i: usize| {
-        u64::from(u32::from_ne_bytes([
-            fixed[i],
-            fixed[i + 1],
-            fixed[i + 2],
-            fixed[i + 3],
-        ]))
-    };
-    let mut acc = word(0) + word(4) + word(8) + word(12) + word(16);
-    if !options.is_empty() {
-        acc += options_sum(options);
-    }
-    acc != 0 && acc % 0xffff == 0
+pub fn peek(packet: &[u8]) -> Option<(IpProtocol, usize)> {
+    let p = Ipv4Packet::new_unchecked(packet.first_chunk::<HEADER_LEN>()?);
+    Some((p.next_header(), p.frag_offset() as usize))
 }
 
-/// The sum of the 32-bit words (native order) of a header's options.
-#[cold]
-#[inline(never)]
-fn options_sum(options: &[u8]) -> u64 {
-    options
-        .chunks_exact(4)
-        .map(|w| u64::from(u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
-        .sum()
+/// Sets the identification of an IPv4 header without options and fills in its header
+/// checksum (over the 20 bytes; the IHL is not read): a template's header patched in place.
+pub fn set_ident(header: &mut [u8; HEADER_LEN], ident: u16) {
+    let mut p = Ipv4Packet::new_unchecked(&mut header[..]);
+    p.set_ident(ident);
+    p.set_checksum(0);
+    let c = checksum::checksum(&header[..]);
+    Ipv4Packet::new_unchecked(&mut header[..]).set_checksum(c);
 }
 
 /// What to put in an emitted IPv4 header.
@@ -216,36 +212,42 @@ pub struct Datagram {
 mod tests {
     use super::*;
 
-    /// The fast header checksum check agrees with smoltcp's on valid headers, on every
-    /// single-bit corruption of them, and on random bytes, options included.
+    fn header(more_frags: bool, frag_offset: usize) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        let emit = EmitHeader {
+            src: Ipv4Addr::new(10, 0, 0, 2),
+            dst: Ipv4Addr::new(10, 0, 0, 1),
+            proto: IpProtocol::Udp,
+            ttl: 64,
+            ident: 9,
+        };
+        write_header(&mut h, &emit, 0, frag_offset, more_frags);
+        h
+    }
+
     #[test]
-    fn checksum_ok_agrees_with_smoltcp() {
-        let mut rng = fastrand::Rng::with_seed(7);
-        for round in 0..20_000 {
-            let ihl = if round % 4 == 0 { rng.usize(5..=15) } else { 5 };
-            let hl = ihl * 4;
-            let mut h: Vec<u8> = (0..hl).map(|_| rng.u8(..)).collect();
-            h[0] = 0x40 | ihl as u8;
-            if round % 2 == 0 {
-                let mut p = Ipv4Packet::new_unchecked(&mut h[..]);
-                p.fill_checksum();
-            }
-            let check = |h: &[u8]| {
-                let fixed: &[u8; HEADER_LEN] = h[..HEADER_LEN].try_into().unwrap();
-                let ours = checksum_ok(fixed, &h[HEADER_LEN..]);
-                // What smoltcp's `verify_checksum` computes, over the whole slice (a flipped
-                // bit may change the IHL, which `verify_checksum` would read).
-                let theirs = smoltcp::wire::checksum::data(h) == !0;
-                assert_eq!(ours, theirs, "{h:02x?}");
-            };
-            check(&h);
-            if round % 16 == 0 {
-                for bit in 0..hl * 8 {
-                    h[bit / 8] ^= 1 << (bit % 8);
-                    check(&h);
-                    h[bit / 8] ^= 1 << (bit % 8);
-                }
-            }
-        }
+    fn the_unverified_parse_skips_only_the_checksum() {
+        let mut h = header(false, 0);
+        assert!(parse(&h).is_ok());
+        h[10] ^= 0xff;
+        assert_eq!(parse(&h), Err(Ipv4Error::BadChecksum));
+        let u = parse_unverified(&h).unwrap();
+        assert_eq!(
+            (u.proto, u.ident, u.total_len),
+            (IpProtocol::Udp, 9, HEADER_LEN)
+        );
+        h[0] = 0x44; // IHL 4
+        assert_eq!(parse_unverified(&h), Err(Ipv4Error::BadLength));
+        assert_eq!(parse_unverified(&h[..19]), Err(Ipv4Error::Runt));
+    }
+
+    #[test]
+    fn peek_reads_protocol_and_offset_and_set_ident_keeps_the_header_valid() {
+        let mut h = header(true, 1480);
+        assert_eq!(peek(&h), Some((IpProtocol::Udp, 1480)));
+        assert_eq!(peek(&h[..19]), None);
+        set_ident(&mut h, 0xbeef);
+        let p = parse(&h).unwrap();
+        assert_eq!((p.ident, p.frag_offset, p.more_frags), (0xbeef, 1480, true));
     }
 }

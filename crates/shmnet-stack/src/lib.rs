@@ -47,6 +47,7 @@
 pub mod arp;
 pub mod bench;
 pub mod buf;
+pub mod checksum;
 pub mod eth;
 pub mod frag;
 pub mod fuzzing;
@@ -57,6 +58,17 @@ pub mod reasm;
 pub mod socket;
 pub mod stats;
 pub mod udp;
+
+/// The wire layer in one place, for every party that reads or writes frames (the stack
+/// itself, the drivers, the lab's instruments): the header views and emitters of each
+/// protocol, built on smoltcp's `wire` module, and the one Internet-checksum implementation.
+/// A driver that sorts, checks, builds or patches frames does it with these, so the stack
+/// and its drivers agree on every field by construction.
+pub mod wire {
+    pub use crate::checksum::{self, Sum};
+    pub use crate::{arp, eth, icmp, ipv4, udp};
+    pub use smoltcp::wire::{ArpOperation, ArpRepr, EthernetAddress, EthernetProtocol, IpProtocol};
+}
 
 pub use buf::{BufIdx, BufferPool, DEFAULT_BUF_CAPACITY, HeapPool};
 pub use iface::{BindError, Config, Interface, RecvError, SendError, TxSink};

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 
-use crate::buf::{BufIdx, BufferPool, valid};
+use crate::buf::{BufIdx, BufferPool, chain_segments};
 
 /// A handle on a bound UDP socket of one [`crate::Interface`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,19 +119,16 @@ pub fn copy_out<P: BufferPool + ?Sized, H: RecvHook + ?Sized>(
     let want = msg.len.min(dst.len());
     let dst = &mut dst[..want];
     let mut at = 0;
-    let mut cur = msg.head;
-    for _ in 0..msg.bufs {
-        let seg = valid(pool, cur);
+    for (idx, seg) in chain_segments(pool, msg.head, msg.bufs) {
         let k = seg.len().min(want - at);
         if k > 0 {
-            hook.on_buffer(cur, &seg[..k]);
+            hook.on_buffer(idx, &seg[..k]);
             dst[at..at + k].copy_from_slice(&seg[..k]);
-            hook.after_buffer(cur, &seg[..k]);
+            hook.after_buffer(idx, &seg[..k]);
             at += k;
         }
-        match pool.next(cur) {
-            Some(next) if at < want => cur = next,
-            _ => break,
+        if at == want {
+            break;
         }
     }
     pool.free_chain(msg.head);

@@ -1,11 +1,12 @@
 //! UDP: header fields through smoltcp's `UdpPacket` view, and the Internet checksum over a
-//! buffer chain (smoltcp's `checksum` helpers on each buffer, combined).
+//! buffer chain ([`crate::checksum::Sum`] over each buffer, combined).
 
 use std::net::Ipv4Addr;
 
-use smoltcp::wire::{IpProtocol, UdpPacket, checksum};
+use smoltcp::wire::{IpProtocol, UdpPacket};
 
 use crate::buf::{BufIdx, BufferPool, chain_segments};
+use crate::checksum::{Sum, pseudo_v4};
 
 /// Length of a UDP header.
 pub const HEADER_LEN: usize = smoltcp::wire::UDP_HEADER_LEN;
@@ -50,40 +51,6 @@ pub fn write_header(buf: &mut [u8], h: &UdpHeader) {
     p.set_checksum(h.checksum);
 }
 
-/// Accumulates the RFC 1071 sum of a byte sequence given in pieces of any length.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Sum {
-    acc: u32,
-    odd: bool,
-}
-
-impl Sum {
-    /// Add the next piece.
-    #[inline]
-    pub fn add(&mut self, bytes: &[u8]) {
-        let s = checksum::data(bytes);
-        // A piece starting at an odd position pairs its bytes the other way round.
-        let s = if self.odd { s.swap_bytes() } else { s };
-        self.acc += s as u32;
-        self.acc = (self.acc & 0xffff) + (self.acc >> 16);
-        self.odd ^= bytes.len() % 2 == 1;
-    }
-
-    /// Add a 16-bit word computed elsewhere (e.g. a pseudo-header sum); the position must
-    /// be even.
-    #[inline]
-    pub fn add_word(&mut self, w: u16) {
-        self.acc += w as u32;
-        self.acc = (self.acc & 0xffff) + (self.acc >> 16);
-    }
-
-    /// The folded sum (not complemented).
-    #[inline]
-    pub fn value(&self) -> u16 {
-        checksum::combine(&[self.acc as u16, (self.acc >> 16) as u16])
-    }
-}
-
 /// The sum of the first `len` bytes of the chain at `head` (at most `bufs` buffers).
 pub fn chain_sum<P: BufferPool + ?Sized>(pool: &P, head: BufIdx, len: usize, bufs: usize) -> Sum {
     let mut sum = Sum::default();
@@ -101,7 +68,7 @@ pub fn chain_sum<P: BufferPool + ?Sized>(pool: &P, head: BufIdx, len: usize, buf
 
 /// The pseudo-header sum for UDP over IPv4.
 pub fn pseudo(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u16 {
-    checksum::pseudo_header_v4(&src, &dst, IpProtocol::Udp, udp_len as u32)
+    pseudo_v4(src, dst, IpProtocol::Udp, udp_len)
 }
 
 /// Whether a received datagram of `udp_len` bytes (header included) in the chain at `head`
@@ -136,23 +103,5 @@ pub fn finish_tx_checksum(mut sum: Sum, pseudo: u16) -> u16 {
     match !sum.value() {
         0 => 0xffff,
         c => c,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pieces_at_odd_offsets_sum_like_the_whole() {
-        let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
-        for cut in [1, 3, 8, 499, 500, 999] {
-            let mut s = Sum::default();
-            s.add(&bytes[..cut]);
-            s.add(&bytes[cut..]);
-            let mut whole = Sum::default();
-            whole.add(&bytes);
-            assert_eq!(s.value(), whole.value(), "cut {cut}");
-        }
     }
 }

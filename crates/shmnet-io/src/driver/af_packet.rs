@@ -152,11 +152,11 @@ mod wake;
 
 pub use link::DownReason;
 
-use super::checksum::{fold, sum16};
 use super::{Driver, DriverStats, ETH_HDR, LinkState, RxFrame, classify};
 use link::Pace;
 use netns::Home;
 use shmnet_chan::DriverPools;
+use shmnet_stack::wire::{EthernetProtocol, IpProtocol, Sum, checksum, eth, ipv4, udp};
 use std::cell::Cell;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -1342,36 +1342,41 @@ fn check_geometry(o: &AfPacketOptions) -> Result<(), AfPacketError> {
 
 /// For an unfragmented IPv4 UDP or TCP frame whose checksum was left to offload, the offset
 /// in the frame of its checksum field and the complete checksum; `None` for anything else.
+/// The headers are read with the stack's wire layer (lengths checked, the IPv4 header
+/// checksum not judged: that is the stack's job) and summed with its checksum.
 fn complete_checksum(frame: &[u8]) -> Option<(usize, u16)> {
-    if frame.len() < ETH_HDR + 20 || frame[12..14] != [0x08, 0x00] {
+    if eth::ethertype(frame)? != EthernetProtocol::Ipv4 {
         return None;
     }
-    let ip = &frame[ETH_HDR..];
-    let ihl = usize::from(ip[0] & 0x0f) * 4;
-    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-    let frag = u16::from_be_bytes([ip[6], ip[7]]);
-    if ip[0] >> 4 != 4 || ihl < 20 || total < ihl || total > ip.len() || frag & 0x3fff != 0 {
+    let ip = &frame[eth::HEADER_LEN..];
+    let h = ipv4::parse_unverified(ip).ok()?;
+    if h.is_fragment() {
         return None;
     }
-    let (proto, field) = match ip[9] {
-        17 => (17u8, 6usize),
-        6 => (6u8, 16usize),
+    let field = match h.proto {
+        IpProtocol::Udp => udp::CHECKSUM_OFFSET,
+        IpProtocol::Tcp => TCP_CHECKSUM_OFFSET,
         _ => return None,
     };
-    let seg = &ip[ihl..total];
+    let seg = &ip[h.header_len..h.total_len];
     if seg.len() < field + 2 {
         return None;
     }
-    let mut acc = sum16(0, &ip[12..20]);
-    acc += u64::from(proto) + seg.len() as u64;
-    acc = sum16(acc, &seg[..field]);
-    acc = sum16(acc, &seg[field + 2..]);
-    let mut sum = !fold(acc);
-    if proto == 17 && sum == 0 {
-        sum = 0xffff;
-    }
-    Some((ETH_HDR + ihl + field, sum))
+    // The field's offset is even, so the bytes after it keep their pairing.
+    let mut sum = Sum::default();
+    sum.add_word(checksum::pseudo_v4(h.src, h.dst, h.proto, seg.len()));
+    sum.add(&seg[..field]);
+    sum.add(&seg[field + 2..]);
+    let c = match sum.checksum() {
+        // RFC 768: a UDP checksum computed as zero is sent as all ones.
+        0 if h.proto == IpProtocol::Udp => 0xffff,
+        c => c,
+    };
+    Some((eth::HEADER_LEN + h.header_len + field, c))
 }
+
+/// Where the checksum field lies in a TCP header.
+const TCP_CHECKSUM_OFFSET: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -1742,6 +1747,23 @@ mod tests {
             let (at, sum) = complete_checksum(&partial).expect("a UDP frame");
             assert_eq!(at, 40);
             assert_eq!(sum.to_be_bytes(), [good[40], good[41]], "payload {len}");
+        }
+        // TCP: the checksum field at 16, and a computed zero stays zero.
+        for len in [0usize, 3, 100] {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 5 + 1) as u8).collect();
+            let b = etherparse::PacketBuilder::ethernet2([1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1])
+                .ipv4([10, 0, 0, 2], [10, 0, 0, 1], 64)
+                .tcp(4000, 5000, 77, 1000);
+            let mut good = Vec::new();
+            b.write(&mut good, &payload).unwrap();
+            let at = ETH_HDR + 20 + 16;
+            let mut partial = good.clone();
+            partial[at..at + 2].copy_from_slice(&[0x12, 0x34]);
+            assert_eq!(
+                complete_checksum(&partial),
+                Some((at, u16::from_be_bytes([good[at], good[at + 1]]))),
+                "TCP payload {len}"
+            );
         }
         let mut frag = udp_frame(b"x");
         frag[20] |= 0x20; // more fragments

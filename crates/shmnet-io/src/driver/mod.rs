@@ -6,10 +6,10 @@
 //! server anything.
 
 pub mod af_packet;
-mod checksum;
 pub mod softnic;
 
 use shmnet_chan::DriverPools;
+use shmnet_stack::wire::{EthernetProtocol, arp, eth, ipv4};
 
 /// The protocol family of a frame, by EtherType: which IN queue it goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -31,17 +31,21 @@ pub enum Shed {
 }
 
 /// Ethernet header length.
-pub const ETH_HDR: usize = 14;
+pub const ETH_HDR: usize = eth::HEADER_LEN;
 
-/// First-level demultiplexing of one frame by EtherType.
+/// First-level demultiplexing of one frame by EtherType, read with the stack's wire layer:
+/// a frame too short for an Ethernet header, or for the smallest header of its family (an
+/// IPv4 header, an ARP packet), is a runt.
+#[inline]
 pub fn classify(frame: &[u8]) -> Result<Family, Shed> {
-    if frame.len() < ETH_HDR {
+    let Some(ethertype) = eth::ethertype(frame) else {
         return Err(Shed::Runt);
-    }
-    match u16::from_be_bytes([frame[12], frame[13]]) {
-        0x0800 if frame.len() >= ETH_HDR + 20 => Ok(Family::Ipv4),
-        0x0806 if frame.len() >= ETH_HDR + 28 => Ok(Family::Arp),
-        0x0800 | 0x0806 => Err(Shed::Runt),
+    };
+    let body = frame.len() - eth::HEADER_LEN;
+    match ethertype {
+        EthernetProtocol::Ipv4 if body >= ipv4::HEADER_LEN => Ok(Family::Ipv4),
+        EthernetProtocol::Arp if body >= arp::ARP_LEN => Ok(Family::Arp),
+        EthernetProtocol::Ipv4 | EthernetProtocol::Arp => Err(Shed::Runt),
         _ => Err(Shed::UnknownType),
     }
 }
@@ -199,6 +203,11 @@ mod tests {
         f[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
         assert_eq!(classify(&f), Ok(Family::Arp));
         assert_eq!(classify(&f[..30]), Err(Shed::Runt));
+        assert_eq!(classify(&f[..ETH_HDR + 28]), Ok(Family::Arp));
+        assert_eq!(classify(&f[..ETH_HDR + 27]), Err(Shed::Runt));
+        f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        assert_eq!(classify(&f[..ETH_HDR + 20]), Ok(Family::Ipv4));
+        assert_eq!(classify(&f[..ETH_HDR + 19]), Err(Shed::Runt));
         f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
         assert_eq!(classify(&f), Err(Shed::UnknownType));
         assert_eq!(classify(&f[..10]), Err(Shed::Runt));

@@ -24,11 +24,12 @@
 //! the driver does not hold alone (another reference to it, or a chain) cannot change hands
 //! like that: its frame is copied into a fresh buffer, and the original released.
 
-use super::checksum::{fold, sum16};
 use super::{Driver, DriverStats, Family, RxFrame, classify};
 use crate::scoreboard::{Permit, Scoreboard};
-use etherparse::{IpNumber, Ipv4Header, UdpHeader};
 use shmnet_chan::DriverPools;
+use shmnet_stack::wire::{
+    ArpOperation, ArpRepr, EthernetAddress, EthernetProtocol, IpProtocol, Sum, arp, eth, ipv4, udp,
+};
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
@@ -151,21 +152,25 @@ pub fn expected_payload(seq: u64, size: usize, out: &mut Vec<u8>) {
     out[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
 }
 
-/// One frame of the template: bytes, and where its IPv4 header starts.
+/// One frame of the template: an Ethernet header, an IPv4 header without options, and the
+/// frame's share of the UDP datagram.
 struct TemplateFrame {
     bytes: Vec<u8>,
 }
 
-const ETH: usize = 14;
-const IP: usize = 20;
-const UDP: usize = 8;
+const ETH: usize = eth::HEADER_LEN;
+const IP: usize = ipv4::HEADER_LEN;
+const UDP: usize = udp::HEADER_LEN;
 
 /// The software device.
 pub struct Softnic {
     cfg: SoftnicConfig,
     frames: Vec<TemplateFrame>,
-    /// Ones-complement sum of everything the UDP checksum covers, with the sequence bytes 0.
-    udp_sum_base: u64,
+    /// Sum of the UDP header and payload with the destination port and the sequence bytes
+    /// zero (both are added per message).
+    udp_sum_base: Sum,
+    /// The UDP pseudo-header's sum.
+    udp_pseudo: u16,
     /// Messages fully produced.
     sent: u64,
     /// Next frame of the current message to produce.
@@ -214,58 +219,55 @@ impl Softnic {
         let mut payload = Vec::new();
         expected_payload(0, cfg.size, &mut payload);
         let datagram_len = UDP + cfg.size;
-        let mut datagram = Vec::with_capacity(datagram_len);
-        datagram.extend_from_slice(
-            &UdpHeader {
-                source_port: cfg.src_port,
-                destination_port: cfg.dst_ports[0],
-                length: datagram_len as u16,
-                checksum: 0,
-            }
-            .to_bytes(),
-        );
-        datagram.extend_from_slice(&payload);
+        let header = |dst_port| udp::UdpHeader {
+            src_port: cfg.src_port,
+            dst_port,
+            len: datagram_len as u16,
+            checksum: 0,
+        };
+        let mut datagram = vec![0u8; datagram_len];
+        udp::write_header(&mut datagram, &header(cfg.dst_ports[0]));
+        datagram[UDP..].copy_from_slice(&payload);
+        let ip = ipv4::EmitHeader {
+            src: cfg.peer_ip,
+            dst: cfg.ip,
+            proto: IpProtocol::Udp,
+            ttl: 64,
+            ident: 0,
+        };
         let per_frag = (cfg.mtu - IP) & !7;
         let mut frames = Vec::new();
         let mut off = 0;
         while off < datagram_len || frames.is_empty() {
             let take = per_frag.min(datagram_len - off);
             let more = off + take < datagram_len;
-            let mut ip = Ipv4Header::new(
-                take as u16,
-                64,
-                IpNumber::UDP,
-                cfg.peer_ip.octets(),
-                cfg.ip.octets(),
-            )
-            .expect("fragment payload fits");
-            ip.more_fragments = more;
-            ip.fragment_offset =
-                etherparse::IpFragOffset::try_new((off / 8) as u16).expect("offset < 8192");
-            let mut bytes = Vec::with_capacity(ETH + IP + take);
-            bytes.extend_from_slice(&cfg.mac);
-            bytes.extend_from_slice(&cfg.peer_mac);
-            bytes.extend_from_slice(&0x0800u16.to_be_bytes());
-            bytes.extend_from_slice(&ip.to_bytes());
-            bytes.extend_from_slice(&datagram[off..off + take]);
+            let mut bytes = vec![0u8; ETH + IP + take];
+            eth::write_header(
+                &mut bytes,
+                EthernetAddress(cfg.peer_mac),
+                EthernetAddress(cfg.mac),
+                EthernetProtocol::Ipv4,
+            );
+            ipv4::write_header(&mut bytes[ETH..], &ip, take, off, more);
+            bytes[ETH + IP..].copy_from_slice(&datagram[off..off + take]);
             frames.push(TemplateFrame { bytes });
             off += take;
         }
-        // Pseudo header + UDP header + payload, with the port of the first message and the
-        // sequence bytes zero; both are added per message.
-        let mut acc = sum16(0, &cfg.peer_ip.octets());
-        acc = sum16(acc, &cfg.ip.octets());
-        acc += 17 + datagram_len as u64;
-        acc = sum16(acc, &datagram[..6]); // ports and length; checksum field is 0
-        let mut zeroed = payload.clone();
+        // The UDP header and payload with the port and the sequence bytes zero; both are
+        // added per message.
+        let mut udp_sum_base = Sum::default();
+        let mut hdr = [0u8; UDP];
+        udp::write_header(&mut hdr, &header(0));
+        udp_sum_base.add(&hdr);
+        let mut zeroed = payload;
         let n = zeroed.len().min(8);
         zeroed[..n].fill(0);
-        acc = sum16(acc, &zeroed);
-        // Remove the first port: it is added back per message.
-        let udp_sum_base = acc - u64::from(cfg.dst_ports[0]);
+        udp_sum_base.add(&zeroed);
+        let udp_pseudo = udp::pseudo(cfg.peer_ip, cfg.ip, datagram_len);
         Ok(Self {
             frames,
             udp_sum_base,
+            udp_pseudo,
             sent: 0,
             next_frame: 0,
             due: Instant::now(),
@@ -335,31 +337,38 @@ impl Softnic {
         self.sink_udp
     }
 
-    /// Looks at a transmitted frame's first bytes: answers an ARP request for the peer's
-    /// address, counts UDP datagrams.
+    /// Looks at a transmitted frame's first bytes (with the stack's wire layer): answers an
+    /// ARP request for the peer's address, counts UDP datagrams.
     fn sink(&mut self, head: &[u8]) {
         match classify(head) {
             Ok(Family::Arp) => {
-                let arp = &head[ETH..];
-                let is_request = arp[6..8] == [0, 1];
-                if is_request && arp[24..28] == self.cfg.peer_ip.octets() {
-                    let mut r = Vec::with_capacity(42);
-                    r.extend_from_slice(&arp[8..14]); // to the requester's MAC
-                    r.extend_from_slice(&self.cfg.peer_mac);
-                    r.extend_from_slice(&0x0806u16.to_be_bytes());
-                    r.extend_from_slice(&[0, 1, 8, 0, 6, 4, 0, 2]);
-                    r.extend_from_slice(&self.cfg.peer_mac);
-                    r.extend_from_slice(&self.cfg.peer_ip.octets());
-                    r.extend_from_slice(&arp[8..18]); // requester's MAC and address
-                    if self.arp_replies.len() < 16 {
-                        self.arp_replies.push_back(r);
-                    }
+                let Some(ArpRepr::EthernetIpv4 {
+                    operation: ArpOperation::Request,
+                    source_hardware_addr: sha,
+                    source_protocol_addr: spa,
+                    target_protocol_addr: tpa,
+                    ..
+                }) = arp::parse(&head[ETH..])
+                else {
+                    return;
+                };
+                if tpa == self.cfg.peer_ip && self.arp_replies.len() < 16 {
+                    let peer_mac = EthernetAddress(self.cfg.peer_mac);
+                    let reply = ArpRepr::EthernetIpv4 {
+                        operation: ArpOperation::Reply,
+                        source_hardware_addr: peer_mac,
+                        source_protocol_addr: self.cfg.peer_ip,
+                        target_hardware_addr: sha,
+                        target_protocol_addr: spa,
+                    };
+                    let mut r = vec![0; arp::FRAME_LEN];
+                    arp::emit_frame(&mut r, peer_mac, sha, &reply);
+                    self.arp_replies.push_back(r);
                 }
             }
             Ok(Family::Ipv4) => {
-                let ip = &head[ETH..];
-                let first_fragment = u16::from_be_bytes([ip[6], ip[7]]) & 0x1fff == 0;
-                if ip[9] == 17 && first_fragment {
+                // A datagram is counted at its first fragment (offset 0).
+                if ipv4::peek(&head[ETH..]) == Some((IpProtocol::Udp, 0)) {
                     self.sink_udp += 1;
                     self.board_sunk();
                 }
@@ -371,14 +380,12 @@ impl Softnic {
     /// Patches the template for message `seq`: IPv4 identification and header checksums of
     /// every fragment, sequence number, port and UDP checksum in the first.
     fn patch(&mut self, seq: u64) {
-        let id = (seq as u16).to_be_bytes();
         let port = self.cfg.dst_ports[(seq % self.cfg.dst_ports.len() as u64) as usize];
         for f in &mut self.frames {
-            let ip = &mut f.bytes[ETH..ETH + IP];
-            ip[4..6].copy_from_slice(&id);
-            ip[10..12].fill(0);
-            let c = !fold(sum16(0, ip));
-            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            let ip = f.bytes[ETH..]
+                .first_chunk_mut::<IP>()
+                .expect("a template frame holds an IPv4 header");
+            ipv4::set_ident(ip, seq as u16);
         }
         let first = &mut self.frames[0].bytes;
         let udp = ETH + IP;
@@ -389,12 +396,15 @@ impl Softnic {
         let checksum = if self.cfg.checksum {
             let mut padded = [0u8; 8];
             padded[..n].copy_from_slice(&seq_bytes[..n]);
-            let c = !fold(sum16(self.udp_sum_base + u64::from(port), &padded));
-            if c == 0 { 0xffff } else { c }
+            // The port and the sequence bytes stand at even offsets of the datagram.
+            let mut sum = self.udp_sum_base;
+            sum.add_word(port);
+            sum.add_word(Sum::of(&padded).value());
+            udp::finish_tx_checksum(sum, self.udp_pseudo)
         } else {
             0
         };
-        first[udp + 6..udp + 8].copy_from_slice(&checksum.to_be_bytes());
+        first[udp + udp::CHECKSUM_OFFSET..udp + UDP].copy_from_slice(&checksum.to_be_bytes());
     }
 
     /// With a board: tells it how many messages have left.
@@ -773,6 +783,110 @@ mod tests {
             assert!(nic.done());
             assert_eq!(nic.rx_burst(&mut drv, &mut out, 10).unwrap(), 0);
         }
+    }
+
+    /// Every size (odd, under the 8 sequence bytes, one and several fragments) and port
+    /// gets IPv4 header and UDP checksums that etherparse, an independent implementation,
+    /// computes too.
+    #[test]
+    fn patched_checksums_match_etherparse_for_every_size_and_port() {
+        for size in [0usize, 1, 7, 8, 9, 1471, 1472, 1473, 3001] {
+            let mut nic = Softnic::new(SoftnicConfig {
+                size,
+                count: Some(4),
+                checksum: true,
+                dst_ports: vec![5001, 7],
+                ..SoftnicConfig::default()
+            })
+            .unwrap();
+            let (_server, mut drv) = pools();
+            for seq in 0..4u64 {
+                let mut out = Vec::new();
+                let per = nic.frames_per_message();
+                assert_eq!(nic.rx_burst(&mut drv, &mut out, per).unwrap(), per);
+                let mut defrag = etherparse::defrag::IpDefragPool::<(), ()>::new();
+                let mut whole = None;
+                for f in &out {
+                    let mut bytes = vec![0u8; f.len as usize];
+                    drv.buffers().read(f.buf, 0, &mut bytes).unwrap();
+                    drv.release(f.buf);
+                    let p = SlicedPacket::from_ethernet(&bytes).unwrap();
+                    let Some(NetSlice::Ipv4(ip)) = &p.net else {
+                        panic!("not IPv4")
+                    };
+                    let h = ip.header().to_header();
+                    assert_eq!(h.identification, seq as u16);
+                    assert_eq!(
+                        h.header_checksum,
+                        h.calc_header_checksum(),
+                        "IPv4 header checksum, size {size} message {seq}"
+                    );
+                    if per == 1 {
+                        let Some(TransportSlice::Udp(u)) = &p.transport else {
+                            panic!("not UDP")
+                        };
+                        whole = Some(u.slice().to_vec());
+                    } else if let Some(done) = defrag.process_sliced_packet(&p, (), ()).unwrap() {
+                        whole = Some(done.payload);
+                    }
+                }
+                let dgram = whole.expect("a whole datagram");
+                let udp = etherparse::UdpSlice::from_slice(&dgram).unwrap();
+                assert_eq!(udp.destination_port(), [5001, 7][seq as usize % 2]);
+                let mut want = Vec::new();
+                expected_payload(seq, size, &mut want);
+                assert_eq!(udp.payload(), &want[..]);
+                let c = udp
+                    .to_header()
+                    .calc_checksum_ipv4_raw([10, 0, 0, 2], [10, 0, 0, 1], udp.payload())
+                    .unwrap();
+                assert_eq!(udp.checksum(), c, "UDP checksum, size {size} message {seq}");
+            }
+        }
+    }
+
+    /// An ARP request for the simulated peer's address, transmitted to the device, is
+    /// answered with a reply from the peer that etherparse reads back.
+    #[test]
+    fn the_sink_answers_an_arp_request_for_the_peer() {
+        let cfg = SoftnicConfig {
+            count: Some(0),
+            ..SoftnicConfig::default()
+        };
+        let mut nic = Softnic::new(cfg.clone()).unwrap();
+        let (_server, mut drv) = pools();
+        let ask = |nic: &mut Softnic, drv: &mut DriverPools, target: Ipv4Addr| {
+            let req = arp::request_repr(EthernetAddress(cfg.mac), cfg.ip, target);
+            let mut f = vec![0u8; arp::FRAME_LEN];
+            arp::emit_frame(
+                &mut f,
+                EthernetAddress(cfg.mac),
+                EthernetAddress([0xff; 6]),
+                &req,
+            );
+            let b = drv.alloc().unwrap();
+            drv.buffers().write(b, 0, &f).unwrap();
+            drv.buffers().set_off_len(b, 0, f.len() as u16).unwrap();
+            nic.tx_burst(drv, &[b]).unwrap();
+        };
+        ask(&mut nic, &mut drv, Ipv4Addr::new(10, 0, 0, 9)); // not the peer: no answer
+        ask(&mut nic, &mut drv, cfg.peer_ip);
+        let mut out = Vec::new();
+        assert_eq!(nic.rx_burst(&mut drv, &mut out, 8).unwrap(), 1);
+        assert_eq!(out[0].family, Family::Arp);
+        let mut bytes = vec![0u8; out[0].len as usize];
+        drv.buffers().read(out[0].buf, 0, &mut bytes).unwrap();
+        drv.release(out[0].buf);
+        let (eth, rest) = etherparse::Ethernet2Header::from_slice(&bytes).unwrap();
+        assert_eq!((eth.destination, eth.source), (cfg.mac, cfg.peer_mac));
+        let a = etherparse::ArpPacketSlice::from_slice(rest).unwrap();
+        assert_eq!(a.operation(), etherparse::ArpOperation::REPLY);
+        assert_eq!(a.sender_hw_addr(), &cfg.peer_mac);
+        assert_eq!(a.sender_protocol_addr(), &cfg.peer_ip.octets());
+        assert_eq!(a.target_hw_addr(), &cfg.mac);
+        assert_eq!(a.target_protocol_addr(), &cfg.ip.octets());
+        assert_eq!(nic.stats().tx_frames, 2);
+        assert_eq!(nic.sink_malformed(), 0);
     }
 
     #[test]

@@ -268,12 +268,12 @@ fn gather_send<'a>(
 ) -> Option<(std::net::SocketAddrV4, usize)> {
     let len = d.len as usize;
     let mut hdr = [0u8; SEND_HEADER];
-    if bufs.read_chain(d.buf, 0, &mut hdr).ok()? != SEND_HEADER {
+    if bufs.read_chain(BufIdx(d.buf), 0, &mut hdr).ok()? != SEND_HEADER {
         return None;
     }
     let mut k = 0;
     let mut total = 0;
-    for seg in bufs.segments_from(d.buf, SEND_HEADER, len) {
+    for seg in bufs.segments_from(BufIdx(d.buf), SEND_HEADER, len) {
         let seg = seg.ok()?;
         // SAFETY: the application handed this chain to the server with the request and
         // gets it back only through `release` after the send. The slice lies inside its
@@ -372,7 +372,14 @@ impl AppTransport for IpcApp {
                 let Ok(Some(msg)) = r.iface.udp_peek(h) else {
                     break;
                 };
-                let len = copy_chain(r.pool, &msg, r.scratch);
+                let Some(len) = copy_chain(r.pool, &msg, r.scratch) else {
+                    // The stack built the chain: never in practice. Drop the datagram.
+                    self.drops += 1;
+                    if let Ok(Some(m)) = r.iface.udp_recv_chain(h) {
+                        r.pool.free_chain(m.head);
+                    }
+                    continue;
+                };
                 let hdr = control::ipc_header(control::TAG_DELIVER, sock as u16, msg.src);
                 match control::send_raw(&self.sock, &[&hdr, &r.scratch[..len]]) {
                     Ok(true) => {
@@ -428,17 +435,13 @@ impl AppTransport for IpcApp {
     }
 }
 
-/// Copies the bytes of `msg`'s chain into `dst` without freeing it; returns the length.
-pub(crate) fn copy_chain(pool: &ChanPool, msg: &shmnet_stack::Message, dst: &mut [u8]) -> usize {
-    let mut at = 0;
-    let mut cur = Some(msg.head);
-    for _ in 0..msg.bufs {
-        let Some(b) = cur else { break };
-        let bytes = shmnet_stack::buf::valid(pool, b);
-        let take = bytes.len().min(dst.len() - at);
-        dst[at..at + take].copy_from_slice(&bytes[..take]);
-        at += take;
-        cur = pool.next(b);
-    }
-    at
+/// Copies the bytes of `msg`'s chain into `dst` (as many as fit) without freeing it, with
+/// shmnet-chan's chain walk; returns how many, or `None` if the chain is malformed.
+pub(crate) fn copy_chain(
+    pool: &ChanPool,
+    msg: &shmnet_stack::Message,
+    dst: &mut [u8],
+) -> Option<usize> {
+    let n = msg.len.min(dst.len());
+    pool.buffers().read_chain(msg.head, 0, &mut dst[..n]).ok()
 }

@@ -4,11 +4,12 @@
 use super::trace::{Tracer, Who};
 use shmnet_chan::DriverPools;
 use shmnet_io::driver::{Driver, DriverStats, RxFrame};
+use shmnet_stack::wire::{eth, ipv4, udp};
 
 /// Ethernet + IPv4 header bytes (no options: softnic sends none).
-const ETH_IP: usize = 14 + 20;
+const ETH_IP: usize = eth::HEADER_LEN + ipv4::HEADER_LEN;
 /// The UDP header, in a datagram's first fragment.
-const UDP: usize = 8;
+const UDP: usize = udp::HEADER_LEN;
 
 /// `inner`, recording each received frame.
 pub struct TracedDriver<D> {
@@ -56,10 +57,11 @@ impl<D: Driver> Driver for TracedDriver<D> {
                 let data = unsafe { pools.buffers().data(f.buf) }.ok()?;
                 let bytes = &data[..(f.len as usize).min(data.len())];
                 let len = bytes.len();
-                // A first fragment has offset 0 in bytes 20–21 of the IPv4 header (flags aside).
+                // A first fragment has fragment offset 0.
                 let first = bytes
-                    .get(14 + 6..14 + 8)
-                    .is_some_and(|b| u16::from_be_bytes([b[0], b[1]]) & 0x1fff == 0);
+                    .get(eth::HEADER_LEN..)
+                    .and_then(ipv4::peek)
+                    .is_some_and(|(_, off)| off == 0);
                 Some((bytes.as_ptr() as u64, len, first))
             })
             .collect();
