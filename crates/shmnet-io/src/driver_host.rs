@@ -153,11 +153,19 @@ impl AttachedDriver {
         let _ = control::send(&self.ctl, &Request::DriverStats(st));
     }
 
-    /// Waits for the word to start, then moves frames between `driver` and the data window
+    /// Tells the server the device is open, waits for the word to start, then moves frames between `driver` and the data window
     /// until the server goes away (its control socket hangs up), sending its counters every
     /// 100 ms.
     pub fn run<D: Driver>(self, driver: D) -> Result<(), ControlError> {
         let Self { ctl, data } = self;
+        // Ready: the device is open. The server waits for this word before it says it runs.
+        control::send(
+            &ctl,
+            &Request::DriverStats(DriverThreadStats {
+                driver: driver.stats(),
+                ..DriverThreadStats::default()
+            }),
+        )?;
         match control::recv_blocking::<Response>(ctl.as_fd())? {
             Response::Start => {}
             other => {

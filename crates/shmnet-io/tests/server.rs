@@ -103,11 +103,19 @@ fn driver_process_without_its_device() {
 }
 
 fn start_with_process(tag: &str, count: u64, size: usize) -> Server {
-    start_with_process_entry(tag, count, size, "driver_process_softnic")
+    let server = start_with_process_entry(tag, count, size, "driver_process_softnic")
+        .expect("start the server with a driver process");
+    assert_eq!(server.stats().driver_placement, "process");
+    server
 }
 
-fn start_with_process_entry(tag: &str, count: u64, size: usize, entry: &str) -> Server {
-    let server = Server::start_with_driver_process(
+fn start_with_process_entry(
+    tag: &str,
+    count: u64,
+    size: usize,
+    entry: &str,
+) -> Result<Server, shmnet_io::server::ServerError> {
+    Server::start_with_driver_process(
         SoftnicConfig::default().mac,
         &ServerOptions {
             serve: ServeConfig::default(),
@@ -133,9 +141,6 @@ fn start_with_process_entry(tag: &str, count: u64, size: usize, entry: &str) -> 
         },
         Duration::from_secs(30),
     )
-    .expect("start the server with a driver process");
-    assert_eq!(server.stats().driver_placement, "process");
-    server
 }
 
 #[test]
@@ -170,17 +175,15 @@ fn three_processes_driver_server_application() {
 /// with that reason.
 #[test]
 fn a_driver_process_that_cannot_open_its_device_says_why() {
-    let server = start_with_process_entry("nodev", 10, 100, "driver_process_without_its_device");
-    let mut r = Running {
-        server,
-        gate: Arc::new(AtomicBool::new(false)),
-    };
-    serve_until(&mut r, |r| r.server.driver_stopped());
-    let why = r.server.stats().driver_stopped.unwrap_or_default();
-    assert!(
-        why.contains("could not open its device: no device softnic"),
-        "{why}"
-    );
+    // The server does not claim to run: starting fails, with the driver's reason.
+    match start_with_process_entry("nodev", 10, 100, "driver_process_without_its_device") {
+        Err(e) => assert!(
+            e.to_string()
+                .contains("could not open its device: no device softnic"),
+            "{e}"
+        ),
+        Ok(_) => panic!("the server started without its device"),
+    }
 }
 
 #[test]

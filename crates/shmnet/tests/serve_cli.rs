@@ -511,3 +511,91 @@ fn an_error_is_one_line_that_says_its_cause_once() {
         "{err}"
     );
 }
+
+#[test]
+fn a_server_whose_interface_goes_away_reports_it_and_exits_non_zero_when_it_gives_up() {
+    const TEST: &str =
+        "a_server_whose_interface_goes_away_reports_it_and_exits_non_zero_when_it_gives_up";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
+        return;
+    }
+    for placement in ["polled", "thread", "process"] {
+        let Some(ns) = Netns::new(&format!("gone-{placement}")) else {
+            shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+            return;
+        };
+        let runtime = temp(&format!("gone-{placement}"));
+        let socket = runtime.join("s.sock");
+        let mut server = ns.shmnet(
+            &[
+                "serve",
+                "--structure",
+                "server",
+                "--placement",
+                placement,
+                "--driver",
+                "af_packet:v0",
+                "--ip",
+                "10.79.0.1/24",
+                "--give-up-after",
+                "2",
+                "--socket",
+                socket.to_str().unwrap(),
+            ],
+            &runtime,
+        );
+        server.wait_for("shmnet server structure");
+        let stats = || -> Option<serde_json::Value> {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_shmnet")])
+                .args(["stats", "--json", "--socket", socket.to_str().unwrap()])
+                .env("SHMNET_RUNTIME_DIR", &runtime)
+                .output()
+                .ok()?;
+            serde_json::from_slice(&out.stdout).ok()
+        };
+        let link =
+            |st: &serde_json::Value| st["driver"]["driver"]["link"].as_str().map(String::from);
+        assert_eq!(
+            link(&stats().expect("stats")).as_deref(),
+            Some("up"),
+            "{placement}"
+        );
+        // The interface goes away: the server says so (stats and a log line), then gives up
+        // and exits non-zero.
+        let gone_at = Instant::now();
+        assert!(
+            Command::new("ip")
+                .args(["-n", &ns.0, "link", "del", "v0"])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let mut seen_down = None;
+        while seen_down.is_none() && gone_at.elapsed() < Duration::from_secs(2) {
+            match stats().as_ref().and_then(link).as_deref() {
+                Some("down") | Some("failed") => seen_down = Some(gone_at.elapsed()),
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        println!("{placement}: reported down after {seen_down:?}");
+        assert!(
+            seen_down.is_some(),
+            "{placement}: never reported down: {}",
+            server.err()
+        );
+        let status = server.wait();
+        assert!(
+            !status.success(),
+            "{placement}: exited 0 after its driver gave up"
+        );
+        let err = server.err();
+        assert!(
+            err.contains("went away") && err.contains("the driver stopped"),
+            "{placement}: {err}"
+        );
+        let _ = std::fs::remove_dir_all(runtime);
+    }
+}

@@ -116,8 +116,8 @@ pub enum ServerError {
     /// A thread or eventfd could not be made.
     #[error("starting the server's threads: {0}")]
     Io(std::io::Error),
-    /// The driver process did not attach.
-    #[error("the driver process {0}")]
+    /// The driver process did not attach, or could not open its device.
+    #[error("{0}")]
     DriverProcess(String),
 }
 
@@ -282,13 +282,15 @@ impl Server {
             }
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(ServerError::DriverProcess(format!(
-                    "exited ({status}) before attaching"
+                    "the driver process exited ({status}) before attaching"
                 )));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(ServerError::DriverProcess("did not attach in time".into()));
+                return Err(ServerError::DriverProcess(
+                    "the driver process did not attach in time".into(),
+                ));
             }
             std::thread::sleep(Duration::from_millis(2));
         };
@@ -308,9 +310,25 @@ impl Server {
         };
         control::send(&ctl, &Response::Driver(Box::new(setup)))?;
         send_window(&ctl, &data).map_err(ControlError::Io)?;
+        // The driver opens its device now; its first counters say it did (or why not).
+        let first = match wait_message::<Request>(&ctl, &mut buf, deadline) {
+            Some(Request::DriverStats(st)) => st,
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(ServerError::DriverProcess(
+                    "the driver process did not open its device in time".into(),
+                ));
+            }
+        };
+        if let Some(why) = first.stopped {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(ServerError::DriverProcess(why));
+        }
         let start = ctl.try_clone()?;
         let watch = DriverWatch {
-            stats: Arc::new(Mutex::new(DriverThreadStats::default())),
+            stats: Arc::new(Mutex::new(first)),
             alive: Arc::new(AtomicBool::new(true)),
             placement: Placement::Process.name(),
         };
