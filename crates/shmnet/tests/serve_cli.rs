@@ -359,12 +359,17 @@ fn on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused() {
 
 #[test]
 fn an_idle_server_structure_sleeps_in_every_placement() {
-    for placement in ["polled", "thread", "process"] {
-        let runtime = temp(&format!("idle-server-{placement}"));
-        let mut args = vec!["serve", "--structure", "server", "--placement", placement];
+    for (structure, placement) in [
+        ("server", "polled"),
+        ("server", "thread"),
+        ("server", "process"),
+        ("ipc", "thread"),
+    ] {
+        let runtime = temp(&format!("idle-{structure}-{placement}"));
+        let mut args = vec!["serve", "--structure", structure, "--placement", placement];
         args.extend(PACED);
         let mut p = Party::shmnet(&args, &runtime);
-        p.wait_for("shmnet server structure");
+        p.wait_for(&format!("shmnet {structure} structure"));
         // With no application bound, softnic waits; the server, its control plane and its
         // driver (thread or process: the process's CPU is read from its own /proc entry)
         // must all be asleep.
