@@ -427,11 +427,8 @@ mod tests {
 
     #[test]
     fn over_a_loopback_a_caller_reaches_the_echo_at_our_own_address_and_hears_back() {
-        let path = crate::scoreboard::temp_path("inline-loopback");
-        let board =
-            std::sync::Arc::new(crate::scoreboard::Scoreboard::create(&path, 0, 0, 0).unwrap());
         let nic = Softnic::new(SoftnicConfig {
-            board: Some((board, softnic::BoardRole::Loopback)),
+            loopback: true,
             ..SoftnicConfig::default()
         })
         .unwrap();
@@ -467,7 +464,6 @@ mod tests {
         );
         assert_eq!(s.driver_stats().rx_frames, 2);
         assert_eq!(s.stack_stats().arp_requests_sent, 0);
-        let _ = std::fs::remove_file(path);
     }
 
     #[test]

@@ -12,7 +12,6 @@ pub mod driver;
 mod driver_host;
 pub mod inline;
 pub mod pool;
-pub mod scoreboard;
 pub mod server;
 pub mod spec;
 pub mod windows;

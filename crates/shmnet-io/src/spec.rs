@@ -16,7 +16,7 @@
 //! "--mac with af_packet" cannot be expressed; [`SoftnicSpec::bench`] set means a benchmark
 //! run, whose end the board decides.
 
-use crate::driver::softnic::{BoardRole, Dma, SoftnicConfig};
+use crate::driver::softnic::{Dma, SoftnicConfig};
 use crate::inline::{App, ServeConfig};
 use crate::server::{ControlLimits, Placement, ServerOptions};
 use serde::{Deserialize, Serialize};
@@ -65,8 +65,10 @@ impl ServeStructure {
     }
 }
 
-/// softnic's part in a benchmark run (`shmnet ttcp`, `shmnet rr`): see
-/// [`BoardRole`](crate::driver::softnic::BoardRole), which it becomes when the board is open.
+/// softnic's part in a benchmark run (`shmnet ttcp`, `shmnet rr`). Data only: shmnet-lab's
+/// `softnic_roles` turns it, with the opened board, into a paced softnic (the sender and the
+/// sink) or a loopback softnic. It is named here, not in the lab, because the spec that
+/// carries it is shared by the command line, the harness and the driver process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BenchRole {
@@ -98,16 +100,6 @@ impl std::str::FromStr for BenchRole {
             "sink" => Ok(Self::Sink),
             "loopback" => Ok(Self::Loopback),
             other => Err(SpecError::UnknownRole(other.to_string())),
-        }
-    }
-}
-
-impl From<BenchRole> for BoardRole {
-    fn from(r: BenchRole) -> Self {
-        match r {
-            BenchRole::Send => Self::Send,
-            BenchRole::Sink => Self::Sink,
-            BenchRole::Loopback => Self::Loopback,
         }
     }
 }
@@ -170,8 +162,9 @@ impl SoftnicSpec {
             .is_some_and(|b| b.role == BenchRole::Loopback)
     }
 
-    /// softnic's configuration for a server at `ip`, sending to `port`: everything but the
-    /// board (the runner opens it and sets `board`) and the gate.
+    /// softnic's configuration for a server at `ip`, sending to `port`: everything but its
+    /// benchmark part (the runner opens the board and applies the role: shmnet-lab's
+    /// `softnic_roles`) and the gate.
     pub fn config(&self, ip: Ipv4Addr, checksum: bool, port: u16) -> SoftnicConfig {
         SoftnicConfig {
             mac: self.mac(),

@@ -5,9 +5,10 @@ use clap::{Args, ValueEnum};
 use shmnet_io::driver::Driver;
 use shmnet_io::driver::softnic::{Dma, Softnic};
 use shmnet_io::inline::{App, Inline};
-use shmnet_io::scoreboard::Scoreboard;
 use shmnet_io::server::Placement;
 use shmnet_io::spec::{BenchPart, DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
+use shmnet_lab::scoreboard::Scoreboard;
+use shmnet_lab::softnic_roles::BoardPacer;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,21 +126,22 @@ impl DriverArgs {
     }
 }
 
-/// Opens softnic as `spec` says, for a server at `ip` (its benchmark board too, if any),
-/// sending to `port`, held back by `gate` if given.
+/// Opens softnic as `spec` says, for a server at `ip` (playing its part in a benchmark run
+/// if it has one: shmnet-lab's roles, the run's board opened), sending to `port`, held back
+/// by `gate` if given.
 fn open_softnic(
     spec: &SoftnicSpec,
     ip: Ipv4Addr,
     checksum: bool,
     port: u16,
     gate: Option<Arc<AtomicBool>>,
-) -> Result<Softnic> {
+) -> Result<Softnic<Option<BoardPacer>>> {
     let mut cfg = spec.config(ip, checksum, port);
-    if let Some(part) = &spec.bench {
-        cfg.board = Some((open_board(part)?, part.role.into()));
-    }
     cfg.gate = gate;
-    Softnic::new(cfg).context("configuring softnic")
+    Ok(shmnet_lab::softnic_roles::open_softnic(
+        cfg,
+        spec.bench.as_ref(),
+    )?)
 }
 
 /// A benchmark run's scoreboard.

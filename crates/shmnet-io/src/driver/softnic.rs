@@ -16,16 +16,22 @@
 //! What is transmitted to it is sunk: counted, checked to be a well-formed Ethernet frame
 //! (malformed ones counted), and freed.
 //!
-//! As a **loopback** ([`BoardRole::Loopback`]) it sends nothing of its own: every frame
+//! As a **loopback** ([`SoftnicConfig::loopback`]) it sends nothing of its own: every frame
 //! transmitted to it comes back as a received frame, like Linux's `lo`, which hands the same
 //! socket buffer back without copying. softnic hands the same pool buffer back (its header's
 //! `off`/`len` as the stack left them): a transmitted buffer is the driver's to release, and
 //! a received one the driver's to hand over, so the buffer only changes direction. A buffer
 //! the driver does not hold alone (another reference to it, or a chain) cannot change hands
 //! like that: its frame is copied into a fresh buffer, and the original released.
+//!
+//! What it sends, and when, can be governed from outside through a [`Pacer`]: a few hooks
+//! the device calls (may the traffic start, may the next message start, a message left, a
+//! datagram was sunk). The device knows nothing of what is behind them; shmnet-lab's
+//! benchmark roles (a sender kept to a window, a sink that counts for the run) are pacers.
+//! `Softnic` is generic over its pacer, so the hooks are inlined: an unpaced softnic
+//! ([`Unpaced`], the default) pays nothing for them.
 
 use super::{Driver, DriverStats, Family, RxFrame, classify};
-use crate::scoreboard::{Permit, Scoreboard};
 use shmnet_chan::DriverPools;
 use shmnet_stack::wire::{
     ArpOperation, ArpRepr, EthernetAddress, EthernetProtocol, IpProtocol, Sum, arp, eth, ipv4, udp,
@@ -85,24 +91,119 @@ pub struct SoftnicConfig {
     /// If set, nothing is sent until it becomes true (e.g. until an application has bound
     /// its port).
     pub gate: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    /// A benchmark run's scoreboard, and this device's part in the run (see [`BoardRole`]).
-    /// With a board, `count` is ignored: the board's limit, window and stop rule.
-    pub board: Option<(std::sync::Arc<Scoreboard>, BoardRole)>,
+    /// Be a loopback: send nothing of its own (`count` is ignored) and hand every frame
+    /// transmitted to it back as received (see the module's documentation).
+    pub loopback: bool,
 }
 
-/// What a softnic does in a benchmark run (`shmnet ttcp`, `shmnet rr`).
+/// What a paced softnic may do next (see [`Pacer::permit`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BoardRole {
-    /// The streaming sender (ttcp receive): messages as the board's window and stop rule
-    /// allow; publishes `sent`.
-    Send,
-    /// The receiving peer (ttcp transmit): sends nothing; publishes the UDP datagrams
-    /// transmitted to it since the run started as `received`.
-    Sink,
-    /// The wire of a request–response run (rr): a loopback. Sends nothing of its own and
-    /// counts nothing on the board; every transmitted frame comes back as received (the
-    /// requester and the echo are applications of the same stack).
-    Loopback,
+pub enum Permit {
+    /// Send the next message.
+    Go,
+    /// Not yet: the run has not started, or the window is full.
+    Wait,
+    /// Send nothing more: the run is stopping or the limit is reached.
+    Done,
+}
+
+/// Hooks through which something outside the device governs what a softnic sends and
+/// learns what it sinks — a benchmark run's rules, say. Every method has the default of an
+/// ungoverned device, so a pacer writes only the hooks it needs.
+///
+/// Called on the device's hot path (once per burst or per message, never per byte): keep
+/// them cheap and non-blocking. The device calls them in this order: [`ready`](Self::ready)
+/// once per receive burst (after the gate); while it is, [`permit`](Self::permit) before
+/// each message, [`sent`](Self::sent) after each, [`finished`](Self::finished) once when
+/// `permit` says [`Permit::Done`]; [`sunk`](Self::sunk) at each UDP datagram transmitted to
+/// it. After `Done` the device sends nothing more, so `finished` is the last word on `sent`.
+/// `Send`, as the device is: it moves to the thread or process that drives it.
+pub trait Pacer: Send {
+    /// Whether this device sends at all (a pacer that only watches the sink says no: the
+    /// device is then [`done`](Softnic::done) from the start).
+    #[inline(always)]
+    fn sends(&self) -> bool {
+        true
+    }
+    /// May traffic flow yet? Until it says yes, the device sends nothing (ARP replies
+    /// excepted) and [`Pacer::recheck`] says when to ask again.
+    #[inline(always)]
+    fn ready(&mut self) -> bool {
+        true
+    }
+    /// May message number `sent` (counted from 0) start now?
+    #[inline(always)]
+    fn permit(&mut self, sent: u64) -> Permit {
+        let _ = sent;
+        Permit::Go
+    }
+    /// `sent` messages have now left (each message once, in order; a message lost for want
+    /// of buffers counts as sent).
+    #[inline(always)]
+    fn sent(&mut self, sent: u64) {
+        let _ = sent;
+    }
+    /// The device stopped sending after `sent` messages, for good.
+    #[inline(always)]
+    fn finished(&mut self, sent: u64) {
+        let _ = sent;
+    }
+    /// A UDP datagram was transmitted to the device: `total` since it was made.
+    #[inline(always)]
+    fn sunk(&mut self, total: u64) {
+        let _ = total;
+    }
+    /// Held back (not [`ready`](Self::ready), or [`Permit::Wait`]): how soon to look again,
+    /// for a pacer whose progress no file descriptor announces. `None`: no sooner than
+    /// otherwise.
+    #[inline(always)]
+    fn recheck(&self) -> Option<Duration> {
+        None
+    }
+}
+
+/// No pacer: the device sends `count` messages, as fast as `gap` allows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unpaced;
+
+impl Pacer for Unpaced {}
+
+/// An optional pacer: `None` paces nothing.
+impl<P: Pacer> Pacer for Option<P> {
+    #[inline(always)]
+    fn sends(&self) -> bool {
+        self.as_ref().is_none_or(P::sends)
+    }
+    #[inline(always)]
+    fn ready(&mut self) -> bool {
+        self.as_mut().is_none_or(P::ready)
+    }
+    #[inline(always)]
+    fn permit(&mut self, sent: u64) -> Permit {
+        self.as_mut().map_or(Permit::Go, |p| p.permit(sent))
+    }
+    #[inline(always)]
+    fn sent(&mut self, sent: u64) {
+        if let Some(p) = self {
+            p.sent(sent);
+        }
+    }
+    #[inline(always)]
+    fn finished(&mut self, sent: u64) {
+        if let Some(p) = self {
+            p.finished(sent);
+        }
+    }
+    #[inline(always)]
+    fn sunk(&mut self, total: u64) {
+        if let Some(p) = self {
+            p.sunk(total);
+        }
+    }
+    #[inline(always)]
+    fn recheck(&self) -> Option<Duration> {
+        self.as_ref().and_then(P::recheck)
+    }
 }
 
 /// Frames a loopback holds between their transmission and their return (a device's
@@ -125,7 +226,7 @@ impl Default for SoftnicConfig {
             checksum: false,
             dma: Dma::Cached,
             gate: None,
-            board: None,
+            loopback: false,
         }
     }
 }
@@ -162,9 +263,10 @@ const ETH: usize = eth::HEADER_LEN;
 const IP: usize = ipv4::HEADER_LEN;
 const UDP: usize = udp::HEADER_LEN;
 
-/// The software device.
-pub struct Softnic {
+/// The software device, paced by `P` (see [`Pacer`]; [`Unpaced`] by default).
+pub struct Softnic<P: Pacer = Unpaced> {
     cfg: SoftnicConfig,
+    pacer: P,
     frames: Vec<TemplateFrame>,
     /// Sum of the UDP header and payload with the destination port and the sequence bytes
     /// zero (both are added per message).
@@ -183,30 +285,27 @@ pub struct Softnic {
     arp_replies: std::collections::VecDeque<Vec<u8>>,
     /// UDP datagrams (first fragments) transmitted to the simulated peer.
     sink_udp: u64,
-    /// The run's state when the device plays a part in a benchmark run.
-    run: RunState,
+    /// Nothing more to send: a loopback, a pacer that does not send, or one that said
+    /// [`Permit::Done`].
+    finished: bool,
+    /// The last message could not start: the pacer was not ready or said wait.
+    waiting: bool,
     /// Loopback: transmitted frames on their way back, oldest first.
     looped: std::collections::VecDeque<RxFrame>,
     /// Loopback: room for a frame that must be copied.
     scratch: Vec<u8>,
 }
 
-/// A softnic's state in a benchmark run (all zero without a board).
-#[derive(Default)]
-struct RunState {
-    /// The board said there is nothing more to send.
-    finished: bool,
-    /// The last message could not start: the run had not begun or the window was full.
-    waiting: bool,
-    /// The receiver's count as last read (see [`Scoreboard::permit`]).
-    seen_received: u64,
-    /// `sink_udp` when the run started (Sink: what came before is not the run's).
-    sink_base: Option<u64>,
+impl Softnic {
+    /// Builds the template for `cfg`, unpaced.
+    pub fn new(cfg: SoftnicConfig) -> Result<Self, SoftnicError> {
+        Self::with_pacer(cfg, Unpaced)
+    }
 }
 
-impl Softnic {
-    /// Builds the template for `cfg`.
-    pub fn new(cfg: SoftnicConfig) -> Result<Self, SoftnicError> {
+impl<P: Pacer> Softnic<P> {
+    /// Builds the template for `cfg`, its sending governed by `pacer`.
+    pub fn with_pacer(cfg: SoftnicConfig, pacer: P) -> Result<Self, SoftnicError> {
         if cfg.size > 65_507 {
             return Err(SoftnicError::TooLarge(cfg.size));
         }
@@ -275,10 +374,9 @@ impl Softnic {
             sink_malformed: 0,
             arp_replies: std::collections::VecDeque::new(),
             sink_udp: 0,
-            run: RunState {
-                finished: matches!(cfg.board, Some((_, BoardRole::Sink | BoardRole::Loopback))),
-                ..RunState::default()
-            },
+            finished: cfg.loopback || !pacer.sends(),
+            waiting: false,
+            pacer,
             looped: std::collections::VecDeque::new(),
             scratch: Vec::new(),
             cfg,
@@ -295,36 +393,22 @@ impl Softnic {
         self.sent
     }
 
-    /// Whether every configured message has been produced.
+    /// Whether it will send nothing more: `count` messages produced, or its pacer said
+    /// done (or never sends), or it is a loopback.
+    #[inline]
     pub fn done(&self) -> bool {
-        match self.cfg.board {
-            Some(_) => self.run.finished,
-            None => self.cfg.count.is_some_and(|c| self.sent >= c),
-        }
+        self.finished || self.cfg.count.is_some_and(|c| self.sent >= c)
+    }
+
+    /// Its pacer.
+    pub fn pacer(&self) -> &P {
+        &self.pacer
     }
 
     /// Whether it is a loopback.
+    #[inline]
     fn is_loopback(&self) -> bool {
-        matches!(self.cfg.board, Some((_, BoardRole::Loopback)))
-    }
-
-    /// With a board: may the next message start now?
-    fn board_permit(&mut self) -> Permit {
-        let Some((board, role)) = &self.cfg.board else {
-            return Permit::Go;
-        };
-        match *role {
-            BoardRole::Send => board.permit(self.sent, &mut self.run.seen_received),
-            BoardRole::Sink | BoardRole::Loopback => Permit::Done,
-        }
-    }
-
-    /// A UDP datagram left for the peer: a sink counts it for the run.
-    fn board_sunk(&self) {
-        if let (Some((board, BoardRole::Sink)), Some(base)) = (&self.cfg.board, self.run.sink_base)
-        {
-            board.set_received(self.sink_udp - base);
-        }
+        self.cfg.loopback
     }
 
     /// Transmitted frames that were not well-formed Ethernet frames.
@@ -370,7 +454,7 @@ impl Softnic {
                 // A datagram is counted at its first fragment (offset 0).
                 if ipv4::peek(&head[ETH..]) == Some((IpProtocol::Udp, 0)) {
                     self.sink_udp += 1;
-                    self.board_sunk();
+                    self.pacer.sunk(self.sink_udp);
                 }
             }
             Err(_) => {}
@@ -405,21 +489,6 @@ impl Softnic {
             0
         };
         first[udp + udp::CHECKSUM_OFFSET..udp + UDP].copy_from_slice(&checksum.to_be_bytes());
-    }
-
-    /// With a board: tells it how many messages have left.
-    fn publish_sent(&self) {
-        if let Some((board, BoardRole::Send)) = &self.cfg.board {
-            board.set_sent(self.sent);
-        }
-    }
-
-    /// With a board, as the sender: tells it the final count, and that it has finished.
-    fn publish_finished(&self) {
-        if let Some((board, BoardRole::Send)) = &self.cfg.board {
-            board.set_sent(self.sent);
-            board.set_sender_finished();
-        }
     }
 
     /// Loopback: takes a transmitted frame of `len` bytes, well-formed and of `family`, to
@@ -531,7 +600,7 @@ unsafe fn copy_nontemporal(dst: *mut u8, src: &[u8]) {
     };
 }
 
-impl Driver for Softnic {
+impl<P: Pacer> Driver for Softnic<P> {
     fn rx_burst(
         &mut self,
         pools: &mut DriverPools,
@@ -568,25 +637,22 @@ impl Driver for Softnic {
                 return Ok(produced);
             }
         }
-        if let Some((board, _)) = &self.cfg.board {
-            if !board.go() {
-                self.run.waiting = true;
-                return Ok(produced);
-            }
-            self.run.sink_base.get_or_insert(self.sink_udp);
+        if !self.pacer.ready() {
+            self.waiting = true;
+            return Ok(produced);
         }
-        self.run.waiting = false;
+        self.waiting = false;
         while produced < max && !self.done() {
             if self.next_frame == 0 {
-                match self.board_permit() {
+                match self.pacer.permit(self.sent) {
                     Permit::Go => {}
                     Permit::Wait => {
-                        self.run.waiting = true;
+                        self.waiting = true;
                         break;
                     }
                     Permit::Done => {
-                        self.run.finished = true;
-                        self.publish_finished();
+                        self.finished = true;
+                        self.pacer.finished(self.sent);
                         break;
                     }
                 }
@@ -605,7 +671,7 @@ impl Driver for Softnic {
                 self.stats.rx_no_buffer += 1;
                 self.next_frame = 0;
                 self.sent += 1;
-                self.publish_sent();
+                self.pacer.sent(self.sent);
                 continue;
             };
             let frame = &self.frames[self.next_frame].bytes;
@@ -627,7 +693,7 @@ impl Driver for Softnic {
             if self.next_frame == self.frames.len() {
                 self.next_frame = 0;
                 self.sent += 1;
-                self.publish_sent();
+                self.pacer.sent(self.sent);
             }
         }
         #[cfg(target_arch = "x86_64")]
@@ -684,11 +750,12 @@ impl Driver for Softnic {
             .gate
             .as_ref()
             .is_some_and(|g| !g.load(std::sync::atomic::Ordering::Acquire));
-        // A sender held back by a benchmark's window learns of the receiver's progress from
-        // no file descriptor: look again soon.
-        if self.run.waiting && matches!(self.cfg.board, Some((_, BoardRole::Send))) && !self.done()
-        {
-            return Some(Duration::from_micros(5));
+        // A sender held back by its pacer may learn of progress from no file descriptor:
+        // look again when the pacer says.
+        if self.waiting && !self.done() {
+            if let Some(soon) = self.pacer.recheck() {
+                return Some(soon);
+            }
         }
         if !self.looped.is_empty() {
             return Some(Duration::ZERO);
@@ -906,53 +973,6 @@ mod tests {
         assert_eq!(nic.stats().rx_no_buffer, 72);
     }
 
-    fn board(window: u64, limit: u64) -> (std::sync::Arc<Scoreboard>, std::path::PathBuf) {
-        let path = crate::scoreboard::temp_path("softnic-test");
-        let b = Scoreboard::create(&path, window, limit, 64).unwrap();
-        (std::sync::Arc::new(b), path)
-    }
-
-    #[test]
-    fn as_a_sender_it_waits_for_go_keeps_to_the_window_and_stops_at_the_limit() {
-        let (b, path) = board(3, 5);
-        let mut nic = Softnic::new(SoftnicConfig {
-            size: 10,
-            board: Some((b.clone(), BoardRole::Send)),
-            ..SoftnicConfig::default()
-        })
-        .unwrap();
-        let (_server, mut drv) = pools();
-        let mut out = Vec::new();
-        assert_eq!(
-            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
-            0,
-            "before go"
-        );
-        b.set_go();
-        assert_eq!(
-            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
-            3,
-            "the window"
-        );
-        assert_eq!(b.sent(), 3);
-        assert!(!b.sender_finished());
-        assert_eq!(
-            nic.idle_hint(),
-            Some(Duration::from_micros(5)),
-            "look again soon"
-        );
-        b.set_received(3);
-        assert_eq!(
-            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
-            2,
-            "the limit"
-        );
-        assert!(nic.done());
-        assert!(b.sender_finished(), "it says so, its count final");
-        assert_eq!(b.sent(), 5);
-        let _ = std::fs::remove_file(path);
-    }
-
     /// A frame with an IPv4 header (addresses 10.0.0.1 to itself) and 8 bytes of UDP, written
     /// into a fresh buffer at `off`.
     fn frame_at(drv: &mut DriverPools, off: u16, tag: u8) -> (u32, Vec<u8>) {
@@ -969,9 +989,9 @@ mod tests {
         (b, f)
     }
 
-    fn loopback(b: &std::sync::Arc<Scoreboard>) -> Softnic {
+    fn loopback() -> Softnic {
         Softnic::new(SoftnicConfig {
-            board: Some((b.clone(), BoardRole::Loopback)),
+            loopback: true,
             ..SoftnicConfig::default()
         })
         .unwrap()
@@ -979,15 +999,13 @@ mod tests {
 
     #[test]
     fn a_loopback_hands_each_transmitted_buffer_back_as_received_in_order() {
-        let (b, path) = board(0, 0);
-        let mut nic = loopback(&b);
+        let mut nic = loopback();
         assert!(nic.done(), "a loopback sends nothing of its own");
         let (_server, mut drv) = pools();
         let free = drv.buffers().free_count();
         let (first, f1) = frame_at(&mut drv, 30, 1);
         let (second, f2) = frame_at(&mut drv, 0, 2);
         let mut out = Vec::new();
-        b.set_go();
         assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 0);
         assert_eq!(nic.idle_hint(), None);
         nic.tx_burst(&mut drv, &[first, second]).unwrap();
@@ -1015,18 +1033,12 @@ mod tests {
         );
         let st = nic.stats();
         assert_eq!((st.tx_frames, st.rx_frames, st.tx_errors), (2, 2, 0));
-        assert_eq!(
-            (b.sent(), b.received()),
-            (0, 0),
-            "it counts nothing on the board"
-        );
-        let _ = std::fs::remove_file(path);
+        assert_eq!(nic.sink_udp(), 0, "a loopback sinks nothing");
     }
 
     #[test]
     fn a_loopback_copies_a_buffer_it_does_not_hold_alone_and_refuses_beyond_its_backlog() {
-        let (b, path) = board(0, 0);
-        let mut nic = loopback(&b);
+        let mut nic = loopback();
         let (_server, mut drv) = pools_of(LOOPBACK_BACKLOG as u32);
         // Another holder: the buffer cannot change hands, so its frame is copied.
         let (shared, f) = frame_at(&mut drv, 30, 3);
@@ -1055,31 +1067,101 @@ mod tests {
         out.clear();
         while nic.rx_burst(&mut drv, &mut out, 32).unwrap() > 0 {}
         assert_eq!(out.len(), LOOPBACK_BACKLOG);
-        let _ = std::fs::remove_file(path);
+    }
+
+    /// A pacer that lets `allow` messages through, then says done; it records every hook.
+    #[derive(Default)]
+    struct Script {
+        ready: bool,
+        allow: u64,
+        hold: bool,
+        sent: Vec<u64>,
+        finished: Option<u64>,
+        sunk: u64,
+    }
+
+    impl Pacer for Script {
+        fn ready(&mut self) -> bool {
+            self.ready
+        }
+        fn permit(&mut self, sent: u64) -> Permit {
+            match () {
+                () if sent >= self.allow => Permit::Done,
+                () if self.hold => Permit::Wait,
+                () => Permit::Go,
+            }
+        }
+        fn sent(&mut self, sent: u64) {
+            self.sent.push(sent);
+        }
+        fn finished(&mut self, sent: u64) {
+            self.finished = Some(sent);
+        }
+        fn sunk(&mut self, total: u64) {
+            self.sunk = total;
+        }
+        fn recheck(&self) -> Option<Duration> {
+            Some(Duration::from_micros(7))
+        }
     }
 
     #[test]
-    fn as_a_sink_it_counts_from_go() {
-        let (_server, mut drv) = pools();
-        let (b, path) = board(0, 0);
-        let mut sink = Softnic::new(SoftnicConfig {
-            board: Some((b.clone(), BoardRole::Sink)),
-            ..SoftnicConfig::default()
-        })
+    fn a_pacer_starts_holds_and_stops_the_device_and_hears_every_message() {
+        let mut nic = Softnic::with_pacer(
+            SoftnicConfig {
+                size: 10,
+                count: None,
+                ..SoftnicConfig::default()
+            },
+            Script {
+                allow: 3,
+                ..Script::default()
+            },
+        )
         .unwrap();
-        assert!(sink.done(), "a sink sends nothing");
-        let send_one = |sink: &mut Softnic, drv: &mut DriverPools| {
-            let (r, _) = frame_at(drv, 0, 0);
-            sink.tx_burst(drv, &[r]).unwrap();
-        };
+        let (_server, mut drv) = pools();
         let mut out = Vec::new();
-        send_one(&mut sink, &mut drv); // before the run: not counted
-        b.set_go();
-        sink.rx_burst(&mut drv, &mut out, 32).unwrap();
-        send_one(&mut sink, &mut drv);
-        send_one(&mut sink, &mut drv);
-        assert_eq!(b.received(), 2);
-        let _ = std::fs::remove_file(path);
+        assert_eq!(
+            nic.rx_burst(&mut drv, &mut out, 32).unwrap(),
+            0,
+            "not ready"
+        );
+        assert_eq!(nic.idle_hint(), Some(Duration::from_micros(7)), "held back");
+        nic.pacer.ready = true;
+        nic.pacer.hold = true;
+        assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 0, "wait");
+        assert!(!nic.done());
+        nic.pacer.hold = false;
+        assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 3);
+        assert!(nic.done(), "done when the pacer says, with no count");
+        assert_eq!(nic.pacer().sent, [1, 2, 3]);
+        assert_eq!(nic.pacer().finished, Some(3));
+        assert_eq!(nic.idle_hint(), None, "done: nothing to look for");
+        let (f, _) = frame_at(&mut drv, 0, 0);
+        nic.tx_burst(&mut drv, &[f]).unwrap();
+        assert_eq!(nic.pacer().sunk, 1, "told of the datagram sunk");
+        for f in out {
+            drv.release(f.buf);
+        }
+    }
+
+    /// A pacer that does not send makes the device done from the start.
+    #[test]
+    fn a_pacer_that_does_not_send_leaves_the_device_done() {
+        struct Quiet;
+        impl Pacer for Quiet {
+            fn sends(&self) -> bool {
+                false
+            }
+        }
+        let nic = Softnic::with_pacer(SoftnicConfig::default(), Quiet).unwrap();
+        assert!(nic.done());
+        let none: Option<Quiet> = None;
+        assert!(
+            !Softnic::with_pacer(SoftnicConfig::default(), none)
+                .unwrap()
+                .done()
+        );
     }
 
     #[test]

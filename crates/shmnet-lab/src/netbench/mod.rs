@@ -24,7 +24,7 @@
 //! frame transmitted comes back as received, so the requester is an application like the
 //! echo, and every structure runs its stack twice per direction (see [`rr`]).
 
-use shmnet_io::scoreboard::{Scoreboard, ScoreboardError};
+use crate::scoreboard::{Scoreboard, ScoreboardError};
 use shmnet_io::server::Placement;
 use shmnet_io::spec::{BenchPart, BenchRole, DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
 use std::collections::BTreeMap;
@@ -214,7 +214,7 @@ pub(crate) fn start(
     limit: u64,
     rx_queue: usize,
 ) -> Result<Running, CellError> {
-    let board_path = shmnet_io::scoreboard::temp_path(structure.name());
+    let board_path = crate::scoreboard::temp_path(structure.name());
     let samples = if matches!(roles, Roles::RequestResponse(_)) {
         4 << 20
     } else {

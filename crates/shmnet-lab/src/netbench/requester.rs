@@ -5,8 +5,8 @@
 //! `ipc` requesters with the shmnet client API, the `inline` one with its own thread's
 //! stack; each only sends what [`Requester::request`] gives it and hands back what arrives.
 
+use crate::scoreboard::{Permit, Scoreboard};
 use serde_json::{Value, json};
-use shmnet_io::scoreboard::{Permit, Scoreboard};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 

@@ -9,11 +9,13 @@
 //! the tests of each structure do that; this measures.
 
 use super::requester::Requester;
+use crate::scoreboard::{Permit, Scoreboard, ScoreboardError};
+use crate::softnic_roles::{BenchSoftnic, bench_softnic};
 use serde_json::{Value, json};
 use shmnet_io::client::{Client, ClientError};
-use shmnet_io::driver::softnic::{BoardRole, Softnic, SoftnicConfig, SoftnicError};
+use shmnet_io::driver::softnic::{SoftnicConfig, SoftnicError};
 use shmnet_io::inline::{App, Inline, ServeConfig, ServeError};
-use shmnet_io::scoreboard::{Permit, Scoreboard, ScoreboardError};
+use shmnet_io::spec::BenchRole;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -571,29 +573,32 @@ pub fn inline(
     rx_queue: usize,
 ) -> Result<Value> {
     let (role, apps) = match job {
-        InlineJob::Receive => (BoardRole::Send, vec![App::Sink(APP_PORT)]),
-        InlineJob::Transmit => (BoardRole::Sink, vec![App::Sink(SOURCE_PORT)]),
+        InlineJob::Receive => (BenchRole::Send, vec![App::Sink(APP_PORT)]),
+        InlineJob::Transmit => (BenchRole::Sink, vec![App::Sink(SOURCE_PORT)]),
         InlineJob::RequestResponse { .. } => (
-            BoardRole::Loopback,
+            BenchRole::Loopback,
             vec![App::Echo(APP_PORT), App::Caller(SOURCE_PORT)],
         ),
     };
-    let nic = Softnic::new(SoftnicConfig {
-        size,
-        checksum,
-        dst_ports: vec![APP_PORT],
-        ip: SERVER_IP,
-        peer_ip: *PEER.ip(),
-        src_port: PEER.port(),
-        board: Some((board.clone(), role)),
-        ..SoftnicConfig::default()
-    })?;
+    let nic = bench_softnic(
+        SoftnicConfig {
+            size,
+            checksum,
+            dst_ports: vec![APP_PORT],
+            ip: SERVER_IP,
+            peer_ip: *PEER.ip(),
+            src_port: PEER.port(),
+            ..SoftnicConfig::default()
+        },
+        board.clone(),
+        role,
+    )?;
     let cfg = ServeConfig {
         ip: SERVER_IP,
         checksum,
         rx_queue_limit: rx_queue,
         apps,
-        loopback: role == BoardRole::Loopback,
+        loopback: role == BenchRole::Loopback,
         ..ServeConfig::default()
     };
     let mut server = Inline::new(nic, &cfg)?;
@@ -624,7 +629,7 @@ pub fn inline(
 /// round. Returns the sender's count and losses.
 fn inline_ttcp(
     board: &Scoreboard,
-    server: &mut Inline<Softnic>,
+    server: &mut Inline<BenchSoftnic>,
     job: InlineJob,
     size: usize,
 ) -> Value {
@@ -691,7 +696,7 @@ fn inline_ttcp(
 /// in. Returns the requester's report.
 fn inline_rr(
     board: &Scoreboard,
-    server: &mut Inline<Softnic>,
+    server: &mut Inline<BenchSoftnic>,
     size: usize,
     outstanding: u32,
 ) -> Value {

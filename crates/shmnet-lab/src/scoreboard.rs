@@ -54,16 +54,9 @@ mod at {
     pub const SENDER_FINISHED: usize = 40;
 }
 
-/// What a sender may do next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Permit {
-    /// Send the next message.
-    Go,
-    /// Not yet: the run has not started, or the window is full.
-    Wait,
-    /// Send nothing more: the run is stopping or the limit is reached.
-    Done,
-}
+/// What a sender may do next: softnic's own answer type (a benchmark sender is a softnic
+/// paced by this board, see [`crate::softnic_roles`]).
+pub use shmnet_io::driver::softnic::Permit;
 
 /// Why a scoreboard could not be made or opened.
 #[derive(Debug, thiserror::Error)]
