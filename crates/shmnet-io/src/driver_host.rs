@@ -345,6 +345,28 @@ pub(crate) fn drive<D: Driver>(
     }
 }
 
+/// How long the `ipc` driver loop sleeps when idle: as [`idle_timeout`], but a device
+/// without an fd is looked at again within 200 µs — the `ipc` structure keeps the loop of the
+/// message-based baseline as it was measured (the loop learns of room in the server's socket
+/// and of a freed pool buffer from no eventfd).
+fn ipc_idle_timeout<D: Driver>(driver: &D) -> Timespec {
+    let cap = std::time::Duration::from_micros(200);
+    let t = match (driver.rx_fd(), driver.idle_hint()) {
+        (Some(_), _) => std::time::Duration::from_millis(10),
+        (None, hint) => hint.map_or(cap, |h| h.min(cap)),
+    };
+    Timespec {
+        tv_sec: 0,
+        tv_nsec: t.subsec_nanos() as _,
+    }
+}
+
+/// How soon an `ipc` party whose socket was full looks again (see `drive_ipc`).
+pub(crate) const IPC_BLOCKED_RECHECK: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 200_000,
+};
+
 /// The driver thread of the `ipc` structure: every received frame is copied into a packet
 /// on `sock` (and its buffer freed at once); every packet from `sock` is copied into a buffer
 /// and transmitted — the message-based device interface seed 002 replaced.
@@ -430,7 +452,14 @@ pub(crate) fn drive_ipc<D: Driver>(
             if let Some(fd) = driver.rx_fd() {
                 fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
             }
-            let ts = idle_timeout(&driver);
+            // A full socket: the kernel's POLLOUT for an AF_UNIX socket whose peer drains
+            // it does not reliably wake a poller here, so look again soon (the `ipc`
+            // structure is the message-passing baseline: it pays for this, not the others).
+            let ts = if blocked {
+                IPC_BLOCKED_RECHECK
+            } else {
+                ipc_idle_timeout(&driver)
+            };
             let _ = rustix::event::poll(&mut fds, Some(&ts));
         }
     }

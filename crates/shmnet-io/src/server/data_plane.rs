@@ -439,6 +439,11 @@ impl DataPlane {
                 }
             }
         }
+        // A full `ipc` socket: its POLLOUT does not reliably wake us (see `drive_ipc`).
+        if self.ipc_pending_full || self.apps.iter().any(|a| a.transport.blocked()) {
+            let t = crate::driver_host::IPC_BLOCKED_RECHECK;
+            wait = wait.min(Duration::from_nanos(t.tv_nsec as u64));
+        }
         // Announce sleep on every ring we consume; if one already has work, do not sleep.
         let Some(armed) = self.arm() else {
             return;

@@ -69,6 +69,10 @@ pub(crate) trait AppTransport: Send {
     fn window(&self) -> Option<&Window>;
     /// Wake-ups sent to it.
     fn wakeups(&self) -> u64;
+    /// Whether a delivery waits for room in a socket (`ipc`), which no eventfd announces.
+    fn blocked(&self) -> bool {
+        false
+    }
 }
 
 /// An application of the `server` structure.
@@ -432,6 +436,10 @@ impl AppTransport for IpcApp {
 
     fn wakeups(&self) -> u64 {
         0
+    }
+
+    fn blocked(&self) -> bool {
+        self.blocked && !self.failed
     }
 }
 
