@@ -361,6 +361,9 @@ fn ipc_idle_timeout<D: Driver>(driver: &D) -> Timespec {
     }
 }
 
+/// How long after its last frame the `ipc` driver loop keeps looking again within 200 µs.
+const IPC_BUSY_SPELL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// How soon an `ipc` party whose socket was full looks again (see `drive_ipc`).
 pub(crate) const IPC_BLOCKED_RECHECK: Timespec = Timespec {
     tv_sec: 0,
@@ -385,6 +388,7 @@ pub(crate) fn drive_ipc<D: Driver>(
     // the comparison with the shared queues is lossless.
     let mut pending: std::collections::VecDeque<RxFrame> = std::collections::VecDeque::new();
     let mut gave_up = None;
+    let mut last_work = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         rx.clear();
         if pending.is_empty() {
@@ -438,6 +442,9 @@ pub(crate) fn drive_ipc<D: Driver>(
         }
         rounds += 1;
         let idle = rx.is_empty() && tx.is_empty();
+        if !idle {
+            last_work = std::time::Instant::now();
+        }
         if idle || rounds % 64 == 0 {
             if let Ok(mut s) = shared.lock() {
                 s.driver = driver.stats();
@@ -457,8 +464,12 @@ pub(crate) fn drive_ipc<D: Driver>(
             // structure is the message-passing baseline: it pays for this, not the others).
             let ts = if blocked {
                 IPC_BLOCKED_RECHECK
-            } else {
+            } else if last_work.elapsed() < IPC_BUSY_SPELL {
                 ipc_idle_timeout(&driver)
+            } else {
+                // Nothing for a while (a softnic waiting for its first application, an
+                // idle interface): sleep as the other structures do.
+                idle_timeout(&driver)
             };
             let _ = rustix::event::poll(&mut fds, Some(&ts));
         }

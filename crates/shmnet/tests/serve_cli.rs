@@ -377,12 +377,12 @@ fn an_idle_server_structure_sleeps_in_every_placement() {
         p.signal(libc::SIGTERM);
         assert!(p.wait().success(), "{placement}: {}", p.err());
         println!(
-            "idle server structure, driver {placement}: {:.2} % of a CPU",
+            "idle {structure} structure, driver {placement}: {:.2} % of a CPU",
             cpu * 100.0
         );
         assert!(
             cpu < IDLE_CPU_BOUND,
-            "an idle server structure (driver {placement}) used {:.0} % of a CPU",
+            "an idle {structure} structure (driver {placement}) used {:.0} % of a CPU",
             cpu * 100.0
         );
         let _ = std::fs::remove_dir_all(runtime);
