@@ -1,8 +1,11 @@
 //! # shmnet-io: the parties
 //!
-//! Packet drivers ([`driver`]), the stack's view of shared pools ([`pool`]), and (growing)
-//! the protocol server, its control plane and its structures. This is the crate where
-//! processes, sockets and devices live; `shmnet-chan` and `shmnet-stack` below it have none.
+//! Packet drivers ([`driver`]), the stack's view of shared pools ([`pool`]), the protocol
+//! server ([`server`]: a data plane beside a control-plane thread, the driver polled,
+//! on a thread or in a process), the control socket ([`control`]), the application side
+//! ([`client`]), the one-thread structure ([`inline`]) and the typed specs that start
+//! every party ([`spec`]). This is the crate where processes, sockets and devices live;
+//! `shmnet-chan` and `shmnet-stack` below it have none.
 
 #![warn(missing_docs)]
 
