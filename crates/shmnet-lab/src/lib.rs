@@ -3,7 +3,7 @@
 //! The calibrated TSC ([`tsc`]), a record of the machine ([`machine`]), this machine's Table 1
 //! ([`calibrate`], on the primitives of [`mem`] and the cache sizes of [`cacheinfo`]), seed
 //! 000's residency experiment ([`residency`]: the probe, the synthetic load, the summary) and
-//! its suite ([`suite`]), and the benchmarks ([`bench`], [`netbench`], with the run's
+//! its suite ([`suite`]), and the benchmarks ([`bench`](mod@bench), [`netbench`], with the run's
 //! [`scoreboard`] and softnic's parts in a run, [`softnic_roles`]). Everything here
 //! measures; nothing here is on the data path. The probe, the calibrator and their memory
 //! primitives are written here rather than taken from a crate because they are the subject

@@ -10,11 +10,11 @@
 //!        \____ data window: packet buffers, mapped by driver, server and applications ____/
 //! ```
 //!
-//! - [`data_plane`]: the loop over rings and pools — no system call, lock or allocation
+//! - `data_plane`: the loop over rings and pools — no system call, lock or allocation
 //!   while there is work; one armed wait when there is none.
-//! - [`control_plane`]: accepting, greeting, binding, counting — a thread of its own, so the
+//! - `control_plane`: accepting, greeting, binding, counting — a thread of its own, so the
 //!   data plane never calls `accept` or reads a socket to find out there is nothing to do.
-//! - [`transport`]: how datagrams reach one application (`shm` rings, or `ipc` packets).
+//! - `transport`: how datagrams reach one application (`shm` rings, or `ipc` packets).
 //! - The driver runs where [`Placement`] says: polled by the data plane's own loop (no
 //!   queue between them), a thread beside it, or a process of its own attached through the
 //!   control socket.

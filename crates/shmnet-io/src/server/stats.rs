@@ -38,7 +38,7 @@ pub struct ServerStats {
     pub data_plane: DataPlaneCounters,
     /// The control plane's counters.
     pub control: ControlCounters,
-    /// Attached applications, in order of attachment: the first [`APPS_LISTED`] of them
+    /// Attached applications, in order of attachment: the first 64 of them
     /// (a control message has a size limit; `apps_total` counts them all).
     pub apps: Vec<AppStats>,
     /// Applications attached now.

@@ -394,7 +394,7 @@ fn wait_for_go(board: &Scoreboard) {
 }
 
 /// `kernel` rr requester: a UDP socket connected to the echo server's port (see
-/// [`Requester`]).
+/// `Requester`).
 pub fn kernel_rr(board: &Scoreboard, size: usize, outstanding: u32) -> Result<Value> {
     let sock = udp_socket()?;
     let port = wait_port(board)?;
@@ -522,7 +522,7 @@ pub fn shm_echo(board: &Scoreboard, socket: &Path) -> Result<Value> {
 
 /// `server`/`ipc` rr requester: an application of the same server as the echo, sending to
 /// the server's own address at [`APP_PORT`] over the loopback, with the client API as
-/// [`shm_echo`] uses it (see [`Requester`]).
+/// [`shm_echo`] uses it (see `Requester`).
 pub fn shm_rr(board: &Scoreboard, socket: &Path, size: usize, outstanding: u32) -> Result<Value> {
     let client = connect(socket)?;
     let sock = bind(&client, SOURCE_PORT)?;
