@@ -90,6 +90,10 @@ struct Inner {
     gone: bool,
 }
 
+/// Most send buffers one datagram may take: the largest datagram and its header in buffers
+/// of 1,040 bytes or more (the server's app window has 2,048).
+const MAX_SEND_CHAIN: usize = 64;
+
 /// Times `recv` looks at an empty receive ring before it sleeps (yielding the CPU every
 /// 16th look, so a party that shares it runs): tens of microseconds. On a VM a sleep and the
 /// wake-up that ends it cost the waker as much (an eventfd write that must interrupt a
@@ -605,22 +609,30 @@ impl UdpSocket {
         shm.send_bufs.drain_deferred(usize::MAX);
         let size = shm.send_bufs.buffers().geometry().data_size as usize;
         let need = (SEND_HEADER + data.len()).div_ceil(size);
-        let mut chain = Vec::with_capacity(need);
-        for _ in 0..need {
+        // A chain on the stack, not the heap: a send allocates nothing.
+        if need > MAX_SEND_CHAIN {
+            return Err(ClientError::Protocol(format!(
+                "the server's send buffers ({size} B) are too small for a {}-byte datagram",
+                data.len()
+            )));
+        }
+        let mut held = [0u32; MAX_SEND_CHAIN];
+        for k in 0..need {
             let b = match wait {
                 Some(t) => shm.send_bufs.alloc_wait(Some(t)),
                 None => shm.send_bufs.alloc(),
             };
             match b {
-                Some(b) => chain.push(b),
+                Some(b) => held[k] = b,
                 None => {
-                    for b in chain {
+                    for &b in &held[..k] {
                         shm.send_bufs.release(b);
                     }
                     return Err(ClientError::TimedOut);
                 }
             }
         }
+        let chain = &held[..need];
         let bufs = shm.send_bufs.buffers();
         let hdr = windows::encode_dst(to);
         let mut rest = data;
@@ -636,7 +648,7 @@ impl UdpSocket {
                 .expect("sized to fit");
             rest = &rest[take..];
         }
-        bufs.chain(&chain).expect("our own buffers");
+        bufs.chain(chain).expect("our own buffers");
         let d = Desc {
             buf: chain[0],
             len: data.len() as u32,
