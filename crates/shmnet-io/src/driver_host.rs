@@ -69,14 +69,14 @@ impl DriverEnds {
     }
 }
 
-/// How long an idle driver loop may sleep. Everything that has work for it wakes it: the
-/// server (the OUT ring's eventfd, or the IN rings' room eventfd when they were full) and a
-/// device with an fd. So the timeout only bounds how stale the published counters and the
-/// stop flag get (100 ms) — except for a device without an fd that knows when it will have
-/// frames (a paced softnic's next message), which sleeps no longer than its hint. (A gated
-/// softnic says nothing: its gate opens with an application's bind, at most 100 ms late.)
-fn idle_timeout<D: Driver>(driver: &D) -> Timespec {
-    let cap = std::time::Duration::from_millis(100);
+/// How long an idle driver loop may sleep: at most `cap`, and for a device without an fd
+/// that knows when it will have frames (a paced softnic's next message), no longer than its
+/// hint. Everything else that has work for the loop wakes it — the server (the OUT ring's
+/// eventfd, or the IN rings' room eventfd when they were full) and a device with an fd — so
+/// [`IDLE_CAP`] only bounds how stale the published counters and the stop flag get. (A
+/// gated softnic says nothing: its gate opens with an application's bind, at most that
+/// late.)
+fn idle_timeout<D: Driver>(driver: &D, cap: std::time::Duration) -> Timespec {
     let t = match (driver.rx_fd(), driver.idle_hint()) {
         (None, Some(h)) => h.min(cap),
         _ => cap,
@@ -86,6 +86,14 @@ fn idle_timeout<D: Driver>(driver: &D) -> Timespec {
         tv_nsec: t.subsec_nanos() as _,
     }
 }
+
+/// The longest idle sleep of a driver loop.
+const IDLE_CAP: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The `ipc` driver loop's idle sleep within [`IPC_BUSY_SPELL`] of its last frame: it keeps
+/// the loop of the message-based baseline as it was measured (that loop learns of room in the
+/// server's socket and of a freed pool buffer from no eventfd).
+const IPC_BUSY_CAP: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// A driver process attached to its server: greeted, told its device ([`DriverSetup`]), and
 /// holding the data window; [`AttachedDriver::run`] drives the device once the server says
@@ -247,7 +255,7 @@ fn sleep_driver<D: Driver>(driver: &D, ends: &mut DriverEnds, full: bool) {
                 tv_nsec: 100_000_000,
             }
         } else {
-            idle_timeout(driver)
+            idle_timeout(driver, IDLE_CAP)
         };
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(4);
         if let Some(fd) = ends.out.wake_fd() {
@@ -342,22 +350,6 @@ pub(crate) fn drive<D: Driver>(
         s.in_queue_full = in_full;
         s.cpu_us = (rusage_cpu_s(libc::RUSAGE_THREAD) * 1e6) as u64;
         s.stopped = gave_up;
-    }
-}
-
-/// How long the `ipc` driver loop sleeps when idle: as [`idle_timeout`], but a device
-/// without an fd is looked at again within 200 µs — the `ipc` structure keeps the loop of the
-/// message-based baseline as it was measured (the loop learns of room in the server's socket
-/// and of a freed pool buffer from no eventfd).
-fn ipc_idle_timeout<D: Driver>(driver: &D) -> Timespec {
-    let cap = std::time::Duration::from_micros(200);
-    let t = match (driver.rx_fd(), driver.idle_hint()) {
-        (Some(_), _) => std::time::Duration::from_millis(10),
-        (None, hint) => hint.map_or(cap, |h| h.min(cap)),
-    };
-    Timespec {
-        tv_sec: 0,
-        tv_nsec: t.subsec_nanos() as _,
     }
 }
 
@@ -465,11 +457,11 @@ pub(crate) fn drive_ipc<D: Driver>(
             let ts = if blocked {
                 IPC_BLOCKED_RECHECK
             } else if last_work.elapsed() < IPC_BUSY_SPELL {
-                ipc_idle_timeout(&driver)
+                idle_timeout(&driver, IPC_BUSY_CAP)
             } else {
                 // Nothing for a while (a softnic waiting for its first application, an
                 // idle interface): sleep as the other structures do.
-                idle_timeout(&driver)
+                idle_timeout(&driver, IDLE_CAP)
             };
             let _ = rustix::event::poll(&mut fds, Some(&ts));
         }

@@ -379,17 +379,12 @@ impl ControlPlane {
             let Ok(Some((fd, _))) = reserve.accept_with_reserve(&self.spec.listener) else {
                 break;
             };
-            // A `shmnet stats` sends its request as soon as it has connected.
-            let deadline = Instant::now() + Duration::from_millis(1);
-            let answer = match wait_message(&fd, &mut self.buf, deadline) {
-                Some(Request::Stats) => self.stats_response(),
-                _ => Response::Error(
-                    "the shmnet server is out of file descriptors: try again later, or raise its limit (ulimit -n)"
-                        .into(),
-                ),
-            };
-            let _ = control::send(&fd, &answer);
-            drop(fd);
+            self.answer_and_close(
+                fd,
+                Duration::from_millis(1),
+                "the shmnet server is out of file descriptors: try again later, or raise its limit (ulimit -n)"
+                    .into(),
+            );
             if let Some(r) = &mut self.reserve {
                 if r.refill().is_err() {
                     break;
@@ -398,21 +393,28 @@ impl ControlPlane {
         }
     }
 
+    /// A connection the server will not keep: a `Stats` request it sends within `patience`
+    /// (`shmnet stats` asks as soon as it has connected) is answered; otherwise it is told
+    /// `refusal`. Then it is closed.
+    fn answer_and_close(&mut self, fd: OwnedFd, patience: Duration, refusal: String) {
+        let answer = match wait_message(&fd, &mut self.buf, Instant::now() + patience) {
+            Some(Request::Stats) => self.stats_response(),
+            _ => Response::Error(refusal),
+        };
+        let _ = control::send(&fd, &answer);
+    }
+
     fn admit(&mut self, fd: OwnedFd) {
         self.count(|c| c.accepted += 1);
         if self.conns.len() >= self.spec.limits.max_connections {
             // Full. A `shmnet stats` asker still gets its answer (it asks at once); anyone
             // else is told why and closed.
             self.count(|c| c.refused_full += 1);
-            let deadline = Instant::now() + Duration::from_millis(10);
-            let answer = match wait_message(&fd, &mut self.buf, deadline) {
-                Some(Request::Stats) => self.stats_response(),
-                _ => Response::Error(format!(
-                    "the shmnet server already has {} connections (its --max-connections): close some, or raise the limit",
-                    self.conns.len()
-                )),
-            };
-            let _ = control::send(&fd, &answer);
+            let refusal = format!(
+                "the shmnet server already has {} connections (its --max-connections): close some, or raise the limit",
+                self.conns.len()
+            );
+            self.answer_and_close(fd, Duration::from_millis(10), refusal);
             return;
         }
         let (pid, uid) = match control::peer_credentials(&fd) {

@@ -196,21 +196,10 @@ impl Server {
             )
             .map_err(std::io::Error::from)?;
             let pools = data.driver_pools().expect("a fresh window");
-            let stop = Arc::new(AtomicBool::new(false));
-            let (stop2, stats2, alive2) = (stop.clone(), stats.clone(), alive.clone());
-            let handle = std::thread::Builder::new()
-                .name("shmnet-driver".into())
-                .spawn(move || {
-                    drive_ipc(driver, pools, theirs, &stop2, &stats2);
-                    alive2.store(false, Ordering::Relaxed);
-                })?;
-            (
-                DriverLink::Ipc(ours),
-                DriverHost::Thread {
-                    handle: Some(handle),
-                    stop,
-                },
-            )
+            let host = driver_thread(&stats, &alive, move |stop, stats| {
+                drive_ipc(driver, pools, theirs, stop, stats)
+            })?;
+            (DriverLink::Ipc(ours), host)
         } else if placement == Placement::Polled {
             let pools = data.driver_pools().expect("a fresh window");
             (
@@ -219,21 +208,10 @@ impl Server {
             )
         } else {
             let ends = DriverEnds::take(&data);
-            let stop = Arc::new(AtomicBool::new(false));
-            let (stop2, stats2, alive2) = (stop.clone(), stats.clone(), alive.clone());
-            let handle = std::thread::Builder::new()
-                .name("shmnet-driver".into())
-                .spawn(move || {
-                    drive(driver, ends, &stop2, &stats2);
-                    alive2.store(false, Ordering::Relaxed);
-                })?;
-            (
-                rings(&data),
-                DriverHost::Thread {
-                    handle: Some(handle),
-                    stop,
-                },
-            )
+            let host = driver_thread(&stats, &alive, move |stop, stats| {
+                drive(driver, ends, stop, stats)
+            })?;
+            (rings(&data), host)
         };
         let watch = DriverWatch {
             stats,
@@ -516,6 +494,27 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Runs a driver loop `body` on a thread of its own, with the stop flag the host raises and
+/// the counters it publishes; `alive` is cleared when the loop ends.
+fn driver_thread(
+    stats: &Arc<Mutex<DriverThreadStats>>,
+    alive: &Arc<AtomicBool>,
+    body: impl FnOnce(&AtomicBool, &Mutex<DriverThreadStats>) + Send + 'static,
+) -> std::io::Result<DriverHost> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (stop2, stats, alive) = (stop.clone(), stats.clone(), alive.clone());
+    let handle = std::thread::Builder::new()
+        .name("shmnet-driver".into())
+        .spawn(move || {
+            body(&stop2, &stats);
+            alive.store(false, Ordering::Relaxed);
+        })?;
+    Ok(DriverHost::Thread {
+        handle: Some(handle),
+        stop,
+    })
 }
 
 /// The stack, configured from `opts`, answering for `mac`.
