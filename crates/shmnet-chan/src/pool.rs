@@ -819,12 +819,15 @@ impl ServerPools {
     }
 
     /// Drops one reference to the chain headed by `head`, freeing the whole chain when it was
-    /// the last. Refused releases are counted.
-    pub fn release(&mut self, head: u32) {
-        if let Some(h) = self.bufs.unref(head) {
-            self.bufs.free_chain_server(h);
-            self.bufs.notify_want(self.want_signal.as_ref());
-        }
+    /// the last (one lock per run of buffers from the same pool, one wake-up check). Returns
+    /// how many buffers went back. Refused releases are counted.
+    pub fn release(&mut self, head: u32) -> u32 {
+        let Some(h) = self.bufs.unref(head) else {
+            return 0;
+        };
+        let freed = self.bufs.free_chain_server(h);
+        self.bufs.notify_want(self.want_signal.as_ref());
+        freed
     }
 
     /// Frees up to `max` chains the driver deferred; returns how many buffers went back.

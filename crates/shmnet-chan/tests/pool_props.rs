@@ -122,7 +122,10 @@ proptest! {
                         m.add(b);
                     }
                 }
-                Op::ReleaseServer(i) => if let Some((head, _)) = m.drop_holder(i) { server.release(head) },
+                Op::ReleaseServer(i) => if let Some((head, last)) = m.drop_holder(i) {
+                    let freed = server.release(head);
+                    prop_assert_eq!(freed > 0, last, "frees exactly when the last holder lets go");
+                },
                 Op::ReleaseDriver(i) => if let Some((head, _)) = m.drop_holder(i) { driver.release(head) },
                 Op::ReleaseDriverLocked(i) => if let Some((head, last)) = m.drop_holder(i) {
                     let pool = head / geo.per_pool;

@@ -88,7 +88,15 @@ struct Inner {
     ipc_pending: HashMap<u16, VecDeque<(Vec<u8>, SocketAddrV4)>>,
     packet: Vec<u8>,
     gone: bool,
+    /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
+    alive_checked: Duration,
 }
+
+/// How often a send looks whether the server is still there. A send into a ring with room
+/// needs no system call; looking at the control socket is one, so a busy sender looks at most
+/// once per this interval (and every sleep looks too). Datagrams sent into the ring of a
+/// server that died in between are lost, as on a network.
+const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(1);
 
 /// Most send buffers one datagram may take: the largest datagram and its header in buffers
 /// of 1,040 bytes or more (the server's app window has 2,048).
@@ -183,6 +191,7 @@ impl Client {
             ipc_pending: HashMap::new(),
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
             gone: false,
+            alive_checked: Duration::ZERO,
         };
         Ok(Self {
             inner: Rc::new(RefCell::new(inner)),
@@ -345,6 +354,19 @@ impl Inner {
         Ok(())
     }
 
+    /// [`Inner::check_alive`] if [`ALIVE_CHECK_EVERY`] has passed since the last look.
+    fn check_alive_now_and_then(&mut self) -> Result<(), ClientError> {
+        if self.gone {
+            return Err(ClientError::ServerGone);
+        }
+        let now = crate::coarse_clock::now();
+        if now.saturating_sub(self.alive_checked) < ALIVE_CHECK_EVERY {
+            return Ok(());
+        }
+        self.alive_checked = now;
+        self.check_alive()
+    }
+
     /// The next delivery for socket `id`, if any is there now.
     fn next_for(&mut self, id: u16) -> Option<Desc> {
         if let Some(d) = self.pending.get_mut(&id).and_then(VecDeque::pop_front) {
@@ -397,15 +419,17 @@ impl Inner {
         }
         // Give the chain back; the return queue has room for everything we were given unless
         // the server is not draining it, in which case wait for it (or for its death).
+        // The clock is read only once the queue is found full, not per message.
         let back = Desc::new(d.buf, 0);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut deadline = None;
         while self
             .shm
             .as_mut()
             .is_some_and(|s| s.ret.enqueue(back).is_err())
         {
             self.check_alive()?;
-            if Instant::now() > deadline {
+            let now = Instant::now();
+            if now > *deadline.get_or_insert(now + Duration::from_secs(10)) {
                 return Err(ClientError::Protocol(
                     "the server stopped taking buffers back".into(),
                 ));
@@ -581,7 +605,7 @@ impl UdpSocket {
             return Err(ClientError::MessageTooLarge(data.len()));
         }
         let mut i = self.inner.borrow_mut();
-        i.check_alive()?;
+        i.check_alive_now_and_then()?;
         let id = self.id;
         if i.shm.is_none() {
             let hdr = control::ipc_header(control::TAG_SEND, id, to);

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod client;
+mod coarse_clock;
 pub mod control;
 pub mod driver;
 mod driver_host;

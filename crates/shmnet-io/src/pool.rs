@@ -49,6 +49,14 @@ impl BufferPool for ChanPool {
         self.pools.release(idx.0);
     }
 
+    /// The whole chain in one [`ServerPools::release`]: every buffer the stack holds has a
+    /// count of 1, so the chain at `head` is a shmnet-chan chain whose head drops to 0 here,
+    /// and the pools free it with one lock per run of buffers from the same pool (the
+    /// default, a `free` per buffer, took a lock and a fence per buffer).
+    fn free_chain(&mut self, head: BufIdx) -> usize {
+        self.pools.release(head.0) as usize
+    }
+
     fn next(&self, idx: BufIdx) -> Option<BufIdx> {
         self.pools.buffers().next(idx.0).map(BufIdx)
     }
@@ -111,5 +119,71 @@ impl BufferPool for ChanPool {
 
     fn total(&self) -> usize {
         self.total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmnet_chan::heap::heap_pools;
+    use shmnet_chan::{AllocPolicy, PoolGeometry};
+
+    fn pool() -> ChanPool {
+        let (server, _driver) = heap_pools(
+            PoolGeometry {
+                pools: 2,
+                per_pool: 4,
+                data_size: 256,
+                free_cap: 4,
+                policy: AllocPolicy::Lifo,
+            },
+            None,
+        );
+        ChanPool::new(server)
+    }
+
+    /// A chain of `n` buffers built as the stack builds one (each allocated with count 1).
+    fn chain(p: &mut ChanPool, n: usize) -> BufIdx {
+        let bufs: Vec<BufIdx> = (0..n).map(|_| p.alloc().unwrap()).collect();
+        for w in bufs.windows(2) {
+            p.set_next(w[0], Some(w[1]));
+        }
+        bufs[0]
+    }
+
+    #[test]
+    fn free_chain_frees_every_buffer_across_pools_at_once() {
+        let mut p = pool();
+        let head = chain(&mut p, 6); // more than one pool's 4
+        assert_eq!(p.free_count(), 2);
+        assert_eq!(p.free_chain(head), 6);
+        assert_eq!(p.free_count(), 8);
+        let s = p.buffers().stats();
+        assert_eq!((s.bad_chains, s.bad_releases), (0, 0));
+    }
+
+    #[test]
+    fn free_chain_of_a_shared_chain_drops_one_reference() {
+        let mut p = pool();
+        let head = chain(&mut p, 3);
+        p.buffers().retain(head.0).unwrap();
+        assert_eq!(p.free_chain(head), 0, "another holder keeps it");
+        assert_eq!(p.free_count(), 5);
+        assert_eq!(p.free_chain(head), 3, "the last reference frees it whole");
+        assert_eq!(p.free_count(), 8);
+    }
+
+    #[test]
+    fn free_chain_refuses_a_freed_chain() {
+        let mut p = pool();
+        let head = chain(&mut p, 2);
+        assert_eq!(p.free_chain(head), 2);
+        assert_eq!(
+            p.free_chain(head),
+            0,
+            "already free: refused, not freed twice"
+        );
+        assert_eq!(p.free_count(), 8);
+        assert_eq!(p.buffers().stats().bad_releases, 1);
     }
 }

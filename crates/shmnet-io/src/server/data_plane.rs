@@ -149,8 +149,7 @@ impl DataPlane {
     /// far finer than any of the stack's timers, and several times cheaper to read than the
     /// precise one on a VM — it is read every round).
     fn now(&self) -> shmnet_stack::Instant {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
-        shmnet_stack::Instant::from_nanos(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+        shmnet_stack::Instant::from_nanos(crate::coarse_clock::now().as_nanos() as u64)
     }
 
     /// One round. Returns how much work it found (0: idle).

@@ -40,7 +40,7 @@ pub(super) fn now() -> Duration {
 /// `CLOCK_MONOTONIC_COARSE`: the same clock at tick resolution, read without a system call
 /// and cheaper than [`now`]; for pacing the looks while up.
 fn coarse_now() -> Duration {
-    clock(libc::CLOCK_MONOTONIC_COARSE)
+    crate::coarse_clock::now()
 }
 
 /// When to look at a device that is up. See the [module docs](self).
