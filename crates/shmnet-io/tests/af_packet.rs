@@ -537,14 +537,18 @@ fn without_privilege_the_error_says_what_is_needed() {
     }
     // `uid` makes the child call setgroups(0) (it is root when it does), setgid, then
     // setuid: no supplementary groups, no capabilities left. The child asserts all three.
-    let out = Command::new(&exe)
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(UNPRIVILEGED_CHILD, "1")
-        .current_dir("/")
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .stdin(Stdio::null())
-        .output();
+    let out = shmnet_testkit::spawn_copied(
+        Command::new(&exe)
+            .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
+            .env(UNPRIVILEGED_CHILD, "1")
+            .current_dir("/")
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    )
+    .and_then(|child| child.wait_with_output());
     let _ = std::fs::remove_dir_all(&dir);
     let out = match out {
         Ok(out) => out,

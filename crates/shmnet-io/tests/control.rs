@@ -243,20 +243,21 @@ fn a_server_of_another_user_is_refused() {
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = dir.join("s.sock");
     use std::os::unix::process::CommandExt;
-    let mut child = Command::new(&exe)
-        .args([
-            "child_listen_as_other_user",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("SHMNET_TEST_SOCKET", &path)
-        .uid(65534)
-        .gid(65534)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = shmnet_testkit::spawn_copied(
+        Command::new(&exe)
+            .args([
+                "child_listen_as_other_user",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("SHMNET_TEST_SOCKET", &path)
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped()),
+    )
+    .unwrap();
     // The harness prints its own lines first ("running 1 test").
     use std::io::BufRead;
     let listening = std::io::BufReader::new(child.stdout.take().unwrap())

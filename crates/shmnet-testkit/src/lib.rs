@@ -51,6 +51,25 @@ fn skip_to(out: &mut dyn Write, ci: bool, test: &str, reason: &str) {
     );
 }
 
+/// Spawns `cmd`, retrying while the kernel says its program is busy (`ETXTBSY`).
+///
+/// A test that copies its own binary somewhere and runs the copy races every other test
+/// thread of the process that forks meanwhile: the child inherits the copy's still-open
+/// write descriptor until it execs, and the kernel refuses to run a file open for writing.
+/// The window is a fork's length, so a few retries a few milliseconds apart close it.
+pub fn spawn_copied(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    let mut tries = 0;
+    loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
