@@ -48,9 +48,13 @@ pub mod signal;
 mod sync;
 
 #[cfg(not(loom))]
+pub mod handles;
+#[cfg(not(loom))]
 pub mod handoff;
 #[cfg(not(loom))]
 pub mod layout;
+#[cfg(not(loom))]
+mod mapping;
 #[cfg(not(loom))]
 pub mod window;
 

@@ -11,13 +11,14 @@
 
 use crate::desc::DescSlot;
 use crate::layout::{ChannelSpec, Layout, PageSize, RawHeader, Region, RegionKind};
+use crate::mapping::Mapping;
 use crate::pool::{Buffers, DriverPools, PoolCtl, PoolMem, ServerPools};
 use crate::ring::{Consumer, DescLimits, Producer, RingMem, RingShared, RingStats};
 use crate::signal::{EventFd, Signal};
 use crate::sync::{AtomicU32, Ordering};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{MemfdFlags, SealFlags};
-use rustix::mm::{MapFlags, ProtFlags};
+use rustix::mm::ProtFlags;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
@@ -99,96 +100,6 @@ fn osys(what: &'static str) -> impl FnOnce(rustix::io::Errno) -> OpenError {
     }
 }
 
-/// A mapping of the window between two guard regions; unmapped on drop.
-#[derive(Debug)]
-struct Mapping {
-    reservation: NonNull<u8>,
-    reservation_len: usize,
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory shared through atomics and bounded copies; the struct
-// only records where it is, and unmapping happens once, on drop of the last `Arc`.
-unsafe impl Send for Mapping {}
-// SAFETY: as above; no method mutates the struct.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Maps `len` bytes of `fd` at an address aligned to `page`, with one inaccessible
-    /// `page`-sized guard region on each side.
-    fn new(fd: BorrowedFd<'_>, len: usize, page: usize) -> Result<Self, rustix::io::Errno> {
-        // Reserve room for the window, both guards, and slack to align the window to `page`.
-        let reservation_len = len + 3 * page;
-        // SAFETY: a fresh anonymous PROT_NONE mapping at an address the kernel picks cannot
-        // alias any existing Rust object.
-        let reservation = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                reservation_len,
-                ProtFlags::empty(),
-                MapFlags::PRIVATE | MapFlags::NORESERVE,
-            )?
-        };
-        let start = reservation as usize;
-        let base = (start + page).next_multiple_of(page);
-        // SAFETY: `base..base+len` lies inside our own reservation (base >= start + page and
-        // base + len + page <= start + reservation_len), so MAP_FIXED replaces only pages we
-        // own and nothing else in the process.
-        let mapped = unsafe {
-            rustix::mm::mmap(
-                base as *mut _,
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED | MapFlags::FIXED,
-                fd,
-                0,
-            )
-        };
-        match mapped {
-            Ok(p) => Ok(Self {
-                reservation: NonNull::new(reservation.cast()).expect("mmap returned null"),
-                reservation_len,
-                base: NonNull::new(p.cast()).expect("mmap returned null"),
-                len,
-            }),
-            Err(e) => {
-                // SAFETY: unmapping the reservation we just made and nobody else uses.
-                let _ = unsafe { rustix::mm::munmap(reservation, reservation_len) };
-                Err(e)
-            }
-        }
-    }
-
-    /// Asks for transparent huge pages for the whole mapping.
-    fn advise_huge(&self) -> Result<(), rustix::io::Errno> {
-        // SAFETY: advising our own mapping; MADV_HUGEPAGE does not change its contents.
-        unsafe {
-            rustix::mm::madvise(
-                self.base.as_ptr().cast(),
-                self.len,
-                rustix::mm::Advice::LinuxHugepage,
-            )
-        }
-    }
-
-    fn at<T>(&self, region: Region) -> NonNull<T> {
-        debug_assert!(region.offset + region.size <= self.len);
-        // SAFETY: every region comes from the validated private layout, whose regions all
-        // lie within `len` bytes of the base.
-        unsafe { self.base.add(region.offset).cast() }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the reservation (which contains the window mapping) was made by `new` and
-        // is unmapped exactly once, when the last handle using it has gone.
-        let _ =
-            unsafe { rustix::mm::munmap(self.reservation.as_ptr().cast(), self.reservation_len) };
-    }
-}
-
 /// Bits of [`Window::taken`]: which ends this window object has handed out.
 const TAKEN_SERVER_POOLS: u64 = 1 << 62;
 const TAKEN_DRIVER_POOLS: u64 = 1 << 63;
@@ -244,7 +155,13 @@ impl Window {
             SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
         )
         .map_err(sys("sealing the window"))?;
-        let map = Mapping::new(memfd.as_fd(), layout.size, page.map_align()).map_err(|e| {
+        let map = Mapping::new(
+            memfd.as_fd(),
+            layout.size,
+            page.map_align(),
+            ProtFlags::READ | ProtFlags::WRITE,
+        )
+        .map_err(|e| {
             if page == PageSize::Huge && e == rustix::io::Errno::NOMEM {
                 CreateError::NoHugePages {
                     needed: layout.size / page.bytes(),
@@ -343,8 +260,13 @@ impl Window {
             .collect::<Result<Vec<_>, _>>()
             .map_err(OpenError::BadSignals)?;
         let page = layout.spec.page;
-        let map = Mapping::new(memfd.as_fd(), layout.size, page.map_align())
-            .map_err(osys("mapping the window"))?;
+        let map = Mapping::new(
+            memfd.as_fd(),
+            layout.size,
+            page.map_align(),
+            ProtFlags::READ | ProtFlags::WRITE,
+        )
+        .map_err(osys("mapping the window"))?;
         if page == PageSize::Thp {
             // Whichever party touches a part of the window first allocates its memory.
             map.advise_huge().map_err(osys("madvise(MADV_HUGEPAGE)"))?;
@@ -371,8 +293,8 @@ impl Window {
     /// The addresses the window occupies in this process, for diagnostics (finding its
     /// entry in `/proc/self/smaps`, say). Nothing shared with a peer holds an address.
     pub fn mapped_at(&self) -> std::ops::Range<usize> {
-        let start = self.map.base.as_ptr() as usize;
-        start..start + self.map.len
+        let start = self.map.base().as_ptr() as usize;
+        start..start + self.map.len()
     }
 
     /// The memfd and eventfds to pass to a peer (in the order [`Window::open`] expects).

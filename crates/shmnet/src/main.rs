@@ -26,6 +26,7 @@ Start with:\n  \
 shmnet lab --quick             how much packet data is still in the cache at copy-out\n  \
 shmnet bench chan --quick      the queue against rtrb and rte_ring, and the pools\n  \
 shmnet bench stack --quick     the stack's receive and send paths against memcpy\n  \
+shmnet bench handles --quick   a handle translation against a plain bounds check\n  \
 shmnet ttcp --quick            streaming throughput: kernel, ipc, server (each driver placement), inline\n  \
 shmnet rr --quick              request-response latency and rate, same structures"
 )]
@@ -188,7 +189,7 @@ enum Bench {
     /// The protocol stack's receive path (parse, reassemble, demultiplex, queue, copy out)
     /// and send path, for 10 B, 1 KB, 8 KB and 14,792 B UDP messages with the checksum off
     /// and on, beside a memcpy of the same bytes measured in the same run.
-    Stack(StackArgs),
+    Stack(QuickArgs),
     /// The cross-core hand-off limit the server structure is measured against: a producer
     /// thread on one CPU writes each message's frames into buffers of a LIFO pool (the
     /// server's data-window geometry, MTU fragments of 2 KiB buffers) and hands them over an
@@ -196,11 +197,16 @@ enum Bench {
     /// buffers back. Messages/s and payload Gbit/s per size, median of runs of a fixed time.
     /// With one CPU available both threads share it, and the output says so.
     Handoff(netbench::HandoffArgs),
+    /// What translating an application's handle costs the data plane: a lookup-cache hit
+    /// (seed 004's cache of C entries in lines of L, A ways) per descriptor for A = 1, 2, 4
+    /// and 8, beside the plain bounds check of a flat table, measured in the same run.
+    Handles(QuickArgs),
 }
 
+/// The options of a benchmark that runs in one process.
 #[derive(Args)]
-struct StackArgs {
-    /// Fewer batches per figure (seconds instead of tens of seconds).
+struct QuickArgs {
+    /// Fewer repetitions per figure (seconds instead of tens of seconds).
     #[arg(long)]
     quick: bool,
     /// Print one JSON object instead of tables.
@@ -295,7 +301,7 @@ fn bench_chan(a: ChanArgs) -> Result<()> {
     })
 }
 
-fn bench_stack(a: StackArgs) -> Result<()> {
+fn bench_stack(a: QuickArgs) -> Result<()> {
     let mut incomplete = Vec::new();
     emit(a.json, |progress| {
         let report = shmnet_lab::bench::stack::run(a.quick, progress);
@@ -309,6 +315,19 @@ fn bench_stack(a: StackArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn bench_handles(a: QuickArgs) -> Result<()> {
+    let mut error = None;
+    emit(a.json, |progress| {
+        let report = shmnet_lab::bench::handles::run(a.quick, progress);
+        error.clone_from(&report.error);
+        report
+    })?;
+    match error {
+        Some(e) => bail!("the handles benchmark could not run: {e}"),
+        None => Ok(()),
+    }
 }
 
 /// Runs a benchmark with a progress spinner on stderr, then prints its report: one JSON
@@ -374,6 +393,7 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::Chan(a)) => bench_chan(a),
         Command::Bench(Bench::Stack(a)) => bench_stack(a),
         Command::Bench(Bench::Handoff(a)) => netbench::bench_handoff(a),
+        Command::Bench(Bench::Handles(a)) => bench_handles(a),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
         Command::Stats(a) => app::stats(a),

@@ -108,6 +108,25 @@ fn bench_handoff_reports_every_size() {
     assert_eq!(u(&v, "wrong_messages"), 0, "{v}");
 }
 
+/// The handle-lookup benchmark's JSON: a row per associativity, each with positive figures
+/// for the lookup and its baseline, and a verdict on the A = 4 target.
+#[test]
+fn bench_handles_reports_every_associativity() {
+    let v = shmnet(&["bench", "handles", "--quick", "--json"]);
+    assert!(v["error"].is_null(), "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    let ways: Vec<u64> = rows.iter().map(|r| u(r, "ways")).collect();
+    assert_eq!(ways, [1, 2, 4, 8], "{v}");
+    for r in rows {
+        for k in ["lookup_ns", "bounds_ns"] {
+            assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {r}");
+        }
+        assert!(u(r, "cache_bytes") > 0, "{r}");
+    }
+    assert!(v["target_met"].is_boolean(), "{v}");
+    assert!(u(&v, "handles") > 0, "{v}");
+}
+
 #[test]
 fn ttcp_without_a_window_names_the_place_of_every_loss() {
     let v = shmnet(&[

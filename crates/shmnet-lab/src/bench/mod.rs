@@ -2,5 +2,6 @@
 //! none asserts anything about speed (that is what makes them benchmarks, not tests).
 
 pub mod chan;
+pub mod handles;
 pub mod handoff;
 pub mod stack;

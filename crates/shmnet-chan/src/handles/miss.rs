@@ -1,0 +1,248 @@
+//! Misses off the data path: the data plane reports a miss and moves on; a miss thread
+//! serves it from the [`RegionTable`] and sends the line back; the data plane installs it
+//! the next time round (seed 004's miss event queue and miss thread, Fig. 1).
+//!
+//! Two wait-free SPSC queues (rtrb: both ends are threads of the trusted server, so the
+//! general crate fits) carry [`MissEvent`]s one way and [`Fill`]s the other. The data plane
+//! side, [`MissPort`], never waits and never allocates: a miss already outstanding is not
+//! queued twice, and a full queue is a counted refusal (the request is dropped, as any miss
+//! drops it). It wakes the miss thread at most once per round ([`MissPort::kick`]), and only
+//! when it queued something — a miss is the seed's interrupt, not the common case.
+
+use super::cache::{LineKey, LookupCache, MAX_LINE, Translation};
+use super::handle::Access;
+use super::table::{RegionTable, Served};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A miss, as the data plane reports it.
+#[derive(Clone, Copy, Debug)]
+pub struct MissEvent {
+    /// The line the cache lacked.
+    pub key: LineKey,
+    /// For a send (read) or a receive (write).
+    pub access: Access,
+    /// When the data plane saw it.
+    pub at: Instant,
+}
+
+/// A served miss on its way back to the data plane.
+#[derive(Clone, Copy, Debug)]
+pub struct Fill {
+    /// The line.
+    pub key: LineKey,
+    /// Its translations (the first L are the line's).
+    pub entries: [Translation; MAX_LINE],
+    /// The access that missed.
+    pub access: Access,
+    /// What the table found.
+    pub served: Served,
+    /// Miss delay: from the miss to the miss thread taking it up (the seed's 0–50 µs).
+    pub delay: Duration,
+    /// Miss processing: serving it from the table, pinning included (the seed's 5–500 µs).
+    pub processing: Duration,
+}
+
+/// Counters of the data plane's side.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct MissPortStats {
+    /// Misses queued for the miss thread.
+    pub queued: u64,
+    /// Misses of a line already queued (not queued again).
+    pub outstanding: u64,
+    /// Misses refused because the queue was full (or too many were outstanding).
+    pub full: u64,
+    /// Lines installed in the cache.
+    pub installed: u64,
+}
+
+/// How a report went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reported {
+    /// Queued for the miss thread.
+    Queued,
+    /// Already on its way.
+    Outstanding,
+    /// No room: try again later (counted).
+    Full,
+}
+
+/// The data plane's end. See the [module docs](self).
+pub struct MissPort {
+    events: rtrb::Producer<MissEvent>,
+    fills: rtrb::Consumer<Fill>,
+    /// Lines queued and not yet installed (a small set; its capacity is the queue's).
+    pending: Vec<LineKey>,
+    thread: Option<std::thread::Thread>,
+    kick_due: bool,
+    stats: MissPortStats,
+}
+
+/// The miss thread's end.
+pub struct MissService {
+    events: rtrb::Consumer<MissEvent>,
+    fills: rtrb::Producer<Fill>,
+}
+
+/// A miss queue of `capacity` events (and as many fills), both ends.
+pub fn miss_channel(capacity: usize) -> (MissPort, MissService) {
+    let capacity = capacity.max(1);
+    let (ep, ec) = rtrb::RingBuffer::new(capacity);
+    let (fp, fc) = rtrb::RingBuffer::new(capacity);
+    (
+        MissPort {
+            events: ep,
+            fills: fc,
+            pending: Vec::with_capacity(capacity),
+            thread: None,
+            kick_due: false,
+            stats: MissPortStats::default(),
+        },
+        MissService {
+            events: ec,
+            fills: fp,
+        },
+    )
+}
+
+impl MissPort {
+    /// The thread [`MissPort::kick`] wakes (the one running [`MissService`]).
+    pub fn set_thread(&mut self, thread: std::thread::Thread) {
+        self.thread = Some(thread);
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> MissPortStats {
+        self.stats
+    }
+
+    /// Lines queued and not yet installed.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Reports a miss of `key`. Never waits, never allocates.
+    pub fn report(&mut self, key: LineKey, access: Access) -> Reported {
+        if self.pending.contains(&key) {
+            self.stats.outstanding += 1;
+            return Reported::Outstanding;
+        }
+        if self.pending.len() == self.pending.capacity() {
+            self.stats.full += 1;
+            return Reported::Full;
+        }
+        let ev = MissEvent {
+            key,
+            access,
+            at: Instant::now(),
+        };
+        if self.events.push(ev).is_err() {
+            self.stats.full += 1;
+            return Reported::Full;
+        }
+        self.pending.push(key);
+        self.stats.queued += 1;
+        self.kick_due = true;
+        Reported::Queued
+    }
+
+    /// Wakes the miss thread if a miss was queued since the last kick (once per round).
+    pub fn kick(&mut self) {
+        if std::mem::take(&mut self.kick_due) {
+            if let Some(t) = &self.thread {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Installs every line served since the last call into `cache`, calling `seen` with
+    /// each fill (for miss-time statistics). Returns how many it installed.
+    pub fn install(&mut self, cache: &mut LookupCache, mut seen: impl FnMut(&Fill)) -> usize {
+        let mut n = 0;
+        while let Ok(f) = self.fills.pop() {
+            cache.fill(f.key, &f.entries[..cache.geometry().line as usize]);
+            if let Some(i) = self.pending.iter().position(|k| *k == f.key) {
+                self.pending.swap_remove(i);
+            }
+            seen(&f);
+            n += 1;
+        }
+        self.stats.installed += n as u64;
+        n
+    }
+}
+
+impl MissService {
+    /// Serves every queued miss from `table`, sending each line back. Returns how many it
+    /// served. Waits (sleeping in short steps) only when the data plane has not taken the
+    /// fills back yet.
+    pub fn serve(&mut self, table: &Mutex<RegionTable>) -> usize {
+        let mut n = 0;
+        while let Ok(ev) = self.events.pop() {
+            let start = Instant::now();
+            let mut entries = [Translation::NONE; MAX_LINE];
+            let served = table
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .serve_miss(ev.key, &mut entries);
+            let fill = Fill {
+                key: ev.key,
+                entries,
+                access: ev.access,
+                served,
+                delay: start.saturating_duration_since(ev.at),
+                processing: start.elapsed(),
+            };
+            let mut fill = Some(fill);
+            while let Some(f) = fill.take() {
+                if let Err(rtrb::PushError::Full(f)) = self.fills.push(f) {
+                    fill = Some(f);
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether misses wait.
+    pub fn has_work(&self) -> bool {
+        !self.events.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::cache::CacheGeometry;
+    use super::super::handle::Pch;
+    use super::super::table::TableLimits;
+    use super::*;
+
+    #[test]
+    fn a_miss_goes_once_and_comes_back_installed() {
+        let (mut port, mut svc) = miss_channel(2);
+        let table = Mutex::new(RegionTable::new(TableLimits::default(), 8));
+        let mut cache = LookupCache::new(CacheGeometry::new(64, 8, 2).unwrap());
+        let k = |line| LineKey { app: Pch(1), line };
+        assert_eq!(port.report(k(0), Access::Read), Reported::Queued);
+        assert_eq!(port.report(k(0), Access::Read), Reported::Outstanding);
+        assert_eq!(port.report(k(1), Access::Write), Reported::Queued);
+        assert_eq!(port.report(k(2), Access::Write), Reported::Full);
+        assert_eq!(svc.serve(&table), 2);
+        let mut seen = Vec::new();
+        assert_eq!(
+            port.install(&mut cache, |f| seen.push((f.key, f.served.unknown))),
+            2
+        );
+        assert_eq!(
+            seen,
+            [(k(0), true), (k(1), true)],
+            "no regions: negative lines"
+        );
+        assert!(cache.contains(k(0)) && cache.contains(k(1)));
+        assert_eq!(port.pending(), 0);
+        assert_eq!(port.report(k(2), Access::Write), Reported::Queued);
+        let s = port.stats();
+        assert_eq!((s.queued, s.outstanding, s.full, s.installed), (3, 1, 1, 2));
+    }
+}
