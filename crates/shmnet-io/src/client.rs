@@ -22,6 +22,7 @@ use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::windows::{self, REQ, RET, RX, SEND_HEADER};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
+use shmnet_chan::handles::{Perms, Region, RegionId};
 use shmnet_chan::handoff::recv_window;
 use shmnet_chan::{Consumer, Desc, Producer, ServerPools, Window};
 use shmnet_stack::{BufIdx, NoHook, RecvHook};
@@ -216,6 +217,37 @@ impl Client {
         }
     }
 
+    /// Registers `region`, the application's own memory, with the server: it may read it
+    /// (`perms.read`: the application will send from it) and write it (`perms.write`: it
+    /// will receive into it). Returns the region's number, which handles name. The server
+    /// maps it until [`Client::unregister`] or the application goes (docs/isolation.md).
+    pub fn register(&self, region: &Region, perms: Perms) -> Result<RegionId, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        let req = Request::Register {
+            read: perms.read,
+            write: perms.write,
+        };
+        match i.call_with_fd(&req, region.fd())? {
+            Response::Registered { region, .. } => Ok(RegionId(region)),
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected Registered, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Unregisters a region: the server unmaps it and refuses handles to it from then on.
+    pub fn unregister(&self, region: RegionId) -> Result<(), ClientError> {
+        let mut i = self.inner.borrow_mut();
+        match i.call(Request::Unregister { region: region.0 })? {
+            Response::Unregistered { .. } => Ok(()),
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected Unregistered, got {other:?}"
+            ))),
+        }
+    }
+
     /// Bytes of the two windows this application maps (data, own); zeros in the `ipc`
     /// structure, which shares no memory.
     pub fn window_sizes(&self) -> (usize, usize) {
@@ -237,6 +269,24 @@ impl Inner {
             return Err(ClientError::ServerGone);
         }
         control::send(&self.ctl, &req).map_err(|e| self.fail(e))?;
+        self.answer()
+    }
+
+    /// [`Inner::call`] with a descriptor attached to the request.
+    fn call_with_fd(
+        &mut self,
+        req: &Request,
+        fd: rustix::fd::BorrowedFd<'_>,
+    ) -> Result<Response, ClientError> {
+        if self.gone {
+            return Err(ClientError::ServerGone);
+        }
+        control::send_with_fd(&self.ctl, req, fd).map_err(|e| self.fail(e))?;
+        self.answer()
+    }
+
+    /// The server's answer to the request just sent.
+    fn answer(&mut self) -> Result<Response, ClientError> {
         let n = self
             .read_packet(false, None)?
             .ok_or(ClientError::TimedOut)?;

@@ -190,6 +190,21 @@ pub enum Request {
         /// The socket.
         socket: u32,
     },
+    /// Register a memory region of the application's own: the memfd travels with this
+    /// message (`SCM_RIGHTS`). It must be sealed against shrinking and a whole number of
+    /// 4 KiB pages. The server maps it whole, readable if `read` (the application will send
+    /// from it), writable if `write` (it will receive into it).
+    Register {
+        /// The server may read the region.
+        read: bool,
+        /// The server may write the region.
+        write: bool,
+    },
+    /// Unregister a region: the server unmaps it.
+    Unregister {
+        /// Its number, from `Registered`.
+        region: u16,
+    },
     /// Ask for every counter.
     Stats,
     /// The first message of a driver process.
@@ -229,6 +244,18 @@ pub enum Response {
     Closed {
         /// Its number.
         socket: u32,
+    },
+    /// A region was registered.
+    Registered {
+        /// Its number, used in handles.
+        region: u16,
+        /// Its size.
+        bytes: u64,
+    },
+    /// A region was unregistered.
+    Unregistered {
+        /// Its number.
+        region: u16,
     },
     /// Every counter.
     Stats(Box<crate::server::ServerStats>),
@@ -519,6 +546,84 @@ pub fn accept(listener: impl AsFd) -> Result<Option<OwnedFd>, ControlError> {
         }
         Err(e) => Err(ControlError::Io(e.into())),
     }
+}
+
+/// Sends one message with one file descriptor attached (`SCM_RIGHTS`), as `Register`
+/// travels with its memfd.
+pub fn send_with_fd<T: serde::Serialize>(
+    sock: impl AsFd,
+    msg: &T,
+    fd: rustix::fd::BorrowedFd<'_>,
+) -> Result<(), ControlError> {
+    let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    if bytes.len() > MAX_MSG {
+        return Err(ControlError::TooLarge {
+            size: bytes.len(),
+            limit: MAX_MSG,
+        });
+    }
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    if !control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(ControlError::Malformed(
+            "cannot attach the descriptor".into(),
+        ));
+    }
+    rustix::net::sendmsg(
+        sock,
+        &[std::io::IoSlice::new(&bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::PIPE | rustix::io::Errno::CONNRESET => ControlError::HungUp,
+        e => ControlError::Io(e.into()),
+    })?;
+    Ok(())
+}
+
+/// Most descriptors [`recv_raw_with_fd`] takes from one message; the kernel closes any more.
+const FDS_PER_MESSAGE: usize = 4;
+
+/// [`recv_raw`] that also takes the descriptors attached to the packet: the first is
+/// returned, the rest closed (`extra` says how many). A peer cannot make this side keep
+/// descriptors it did not ask for.
+pub fn recv_raw_with_fd(
+    fd: impl AsFd,
+    buf: &mut [u8],
+) -> Result<Option<(usize, Option<OwnedFd>, usize)>, ControlError> {
+    let mut space =
+        [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];
+    let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
+    let msg = match rustix::net::recvmsg(
+        fd,
+        &mut [std::io::IoSliceMut::new(buf)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    ) {
+        Ok(m) => m,
+        Err(rustix::io::Errno::AGAIN) => return Ok(None),
+        Err(rustix::io::Errno::CONNRESET) => return Err(ControlError::HungUp),
+        Err(e) => return Err(ControlError::Io(e.into())),
+    };
+    let mut first = None;
+    let mut extra = 0;
+    for m in control.drain() {
+        if let rustix::net::RecvAncillaryMessage::ScmRights(rights) = m {
+            for f in rights {
+                if first.is_none() {
+                    first = Some(f);
+                } else {
+                    extra += 1;
+                }
+            }
+        }
+    }
+    if msg.bytes == 0 && first.is_none() {
+        return Err(ControlError::HungUp);
+    }
+    Ok(Some((msg.bytes, first, extra)))
 }
 
 /// The greeting of an `ipc` data socket hand-off.

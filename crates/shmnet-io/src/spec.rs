@@ -315,6 +315,10 @@ pub struct ServeSpec {
     pub max_connections: usize,
     /// server structure: seconds a new connection may take to say Hello.
     pub hello_timeout_s: f64,
+    /// server structure: regions one application may register.
+    pub max_regions: u32,
+    /// server structure: bytes of registered memory one application may hold.
+    pub max_registered_bytes: u64,
     /// inline: UDP echo applications on these ports.
     pub echo: Vec<u16>,
     /// inline: UDP sinks on these ports.
@@ -343,6 +347,8 @@ impl Default for ServeSpec {
             socket: crate::control::default_socket(),
             max_connections: ControlLimits::default().max_connections,
             hello_timeout_s: ControlLimits::default().hello_timeout.as_secs_f64(),
+            max_regions: ControlLimits::default().regions.max_regions_per_app,
+            max_registered_bytes: ControlLimits::default().regions.max_bytes_per_app,
             echo: Vec::new(),
             sink: Vec::new(),
             duration_s: None,
@@ -395,6 +401,10 @@ impl ServeSpec {
             limits: ControlLimits {
                 max_connections: self.max_connections,
                 hello_timeout: Duration::from_secs_f64(self.hello_timeout_s.max(0.0)),
+                regions: shmnet_chan::handles::TableLimits {
+                    max_regions_per_app: self.max_regions,
+                    max_bytes_per_app: self.max_registered_bytes,
+                },
             },
         }
     }

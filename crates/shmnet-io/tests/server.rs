@@ -536,6 +536,7 @@ fn the_control_plane_caps_connections_and_still_answers_stats() {
     let limits = shmnet_io::server::ControlLimits {
         max_connections: 4,
         hello_timeout: Duration::from_secs(60),
+        ..Default::default()
     };
     let server = start_limited("cap", limits);
     let stop = Arc::new(AtomicBool::new(false));
@@ -572,6 +573,7 @@ fn a_connection_that_never_says_hello_is_closed() {
     let limits = shmnet_io::server::ControlLimits {
         max_connections: 16,
         hello_timeout: Duration::from_millis(200),
+        ..Default::default()
     };
     let server = start_limited("hello", limits);
     let stop = Arc::new(AtomicBool::new(false));

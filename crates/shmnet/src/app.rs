@@ -164,14 +164,23 @@ pub fn stats(a: StatsArgs) -> Result<()> {
         .collect();
     println!("stack: {}", nz.join(" "));
     println!("control: {}", serde_json::to_string(&v.control)?);
+    println!(
+        "registered regions: {} ({:.1} MiB), {} pages pinned, {} refused",
+        v.regions.regions,
+        v.regions.bytes as f64 / (1 << 20) as f64,
+        v.regions.pinned_pages,
+        v.regions.refused
+    );
     for (i, app) in v.apps.iter().enumerate() {
         println!(
-            "app {i}: pid {} uid {} ({}), sockets {} holding {} counters {}",
+            "app {i}: pid {} uid {} ({}), sockets {} holding {} regions {} ({} B) counters {}",
             app.pid,
             app.uid,
             app.transport,
             app.sockets,
             app.holding,
+            app.regions,
+            app.registered_bytes,
             serde_json::to_string(&app.counters)?
         );
     }

@@ -210,6 +210,14 @@ pub struct ServeArgs {
     /// server structure: seconds a new connection may take to say Hello before it is closed.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     hello_timeout: f64,
+    /// server structure: memory regions one application may register (its own send and
+    /// receive buffers, seed 004); the next registration is refused.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    max_regions: u32,
+    /// server structure: bytes of registered memory one application may hold (suffixes
+    /// are not taken: give bytes).
+    #[arg(long, default_value_t = 64 << 30, value_name = "BYTES")]
+    max_registered_bytes: u64,
     /// How the parties are placed.
     #[arg(long, value_enum, default_value = "inline")]
     structure: Structure,
@@ -274,6 +282,8 @@ impl ServeArgs {
             socket: self.socket.clone(),
             max_connections: self.max_connections,
             hello_timeout_s: self.hello_timeout,
+            max_regions: self.max_regions,
+            max_registered_bytes: self.max_registered_bytes,
             echo: self.echo.clone(),
             sink: self.sink.clone(),
             duration_s: self.duration,

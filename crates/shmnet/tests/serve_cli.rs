@@ -604,3 +604,50 @@ fn a_server_whose_interface_goes_away_reports_it_and_exits_non_zero_when_it_give
         let _ = std::fs::remove_dir_all(runtime);
     }
 }
+
+/// `--max-regions` reaches the server: an application registers that many regions of its
+/// own, the next is refused in one line naming the limit, and `shmnet stats` shows them.
+#[test]
+fn serve_caps_the_regions_an_application_registers() {
+    use shmnet_chan::handles::{Perms, Region};
+    let runtime = temp("regions");
+    let socket = runtime.join("s.sock");
+    let mut p = Party::shmnet(
+        &[
+            "serve",
+            "--structure",
+            "server",
+            "--max-regions",
+            "2",
+            "--socket",
+            socket.to_str().unwrap(),
+        ],
+        &runtime,
+    );
+    p.wait_for("shmnet server structure");
+    let client = shmnet_io::client::Client::connect(&socket).expect("attach");
+    let region = Region::create("cli-test", 8192).unwrap();
+    for _ in 0..2 {
+        client
+            .register(&region, Perms::READ_WRITE)
+            .expect("within the cap");
+    }
+    let err = client
+        .register(&region, Perms::READ_WRITE)
+        .expect_err("past the cap")
+        .to_string();
+    assert!(err.contains("at most 2"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+        .args(["stats", "--socket", socket.to_str().unwrap()])
+        .env("SHMNET_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("registered regions: 2 (0.0 MiB), 0 pages pinned, 1 refused"),
+        "{text}"
+    );
+    drop(client);
+    p.signal(libc::SIGTERM);
+    assert!(p.wait().success(), "{}", p.err());
+}

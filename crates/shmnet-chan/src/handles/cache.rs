@@ -67,6 +67,13 @@ pub enum GeometryError {
 }
 
 impl CacheGeometry {
+    /// The configuration seed 004 found the best trade-off: C = 16K, L = 64, A = 4.
+    pub const SEED_BEST: CacheGeometry = CacheGeometry {
+        entries: 16 * 1024,
+        line: 64,
+        ways: 4,
+    };
+
     /// C, L and A, checked.
     pub fn new(entries: u32, line: u32, ways: u32) -> Result<Self, GeometryError> {
         if !(entries.is_power_of_two() && line.is_power_of_two() && ways.is_power_of_two()) {

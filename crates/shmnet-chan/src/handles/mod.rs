@@ -18,9 +18,11 @@
 pub mod cache;
 pub mod handle;
 pub mod miss;
+pub mod region;
 pub mod table;
 
 pub use cache::{CacheGeometry, LineKey, LookupCache, LookupError, LookupStats, Translation};
 pub use handle::{Access, Handle, Pch, Perms, Refusal, RegionId};
 pub use miss::{Fill, MissEvent, MissPort, MissService, Reported, miss_channel};
+pub use region::{Region, RegionError};
 pub use table::{RegionTable, RegisterError, Served, TableLimits, TableStats};

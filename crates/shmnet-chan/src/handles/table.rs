@@ -92,7 +92,8 @@ fn sys(what: &'static str) -> impl FnOnce(rustix::io::Errno) -> RegisterError {
 }
 
 /// Counters of the table.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct TableStats {
     /// Regions registered now.
     pub regions: u64,
@@ -394,6 +395,13 @@ impl RegionTable {
         }
         self.stats.evicted += n as u64;
         n
+    }
+
+    /// Regions `app` has registered, and their bytes.
+    pub fn usage(&self, app: Pch) -> (u64, u64) {
+        self.apps
+            .get(&app)
+            .map_or((0, 0), |a| (a.regions.len() as u64, a.bytes))
     }
 
     /// Whether `key` is pinned now.

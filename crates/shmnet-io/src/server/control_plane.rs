@@ -1,5 +1,6 @@
 //! The control plane: a thread of its own that accepts connections on the control socket,
-//! greets applications, and answers Bind, Close and Stats — off the data plane's path.
+//! greets applications, registers their memory regions, and answers Bind, Close and Stats —
+//! off the data plane's path.
 //!
 //! It never touches the data plane's state. What needs it (an application's rings to serve,
 //! a port to bind, the counters) goes to the data plane as a [`Command`] through an
@@ -13,7 +14,15 @@
 //!   connection waits in the backlog, no spinning), and a reserve fd kept for the purpose is
 //!   given up to take one pending connection: a `Stats` request on it is answered, anything
 //!   else is told to come back later — so `shmnet stats` answers even then;
-//! - oversized or malformed messages: refused with an error message naming the problem.
+//! - oversized or malformed messages: refused with an error message naming the problem;
+//! - descriptors attached to any message but `Register` (or more than one to it): closed at
+//!   once and counted;
+//! - registrations past the application's limits, of unsealed or odd-sized memfds:
+//!   refused, counted in the registration table's `refused`.
+//!
+//! Registered regions live in the [`RegionTable`] (seed 004's host-side table), keyed by
+//! the application's number ([`Pch`]), which the control plane assigns at attach and frees
+//! when the application goes — after the table has forgotten it.
 //!
 //! Every connection's peer credentials (pid, uid) are read with `SO_PEERCRED` when it is
 //! accepted and recorded with the application.
@@ -26,6 +35,7 @@ use crate::windows;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use shmnet_chan::Window;
+use shmnet_chan::handles::{Pch, Perms, RegionId, RegionTable, TableLimits};
 use shmnet_chan::handoff::send_window;
 use shmnet_chan::signal::{EventFd, Signal};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -47,6 +57,8 @@ pub struct ControlLimits {
     pub max_connections: usize,
     /// How long a new connection may take to say Hello (or ask for Stats).
     pub hello_timeout: Duration,
+    /// What each application may register.
+    pub regions: TableLimits,
 }
 
 impl Default for ControlLimits {
@@ -54,6 +66,7 @@ impl Default for ControlLimits {
         Self {
             max_connections: 1024,
             hello_timeout: Duration::from_secs(5),
+            regions: TableLimits::default(),
         }
     }
 }
@@ -175,6 +188,8 @@ pub(crate) struct ControlSpec {
     pub(crate) counters: Arc<Mutex<ControlCounters>>,
     /// A driver process's control socket, and where its counters go.
     pub(crate) driver: Option<(OwnedFd, Arc<Mutex<DriverThreadStats>>)>,
+    /// Every application's registered regions.
+    pub(crate) table: Arc<Mutex<RegionTable>>,
 }
 
 /// The running control plane.
@@ -227,6 +242,32 @@ struct Conn {
     uid: u32,
     since: Instant,
     stage: Stage,
+    /// Its application number once attached.
+    pch: Option<Pch>,
+}
+
+/// Application numbers: the lowest free one first, so they stay small and are reused.
+#[derive(Default)]
+struct Pchs {
+    next: u16,
+    freed: std::collections::BTreeSet<u16>,
+}
+
+impl Pchs {
+    fn take(&mut self) -> Option<Pch> {
+        if let Some(n) = self.freed.pop_first() {
+            return Some(Pch(n));
+        }
+        if self.next > Pch::MAX {
+            return None;
+        }
+        self.next += 1;
+        Some(Pch(self.next - 1))
+    }
+
+    fn give_back(&mut self, p: Pch) {
+        self.freed.insert(p.0);
+    }
 }
 
 struct ControlPlane {
@@ -238,6 +279,7 @@ struct ControlPlane {
     reserve: Option<control::FdReserve>,
     listener_rests_until: Option<Instant>,
     buf: Vec<u8>,
+    pchs: Pchs,
 }
 
 impl ControlPlane {
@@ -252,6 +294,7 @@ impl ControlPlane {
             // One byte more than the largest message, to tell a message that fills the
             // buffer from one that was truncated.
             buf: vec![0u8; control::MAX_MSG + 1],
+            pchs: Pchs::default(),
         }
     }
 
@@ -430,6 +473,7 @@ impl ControlPlane {
             uid,
             since: Instant::now(),
             stage: Stage::Greeting,
+            pch: None,
         });
     }
 
@@ -451,8 +495,13 @@ impl ControlPlane {
             let Some(i) = self.conns.iter().position(|c| c.id == id) else {
                 return;
             };
-            let n = match control::recv_raw(&self.conns[i].fd, &mut self.buf) {
-                Ok(Some(n)) => n,
+            let (n, fd) = match control::recv_raw_with_fd(&self.conns[i].fd, &mut self.buf) {
+                Ok(Some((n, fd, extra))) => {
+                    if extra > 0 {
+                        self.count(|c| c.stray_fds += extra as u64);
+                    }
+                    (n, fd)
+                }
                 Ok(None) => return,
                 Err(_) => {
                     self.hang_up(i);
@@ -467,7 +516,15 @@ impl ControlPlane {
                 )))
             } else {
                 match serde_json::from_slice::<Request>(&self.buf[..n]) {
-                    Ok(req) => self.handle(i, req),
+                    Ok(Request::Register { read, write }) => {
+                        Some(self.register(i, fd, Perms { read, write }))
+                    }
+                    Ok(req) => {
+                        if fd.is_some() {
+                            self.count(|c| c.stray_fds += 1);
+                        }
+                        self.handle(i, req)
+                    }
                     Err(e) => {
                         self.count(|c| c.bad_messages += 1);
                         Some(Response::Error(format!("malformed request: {e}")))
@@ -488,6 +545,39 @@ impl ControlPlane {
         if matches!(c.stage, Stage::App) {
             self.spec.outbox.send(Command::Detach { id: c.id });
             self.count(|k| k.detached += 1);
+        }
+        if let Some(p) = c.pch {
+            // The data plane does not translate handles yet (docs/isolation.md), so nothing
+            // of the table is cached there; once it does, this waits for its Detach.
+            self.table().forget(p);
+            self.pchs.give_back(p);
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, RegionTable> {
+        self.spec
+            .table
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `Register`: maps the memfd that came with the request as a region of connection
+    /// `i`'s application.
+    fn register(&mut self, i: usize, fd: Option<OwnedFd>, perms: Perms) -> Response {
+        let Some(pch) = self.conns[i].pch else {
+            self.count(|c| c.bad_messages += 1);
+            return Response::Error("say Hello first".into());
+        };
+        let Some(fd) = fd else {
+            self.count(|c| c.bad_messages += 1);
+            return Response::Error(
+                "Register carries the region's memfd: attach it to the message (SCM_RIGHTS)".into(),
+            );
+        };
+        let bytes = rustix::fs::fstat(&fd).map_or(0, |st| st.st_size as u64);
+        match self.table().register(pch, fd.as_fd(), perms) {
+            Ok(RegionId(region)) => Response::Registered { region, bytes },
+            Err(e) => Response::Error(format!("cannot register the region: {e}")),
         }
     }
 
@@ -524,7 +614,17 @@ impl ControlPlane {
                     .ask(|reply| Command::Close { id, socket, reply })
                     .unwrap_or_else(gone),
             ),
-            Request::Bind { .. } | Request::Close { .. } => {
+            Request::Unregister { region } if attached => {
+                let pch = self.conns[i]
+                    .pch
+                    .expect("attached applications have a number");
+                Some(match self.table().unregister(pch, RegionId(region)) {
+                    Ok(()) => Response::Unregistered { region },
+                    Err(e) => Response::Error(format!("cannot unregister region {region}: {e}")),
+                })
+            }
+            Request::Register { .. } => unreachable!("served by `register`"),
+            Request::Bind { .. } | Request::Close { .. } | Request::Unregister { .. } => {
                 self.count(|c| c.bad_messages += 1);
                 Some(Response::Error("say Hello first".into()))
             }
@@ -540,8 +640,18 @@ impl ControlPlane {
 
     fn stats_response(&self) -> Response {
         match self.spec.outbox.ask(|reply| Command::Stats { reply }) {
-            Some(s) => {
+            Some(mut s) => {
                 self.count(|c| c.stats_answered += 1);
+                let table = self.table();
+                s.regions = table.stats();
+                for a in &mut s.apps {
+                    if let Some(pch) = self.conns.iter().find(|c| c.id == a.id).and_then(|c| c.pch)
+                    {
+                        a.pch = Some(pch.0);
+                        (a.regions, a.registered_bytes) = table.usage(pch);
+                    }
+                }
+                drop(table);
                 Response::Stats(s)
             }
             None => Response::Error(
@@ -553,6 +663,16 @@ impl ControlPlane {
     /// Gives connection `i` its windows (or, in `ipc`, its data socket) and hands its side
     /// of them to the data plane.
     fn attach(&mut self, i: usize) -> Result<(), AttachError> {
+        let pch = self.pchs.take().ok_or(AttachError::NoNumber)?;
+        let r = self.attach_as(i, pch);
+        match r {
+            Ok(()) => self.conns[i].pch = Some(pch),
+            Err(_) => self.pchs.give_back(pch),
+        }
+        r
+    }
+
+    fn attach_as(&mut self, i: usize, _pch: Pch) -> Result<(), AttachError> {
         let conn = &self.conns[i];
         let transport: Box<dyn AppTransport> = if self.spec.ipc {
             let (ours, theirs) = rustix::net::socketpair(
@@ -605,6 +725,8 @@ impl ControlPlane {
 /// Why an application could not attach.
 #[derive(Debug, thiserror::Error)]
 enum AttachError {
+    #[error("{} applications are attached, as many as can be numbered", Pch::MAX as u32 + 1)]
+    NoNumber,
     #[error(transparent)]
     Io(#[from] std::io::Error),
     #[error(transparent)]

@@ -579,6 +579,7 @@ impl DataPlane {
             .iter()
             .take(super::stats::APPS_LISTED)
             .map(|a| AppStats {
+                id: a.id,
                 pid: a.pid,
                 uid: a.uid,
                 transport: a.transport.kind().into(),
@@ -590,6 +591,7 @@ impl DataPlane {
                     wakeups: a.transport.wakeups(),
                     ..a.counters.clone()
                 },
+                ..AppStats::default()
             })
             .collect();
         ServerStats {
@@ -615,6 +617,7 @@ impl DataPlane {
             stack: self.iface.stats().clone(),
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
+            regions: Default::default(),
             apps,
             apps_total: self.apps.len(),
         }

@@ -48,6 +48,7 @@ use crate::windows::{self, IN_ARP, IN_IPV4, OUT};
 use control_plane::{ControlHandle, ControlSpec, command_queue, wait_message};
 use data_plane::{DataPlane, DriverLink, DriverWatch, Polled};
 use rustix::fd::{AsFd, OwnedFd};
+use shmnet_chan::handles::{CacheGeometry, RegionTable};
 use shmnet_chan::handoff::send_window;
 use shmnet_chan::{PageSize, Window};
 use shmnet_stack::{Config, EthernetAddress, Interface};
@@ -351,6 +352,10 @@ impl Server {
             outbox,
             counters,
             driver: driver_ctl,
+            table: Arc::new(Mutex::new(RegionTable::new(
+                opts.limits.regions,
+                CacheGeometry::SEED_BEST.line,
+            ))),
         })?;
         Ok(Self {
             dp,

@@ -38,6 +38,8 @@ pub struct ServerStats {
     pub data_plane: DataPlaneCounters,
     /// The control plane's counters.
     pub control: ControlCounters,
+    /// Every application's registered regions (seed 004's table).
+    pub regions: shmnet_chan::handles::TableStats,
     /// Attached applications, in order of attachment: the first 64 of them
     /// (a control message has a size limit; `apps_total` counts them all).
     pub apps: Vec<AppStats>,
@@ -62,6 +64,14 @@ pub struct MemoryStats {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AppStats {
+    /// Its connection's number (in the order connections came).
+    pub id: u64,
+    /// Its application number (seed 004's PCH), which its handles carry.
+    pub pch: Option<u16>,
+    /// Regions it registered.
+    pub regions: u64,
+    /// Bytes of them.
+    pub registered_bytes: u64,
     /// Its process id and user, from the control socket's peer credentials.
     pub pid: i32,
     /// Its user id.
@@ -137,4 +147,7 @@ pub struct ControlCounters {
     pub detached: u64,
     /// Stats requests answered.
     pub stats_answered: u64,
+    /// File descriptors that came attached to messages that take none (or more than one to
+    /// `Register`): closed at once.
+    pub stray_fds: u64,
 }
