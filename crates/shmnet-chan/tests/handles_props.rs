@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use shmnet_chan::handles::{
     Access, CacheGeometry, Handle, LineKey, LookupCache, LookupError, Pch, Perms, RegionId,
-    Translation,
+    SetIndex, Translation,
 };
 use std::ptr::NonNull;
 
@@ -28,6 +28,7 @@ fn line_of(app: u16, line: u64, l: u32) -> Vec<Translation> {
 
 /// The model: per set, the lines it holds, most recently used last.
 struct Model {
+    geo: CacheGeometry,
     sets: Vec<Vec<LineKey>>,
     ways: usize,
     hits: u64,
@@ -37,7 +38,9 @@ struct Model {
 impl Model {
     fn access(&mut self, key: LineKey) -> bool {
         let sets = self.sets.len() as u64;
-        let set = &mut self.sets[(key.line % sets) as usize];
+        // The set: the low bits of the line as the index sees it (the seed's low bits of the
+        // line number, or those XORed with the application's and region's hash).
+        let set = &mut self.sets[(self.geo.index_line(key.app, key.line) % sets) as usize];
         if let Some(i) = set.iter().position(|k| *k == key) {
             let k = set.remove(i);
             set.push(k);
@@ -55,10 +58,17 @@ impl Model {
 }
 
 fn geometry() -> impl Strategy<Value = CacheGeometry> {
-    (0u32..4, 0u32..4, 0u32..3).prop_map(|(l, a, extra)| {
+    (0u32..4, 0u32..4, 0u32..3, any::<bool>()).prop_map(|(l, a, extra, skewed)| {
         let line = 1 << l;
         let ways = 1 << a;
-        CacheGeometry::new((line * ways) << extra, line, ways).unwrap()
+        let index = if skewed {
+            SetIndex::Skewed
+        } else {
+            SetIndex::LowBits
+        };
+        CacheGeometry::new((line * ways) << extra, line, ways)
+            .unwrap()
+            .with_index(index)
     })
 }
 
@@ -69,7 +79,7 @@ proptest! {
         refs in prop::collection::vec((1u16..4, 0u64..96), 1..400),
     ) {
         let mut cache = LookupCache::new(geo);
-        let mut model = Model { sets: vec![Vec::new(); geo.sets() as usize], ways: geo.ways as usize, hits: 0, misses: 0 };
+        let mut model = Model { geo, sets: vec![Vec::new(); geo.sets() as usize], ways: geo.ways as usize, hits: 0, misses: 0 };
         for &(app, page) in &refs {
             let h = Handle { app: Pch(app), region: RegionId(0), off: page << 12 | 7, len: 1 };
             let key = LineKey { app: Pch(app), line: page / u64::from(geo.line) };

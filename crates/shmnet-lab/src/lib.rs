@@ -14,10 +14,11 @@
 pub mod bench;
 pub mod cacheinfo;
 pub mod calibrate;
+/// Grouped bar charts normalised to the fastest bar of each group, as PNG.
+pub mod handles;
 pub mod machine;
 pub mod mem;
 pub mod netbench;
-/// Grouped bar charts normalised to the fastest bar of each group, as PNG.
 pub mod plot;
 pub mod residency;
 pub mod scoreboard;

@@ -143,6 +143,27 @@ pub fn normalized_bars(
     panels: &[Panel],
     fmt_value: &dyn Fn(f64) -> String,
 ) -> Result<(), PlotError> {
+    bars(path, title, y_label, panels, fmt_value, Scale::Group)
+}
+
+/// What a bar's height is a fraction of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// The largest bar of its group ([`normalized_bars`]: which bar of a group wins).
+    Group,
+    /// The largest bar of its panel (how groups compare, e.g. miss ratios by configuration).
+    Panel,
+}
+
+/// [`normalized_bars`] with the heights scaled as `scale` says.
+pub fn bars(
+    path: &Path,
+    title: &str,
+    y_label: &str,
+    panels: &[Panel],
+    fmt_value: &dyn Fn(f64) -> String,
+    scale: Scale,
+) -> Result<(), PlotError> {
     if panels
         .iter()
         .all(|p| p.groups.iter().all(|g| g.bars.is_empty()))
@@ -161,7 +182,7 @@ pub fn normalized_bars(
     root.fill(&WHITE).map_err(draw_err)?;
     let body = draw_header(&root, title, &series)?;
     for (area, panel) in body.split_evenly((1, panels.len())).iter().zip(panels) {
-        draw_panel(area, panel, y_label, &series, fmt_value)?;
+        draw_panel(area, panel, y_label, &series, fmt_value, scale)?;
     }
     // Dropping the backend would also write the file, but would swallow the error.
     root.present().map_err(draw_err)
@@ -185,13 +206,25 @@ pub(crate) fn check_png_path(path: &Path) -> Result<(), PlotError> {
 /// Each bar's value divided by the largest value of its group: 1.0 for the largest, 0.0 for
 /// values that are zero, negative, NaN or infinite, and all zeros if no value is positive.
 fn normalize(group: &Group) -> Vec<f64> {
-    let usable = |v: f64| v.is_finite() && v > 0.0;
-    let max = group
+    normalize_by(group, group_max(group))
+}
+
+fn usable(v: f64) -> bool {
+    v.is_finite() && v > 0.0
+}
+
+/// The largest usable value of `group` (0 if none).
+fn group_max(group: &Group) -> f64 {
+    group
         .bars
         .iter()
         .map(|b| b.value)
         .filter(|&v| usable(v))
-        .fold(0.0, f64::max);
+        .fold(0.0, f64::max)
+}
+
+/// Each bar's value over `max`, as [`normalize`] does with its group's.
+fn normalize_by(group: &Group, max: f64) -> Vec<f64> {
     group
         .bars
         .iter()
@@ -330,8 +363,14 @@ fn draw_panel(
     y_label: &str,
     series: &[&str],
     fmt_value: &dyn Fn(f64) -> String,
+    scale: Scale,
 ) -> Result<(), PlotError> {
     let groups = &panel.groups;
+    let panel_max = groups.iter().map(group_max).fold(0.0, f64::max);
+    let heights = |g: &Group| match scale {
+        Scale::Group => normalize(g),
+        Scale::Panel => normalize_by(g, panel_max),
+    };
     let label_of = |x: &f64| {
         let index = x.round();
         if index < 0.0 {
@@ -364,11 +403,11 @@ fn draw_panel(
         .map_err(draw_err)?;
 
     for (index, group) in groups.iter().enumerate() {
-        draw_group_bars(&mut chart, index, group, series)?;
+        draw_group_bars(&mut chart, index, group, series, &heights(group))?;
     }
     let labels = value_label_style(&chart, groups, fmt_value)?;
     for (index, group) in groups.iter().enumerate() {
-        draw_group_labels(&chart, index, group, &labels, fmt_value)?;
+        draw_group_labels(&chart, index, group, &labels, fmt_value, &heights(group))?;
     }
     Ok(())
 }
@@ -420,10 +459,10 @@ fn draw_group_bars(
     index: usize,
     group: &Group,
     series: &[&str],
+    heights: &[f64],
 ) -> Result<(), PlotError> {
-    let heights = normalize(group);
     let slots = group.bars.len();
-    for (slot, (bar, height)) in group.bars.iter().zip(heights).enumerate() {
+    for (slot, (bar, &height)) in group.bars.iter().zip(heights).enumerate() {
         if height <= 0.0 {
             continue;
         }
@@ -493,10 +532,10 @@ fn draw_group_labels(
     group: &Group,
     labels: &ValueLabels,
     fmt_value: &dyn Fn(f64) -> String,
+    heights: &[f64],
 ) -> Result<(), PlotError> {
-    let heights = normalize(group);
     let slots = group.bars.len();
-    for (slot, (bar, height)) in group.bars.iter().zip(heights).enumerate() {
+    for (slot, (bar, &height)) in group.bars.iter().zip(heights).enumerate() {
         if !bar.value.is_finite() {
             continue;
         }

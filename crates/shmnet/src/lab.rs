@@ -241,7 +241,11 @@ pub fn residency(a: ResidencyArgs) -> Result<()> {
 }
 
 #[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct LabArgs {
+    /// Another seed's experiments instead of seed 000's residency suite.
+    #[command(subcommand)]
+    seed: Option<LabSeed>,
     /// About 6 s instead of about 30: fewer messages per run, fewer calibration
     /// windows.
     #[arg(long)]
@@ -273,7 +277,73 @@ impl shmnet_lab::suite::SuiteProgress for Bars {
     }
 }
 
+#[derive(clap::Subcommand)]
+enum LabSeed {
+    /// Seed 004 (dynamic handle lookup): the lookup cache's 36 configurations (Table III,
+    /// Fig. 5) over SPLASH-2-shaped patterns of many applications, checked against
+    /// shmnet-sim; the miss penalty (delay and processing) of a live miss thread; the
+    /// memory a full translation table would hold against the cache (Fig. 3); the lookup
+    /// cost per descriptor. Writes report.md, PNG figures and report.json.
+    ///
+    /// Example: shmnet lab handles --quick --out handles-report
+    Handles(HandlesLabArgs),
+}
+
+#[derive(Args)]
+struct HandlesLabArgs {
+    /// Smaller traces and fewer timed misses (about ten seconds instead of a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write report.md, the PNGs and report.json.
+    #[arg(long, default_value = "handles-report", value_name = "DIR")]
+    out: PathBuf,
+    /// Print the report as one JSON object when done.
+    #[arg(long)]
+    json: bool,
+}
+
+fn lab_handles(a: HandlesLabArgs) -> Result<()> {
+    let pb = crate::progress_bar();
+    let opts = shmnet_lab::handles::HandlesLabOptions {
+        quick: a.quick,
+        out: a.out,
+    };
+    let report = shmnet_lab::handles::run(&opts, &mut |f, step| {
+        pb.set_position((f * 1000.0) as u64);
+        pb.set_message(step.to_string());
+    });
+    pb.finish_and_clear();
+    let report = report.context("running the handle-lookup lab")?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{} workload × configuration runs, live cache and simulator agreed in {}; miss processing p50 {}; report: {}",
+            report.sim_checked,
+            report.sim_agreed,
+            report
+                .penalty
+                .iter()
+                .map(|p| format!("{:.1} µs at L = {}", p.processing_us.p50, p.line))
+                .collect::<Vec<_>>()
+                .join(", "),
+            report.report.display()
+        );
+    }
+    if report.sim_agreed != report.sim_checked {
+        anyhow::bail!(
+            "the live lookup cache and the simulator disagreed in {} runs: a bug in one of them (see {})",
+            report.sim_checked - report.sim_agreed,
+            report.report.display()
+        );
+    }
+    Ok(())
+}
+
 pub fn lab(a: LabArgs) -> Result<()> {
+    if let Some(LabSeed::Handles(h)) = a.seed {
+        return lab_handles(h);
+    }
     let exe = std::env::current_exe().context("finding this program to start the server")?;
     let multi = indicatif::MultiProgress::new();
     let all = multi.add(indicatif::ProgressBar::new(1));

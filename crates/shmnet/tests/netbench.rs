@@ -115,8 +115,21 @@ fn bench_handles_reports_every_associativity() {
     let v = shmnet(&["bench", "handles", "--quick", "--json"]);
     assert!(v["error"].is_null(), "{v}");
     let rows = v["rows"].as_array().expect("rows");
-    let ways: Vec<u64> = rows.iter().map(|r| u(r, "ways")).collect();
-    assert_eq!(ways, [1, 2, 4, 8], "{v}");
+    let ways: Vec<(u64, &str)> = rows
+        .iter()
+        .map(|r| (u(r, "ways"), r["index"].as_str().unwrap_or("?")))
+        .collect();
+    assert_eq!(
+        ways,
+        [
+            (1, "skewed"),
+            (2, "skewed"),
+            (4, "skewed"),
+            (8, "skewed"),
+            (4, "low_bits")
+        ],
+        "{v}"
+    );
     for r in rows {
         for k in ["lookup_ns", "bounds_ns"] {
             assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {r}");

@@ -38,7 +38,23 @@ const APP_SHIFT: u32 = 48;
 /// Most translations in one line (the seed's largest, 128).
 pub const MAX_LINE: usize = 128;
 
-/// The seed's three parameters.
+/// How a line picks its set.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetIndex {
+    /// The low bits of the line number (seed 004). Every application numbers its regions
+    /// from 0, so the same page of every application's region falls in the same set: with
+    /// more applications than ways they evict each other even when the cache is nearly
+    /// empty (`shmnet lab handles` shows it).
+    LowBits,
+    /// The low bits of the line number XORed with a hash of (application, region): the
+    /// same page of different applications and regions lands in different sets, while
+    /// neighbouring lines of one region still fall in neighbouring sets. The default.
+    #[default]
+    Skewed,
+}
+
+/// The seed's three parameters, and how a line picks its set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct CacheGeometry {
     /// C: translations in all.
@@ -47,6 +63,8 @@ pub struct CacheGeometry {
     pub line: u32,
     /// A: lines per set.
     pub ways: u32,
+    /// The set index.
+    pub index: SetIndex,
 }
 
 /// Why a geometry cannot be built.
@@ -72,6 +90,7 @@ impl CacheGeometry {
         entries: 16 * 1024,
         line: 64,
         ways: 4,
+        index: SetIndex::Skewed,
     };
 
     /// C, L and A, checked.
@@ -92,7 +111,35 @@ impl CacheGeometry {
             entries,
             line,
             ways,
+            index: SetIndex::default(),
         })
+    }
+
+    /// The same geometry with set index `index`.
+    pub fn with_index(self, index: SetIndex) -> Self {
+        Self { index, ..self }
+    }
+
+    /// Line `line` of `app` as the set index sees it: its low `log2(sets)` bits pick the
+    /// set, the rest go into the tag. A bijection for each application (so the simulator
+    /// can be given the same lines: `shmnet lab handles`).
+    #[inline]
+    pub fn index_line(&self, app: Pch, line: u64) -> u64 {
+        index_line(
+            self.index,
+            app,
+            line,
+            self.line.trailing_zeros(),
+            self.sets().trailing_zeros(),
+        )
+    }
+
+    /// The inverse of [`CacheGeometry::index_line`].
+    #[inline]
+    pub fn line_of_index(&self, app: Pch, indexed: u64) -> u64 {
+        // The skew changes only the set bits, which lie below the region's bits, so the
+        // region — and with it the skew — reads the same from either side.
+        self.index_line(app, indexed)
     }
 
     /// Sets: C / (L × A).
@@ -105,6 +152,24 @@ impl CacheGeometry {
     pub fn bytes(&self) -> usize {
         let ways = (self.sets() * self.ways) as usize;
         ways * (size_of::<u64>() * 2) + self.entries as usize * size_of::<usize>()
+    }
+}
+
+/// [`CacheGeometry::index_line`] with the geometry's shifts given (the data path keeps them
+/// precomputed): with [`SetIndex::Skewed`], the set bits of `line` are XORed with a hash of
+/// the application and the line's region — Fibonacci hashing, one multiply, the top
+/// `set_bits` bits. The region's bits lie above every set bit (sets ≤ 2^31 / L), so the XOR
+/// never changes the region, and applying it twice gives the line back.
+#[inline(always)]
+fn index_line(index: SetIndex, app: Pch, line: u64, line_shift: u32, set_bits: u32) -> u64 {
+    match index {
+        SetIndex::LowBits => line,
+        SetIndex::Skewed if set_bits == 0 => line,
+        SetIndex::Skewed => {
+            let region = line >> (super::handle::PAGE_BITS_IN_REGION - line_shift);
+            let key = u64::from(app.0) << 32 | (region & 0xffff_ffff);
+            line ^ key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - set_bits)
+        }
     }
 }
 
@@ -246,8 +311,15 @@ impl LookupCache {
 
     #[inline]
     fn tag(&self, key: LineKey) -> (usize, u64) {
-        let set = (key.line & ((1 << self.set_bits) - 1)) as usize;
-        let tag = u64::from(key.app.0) << APP_SHIFT | key.line >> self.set_bits;
+        let line = index_line(
+            self.geo.index,
+            key.app,
+            key.line,
+            self.line_shift,
+            self.set_bits,
+        );
+        let set = (line & ((1 << self.set_bits) - 1)) as usize;
+        let tag = u64::from(key.app.0) << APP_SHIFT | line >> self.set_bits;
         (set, tag)
     }
 
@@ -408,9 +480,11 @@ impl LookupCache {
     }
 
     fn key_of(&self, set: usize, tag: u64) -> LineKey {
+        let app = Pch((tag >> APP_SHIFT) as u16);
+        let indexed = (tag & ((1 << APP_SHIFT) - 1)) << self.set_bits | set as u64;
         LineKey {
-            app: Pch((tag >> APP_SHIFT) as u16),
-            line: (tag & ((1 << APP_SHIFT) - 1)) << self.set_bits | set as u64,
+            app,
+            line: index_line(self.geo.index, app, indexed, self.line_shift, self.set_bits),
         }
     }
 

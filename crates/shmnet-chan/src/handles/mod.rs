@@ -21,7 +21,9 @@ pub mod miss;
 pub mod region;
 pub mod table;
 
-pub use cache::{CacheGeometry, LineKey, LookupCache, LookupError, LookupStats, Translation};
+pub use cache::{
+    CacheGeometry, LineKey, LookupCache, LookupError, LookupStats, SetIndex, Translation,
+};
 pub use handle::{Access, Handle, Pch, Perms, Refusal, RegionId};
 pub use miss::{Fill, MissEvent, MissPort, MissService, Reported, miss_channel};
 pub use region::{Region, RegionError};

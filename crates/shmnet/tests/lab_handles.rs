@@ -1,0 +1,69 @@
+//! `shmnet lab handles` (seed 004) end to end: the sweep's 36 configurations for every
+//! workload with both set indexes, the live cache and the simulator agreeing on every one,
+//! the miss penalty timed for each line size, Fig. 3's rows, and the report on disk. No
+//! timing is asserted.
+
+mod common;
+
+use common::{json, u};
+
+#[test]
+fn lab_handles_sweeps_times_and_reports() {
+    let out = std::env::temp_dir().join(format!("shmnet-lab-handles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let v = json(&[
+        "lab",
+        "handles",
+        "--quick",
+        "--json",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let sweep = v["sweep"].as_array().expect("sweep");
+    assert_eq!(
+        sweep.len(),
+        5 * 36 * 2,
+        "five workloads, Table III, two set indexes"
+    );
+    assert_eq!(u(&v, "sim_checked"), 360);
+    assert_eq!(
+        u(&v, "sim_agreed"),
+        360,
+        "the live cache and the simulator disagree"
+    );
+    for r in sweep {
+        let refs = u(r, "send_refs") + u(r, "recv_refs");
+        let misses =
+            u(r, "send_cold") + u(r, "send_noncold") + u(r, "recv_cold") + u(r, "recv_noncold");
+        assert!(misses <= refs && misses == u(r, "sim_misses"), "{r}");
+        assert!(
+            u(r, "send_cold") + u(r, "recv_cold") > 0,
+            "a first reference is cold: {r}"
+        );
+    }
+    let pen = v["penalty"].as_array().expect("penalty");
+    let lines: Vec<u64> = pen.iter().map(|p| u(p, "line")).collect();
+    assert_eq!(lines, [8, 64, 128]);
+    for p in pen {
+        assert_eq!(u(&p["processing_us"], "count"), 200, "{p}");
+        assert!(
+            p["processing_us"]["p50"].as_f64().is_some_and(|x| x > 0.0),
+            "{p}"
+        );
+    }
+    let mem = v["memory"].as_array().expect("memory");
+    assert_eq!(mem.len(), 9);
+    for m in mem {
+        assert_eq!(
+            u(m, "full_table_bytes"),
+            u(m, "apps") * u(m, "registered_per_app") / 4096 * 8,
+            "{m}"
+        );
+    }
+    assert!(v["lookup"]["rows"].as_array().is_some_and(|r| r.len() == 5));
+    assert_eq!(v["missing"].as_array().map(Vec::len), Some(3));
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(report.contains("360 of 360"), "{report}");
+    assert!(out.join("report.json").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
