@@ -596,12 +596,19 @@ pub fn recv_raw_with_fd(
     let mut space =
         [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];
     let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
-    let msg = match rustix::net::recvmsg(
-        fd,
-        &mut [std::io::IoSliceMut::new(buf)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    ) {
+    let fd = fd.as_fd();
+    let msg = loop {
+        match rustix::net::recvmsg(
+            fd,
+            &mut [std::io::IoSliceMut::new(buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => break other,
+        }
+    };
+    let msg = match msg {
         Ok(m) => m,
         Err(rustix::io::Errno::AGAIN) => return Ok(None),
         Err(rustix::io::Errno::CONNRESET) => return Err(ControlError::HungUp),
@@ -619,6 +626,10 @@ pub fn recv_raw_with_fd(
                 }
             }
         }
+    }
+    if msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
+        // More descriptors than we take: the kernel closed the rest. Count at least one.
+        extra += 1;
     }
     if msg.bytes == 0 && first.is_none() {
         return Err(ControlError::HungUp);

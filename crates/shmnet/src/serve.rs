@@ -216,7 +216,7 @@ pub struct ServeArgs {
     max_regions: u32,
     /// server structure: bytes of registered memory one application may hold (suffixes
     /// are not taken: give bytes).
-    #[arg(long, default_value_t = 64 << 30, value_name = "BYTES")]
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
     max_registered_bytes: u64,
     /// How the parties are placed.
     #[arg(long, value_enum, default_value = "inline")]

@@ -191,10 +191,14 @@ impl Translation {
     /// No page: past the region's end, or no such region.
     pub const NONE: Translation = Translation(0);
 
-    /// The page at `page` (page-aligned) in the server's mapping, with `perms`.
+    /// The page at `page` in the server's mapping, with `perms`.
+    ///
+    /// # Panics
+    ///
+    /// If `page` is not page-aligned: its low bits would read as permissions.
     pub fn page(page: NonNull<u8>, perms: super::handle::Perms) -> Self {
         let addr = page.as_ptr() as usize;
-        debug_assert_eq!(addr % PAGE_SIZE as usize, 0, "pages are page-aligned");
+        assert_eq!(addr % PAGE_SIZE as usize, 0, "pages are page-aligned");
         Translation(addr | PRESENT | perms.bits())
     }
 
@@ -264,7 +268,14 @@ pub struct LookupCache {
 
 impl LookupCache {
     /// An empty cache of geometry `geo`.
+    ///
+    /// # Panics
+    ///
+    /// If `geo` is not one [`CacheGeometry::new`] accepts (a struct literal can skip it).
     pub fn new(geo: CacheGeometry) -> Self {
+        if let Err(e) = CacheGeometry::new(geo.entries, geo.line, geo.ways) {
+            panic!("an invalid lookup-cache geometry: {e}");
+        }
         let ways = (geo.sets() * geo.ways) as usize;
         Self {
             geo,

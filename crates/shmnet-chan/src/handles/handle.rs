@@ -19,6 +19,10 @@ pub const PAGE_SHIFT: u32 = 12;
 pub const PAGE_BITS_IN_REGION: u32 = 32;
 /// Largest region a handle can reach.
 pub const MAX_REGION_BYTES: u64 = 1 << (PAGE_BITS_IN_REGION + PAGE_SHIFT);
+/// Most bytes one handle may name: the largest UDP datagram and its header, rounded up. A
+/// longer one is refused before any page is looked at (a hostile length cannot make one
+/// translation walk a million pages).
+pub const MAX_HANDLE_LEN: u32 = 128 << 10;
 
 /// Process communication handle (seed 004's PCH): which application. The server assigns it
 /// when the application attaches; `u16::MAX` is never assigned (the lookup cache uses it to
@@ -96,7 +100,7 @@ impl Handle {
     /// run past the largest region a handle can reach.
     #[inline]
     pub fn page_span(&self) -> Option<(u64, u64)> {
-        if self.len == 0 {
+        if self.len == 0 || self.len > MAX_HANDLE_LEN {
             return None;
         }
         let end = self.off.checked_add(u64::from(self.len) - 1)?;
@@ -112,8 +116,9 @@ impl Handle {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Refusal {
-    /// No bytes, or an offset and length that overflow the handle space.
-    #[error("the handle names no bytes, or more than a region can hold")]
+    /// No bytes, more than [`MAX_HANDLE_LEN`], or an offset and length that overflow the
+    /// handle space.
+    #[error("the handle names no bytes, too many, or more than a region can hold")]
     BadRange,
     /// The application has no region by that number.
     #[error("no such registered region")]
@@ -150,6 +155,7 @@ mod tests {
     #[test]
     fn page_span_refuses_empty_and_overflowing_ranges() {
         assert_eq!(h(0, 0, 0).page_span(), None);
+        assert_eq!(h(0, 0, MAX_HANDLE_LEN + 1).page_span(), None);
         assert_eq!(h(0, u64::MAX, 2).page_span(), None);
         assert_eq!(
             h(0, MAX_REGION_BYTES - 1, 1)

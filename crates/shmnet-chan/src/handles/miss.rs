@@ -157,6 +157,11 @@ impl MissPort {
 
     /// Installs every line served since the last call into `cache`, calling `seen` with
     /// each fill (for miss-time statistics). Returns how many it installed.
+    ///
+    /// Precondition (for the server that will use it): a fill is only as fresh as the
+    /// registration it was served from. Between an unregister (or an application's exit)
+    /// and the fills served before it, a per-application generation must tell stale fills
+    /// from fresh ones; see docs/isolation.md, "Not built yet".
     pub fn install(&mut self, cache: &mut LookupCache, mut seen: impl FnMut(&Fill)) -> usize {
         let mut n = 0;
         while let Ok(f) = self.fills.pop() {
@@ -221,8 +226,9 @@ mod tests {
     #[test]
     fn a_miss_goes_once_and_comes_back_installed() {
         let (mut port, mut svc) = miss_channel(2);
-        let table = Mutex::new(RegionTable::new(TableLimits::default(), 8));
-        let mut cache = LookupCache::new(CacheGeometry::new(64, 8, 2).unwrap());
+        let geo = CacheGeometry::new(64, 8, 2).unwrap();
+        let table = Mutex::new(RegionTable::new(TableLimits::default(), geo));
+        let mut cache = LookupCache::new(geo);
         let k = |line| LineKey { app: Pch(1), line };
         assert_eq!(port.report(k(0), Access::Read), Reported::Queued);
         assert_eq!(port.report(k(0), Access::Read), Reported::Outstanding);

@@ -38,7 +38,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 pub struct TableLimits {
     /// Regions per application.
     pub max_regions_per_app: u32,
-    /// Bytes of registered memory per application.
+    /// Bytes of registered memory per application. Pinning a line of a sparse memfd
+    /// allocates its pages, charged to the server: this bounds what one application can
+    /// make the server hold (times the connection cap for all of them).
     pub max_bytes_per_app: u64,
 }
 
@@ -46,7 +48,7 @@ impl Default for TableLimits {
     fn default() -> Self {
         Self {
             max_regions_per_app: 1024,
-            max_bytes_per_app: 64 << 30,
+            max_bytes_per_app: 1 << 30,
         }
     }
 }
@@ -160,11 +162,13 @@ pub struct RegionTable {
 }
 
 impl RegionTable {
-    /// An empty table serving a lookup cache whose lines hold `line` translations.
-    pub fn new(limits: TableLimits, line: u32) -> Self {
+    /// An empty table serving a lookup cache of geometry `geo`: its misses name lines of
+    /// `geo.line` pages, so the table and the cache must share it.
+    pub fn new(limits: TableLimits, geo: super::cache::CacheGeometry) -> Self {
         Self {
             limits,
-            line: line.max(1),
+            // A valid geometry's L is a power of two (unregistering relies on it).
+            line: geo.line.max(1).next_power_of_two(),
             apps: HashMap::new(),
             pinned: HashMap::new(),
             by_age: BTreeMap::new(),
@@ -249,8 +253,12 @@ impl RegionTable {
         Ok(RegionId(id))
     }
 
-    /// Unregisters one region of `app`: unpins and unmaps it. The lookup cache must hold
-    /// none of its lines any more.
+    /// Unregisters one region of `app`: unpins and unmaps it.
+    ///
+    /// Precondition: no translation of the region is left anywhere — the lookup cache holds
+    /// none of its lines, no fill of one is on its way back (a fill served before this call
+    /// can arrive after it), and no copy through one is under way. Otherwise a later mapping
+    /// at the same addresses would be reached through the stale translation.
     pub fn unregister(&mut self, app: Pch, region: RegionId) -> Result<(), RegisterError> {
         let Some(entry) = self.apps.get_mut(&app) else {
             return Err(RegisterError::Unknown);
@@ -263,9 +271,10 @@ impl RegionTable {
         self.stats.regions -= 1;
         self.stats.bytes -= bytes;
         let lines_per_region_shift = PAGE_BITS_IN_REGION - self.line.trailing_zeros();
-        self.unpin_where(|k| {
-            k.app == app && k.line >> lines_per_region_shift == u64::from(region.0)
-        });
+        let of_region =
+            |k: &LineKey| k.app == app && k.line >> lines_per_region_shift == u64::from(region.0);
+        self.unpin_where(of_region);
+        self.seen.retain(|k| !of_region(k));
         drop(r);
         Ok(())
     }
@@ -273,11 +282,11 @@ impl RegionTable {
     /// Forgets everything of `app` (it has gone): every region unpinned and unmapped. The
     /// lookup cache must hold none of its lines any more. Returns how many regions went.
     pub fn forget(&mut self, app: Pch) -> usize {
+        self.seen.retain(|k| k.app != app);
         let Some(entry) = self.apps.remove(&app) else {
             return 0;
         };
         self.unpin_where(|k| k.app == app);
-        self.seen.retain(|k| k.app != app);
         self.stats.regions -= entry.regions.len() as u64;
         self.stats.bytes -= entry.bytes;
         entry.regions.len()
@@ -311,21 +320,24 @@ impl RegionTable {
         let out = &mut out[..n];
         out.fill(Translation::NONE);
         self.stats.served += 1;
-        let cold = self.seen.insert(key);
-        if cold {
-            self.stats.cold += 1;
-        }
         let first_page = key.line * l;
         let region = (first_page >> PAGE_BITS_IN_REGION) as u16;
         let page_in_region = first_page & ((1 << PAGE_BITS_IN_REGION) - 1);
         let Some(r) = self.apps.get(&key.app).and_then(|a| a.regions.get(&region)) else {
+            // Not remembered in `seen`: lines of no region are an application's to invent
+            // without end, and must not grow the table.
             self.stats.unknown += 1;
             return Served {
-                cold,
+                cold: false,
                 unknown: true,
                 pinned: 0,
             };
         };
+        // Bounded by the application's registered bytes / L.
+        let cold = self.seen.insert(key);
+        if cold {
+            self.stats.cold += 1;
+        }
         if page_in_region >= r.pages {
             return Served {
                 cold,
@@ -397,6 +409,14 @@ impl RegionTable {
         n
     }
 
+    /// The size of region `region` of `app`, if it is registered.
+    pub fn region_bytes(&self, app: Pch, region: RegionId) -> Option<u64> {
+        self.apps
+            .get(&app)
+            .and_then(|a| a.regions.get(&region.0))
+            .map(|r| r.pages * PAGE_SIZE)
+    }
+
     /// Regions `app` has registered, and their bytes.
     pub fn usage(&self, app: Pch) -> (u64, u64) {
         self.apps
@@ -440,7 +460,7 @@ mod tests {
                 max_regions_per_app: 4,
                 max_bytes_per_app: 1 << 20,
             },
-            4,
+            super::super::cache::CacheGeometry::new(64, 4, 2).unwrap(),
         )
     }
 

@@ -280,6 +280,35 @@ struct ControlPlane {
     listener_rests_until: Option<Instant>,
     buf: Vec<u8>,
     pchs: Pchs,
+    closer: FdCloser,
+}
+
+/// Closes descriptors applications sent, off the control thread: the last close of a file
+/// can block (a FUSE file's flush, a lingering socket), and an application must not be able
+/// to stall the control plane by sending one.
+struct FdCloser {
+    tx: Option<mpsc::Sender<OwnedFd>>,
+}
+
+impl FdCloser {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::channel::<OwnedFd>();
+        let started = std::thread::Builder::new()
+            .name("shmnet-fd-closer".into())
+            .spawn(move || rx.into_iter().for_each(drop));
+        Self {
+            tx: started.ok().map(|_| tx),
+        }
+    }
+
+    /// Closes `fd` on the closer thread (here, if it could not start).
+    fn close(&self, fd: OwnedFd) {
+        if let Some(tx) = &self.tx {
+            if let Err(mpsc::SendError(fd)) = tx.send(fd) {
+                drop(fd);
+            }
+        }
+    }
 }
 
 impl ControlPlane {
@@ -295,6 +324,7 @@ impl ControlPlane {
             // buffer from one that was truncated.
             buf: vec![0u8; control::MAX_MSG + 1],
             pchs: Pchs::default(),
+            closer: FdCloser::new(),
         }
     }
 
@@ -520,8 +550,9 @@ impl ControlPlane {
                         Some(self.register(i, fd, Perms { read, write }))
                     }
                     Ok(req) => {
-                        if fd.is_some() {
+                        if let Some(fd) = fd {
                             self.count(|c| c.stray_fds += 1);
+                            self.closer.close(fd);
                         }
                         self.handle(i, req)
                     }
@@ -574,9 +605,17 @@ impl ControlPlane {
                 "Register carries the region's memfd: attach it to the message (SCM_RIGHTS)".into(),
             );
         };
-        let bytes = rustix::fs::fstat(&fd).map_or(0, |st| st.st_size as u64);
-        match self.table().register(pch, fd.as_fd(), perms) {
-            Ok(RegionId(region)) => Response::Registered { region, bytes },
+        // The table checks the seals before anything else: `F_GET_SEALS` answers for a
+        // memfd and refuses anything else without asking its file system (a hostile FUSE
+        // file cannot stall this thread there). The descriptor is closed on the closer
+        // thread, for the same reason.
+        let r = self.table().register(pch, fd.as_fd(), perms);
+        self.closer.close(fd);
+        match r {
+            Ok(id) => Response::Registered {
+                region: id.0,
+                bytes: self.table().region_bytes(pch, id).unwrap_or(0),
+            },
             Err(e) => Response::Error(format!("cannot register the region: {e}")),
         }
     }

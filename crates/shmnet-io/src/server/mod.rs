@@ -354,7 +354,7 @@ impl Server {
             driver: driver_ctl,
             table: Arc::new(Mutex::new(RegionTable::new(
                 opts.limits.regions,
-                CacheGeometry::SEED_BEST.line,
+                CacheGeometry::SEED_BEST,
             ))),
         })?;
         Ok(Self {

@@ -72,7 +72,10 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> HandlesReport {
         error: None,
     };
     let region_bytes: u64 = 64 << 20;
-    let mut table = RegionTable::new(TableLimits::default(), LINE);
+    let mut table = RegionTable::new(
+        TableLimits::default(),
+        CacheGeometry::new(ENTRIES, LINE, 1).expect("a valid geometry"),
+    );
     let fd = match sparse_region(region_bytes) {
         Ok(fd) => fd,
         Err(e) => {

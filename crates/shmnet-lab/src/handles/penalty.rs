@@ -79,7 +79,12 @@ pub enum PenaltyError {
 /// Measures `misses` misses of lines of `line` pages spread over `apps` applications.
 pub fn measure(line: u32, apps: u16, misses: u64) -> Result<PenaltyRow, PenaltyError> {
     let pages_per_app = (misses / u64::from(apps) + 1) * u64::from(line);
-    let table = Arc::new(Mutex::new(RegionTable::new(TableLimits::default(), line)));
+    let geo = CacheGeometry::new((line * 4).max(1024), line, 4).expect("a valid geometry");
+    let limits = TableLimits {
+        max_bytes_per_app: pages_per_app * 4096,
+        ..TableLimits::default()
+    };
+    let table = Arc::new(Mutex::new(RegionTable::new(limits, geo)));
     let mut regions = Vec::new();
     for a in 0..apps {
         let r = Region::create("shmnet-lab-handles", pages_per_app * 4096)
@@ -105,7 +110,6 @@ pub fn measure(line: u32, apps: u16, misses: u64) -> Result<PenaltyRow, PenaltyE
         })
         .map_err(PenaltyError::Thread)?;
     port.set_thread(thread.thread().clone());
-    let geo = CacheGeometry::new((line * 4).max(1024), line, 4).expect("a valid geometry");
     let mut cache = LookupCache::new(geo);
     let mut delay = Histogram::<u64>::new(3).expect("a valid histogram");
     let mut processing = Histogram::<u64>::new(3).expect("a valid histogram");
