@@ -544,10 +544,10 @@ mod tests {
             app: Pch(2),
             line: 0,
         };
-        assert!(
-            t.serve_miss(other, &mut out).unknown,
-            "another application's line is nobody's"
-        );
+        let served = t.serve_miss(other, &mut out);
+        assert!(served.unknown, "another application's line is nobody's");
+        assert!(!served.cold, "lines of no region are not remembered");
+        assert_eq!(t.seen.len(), 1, "only the registered line");
         assert!(out.iter().all(|e| !e.is_present()));
     }
 
