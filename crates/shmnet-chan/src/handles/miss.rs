@@ -5,8 +5,8 @@
 //! Two wait-free SPSC queues (rtrb: both ends are threads of the trusted server, so the
 //! general crate fits) carry [`MissEvent`]s one way and [`Fill`]s the other. The data plane
 //! side, [`MissPort`], never waits and never allocates: a miss already outstanding is not
-//! queued twice, and a full queue is a counted refusal (the request is dropped, as any miss
-//! drops it). It wakes the miss thread at most once per round ([`MissPort::kick`]), and only
+//! queued twice, a full queue is a counted refusal (the request is dropped, as any miss
+//! drops it), and no application may have more than a quarter of the queue pending. It wakes the miss thread at most once per round ([`MissPort::kick`]), and only
 //! when it queued something — a miss is the seed's interrupt, not the common case.
 
 use super::cache::{LineKey, LookupCache, MAX_LINE, Translation};
@@ -52,6 +52,8 @@ pub struct MissPortStats {
     pub outstanding: u64,
     /// Misses refused because the queue was full (or too many were outstanding).
     pub full: u64,
+    /// Misses refused because their application already had its share pending.
+    pub over_quota: u64,
     /// Lines installed in the cache.
     pub installed: u64,
 }
@@ -65,6 +67,9 @@ pub enum Reported {
     Outstanding,
     /// No room: try again later (counted).
     Full,
+    /// The application has its share of the queue pending already (counted): one
+    /// application cannot keep everyone else's misses out.
+    OverQuota,
 }
 
 /// The data plane's end. See the [module docs](self).
@@ -130,6 +135,11 @@ impl MissPort {
         if self.pending.len() == self.pending.capacity() {
             self.stats.full += 1;
             return Reported::Full;
+        }
+        let quota = (self.pending.capacity() / 4).max(1);
+        if self.pending.iter().filter(|k| k.app == key.app).count() >= quota {
+            self.stats.over_quota += 1;
+            return Reported::OverQuota;
         }
         let ev = MissEvent {
             key,
@@ -224,12 +234,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_application_cannot_take_the_whole_queue() {
+        let (mut port, _svc) = miss_channel(8);
+        let k = |app, line| LineKey {
+            app: Pch(app),
+            line,
+        };
+        assert_eq!(port.report(k(1, 0), Access::Read), Reported::Queued);
+        assert_eq!(port.report(k(1, 1), Access::Read), Reported::Queued);
+        assert_eq!(
+            port.report(k(1, 2), Access::Read),
+            Reported::OverQuota,
+            "a quarter of 8"
+        );
+        assert_eq!(
+            port.report(k(2, 0), Access::Read),
+            Reported::Queued,
+            "others still get in"
+        );
+        assert_eq!(port.stats().over_quota, 1);
+    }
+
+    #[test]
     fn a_miss_goes_once_and_comes_back_installed() {
         let (mut port, mut svc) = miss_channel(2);
         let geo = CacheGeometry::new(64, 8, 2).unwrap();
         let table = Mutex::new(RegionTable::new(TableLimits::default(), geo));
         let mut cache = LookupCache::new(geo);
-        let k = |line| LineKey { app: Pch(1), line };
+        // Each line another application's: a queue of 2 gives each a quota of 1.
+        let k = |line: u64| LineKey {
+            app: Pch(line as u16 + 1),
+            line,
+        };
         assert_eq!(port.report(k(0), Access::Read), Reported::Queued);
         assert_eq!(port.report(k(0), Access::Read), Reported::Outstanding);
         assert_eq!(port.report(k(1), Access::Write), Reported::Queued);
