@@ -85,6 +85,8 @@ struct Inner {
     shm: Option<Shm>,
     /// Deliveries read off the ring for a socket other than the one being read.
     pending: HashMap<u16, VecDeque<Desc>>,
+    /// Completions of sends by handle read off the ring while receiving.
+    done: VecDeque<Desc>,
     /// `ipc`: datagrams received in packets for a socket other than the one being read.
     ipc_pending: HashMap<u16, VecDeque<(Vec<u8>, SocketAddrV4)>>,
     packet: Vec<u8>,
@@ -98,6 +100,10 @@ struct Inner {
 /// once per this interval (and every sleep looks too). Datagrams sent into the ring of a
 /// server that died in between are lost, as on a network.
 const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(1);
+
+/// How many times [`UdpSocket::send_from`] sends a datagram the server dropped on a
+/// lookup-cache miss (the miss thread serves a line in tens to hundreds of microseconds).
+const SEND_FROM_TRIES: u32 = 16;
 
 /// Most send buffers one datagram may take: the largest datagram and its header in buffers
 /// of 1,040 bytes or more (the server's app window has 2,048).
@@ -175,8 +181,10 @@ impl Client {
             let map = |e: shmnet_chan::window::HandleError| ClientError::Protocol(e.to_string());
             Some(Shm {
                 req: app.producer(REQ).map_err(map)?,
+                // Opaque: RX carries deliveries (a chain head, checked by the chain walk
+                // that reads it) and completions of sends by handle (no buffer at all).
                 rx: app
-                    .consumer_with_limits(RX, data.buffer_limits())
+                    .consumer_with_limits(RX, shmnet_chan::DescLimits::OPAQUE)
                     .map_err(map)?,
                 ret: app.producer(RET).map_err(map)?,
                 send_bufs: app.server_pools().map_err(map)?,
@@ -189,6 +197,7 @@ impl Client {
             data_sock,
             shm,
             pending: HashMap::new(),
+            done: VecDeque::new(),
             ipc_pending: HashMap::new(),
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
             gone: false,
@@ -424,6 +433,10 @@ impl Inner {
         }
         let shm = self.shm.as_mut()?;
         while let Some(d) = shm.rx.dequeue() {
+            if d.len & windows::RX_DONE != 0 {
+                self.done.push_back(d);
+                continue;
+            }
             let (sock, _) = windows::rx_meta(&d);
             if sock == id {
                 return Some(d);
@@ -487,6 +500,26 @@ impl Inner {
             self.sleep_for_room(Ring::Ret);
         }
         Ok((copied, src))
+    }
+
+    /// Waits for the completion of send `d` (deliveries read meanwhile are kept for their
+    /// sockets; completions of other sends, which cannot be pending, are dropped).
+    fn wait_done(&mut self, d: &Desc) -> Result<windows::SendStatus, ClientError> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let _ = self.next_for(u16::MAX);
+            while let Some(c) = self.done.pop_front() {
+                if c.buf == d.buf && c.flags == d.flags && c.aux == d.aux {
+                    return windows::done_status(&c).ok_or_else(|| {
+                        ClientError::Protocol(format!("an unknown send status in {c:?}"))
+                    });
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(ClientError::TimedOut);
+            }
+            self.sleep_rx(Some(deadline))?;
+        }
     }
 
     /// Sleeps until the server frees room in a full ring of ours (it raises the ring's room
@@ -736,6 +769,72 @@ impl UdpSocket {
             i.sleep_for_room(Ring::Req);
         }
         Ok(())
+    }
+
+    /// Sends the `len` bytes at `off` of `region` (registered readable as `id`, see
+    /// [`Client::register`]) to `to`, from where they lie: the server reads them through
+    /// its lookup cache, and no send buffer or copy into one is involved. The 8 bytes before
+    /// `off` are the library's (the destination goes there), so `off` must be at least 8.
+    ///
+    /// Returns once the server has sent the datagram, so the bytes may be reused at once.
+    /// A send the server dropped on a lookup-cache miss (seed 004's drop-on-miss) is sent
+    /// again here, a few times, while the server's miss thread brings the line in.
+    pub fn send_from(
+        &self,
+        region: &Region,
+        id: RegionId,
+        off: u64,
+        len: usize,
+        to: SocketAddrV4,
+    ) -> Result<(), ClientError> {
+        if len > 65_507 {
+            return Err(ClientError::MessageTooLarge(len));
+        }
+        let Some(start) = off.checked_sub(SEND_HEADER as u64) else {
+            return Err(ClientError::Refused(format!(
+                "send_from needs the {SEND_HEADER} bytes before its offset for the destination: offset {off} is too small"
+            )));
+        };
+        region
+            .write(start, &windows::encode_dst(to))
+            .map_err(|e| ClientError::Refused(e.to_string()))?;
+        let mut i = self.inner.borrow_mut();
+        if i.shm.is_none() {
+            return Err(ClientError::Refused(
+                "send_from needs the server structure (the ipc structure shares no memory)".into(),
+            ));
+        }
+        let d = windows::handle_desc(id.0, start, (SEND_HEADER + len) as u32, self.id)
+            .ok_or_else(|| ClientError::Refused(format!("offset {off} is past 16 TiB")))?;
+        let mut pause = Duration::from_micros(20);
+        for _ in 0..SEND_FROM_TRIES {
+            i.check_alive_now_and_then()?;
+            while i.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
+                i.check_alive()?;
+                i.sleep_for_room(Ring::Req);
+            }
+            match i.wait_done(&d)? {
+                windows::SendStatus::Sent => return Ok(()),
+                windows::SendStatus::Miss => {
+                    // The line is on its way from the miss thread: give it a moment.
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(5));
+                }
+                windows::SendStatus::Refused => {
+                    return Err(ClientError::Refused(format!(
+                        "the server refused to read {len} bytes at offset {off} of region {}: not inside a region registered readable",
+                        id.0
+                    )));
+                }
+                windows::SendStatus::Failed => {
+                    return Err(ClientError::Refused(
+                        "the server could not send the datagram (socket closed, or no route)"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        Err(ClientError::TimedOut)
     }
 
     /// Closes the socket on the server (also done when the application exits).

@@ -86,6 +86,74 @@ pub fn rx_desc(head: u32, len: u32, socket: u16, src: SocketAddrV4) -> Desc {
     }
 }
 
+/// `REQ` flag: the descriptor names bytes of a registered region by handle (the datagram's
+/// 8-byte destination header, then its payload), not a chain of send buffers.
+pub const REQ_HANDLE: u32 = 1 << 31;
+/// `RX` length bit: the descriptor is a send's completion, not a delivery (a delivery's
+/// length is under 64 KiB).
+pub const RX_DONE: u32 = 1 << 31;
+
+/// What became of a send by handle, in its completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SendStatus {
+    /// Sent: the bytes are the application's again.
+    Sent = 0,
+    /// Its handle's line was not in the lookup cache: dropped, and the line is on its way;
+    /// send it again.
+    Miss = 1,
+    /// The handle names bytes this application did not register for reading.
+    Refused = 2,
+    /// The socket is not bound, or the stack refused the datagram.
+    Failed = 3,
+}
+
+/// A `REQ` descriptor for the `len` bytes at `off` of region `region`, sent on `socket`.
+/// `None` if the offset does not fit (regions reach 16 TiB: 44 bits).
+pub fn handle_desc(region: u16, off: u64, len: u32, socket: u16) -> Option<Desc> {
+    if off >> 44 != 0 {
+        return None;
+    }
+    Some(Desc {
+        buf: off as u32,
+        len,
+        flags: REQ_HANDLE | u32::from(region) << 12 | (off >> 32) as u32,
+        aux: u32::from(socket),
+    })
+}
+
+/// The (region, offset) of a `REQ_HANDLE` descriptor.
+pub fn handle_of(d: &Desc) -> (u16, u64) {
+    (
+        (d.flags >> 12) as u16,
+        u64::from(d.flags & 0xfff) << 32 | u64::from(d.buf),
+    )
+}
+
+/// The completion of send `d`, on `RX`.
+pub fn done_desc(d: &Desc, status: SendStatus) -> Desc {
+    Desc {
+        buf: d.buf,
+        len: RX_DONE | status as u32,
+        flags: d.flags,
+        aux: d.aux,
+    }
+}
+
+/// The status of a completion (`None`: not a completion, or an unknown status).
+pub fn done_status(d: &Desc) -> Option<SendStatus> {
+    if d.len & RX_DONE == 0 {
+        return None;
+    }
+    match d.len & !RX_DONE {
+        0 => Some(SendStatus::Sent),
+        1 => Some(SendStatus::Miss),
+        2 => Some(SendStatus::Refused),
+        3 => Some(SendStatus::Failed),
+        _ => None,
+    }
+}
+
 /// The socket and source of a delivery descriptor.
 pub fn rx_meta(d: &Desc) -> (u16, SocketAddrV4) {
     (

@@ -321,3 +321,76 @@ fn ten_thousand_registrations_are_capped_and_the_server_keeps_answering() {
         s.regions
     );
 }
+
+#[test]
+fn an_application_sends_from_its_own_registered_memory() {
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    let r = start("send-from", TableLimits::default());
+    let client = Client::connect(&r.path).expect("attach");
+    let sock = client.udp_bind(0).expect("bind");
+    let region = Region::create("send", 64 << 10).unwrap();
+    let readable = Perms {
+        read: true,
+        write: false,
+    };
+    let id = client.register(&region, readable).unwrap();
+    let to = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 9);
+    // 100 datagrams of 1,000 bytes spread over the region: some lines miss first.
+    for k in 0..100u64 {
+        let off = 8 + (k % 40) * 1_600;
+        region.write(off, &[k as u8; 1_000]).unwrap();
+        sock.send_from(&region, id, off, 1_000, to)
+            .unwrap_or_else(|e| panic!("send {k}: {e}"));
+    }
+    let s = stats_until(&r.path, |s| s.driver.driver.tx_frames >= 100);
+    let app = &s.apps[0];
+    assert_eq!(app.counters.sent, 100, "{:?}", app.counters);
+    assert!(s.driver.driver.tx_frames >= 100, "{:?}", s.driver);
+    assert!(
+        app.counters.send_misses >= 1,
+        "the first line missed: {:?}",
+        app.counters
+    );
+    assert!(s.lookup.hits[0] >= 99, "{:?}", s.lookup);
+    assert!(s.misses.installed >= 1, "{:?}", s.misses);
+    assert!(s.regions.pinned_pages >= 1, "{:?}", s.regions);
+
+    // Bytes past the region's end, a region never registered, a region not readable, an
+    // offset with no room for the destination: each refused in one line, nothing sent.
+    let err = |e: ClientError| match e {
+        ClientError::Refused(m) => m,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let e = err(sock
+        .send_from(&region, id, (64 << 10) - 100, 1_000, to)
+        .unwrap_err());
+    assert!(e.contains("not inside a region registered readable"), "{e}");
+    let e = err(sock
+        .send_from(&region, RegionId(7), 8, 100, to)
+        .unwrap_err());
+    assert!(e.contains("not inside a region registered readable"), "{e}");
+    let write_only = Region::create("recv", 16 << 10).unwrap();
+    let wo = client
+        .register(
+            &write_only,
+            Perms {
+                read: false,
+                write: true,
+            },
+        )
+        .unwrap();
+    let e = err(sock.send_from(&write_only, wo, 8, 100, to).unwrap_err());
+    assert!(e.contains("not inside a region registered readable"), "{e}");
+    let e = err(sock.send_from(&region, id, 4, 100, to).unwrap_err());
+    assert!(e.contains("too small"), "{e}");
+    let s = stats(&r.path);
+    assert_eq!(s.apps[0].counters.sent, 100, "nothing more was sent");
+    assert!(s.lookup.refused.iter().sum::<u64>() >= 3, "{:?}", s.lookup);
+
+    // Unregistering drops the region's lines: a send from it now is refused, not sent
+    // through a stale translation.
+    client.unregister(id).unwrap();
+    let e = err(sock.send_from(&region, id, 8, 100, to).unwrap_err());
+    assert!(e.contains("not inside a region registered readable"), "{e}");
+    assert!(stats(&r.path).misses.stale <= stats(&r.path).misses.queued);
+}

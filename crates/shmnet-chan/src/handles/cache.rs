@@ -209,7 +209,8 @@ impl Translation {
 }
 
 /// Counters of one cache; `[read, write]` pairs by [`Access`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct LookupStats {
     /// Line lookups that hit.
     pub hits: [u64; 2],

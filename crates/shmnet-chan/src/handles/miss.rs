@@ -10,7 +10,7 @@
 //! when it queued something — a miss is the seed's interrupt, not the common case.
 
 use super::cache::{LineKey, LookupCache, MAX_LINE, Translation};
-use super::handle::Access;
+use super::handle::{Access, Pch};
 use super::table::{RegionTable, Served};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,6 +24,8 @@ pub struct MissEvent {
     pub access: Access,
     /// When the data plane saw it.
     pub at: Instant,
+    /// The application's generation when it missed (see [`MissPort::install`]).
+    pub generation: u32,
 }
 
 /// A served miss on its way back to the data plane.
@@ -41,10 +43,13 @@ pub struct Fill {
     pub delay: Duration,
     /// Miss processing: serving it from the table, pinning included (the seed's 5–500 µs).
     pub processing: Duration,
+    /// The generation its miss carried.
+    pub generation: u32,
 }
 
 /// Counters of the data plane's side.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct MissPortStats {
     /// Misses queued for the miss thread.
     pub queued: u64,
@@ -56,6 +61,9 @@ pub struct MissPortStats {
     pub over_quota: u64,
     /// Lines installed in the cache.
     pub installed: u64,
+    /// Fills dropped as stale: their application's registrations changed (or it went)
+    /// after the miss.
+    pub stale: u64,
 }
 
 /// How a report went.
@@ -126,8 +134,9 @@ impl MissPort {
         self.pending.len()
     }
 
-    /// Reports a miss of `key`. Never waits, never allocates.
-    pub fn report(&mut self, key: LineKey, access: Access) -> Reported {
+    /// Reports a miss of `key`, made while its application's generation was `generation`. Never
+    /// waits, never allocates.
+    pub fn report(&mut self, key: LineKey, access: Access, generation: u32) -> Reported {
         if self.pending.contains(&key) {
             self.stats.outstanding += 1;
             return Reported::Outstanding;
@@ -145,6 +154,7 @@ impl MissPort {
             key,
             access,
             at: Instant::now(),
+            generation,
         };
         if self.events.push(ev).is_err() {
             self.stats.full += 1;
@@ -166,19 +176,29 @@ impl MissPort {
     }
 
     /// Installs every line served since the last call into `cache`, calling `seen` with
-    /// each fill (for miss-time statistics). Returns how many it installed.
+    /// each fill installed (for miss-time statistics). Returns how many it installed.
     ///
-    /// Precondition (for the server that will use it): a fill is only as fresh as the
-    /// registration it was served from. Between an unregister (or an application's exit)
-    /// and the fills served before it, a per-application generation must tell stale fills
-    /// from fresh ones; see docs/isolation.md, "Not built yet".
-    pub fn install(&mut self, cache: &mut LookupCache, mut seen: impl FnMut(&Fill)) -> usize {
+    /// A fill is only as fresh as the registrations it was served from: `current(app)` is
+    /// the application's generation now, which its owner bumps whenever it drops the
+    /// application's lines (an unregister, a registration, its exit). A fill whose miss
+    /// carried an older generation was served before that and is dropped, counted in
+    /// `stale` — it may point into a mapping that is gone.
+    pub fn install(
+        &mut self,
+        cache: &mut LookupCache,
+        current: impl Fn(Pch) -> u32,
+        mut seen: impl FnMut(&Fill),
+    ) -> usize {
         let mut n = 0;
         while let Ok(f) = self.fills.pop() {
-            cache.fill(f.key, &f.entries[..cache.geometry().line as usize]);
             if let Some(i) = self.pending.iter().position(|k| *k == f.key) {
                 self.pending.swap_remove(i);
             }
+            if f.generation != current(f.key.app) {
+                self.stats.stale += 1;
+                continue;
+            }
+            cache.fill(f.key, &f.entries[..cache.geometry().line as usize]);
             seen(&f);
             n += 1;
         }
@@ -207,6 +227,7 @@ impl MissService {
                 served,
                 delay: start.saturating_duration_since(ev.at),
                 processing: start.elapsed(),
+                generation: ev.generation,
             };
             let mut fill = Some(fill);
             while let Some(f) = fill.take() {
@@ -229,7 +250,6 @@ impl MissService {
 #[cfg(test)]
 mod tests {
     use super::super::cache::CacheGeometry;
-    use super::super::handle::Pch;
     use super::super::table::TableLimits;
     use super::*;
 
@@ -240,15 +260,15 @@ mod tests {
             app: Pch(app),
             line,
         };
-        assert_eq!(port.report(k(1, 0), Access::Read), Reported::Queued);
-        assert_eq!(port.report(k(1, 1), Access::Read), Reported::Queued);
+        assert_eq!(port.report(k(1, 0), Access::Read, 0), Reported::Queued);
+        assert_eq!(port.report(k(1, 1), Access::Read, 0), Reported::Queued);
         assert_eq!(
-            port.report(k(1, 2), Access::Read),
+            port.report(k(1, 2), Access::Read, 0),
             Reported::OverQuota,
             "a quarter of 8"
         );
         assert_eq!(
-            port.report(k(2, 0), Access::Read),
+            port.report(k(2, 0), Access::Read, 0),
             Reported::Queued,
             "others still get in"
         );
@@ -266,14 +286,14 @@ mod tests {
             app: Pch(line as u16 + 1),
             line,
         };
-        assert_eq!(port.report(k(0), Access::Read), Reported::Queued);
-        assert_eq!(port.report(k(0), Access::Read), Reported::Outstanding);
-        assert_eq!(port.report(k(1), Access::Write), Reported::Queued);
-        assert_eq!(port.report(k(2), Access::Write), Reported::Full);
+        assert_eq!(port.report(k(0), Access::Read, 0), Reported::Queued);
+        assert_eq!(port.report(k(0), Access::Read, 0), Reported::Outstanding);
+        assert_eq!(port.report(k(1), Access::Write, 0), Reported::Queued);
+        assert_eq!(port.report(k(2), Access::Write, 0), Reported::Full);
         assert_eq!(svc.serve(&table), 2);
         let mut seen = Vec::new();
         assert_eq!(
-            port.install(&mut cache, |f| seen.push((f.key, f.served.unknown))),
+            port.install(&mut cache, |_| 0, |f| seen.push((f.key, f.served.unknown))),
             2
         );
         assert_eq!(
@@ -283,8 +303,27 @@ mod tests {
         );
         assert!(cache.contains(k(0)) && cache.contains(k(1)));
         assert_eq!(port.pending(), 0);
-        assert_eq!(port.report(k(2), Access::Write), Reported::Queued);
+        assert_eq!(port.report(k(2), Access::Write, 0), Reported::Queued);
         let s = port.stats();
         assert_eq!((s.queued, s.outstanding, s.full, s.installed), (3, 1, 1, 2));
+    }
+
+    #[test]
+    fn a_fill_from_before_a_generation_change_is_dropped() {
+        let (mut port, mut svc) = miss_channel(8);
+        let geo = CacheGeometry::new(64, 8, 2).unwrap();
+        let table = Mutex::new(RegionTable::new(TableLimits::default(), geo));
+        let mut cache = LookupCache::new(geo);
+        let key = LineKey {
+            app: Pch(3),
+            line: 0,
+        };
+        assert_eq!(port.report(key, Access::Read, 7), Reported::Queued);
+        svc.serve(&table);
+        // The application's registrations changed meanwhile: generation 8.
+        assert_eq!(port.install(&mut cache, |_| 8, |_| {}), 0);
+        assert!(!cache.contains(key));
+        assert_eq!(port.stats().stale, 1);
+        assert_eq!(port.pending(), 0, "no longer pending either");
     }
 }

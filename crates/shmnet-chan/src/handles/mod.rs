@@ -25,6 +25,6 @@ pub use cache::{
     CacheGeometry, LineKey, LookupCache, LookupError, LookupStats, SetIndex, Translation,
 };
 pub use handle::{Access, Handle, Pch, Perms, Refusal, RegionId};
-pub use miss::{Fill, MissEvent, MissPort, MissService, Reported, miss_channel};
+pub use miss::{Fill, MissEvent, MissPort, MissPortStats, MissService, Reported, miss_channel};
 pub use region::{Region, RegionError};
 pub use table::{RegionTable, RegisterError, Served, TableLimits, TableStats};

@@ -76,6 +76,7 @@ pub(crate) enum Command {
     /// Serve a new application.
     Attach {
         id: u64,
+        pch: Pch,
         pid: i32,
         uid: u32,
         transport: Box<dyn AppTransport>,
@@ -92,8 +93,18 @@ pub(crate) enum Command {
         socket: u32,
         reply: mpsc::SyncSender<Response>,
     },
-    /// The application hung up: take back what it held.
-    Detach { id: u64 },
+    /// The application hung up: take back what it held, drop its lines; answer when done
+    /// (only then may its regions be unmapped and its number reused).
+    Detach {
+        id: u64,
+        reply: mpsc::SyncSender<()>,
+    },
+    /// Drop every line of an application and bump its generation (its registrations are
+    /// about to change); answer when done.
+    ForgetLines {
+        pch: Pch,
+        reply: mpsc::SyncSender<()>,
+    },
     /// Every counter.
     Stats {
         reply: mpsc::SyncSender<Box<ServerStats>>,
@@ -573,15 +584,25 @@ impl ControlPlane {
 
     fn hang_up(&mut self, i: usize) {
         let c = self.conns.swap_remove(i);
+        let mut released = true;
         if matches!(c.stage, Stage::App) {
-            self.spec.outbox.send(Command::Detach { id: c.id });
+            // The data plane drops the application's lines and generation first: only then
+            // may its regions be unmapped and its number go to another application.
+            let id = c.id;
+            released = self
+                .spec
+                .outbox
+                .ask(|reply| Command::Detach { id, reply })
+                .is_some();
             self.count(|k| k.detached += 1);
         }
         if let Some(p) = c.pch {
-            // The data plane does not translate handles yet (docs/isolation.md), so nothing
-            // of the table is cached there; once it does, this waits for its Detach.
-            self.table().forget(p);
-            self.pchs.give_back(p);
+            if released {
+                self.table().forget(p);
+                self.pchs.give_back(p);
+            }
+            // Else the data plane is stopping (or stuck): its regions stay mapped and its
+            // number taken, rather than unmapped under a translation.
         }
     }
 
@@ -612,12 +633,28 @@ impl ControlPlane {
         let r = self.table().register(pch, fd.as_fd(), perms);
         self.closer.close(fd);
         match r {
-            Ok(id) => Response::Registered {
-                region: id.0,
-                bytes: self.table().region_bytes(pch, id).unwrap_or(0),
-            },
+            Ok(id) => {
+                // Lines the data plane cached as "nothing there" for this region number
+                // before it existed must go.
+                if !self.forget_lines(pch) {
+                    return Response::Error("the server is stopping".into());
+                }
+                Response::Registered {
+                    region: id.0,
+                    bytes: self.table().region_bytes(pch, id).unwrap_or(0),
+                }
+            }
             Err(e) => Response::Error(format!("cannot register the region: {e}")),
         }
+    }
+
+    /// Has the data plane drop every line of `pch` (and bump its generation); whether it
+    /// answered.
+    fn forget_lines(&self, pch: Pch) -> bool {
+        self.spec
+            .outbox
+            .ask(|reply| Command::ForgetLines { pch, reply })
+            .is_some()
     }
 
     fn handle(&mut self, i: usize, req: Request) -> Option<Response> {
@@ -657,6 +694,10 @@ impl ControlPlane {
                 let pch = self.conns[i]
                     .pch
                     .expect("attached applications have a number");
+                // No translation of the region may outlive its mapping.
+                if !self.forget_lines(pch) {
+                    return Some(gone());
+                }
                 Some(match self.table().unregister(pch, RegionId(region)) {
                     Ok(()) => Response::Unregistered { region },
                     Err(e) => Response::Error(format!("cannot unregister region {region}: {e}")),
@@ -711,7 +752,7 @@ impl ControlPlane {
         r
     }
 
-    fn attach_as(&mut self, i: usize, _pch: Pch) -> Result<(), AttachError> {
+    fn attach_as(&mut self, i: usize, pch: Pch) -> Result<(), AttachError> {
         let conn = &self.conns[i];
         let transport: Box<dyn AppTransport> = if self.spec.ipc {
             let (ours, theirs) = rustix::net::socketpair(
@@ -746,11 +787,17 @@ impl ControlPlane {
             send_window(&conn.fd, &self.spec.data)?;
             send_window(&conn.fd, &win)?;
             let total = self.spec.data.buffers().geometry().total();
-            Box::new(ShmApp::new(win, self.spec.data.buffer_limits(), total)?)
+            Box::new(ShmApp::new(
+                win,
+                self.spec.data.buffer_limits(),
+                total,
+                pch,
+            )?)
         };
         let (id, pid, uid) = (conn.id, conn.pid, conn.uid);
         self.spec.outbox.send(Command::Attach {
             id,
+            pch,
             pid,
             uid,
             transport,

@@ -13,6 +13,7 @@
 //!   eventfds, the control plane's eventfd and the device's fd.
 
 use super::control_plane::{Command, Inbox};
+use super::handles::HandleCtx;
 use super::stats::{AppCounters, AppStats, DataPlaneCounters, MemoryStats, ServerStats};
 use super::transport::{AppTransport, BURST, Round};
 use crate::control::{self, Response};
@@ -21,6 +22,7 @@ use crate::driver_host::DriverThreadStats;
 use crate::pool::ChanPool;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::OwnedFd;
+use shmnet_chan::handles::Pch;
 use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
 use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +74,8 @@ impl Polled {
 /// One attached application.
 struct AppSlot {
     id: u64,
+    /// Its application number: the `app` of its handles.
+    pch: Pch,
     pid: i32,
     uid: u32,
     transport: Box<dyn AppTransport>,
@@ -110,6 +114,7 @@ pub(crate) struct DataPlane {
     pub(crate) driver: DriverWatch,
     pub(crate) socket: std::path::PathBuf,
     pub(crate) control: Arc<Mutex<super::stats::ControlCounters>>,
+    handles: HandleCtx,
 }
 
 impl DataPlane {
@@ -122,6 +127,7 @@ impl DataPlane {
         driver: DriverWatch,
         socket: std::path::PathBuf,
         control: Arc<Mutex<super::stats::ControlCounters>>,
+        handles: HandleCtx,
     ) -> Self {
         Self {
             pool: ChanPool::new(data.server_pools().expect("a fresh data window")),
@@ -142,6 +148,7 @@ impl DataPlane {
             driver,
             socket,
             control,
+            handles,
         }
     }
 
@@ -167,6 +174,7 @@ impl DataPlane {
             tx: &mut self.tx,
             now,
             scratch: &mut self.scratch,
+            handles: &mut self.handles,
         };
         for app in &mut self.apps {
             work += app.transport.take(&mut r, &app.sockets, &mut app.counters);
@@ -176,6 +184,7 @@ impl DataPlane {
                 .transport
                 .deliver(&mut r, &app.sockets, &mut app.counters);
         }
+        self.handles.end_round();
         self.iface.poll(&mut self.pool, now, &mut self.tx);
         work += self.transmit_frames();
         self.pool.pools().drain_deferred(64);
@@ -324,11 +333,13 @@ impl DataPlane {
             match cmd {
                 Command::Attach {
                     id,
+                    pch,
                     pid,
                     uid,
                     transport,
                 } => self.apps.push(AppSlot {
                     id,
+                    pch,
                     pid,
                     uid,
                     transport,
@@ -343,7 +354,14 @@ impl DataPlane {
                     let resp = self.close(id, socket);
                     let _ = reply.send(resp);
                 }
-                Command::Detach { id } => self.detach(id),
+                Command::Detach { id, reply } => {
+                    self.detach(id);
+                    let _ = reply.send(());
+                }
+                Command::ForgetLines { pch, reply } => {
+                    self.handles.forget_lines(pch);
+                    let _ = reply.send(());
+                }
                 Command::Stats { reply } => {
                     let _ = reply.send(Box::new(self.stats()));
                 }
@@ -409,12 +427,15 @@ impl DataPlane {
             tx: &mut self.tx,
             now,
             scratch: &mut self.scratch,
+            handles: &mut self.handles,
         };
         app.transport.take(&mut r, &app.sockets, &mut app.counters);
         app.transport.reclaim(&mut self.pool);
         for h in app.sockets.into_iter().flatten() {
             let _ = self.iface.udp_close(&mut self.pool, h);
         }
+        // Its registrations are unmapped once this returns: nothing may point there.
+        self.handles.forget_lines(app.pch);
     }
 
     /// Sleeps until a ring, the control plane, the device or the stack's timers have work,
@@ -618,6 +639,8 @@ impl DataPlane {
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
             regions: Default::default(),
+            lookup: self.handles.stats().0,
+            misses: self.handles.stats().1,
             apps,
             apps_total: self.apps.len(),
         }

@@ -27,6 +27,7 @@
 
 mod control_plane;
 mod data_plane;
+mod handles;
 mod held;
 mod stats;
 mod transport;
@@ -335,6 +336,11 @@ impl Server {
     ) -> Result<Self, ServerError> {
         let (outbox, inbox) = command_queue()?;
         let counters = Arc::new(Mutex::new(ControlCounters::default()));
+        let table = Arc::new(Mutex::new(RegionTable::new(
+            opts.limits.regions,
+            CacheGeometry::SEED_BEST,
+        )));
+        let handles = handles::HandleCtx::start(CacheGeometry::SEED_BEST, table.clone())?;
         let dp = DataPlane::new(
             data.clone(),
             iface,
@@ -343,6 +349,7 @@ impl Server {
             watch,
             opts.socket.clone(),
             counters.clone(),
+            handles,
         );
         let control = ControlHandle::start(ControlSpec {
             listener,
@@ -352,10 +359,7 @@ impl Server {
             outbox,
             counters,
             driver: driver_ctl,
-            table: Arc::new(Mutex::new(RegionTable::new(
-                opts.limits.regions,
-                CacheGeometry::SEED_BEST,
-            ))),
+            table,
         })?;
         Ok(Self {
             dp,

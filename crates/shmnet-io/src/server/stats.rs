@@ -40,6 +40,10 @@ pub struct ServerStats {
     pub control: ControlCounters,
     /// Every application's registered regions (seed 004's table).
     pub regions: shmnet_chan::handles::TableStats,
+    /// The lookup cache that translates handles (hits and misses by access: read = send).
+    pub lookup: shmnet_chan::handles::LookupStats,
+    /// Misses on their way to the miss thread and lines back from it.
+    pub misses: shmnet_chan::handles::MissPortStats,
     /// Attached applications, in order of attachment: the first 64 of them
     /// (a control message has a size limit; `apps_total` counts them all).
     pub apps: Vec<AppStats>,
@@ -102,8 +106,10 @@ pub struct AppCounters {
     pub bad_returns: u64,
     /// Datagrams it sent.
     pub sent: u64,
-    /// Sends refused (bad header, unbound socket, stack error).
+    /// Sends refused (bad header, unbound socket, stack error, a handle it may not use).
     pub bad_sends: u64,
+    /// Sends by handle dropped on a lookup-cache miss (the client sends them again).
+    pub send_misses: u64,
     /// Wake-ups sent to it (one per batch of deliveries at most).
     pub wakeups: u64,
 }

@@ -16,9 +16,11 @@ use super::held::Held;
 use super::stats::AppCounters;
 use crate::control;
 use crate::pool::ChanPool;
+use crate::windows::SendStatus;
 use crate::windows::{self, SEND_HEADER};
 use rustix::event::{PollFd, PollFlags};
 use rustix::fd::OwnedFd;
+use shmnet_chan::handles::{Access, Handle, LookupError, Pch, RegionId};
 use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
 use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
 
@@ -33,6 +35,8 @@ pub(crate) struct Round<'a> {
     pub now: shmnet_stack::Instant,
     /// Room for one datagram (a send being gathered, an `ipc` packet).
     pub scratch: &'a mut [u8],
+    /// The lookup cache and its miss port (sends by handle).
+    pub handles: &'a mut super::handles::HandleCtx,
 }
 
 /// One application's side of the data plane.
@@ -77,6 +81,8 @@ pub(crate) trait AppTransport: Send {
 
 /// An application of the `server` structure.
 pub(crate) struct ShmApp {
+    /// Its application number: the `app` of its handles.
+    pch: Pch,
     win: Window,
     /// Its send buffers (kept: making the view walks the window's regions).
     bufs: shmnet_chan::Buffers,
@@ -95,9 +101,13 @@ impl ShmApp {
         win: Window,
         data_limits: shmnet_chan::DescLimits,
         total: u32,
+        pch: Pch,
     ) -> Result<Self, shmnet_chan::window::HandleError> {
         Ok(Self {
-            req: win.consumer(windows::REQ)?,
+            pch,
+            // Opaque: a send by handle carries an offset where a send chain carries a buffer
+            // index; each kind is checked where it is used (the chain walk, the lookup).
+            req: win.consumer_with_limits(windows::REQ, shmnet_chan::DescLimits::OPAQUE)?,
             rx: win.producer(windows::RX)?,
             ret: win.consumer_with_limits(windows::RET, data_limits)?,
             send_bufs: win.driver_pools()?,
@@ -148,13 +158,31 @@ impl AppTransport for ShmApp {
         }
         let bufs = &self.bufs;
         let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
+        let mut done = [Desc::default(); BURST];
         loop {
-            let n = self.req.dequeue_burst(&mut self.batch);
+            // A send by handle answers on RX: take no more than RX has room for.
+            let room = (self.rx.free_slots() as usize).min(BURST);
+            if room == 0 {
+                break;
+            }
+            let n = self.req.dequeue_burst(&mut self.batch[..room]);
             if n == 0 {
                 break;
             }
             work += n;
+            let mut k = 0;
             for d in &self.batch[..n] {
+                if d.flags & windows::REQ_HANDLE != 0 {
+                    let status = send_by_handle(r, self.pch, sockets, d);
+                    match status {
+                        SendStatus::Sent => c.sent += 1,
+                        SendStatus::Miss => c.send_misses += 1,
+                        SendStatus::Refused | SendStatus::Failed => c.bad_sends += 1,
+                    }
+                    done[k] = windows::done_desc(d, status);
+                    k += 1;
+                    continue;
+                }
                 let sent = gather_send(bufs, d, &mut parts).and_then(|(dst, k)| {
                     let h = sockets.get(d.aux as usize).copied().flatten()?;
                     r.iface
@@ -166,6 +194,11 @@ impl AppTransport for ShmApp {
                     None => c.bad_sends += 1,
                 }
                 self.send_bufs.release(d.buf);
+            }
+            if k > 0 {
+                // Room was counted before the dequeue; this side alone produces on RX (the
+                // enqueue wakes the application if it sleeps).
+                self.rx.enqueue_burst(&done[..k]);
             }
         }
         work
@@ -265,6 +298,54 @@ const MAX_SEND_PARTS: usize = 64;
 /// (the stack copies them once, into the frames — no scratch copy). Returns the
 /// destination and how many slices; `None` if the chain is malformed or shorter than
 /// `d.len`.
+/// Sends the datagram a `REQ_HANDLE` descriptor names: translated through the lookup cache
+/// (a miss is reported to the miss thread and the send dropped), its destination read from
+/// its first 8 bytes, its payload gathered where it lies into frames.
+fn send_by_handle(
+    r: &mut Round<'_>,
+    pch: Pch,
+    sockets: &[Option<SocketHandle>],
+    d: &Desc,
+) -> SendStatus {
+    let (region, off) = windows::handle_of(d);
+    if (d.len as usize) < SEND_HEADER {
+        return SendStatus::Refused;
+    }
+    let handle = Handle {
+        app: pch,
+        region: RegionId(region),
+        off,
+        len: d.len,
+    };
+    let at = match r.handles.cache.translate(&handle, Access::Read) {
+        Ok(p) => p,
+        Err(LookupError::Miss(key)) => {
+            let generation = r.handles.generation(pch);
+            r.handles.misses.report(key, Access::Read, generation);
+            return SendStatus::Miss;
+        }
+        Err(LookupError::Refused(_)) => return SendStatus::Refused,
+    };
+    let Some(h) = sockets.get(d.aux as usize).copied().flatten() else {
+        return SendStatus::Failed;
+    };
+    // SAFETY: the lookup cache translated exactly these `len` bytes, all inside a region
+    // this application registered readable and the server has mapped (lines are dropped
+    // before a region is unmapped). The application may write them concurrently: that only
+    // changes its own datagram, which the stack copies once into frames and checksums there.
+    let bytes = unsafe { std::slice::from_raw_parts(at.as_ptr(), d.len as usize) };
+    let mut hdr = [0u8; SEND_HEADER];
+    hdr.copy_from_slice(&bytes[..SEND_HEADER]);
+    let dst = windows::decode_dst(&hdr);
+    match r
+        .iface
+        .udp_send_gather(r.pool, h, &[&bytes[SEND_HEADER..]], dst, r.now, r.tx)
+    {
+        Ok(()) => SendStatus::Sent,
+        Err(_) => SendStatus::Failed,
+    }
+}
+
 fn gather_send<'a>(
     bufs: &'a shmnet_chan::Buffers,
     d: &Desc,

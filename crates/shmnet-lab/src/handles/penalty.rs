@@ -120,12 +120,12 @@ pub fn measure(line: u32, apps: u16, misses: u64) -> Result<PenaltyRow, PenaltyE
             app: Pch((i % u64::from(apps)) as u16),
             line: i / u64::from(apps),
         };
-        port.report(key, shmnet_chan::handles::Access::Write);
+        port.report(key, shmnet_chan::handles::Access::Write, 0);
         port.kick();
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let mut got = None;
-            port.install(&mut cache, |f| got = Some((f.delay, f.processing)));
+            port.install(&mut cache, |_| 0, |f| got = Some((f.delay, f.processing)));
             if let Some((d, p)) = got {
                 let (d, p) = (d.as_nanos() as u64, p.as_nanos() as u64);
                 let _ = delay.record(d.max(1));

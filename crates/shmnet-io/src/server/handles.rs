@@ -1,0 +1,109 @@
+//! The data plane's side of handle translation (seed 004, docs/isolation.md): the lookup
+//! cache, the miss port, each application's generation, and the miss thread that serves
+//! misses from the registration table.
+//!
+//! The data plane owns all of it but the table and the thread: a translation takes no lock
+//! and makes no system call. Once a round it installs what the miss thread served (dropping
+//! fills older than their application's generation) and wakes the miss thread if it
+//! queued a miss. When an application's registrations change, or it goes, the data plane
+//! drops its lines and bumps its generation *before* the control plane unmaps anything
+//! ([`HandleCtx::forget_lines`], through the command queue with a reply).
+
+use shmnet_chan::handles::{
+    CacheGeometry, LookupCache, LookupStats, MissPort, MissPortStats, Pch, RegionTable,
+    miss_channel,
+};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Misses queued at most (a quarter of them per application).
+const MISS_QUEUE: usize = 256;
+/// How long the idle miss thread sleeps between looks if nobody wakes it.
+const MISS_THREAD_NAP: Duration = Duration::from_millis(50);
+
+/// See the [module docs](self).
+pub(crate) struct HandleCtx {
+    pub(crate) cache: LookupCache,
+    pub(crate) misses: MissPort,
+    /// Per application number: bumped whenever its lines are dropped.
+    generations: Vec<u32>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl HandleCtx {
+    /// A cache of geometry `geo` and a miss thread serving it from `table`.
+    pub(crate) fn start(
+        geo: CacheGeometry,
+        table: Arc<Mutex<RegionTable>>,
+    ) -> std::io::Result<Self> {
+        let (mut misses, mut service) = miss_channel(MISS_QUEUE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("shmnet-miss".into())
+            .spawn(move || {
+                while !stop2.load(Ordering::Relaxed) {
+                    if service.serve(&table) == 0 {
+                        std::thread::park_timeout(MISS_THREAD_NAP);
+                    }
+                }
+            })?;
+        misses.set_thread(thread.thread().clone());
+        Ok(Self {
+            cache: LookupCache::new(geo),
+            misses,
+            generations: vec![0; usize::from(Pch::MAX) + 1],
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The generation of `app` now.
+    #[inline]
+    pub(crate) fn generation(&self, app: Pch) -> u32 {
+        self.generations
+            .get(usize::from(app.0))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Once a round: installs the lines served since, and wakes the miss thread if a miss
+    /// was queued. No system call unless a miss was (the seed's interrupt).
+    #[inline]
+    pub(crate) fn end_round(&mut self) {
+        let generations = &self.generations;
+        self.misses.install(
+            &mut self.cache,
+            |app| generations.get(usize::from(app.0)).copied().unwrap_or(0),
+            |_| {},
+        );
+        self.misses.kick();
+    }
+
+    /// Drops every line of `app` and bumps its generation, so a fill served before now is
+    /// dropped when it arrives. After this, nothing of `app`'s registrations is reachable
+    /// from the data plane.
+    pub(crate) fn forget_lines(&mut self, app: Pch) {
+        self.cache.invalidate(app, |_| true);
+        if let Some(g) = self.generations.get_mut(usize::from(app.0)) {
+            *g = g.wrapping_add(1);
+        }
+    }
+
+    /// The cache's and the miss port's counters.
+    pub(crate) fn stats(&self) -> (LookupStats, MissPortStats) {
+        (self.cache.stats(), self.misses.stats())
+    }
+}
+
+impl Drop for HandleCtx {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
