@@ -176,6 +176,8 @@ impl DataPlane {
             scratch: &mut self.scratch,
             handles: &mut self.handles,
         };
+        // Lines the miss thread served while we slept go in before the sends that wait for them.
+        r.handles.end_round();
         for app in &mut self.apps {
             work += app.transport.take(&mut r, &app.sockets, &mut app.counters);
         }
