@@ -492,6 +492,22 @@ impl Producer {
     /// Free slots, refreshing the cached tail. 0 if the consumer's tail is impossible.
     pub fn free_slots(&mut self) -> u32 {
         self.refresh_tail();
+        self.cached_room()
+    }
+
+    /// At least `want` free slots if the ring has them: the cached copy of the consumer's
+    /// tail answers when it already shows `want`, and the shared tail (a cache line the
+    /// consumer writes) is read only when it does not. Fewer than `want` means that many.
+    #[inline]
+    pub fn room_for(&mut self, want: u32) -> u32 {
+        if self.cached_room() < want {
+            self.refresh_tail();
+        }
+        self.cached_room()
+    }
+
+    #[inline]
+    fn cached_room(&self) -> u32 {
         self.mem.capacity - self.head.wrapping_sub(self.cached_tail)
     }
 

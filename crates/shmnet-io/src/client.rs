@@ -431,18 +431,34 @@ impl Inner {
         if let Some(d) = self.pending.get_mut(&id).and_then(VecDeque::pop_front) {
             return Some(d);
         }
-        let shm = self.shm.as_mut()?;
-        while let Some(d) = shm.rx.dequeue() {
-            if d.len & windows::RX_DONE != 0 {
-                self.done.push_back(d);
-                continue;
-            }
-            let (sock, _) = windows::rx_meta(&d);
-            if sock == id {
+        while let Some(d) = self.shm.as_mut()?.rx.dequeue() {
+            if let Some(d) = self.stash_unless(d, Some(id)) {
                 return Some(d);
             }
-            self.pending.entry(sock).or_default().push_back(d);
         }
+        None
+    }
+
+    /// Moves everything waiting on the receive ring to where it belongs (deliveries to
+    /// their sockets' queues, completions to `done`).
+    fn drain_rx(&mut self) {
+        while let Some(d) = self.shm.as_mut().and_then(|s| s.rx.dequeue()) {
+            self.stash_unless(d, None);
+        }
+    }
+
+    /// Keeps `d` for later — a completion in `done`, a delivery in its socket's queue —
+    /// unless it is a delivery for socket `wanted`, which is returned.
+    fn stash_unless(&mut self, d: Desc, wanted: Option<u16>) -> Option<Desc> {
+        if d.len & windows::RX_DONE != 0 {
+            self.done.push_back(d);
+            return None;
+        }
+        let (sock, _) = windows::rx_meta(&d);
+        if Some(sock) == wanted {
+            return Some(d);
+        }
+        self.pending.entry(sock).or_default().push_back(d);
         None
     }
 
@@ -507,7 +523,7 @@ impl Inner {
     fn wait_done(&mut self, d: &Desc) -> Result<windows::SendStatus, ClientError> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let _ = self.next_for(u16::MAX);
+            self.drain_rx();
             while let Some(c) = self.done.pop_front() {
                 if c.buf == d.buf && c.flags == d.flags && c.aux == d.aux {
                     return windows::done_status(&c).ok_or_else(|| {

@@ -334,6 +334,13 @@ impl From<std::io::Error> for ControlError {
 
 /// Sends one message.
 pub fn send<T: serde::Serialize>(fd: impl AsFd, msg: &T) -> Result<(), ControlError> {
+    let bytes = encode(msg)?;
+    rustix::net::send(fd, &bytes, SendFlags::NOSIGNAL).map_err(send_error)?;
+    Ok(())
+}
+
+/// `msg` as one control message, refused if over [`MAX_MSG`].
+fn encode<T: serde::Serialize>(msg: &T) -> Result<Vec<u8>, ControlError> {
     let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
     if bytes.len() > MAX_MSG {
         return Err(ControlError::TooLarge {
@@ -341,14 +348,36 @@ pub fn send<T: serde::Serialize>(fd: impl AsFd, msg: &T) -> Result<(), ControlEr
             limit: MAX_MSG,
         });
     }
-    rustix::net::send(fd, &bytes, SendFlags::NOSIGNAL).map_err(|e| {
-        if e == rustix::io::Errno::PIPE || e == rustix::io::Errno::CONNRESET {
-            ControlError::HungUp
-        } else {
-            ControlError::Io(e.into())
-        }
-    })?;
-    Ok(())
+    Ok(bytes)
+}
+
+/// A failed send: the peer gone, or another error.
+fn send_error(e: rustix::io::Errno) -> ControlError {
+    match e {
+        rustix::io::Errno::PIPE | rustix::io::Errno::CONNRESET => ControlError::HungUp,
+        e => ControlError::Io(e.into()),
+    }
+}
+
+/// Sends `bytes` as one packet with `fd` attached (`SCM_RIGHTS`).
+fn sendmsg_with_fd(
+    sock: impl AsFd,
+    bytes: &[u8],
+    fd: rustix::fd::BorrowedFd<'_>,
+) -> rustix::io::Result<usize> {
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
+    let fds = [fd];
+    // The space holds exactly one descriptor's message, so this cannot fail.
+    if !control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(rustix::io::Errno::NOBUFS);
+    }
+    rustix::net::sendmsg(
+        sock,
+        &[std::io::IoSlice::new(bytes)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )
 }
 
 /// In the `ipc` structure: a packet carrying a received datagram, server → application:
@@ -555,31 +584,8 @@ pub fn send_with_fd<T: serde::Serialize>(
     msg: &T,
     fd: rustix::fd::BorrowedFd<'_>,
 ) -> Result<(), ControlError> {
-    let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
-    if bytes.len() > MAX_MSG {
-        return Err(ControlError::TooLarge {
-            size: bytes.len(),
-            limit: MAX_MSG,
-        });
-    }
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
-    let fds = [fd];
-    if !control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(ControlError::Malformed(
-            "cannot attach the descriptor".into(),
-        ));
-    }
-    rustix::net::sendmsg(
-        sock,
-        &[std::io::IoSlice::new(&bytes)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )
-    .map_err(|e| match e {
-        rustix::io::Errno::PIPE | rustix::io::Errno::CONNRESET => ControlError::HungUp,
-        e => ControlError::Io(e.into()),
-    })?;
+    let bytes = encode(msg)?;
+    sendmsg_with_fd(sock, &bytes, fd).map_err(send_error)?;
     Ok(())
 }
 
@@ -642,51 +648,20 @@ const DATA_SOCKET_GREETING: &[u8; 16] = b"shmnet-ipc-data1";
 
 /// In the `ipc` structure: passes the application's end of its data socket pair.
 pub fn send_fd(sock: impl AsFd, fd: rustix::fd::BorrowedFd<'_>) -> Result<(), ControlError> {
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = rustix::net::SendAncillaryBuffer::new(&mut space);
-    let fds = [fd];
-    if !control.push(rustix::net::SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(ControlError::Malformed(
-            "cannot attach the data socket".into(),
-        ));
-    }
-    rustix::net::sendmsg(
-        sock,
-        &[std::io::IoSlice::new(DATA_SOCKET_GREETING)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )
-    .map_err(|e| ControlError::Io(e.into()))?;
+    sendmsg_with_fd(sock, DATA_SOCKET_GREETING, fd).map_err(|e| ControlError::Io(e.into()))?;
     Ok(())
 }
 
 /// In the `ipc` structure: receives the data socket passed by [`send_fd`] (blocking).
 pub fn recv_fd(sock: impl AsFd) -> Result<OwnedFd, ControlError> {
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
-    let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
     let mut buf = [0u8; 16];
-    let msg = rustix::net::recvmsg(
-        sock,
-        &mut [std::io::IoSliceMut::new(&mut buf)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    )
-    .map_err(|e| ControlError::Io(e.into()))?;
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    for m in control.drain() {
-        if let rustix::net::RecvAncillaryMessage::ScmRights(rights) = m {
-            fds.extend(rights);
-        }
-    }
-    if msg.bytes == 0 && fds.is_empty() {
-        return Err(ControlError::HungUp);
-    }
-    if msg.bytes != buf.len() || &buf != DATA_SOCKET_GREETING || fds.len() != 1 {
-        return Err(ControlError::Malformed(
+    match recv_raw_with_fd(sock, &mut buf)? {
+        Some((n, Some(fd), 0)) if n == buf.len() && &buf == DATA_SOCKET_GREETING => Ok(fd),
+        Some(_) => Err(ControlError::Malformed(
             "expected the ipc data socket".into(),
-        ));
+        )),
+        None => Err(ControlError::Io(std::io::ErrorKind::WouldBlock.into())),
     }
-    Ok(fds.remove(0))
 }
 
 /// One file descriptor held in reserve, so that a server out of descriptors can still take

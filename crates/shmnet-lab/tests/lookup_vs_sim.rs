@@ -6,72 +6,32 @@
 //! simulator and trust the result for the live cache.
 
 use proptest::prelude::*;
-use shmnet_chan::handles::{
-    Access, CacheGeometry, Handle, LookupCache, LookupError, Pch, Perms, RegionId, SetIndex,
-    Translation,
-};
-use shmnet_sim::{CacheConfig, Machine, MemoryConfig, Side, Simulator, Ways};
-use std::ptr::NonNull;
+use shmnet_chan::handles::{Access, CacheGeometry, Pch, SetIndex};
+use shmnet_lab::handles::sweep;
+use shmnet_lab::handles::workloads::PageRef;
 
-/// The simulator's address of handle page `page` of `app`: with the seed's index, the page
-/// itself; with the skewed one, the page with its line number as the index sees it.
-fn sim_addr(geo: CacheGeometry, app: u16, page: u64) -> u64 {
-    let shift = geo.line.trailing_zeros();
-    let line = geo.index_line(Pch(app), page >> shift);
-    (u64::from(app) << 48 | line << shift | (page & (u64::from(geo.line) - 1))) * 8
-}
-
-fn machine(geo: CacheGeometry) -> Machine {
-    Machine {
-        name: "lookup-cache".into(),
-        description: "a lookup cache seen as a cache of 8-byte translations".into(),
-        tick_unit: "ticks".into(),
-        caches: vec![CacheConfig::new(
-            "VMH",
-            1,
-            Side::Unified,
-            8 * u64::from(geo.entries),
-            8 * u64::from(geo.line),
-            Ways::N(geo.ways),
-            1.0,
-        )],
-        tlbs: Vec::new(),
-        memory: MemoryConfig {
-            ticks: 100.0,
-            dirty_ticks: 100.0,
-        },
-        base_page: shmnet_sim::ByteSize(4096),
-        huge_pages: Vec::new(),
-        notes: Vec::new(),
-    }
+/// `(application, handle page)` pairs as the lab's references (all sends: the access does
+/// not change what misses).
+fn refs(trace: &[(u16, u64)]) -> Vec<PageRef> {
+    trace
+        .iter()
+        .map(|&(app, page)| PageRef {
+            app: Pch(app),
+            page,
+            access: Access::Read,
+        })
+        .collect()
 }
 
 /// Misses of the live cache over `trace` (each miss served at once, as the simulator does).
 fn live_misses(geo: CacheGeometry, trace: &[(u16, u64)]) -> u64 {
-    let mut cache = LookupCache::new(geo);
-    let page = Translation::page(NonNull::new(4096 as *mut u8).unwrap(), Perms::READ_WRITE);
-    let line = vec![page; geo.line as usize];
-    for &(app, p) in trace {
-        let h = Handle {
-            app: Pch(app),
-            region: RegionId((p >> 32) as u16),
-            off: (p & 0xffff_ffff) << 12,
-            len: 1,
-        };
-        if let Err(LookupError::Miss(k)) = cache.translate(&h, Access::Read) {
-            cache.fill(k, &line);
-        }
-    }
-    let s = cache.stats();
-    s.misses[0]
+    let r = sweep::live("test", geo, &refs(trace));
+    r.send_cold + r.send_noncold + r.recv_cold + r.recv_noncold
 }
 
+/// Misses of shmnet-sim's cache model, given the lab's machine and addresses.
 fn sim_misses(geo: CacheGeometry, trace: &[(u16, u64)]) -> u64 {
-    let mut sim = Simulator::new(&machine(geo)).expect("a valid machine");
-    for &(app, p) in trace {
-        sim.access(shmnet_sim::trace::Op::Read, sim_addr(geo, app, p), 1);
-    }
-    sim.report().caches[0].stats.misses
+    sweep::simulated(geo, &refs(trace))
 }
 
 proptest! {

@@ -121,8 +121,8 @@ impl CacheGeometry {
     }
 
     /// Line `line` of `app` as the set index sees it: its low `log2(sets)` bits pick the
-    /// set, the rest go into the tag. A bijection for each application (so the simulator
-    /// can be given the same lines: `shmnet lab handles`).
+    /// set, the rest go into the tag. Its own inverse for each application (so the
+    /// simulator can be given the same lines: `shmnet lab handles`).
     #[inline]
     pub fn index_line(&self, app: Pch, line: u64) -> u64 {
         index_line(
@@ -132,14 +132,6 @@ impl CacheGeometry {
             self.line.trailing_zeros(),
             self.sets().trailing_zeros(),
         )
-    }
-
-    /// The inverse of [`CacheGeometry::index_line`].
-    #[inline]
-    pub fn line_of_index(&self, app: Pch, indexed: u64) -> u64 {
-        // The skew changes only the set bits, which lie below the region's bits, so the
-        // region — and with it the skew — reads the same from either side.
-        self.index_line(app, indexed)
     }
 
     /// Sets: C / (L × A).

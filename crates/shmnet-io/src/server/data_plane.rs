@@ -177,16 +177,16 @@ impl DataPlane {
             handles: &mut self.handles,
         };
         // Lines the miss thread served while we slept go in before the sends that wait for them.
-        r.handles.end_round();
+        r.handles.install_served();
         for app in &mut self.apps {
             work += app.transport.take(&mut r, &app.sockets, &mut app.counters);
         }
+        r.handles.kick();
         for app in &mut self.apps {
             work += app
                 .transport
                 .deliver(&mut r, &app.sockets, &mut app.counters);
         }
-        self.handles.end_round();
         self.iface.poll(&mut self.pool, now, &mut self.tx);
         work += self.transmit_frames();
         self.pool.pools().drain_deferred(64);
@@ -617,6 +617,7 @@ impl DataPlane {
                 ..AppStats::default()
             })
             .collect();
+        let (lookup, misses) = self.handles.stats();
         ServerStats {
             structure: if matches!(self.link, DriverLink::Ipc(_)) {
                 "ipc"
@@ -641,8 +642,8 @@ impl DataPlane {
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
             regions: Default::default(),
-            lookup: self.handles.stats().0,
-            misses: self.handles.stats().1,
+            lookup,
+            misses,
             apps,
             apps_total: self.apps.len(),
         }

@@ -3,9 +3,9 @@
 //! misses from the registration table.
 //!
 //! The data plane owns all of it but the table and the thread: a translation takes no lock
-//! and makes no system call. Once a round it installs what the miss thread served (dropping
-//! fills older than their application's generation) and wakes the miss thread if it
-//! queued a miss. When an application's registrations change, or it goes, the data plane
+//! and makes no system call. Each round it installs what the miss thread served before it
+//! takes the applications' sends (dropping fills older than their application's
+//! generation), and after them wakes the miss thread if it queued a miss. When an application's registrations change, or it goes, the data plane
 //! drops its lines and bumps its generation *before* the control plane unmaps anything
 //! ([`HandleCtx::forget_lines`], through the command queue with a reply).
 
@@ -63,22 +63,25 @@ impl HandleCtx {
     /// The generation of `app` now.
     #[inline]
     pub(crate) fn generation(&self, app: Pch) -> u32 {
-        self.generations
-            .get(usize::from(app.0))
-            .copied()
-            .unwrap_or(0)
+        generation_in(&self.generations, app)
     }
 
-    /// Once a round: installs the lines served since, and wakes the miss thread if a miss
-    /// was queued. No system call unless a miss was (the seed's interrupt).
+    /// Installs the lines the miss thread served since the last call (the sends waiting for
+    /// them come next).
     #[inline]
-    pub(crate) fn end_round(&mut self) {
+    pub(crate) fn install_served(&mut self) {
         let generations = &self.generations;
         self.misses.install(
             &mut self.cache,
-            |app| generations.get(usize::from(app.0)).copied().unwrap_or(0),
+            |app| generation_in(generations, app),
             |_| {},
         );
+    }
+
+    /// Wakes the miss thread if this round queued a miss: no system call otherwise (a miss
+    /// is the seed's interrupt).
+    #[inline]
+    pub(crate) fn kick(&mut self) {
         self.misses.kick();
     }
 
@@ -96,6 +99,12 @@ impl HandleCtx {
     pub(crate) fn stats(&self) -> (LookupStats, MissPortStats) {
         (self.cache.stats(), self.misses.stats())
     }
+}
+
+/// `app`'s entry of `generations` (0 for a number past the table, which none is).
+#[inline]
+fn generation_in(generations: &[u32], app: Pch) -> u32 {
+    generations.get(usize::from(app.0)).copied().unwrap_or(0)
 }
 
 impl Drop for HandleCtx {

@@ -160,8 +160,9 @@ impl AppTransport for ShmApp {
         let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
         let mut done = [Desc::default(); BURST];
         loop {
-            // A send by handle answers on RX: take no more than RX has room for.
-            let room = (self.rx.free_slots() as usize).min(BURST);
+            // A send by handle answers on RX: take no more than RX has room for (known
+            // without touching the application's cache line while RX has a burst of room).
+            let room = (self.rx.room_for(BURST as u32) as usize).min(BURST);
             if room == 0 {
                 break;
             }

@@ -10,8 +10,8 @@
 //! business). Each figure is the median of repetitions of a timed pass over all handles.
 
 use shmnet_chan::handles::{
-    Access, CacheGeometry, Handle, LookupCache, LookupError, Pch, Perms, RegionId, RegionTable,
-    SetIndex, TableLimits, Translation,
+    Access, CacheGeometry, Handle, LookupCache, LookupError, Pch, Perms, Region, RegionId,
+    RegionTable, SetIndex, TableLimits, Translation,
 };
 use std::hint::black_box;
 use std::time::Instant;
@@ -76,7 +76,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> HandlesReport {
         TableLimits::default(),
         CacheGeometry::new(ENTRIES, LINE, 1).expect("a valid geometry"),
     );
-    let fd = match sparse_region(region_bytes) {
+    // A sparse memfd: nothing is touched but the pages the warm-up pins.
+    let fd = match Region::create("shmnet-bench-handles", region_bytes) {
         Ok(fd) => fd,
         Err(e) => {
             report.error = Some(format!("creating the region: {e}"));
@@ -84,7 +85,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> HandlesReport {
         }
     };
     let app = Pch(1);
-    let region = match table.register(app, rustix::fd::AsFd::as_fd(&fd), Perms::READ_WRITE) {
+    let region = match table.register(app, fd.fd(), Perms::READ_WRITE) {
         Ok(r) => r,
         Err(e) => {
             report.error = Some(format!("registering the region: {e}"));
@@ -148,14 +149,6 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> HandlesReport {
         .find(|r| r.ways == 4 && r.index == SetIndex::Skewed)
         .map(|r| r.lookup_ns <= TARGET_NS);
     report
-}
-
-fn sparse_region(bytes: u64) -> rustix::io::Result<rustix::fd::OwnedFd> {
-    use rustix::fs::{MemfdFlags, SealFlags};
-    let fd = rustix::fs::memfd_create("shmnet-bench-handles", MemfdFlags::ALLOW_SEALING)?;
-    rustix::fs::ftruncate(&fd, bytes)?;
-    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
-    Ok(fd)
 }
 
 /// `n` 1,500-byte handles on distinct pages (one per page, never crossing into a page not in
