@@ -1177,6 +1177,11 @@ impl AfPacket {
                 let Some(o) = &mut self.outage else {
                     return Ok(());
                 };
+                // A deleted interface is first set down, then unregistered: a look between
+                // the two saw "set down". A reopen that finds no such interface knows better.
+                if matches!(e, AfPacketError::NoSuchInterface(_)) && o.reason != DownReason::Gone {
+                    o.reason = DownReason::Gone;
+                }
                 o.last_error = Some(e);
                 if give_up.is_some_and(|limit| now.saturating_sub(o.since) >= limit) {
                     o.failed = true;
