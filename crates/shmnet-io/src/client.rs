@@ -33,6 +33,8 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+mod regions;
+
 /// What went wrong, in terms an application can act on.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -126,13 +128,26 @@ enum Ring {
     Ret,
 }
 
+/// The shared-memory parts: the application's window and its rings, and what the server's
+/// isolation gives it besides.
 struct Shm {
-    data: Window,
     app: Window,
     req: Producer,
     rx: Consumer,
-    ret: Producer,
-    send_bufs: ServerPools,
+    mode: Mode,
+}
+
+/// What an application of the `server` structure maps besides its rings.
+enum Mode {
+    /// `--isolation shared`: the data window (deliveries are read where the driver put
+    /// them), the return ring, and the send buffers of its own window.
+    Shared {
+        data: Window,
+        ret: Producer,
+        send_bufs: ServerPools,
+    },
+    /// `--isolation regions`: only memory of its own, registered ([`regions`]).
+    Regions(Box<regions::Own>),
 }
 
 /// A connection to a shmnet server. Single-threaded: clone the sockets, not across threads.
@@ -159,8 +174,8 @@ impl Client {
                 version: PROTOCOL_VERSION,
             },
         )?;
-        let ipc = match control::recv_blocking::<Response>(ctl.as_fd())? {
-            Response::Welcome { ipc, .. } => ipc,
+        let (ipc, isolated) = match control::recv_blocking::<Response>(ctl.as_fd())? {
+            Response::Welcome { ipc, isolated, .. } => (ipc, isolated),
             Response::Error(e) => return Err(ClientError::Refused(e)),
             other => {
                 return Err(ClientError::Protocol(format!(
@@ -173,23 +188,49 @@ impl Client {
         } else {
             None
         };
+        let proto = |e: &dyn std::fmt::Display| ClientError::Protocol(e.to_string());
         let shm = if ipc {
             None
         } else {
-            let data = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
-            let app = recv_window(&ctl).map_err(|e| ClientError::Protocol(e.to_string()))?;
-            let map = |e: shmnet_chan::window::HandleError| ClientError::Protocol(e.to_string());
+            let data = if isolated {
+                None
+            } else {
+                Some(recv_window(&ctl).map_err(|e| proto(&e))?)
+            };
+            let app = recv_window(&ctl).map_err(|e| proto(&e))?;
+            let mode = match data {
+                Some(data) => Mode::Shared {
+                    ret: app.producer(RET).map_err(|e| proto(&e))?,
+                    send_bufs: app.server_pools().map_err(|e| proto(&e))?,
+                    data,
+                },
+                None => Mode::Regions(Box::new(regions::Own {
+                    send: Region::create("shmnet-send", regions::SEND_REGION)
+                        .map_err(|e| proto(&e))?,
+                    send_id: RegionId(0),
+                    arena: regions::SendArena::new(regions::SEND_REGION),
+                    recv: Region::create("shmnet-recv", regions::recv_region_bytes())
+                        .map_err(|e| proto(&e))?,
+                    recv_id: RegionId(0),
+                    posts: [
+                        app.producer(windows::POST_SMALL).map_err(|e| proto(&e))?,
+                        app.producer(windows::POST_LARGE).map_err(|e| proto(&e))?,
+                    ],
+                    resend: VecDeque::with_capacity(windows::APP_RING as usize),
+                    failed_sends: 0,
+                    bad_deliveries: 0,
+                })),
+            };
             Some(Shm {
-                req: app.producer(REQ).map_err(map)?,
+                req: app.producer(REQ).map_err(|e| proto(&e))?,
                 // Opaque: RX carries deliveries (a chain head, checked by the chain walk
-                // that reads it) and completions of sends by handle (no buffer at all).
+                // that reads it, or a handle, checked against the receive region) and
+                // completions of sends by handle (no buffer at all).
                 rx: app
                     .consumer_with_limits(RX, shmnet_chan::DescLimits::OPAQUE)
-                    .map_err(map)?,
-                ret: app.producer(RET).map_err(map)?,
-                send_bufs: app.server_pools().map_err(map)?,
-                data,
+                    .map_err(|e| proto(&e))?,
                 app,
+                mode,
             })
         };
         let inner = Inner {
@@ -203,9 +244,42 @@ impl Client {
             gone: false,
             alive_checked: Duration::ZERO,
         };
-        Ok(Self {
+        let client = Self {
             inner: Rc::new(RefCell::new(inner)),
-        })
+        };
+        client.set_up_regions()?;
+        Ok(client)
+    }
+
+    /// `--isolation regions`: registers the library's send and receive regions and posts
+    /// every receive buffer.
+    fn set_up_regions(&self) -> Result<(), ClientError> {
+        let mut guard = self.inner.borrow_mut();
+        let i = &mut *guard;
+        let fds = match i.shm.as_ref().map(|s| &s.mode) {
+            Some(Mode::Regions(own)) => {
+                let dup = |r: &Region| {
+                    rustix::io::fcntl_dupfd_cloexec(r.fd(), 0)
+                        .map_err(|e| ClientError::Protocol(format!("dup: {e}")))
+                };
+                (dup(&own.send)?, dup(&own.recv)?)
+            }
+            _ => return Ok(()),
+        };
+        let send_id = i.register_fd(fds.0.as_fd(), Perms::READ)?;
+        let recv_id = i.register_fd(fds.1.as_fd(), Perms::WRITE)?;
+        let Some(Mode::Regions(own)) = i.shm.as_mut().map(|s| &mut s.mode) else {
+            unreachable!("matched above");
+        };
+        own.send_id = send_id;
+        own.recv_id = recv_id;
+        for (ring, d) in regions::all_posts(recv_id) {
+            let k = usize::from(ring == windows::POST_LARGE);
+            own.posts[k]
+                .enqueue(d)
+                .map_err(|_| ClientError::Protocol("a post ring is too small".into()))?;
+        }
+        Ok(())
     }
 
     /// Binds UDP `port` on the server's address; port 0 binds a free ephemeral port
@@ -231,18 +305,7 @@ impl Client {
     /// will receive into it). Returns the region's number, which handles name. The server
     /// maps it until [`Client::unregister`] or the application goes (docs/isolation.md).
     pub fn register(&self, region: &Region, perms: Perms) -> Result<RegionId, ClientError> {
-        let mut i = self.inner.borrow_mut();
-        let req = Request::Register {
-            read: perms.read,
-            write: perms.write,
-        };
-        match i.call_with_fd(&req, region.fd())? {
-            Response::Registered { region, .. } => Ok(RegionId(region)),
-            Response::Error(e) => Err(ClientError::Refused(e)),
-            other => Err(ClientError::Protocol(format!(
-                "expected Registered, got {other:?}"
-            ))),
-        }
+        self.inner.borrow_mut().register_fd(region.fd(), perms)
     }
 
     /// Unregisters a region: the server unmaps it and refuses handles to it from then on.
@@ -261,9 +324,30 @@ impl Client {
     /// structure, which shares no memory.
     pub fn window_sizes(&self) -> (usize, usize) {
         let i = self.inner.borrow();
+        i.shm.as_ref().map_or((0, 0), |s| match &s.mode {
+            Mode::Shared { data, .. } => (data.size(), s.app.size()),
+            Mode::Regions(_) => (0, s.app.size()),
+        })
+    }
+
+    /// Whether the server runs `--isolation regions`: this application maps no memory but
+    /// its own rings and regions.
+    pub fn is_isolated(&self) -> bool {
+        let i = self.inner.borrow();
         i.shm
             .as_ref()
-            .map_or((0, 0), |s| (s.data.size(), s.app.size()))
+            .is_some_and(|s| matches!(s.mode, Mode::Regions(_)))
+    }
+
+    /// `--isolation regions`: sends the server refused or could not make (completed as
+    /// refused or failed, after `send_to` had returned), and deliveries that named no
+    /// posted buffer and were ignored. Zeros otherwise.
+    pub fn region_errors(&self) -> (u64, u64) {
+        let i = self.inner.borrow();
+        match i.shm.as_ref().map(|s| &s.mode) {
+            Some(Mode::Regions(own)) => (own.failed_sends, own.bad_deliveries),
+            _ => (0, 0),
+        }
     }
 
     /// Whether the server runs the `ipc` structure (datagrams copied through the socket).
@@ -273,6 +357,25 @@ impl Client {
 }
 
 impl Inner {
+    /// Registers the region whose memfd is `fd` (see [`Client::register`]).
+    fn register_fd(
+        &mut self,
+        fd: rustix::fd::BorrowedFd<'_>,
+        perms: Perms,
+    ) -> Result<RegionId, ClientError> {
+        let req = Request::Register {
+            read: perms.read,
+            write: perms.write,
+        };
+        match self.call_with_fd(&req, fd)? {
+            Response::Registered { region, .. } => Ok(RegionId(region)),
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected Registered, got {other:?}"
+            ))),
+        }
+    }
+
     fn call(&mut self, req: Request) -> Result<Response, ClientError> {
         if self.gone {
             return Err(ClientError::ServerGone);
@@ -454,7 +557,14 @@ impl Inner {
             self.done.push_back(d);
             return None;
         }
-        let (sock, _) = windows::rx_meta(&d);
+        let sock = match self.shm.as_mut().map(|s| &mut s.mode) {
+            Some(Mode::Regions(own)) => {
+                // A delivery must name one of our posted buffers, with a length that fits.
+                own.check_delivery(&d)?;
+                d.aux as u16
+            }
+            _ => windows::rx_meta(&d).0,
+        };
         if Some(sock) == wanted {
             return Some(d);
         }
@@ -462,19 +572,38 @@ impl Inner {
         None
     }
 
-    /// Copies the chain of delivery `d` into `buf` and gives the chain back.
+    /// Copies delivery `d` into `buf` and gives its memory back (the chain to the server,
+    /// or the posted buffer to its post ring).
     fn take<H: RecvHook + ?Sized>(
         &mut self,
         d: Desc,
         buf: &mut [u8],
         hook: &mut H,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
-        let (_, src) = windows::rx_meta(&d);
-        let shm = self
+        match &mut self
             .shm
             .as_mut()
-            .expect("deliveries come only with windows");
-        let bufs = shm.data.buffers();
+            .expect("deliveries come only with windows")
+            .mode
+        {
+            Mode::Regions(own) => take_posted(own, &d, buf, hook),
+            Mode::Shared { .. } => self.take_chain(d, buf, hook),
+        }
+    }
+
+    /// `--isolation shared`: copies the chain of delivery `d` into `buf` and gives the chain
+    /// back.
+    fn take_chain<H: RecvHook + ?Sized>(
+        &mut self,
+        d: Desc,
+        buf: &mut [u8],
+        hook: &mut H,
+    ) -> Result<(usize, SocketAddrV4), ClientError> {
+        let (_, src) = windows::rx_meta(&d);
+        let Some(Mode::Shared { data, .. }) = self.shm.as_ref().map(|s| &s.mode) else {
+            unreachable!("take dispatches on the mode");
+        };
+        let bufs = data.buffers();
         let want = (d.len as usize).min(buf.len());
         let mut copied = 0;
         // The chain lies in shared memory: shmnet-chan's walk validates each link and range
@@ -501,10 +630,8 @@ impl Inner {
         // The clock is read only once the queue is found full, not per message.
         let back = Desc::new(d.buf, 0);
         let mut deadline = None;
-        while self
-            .shm
-            .as_mut()
-            .is_some_and(|s| s.ret.enqueue(back).is_err())
+        while let Some(Mode::Shared { ret, .. }) = self.shm.as_mut().map(|s| &mut s.mode)
+            && ret.enqueue(back).is_err()
         {
             self.check_alive()?;
             let now = Instant::now();
@@ -518,12 +645,34 @@ impl Inner {
         Ok((copied, src))
     }
 
+    /// Reads everything on the receive ring; under `--isolation regions`, handles the
+    /// completions of the library's own sends (freeing their extents) and posts again the
+    /// sends that missed. Completions of `send_from` stay in `done` for [`Inner::wait_done`].
+    fn reap(&mut self) {
+        self.drain_rx();
+        let Some(Shm {
+            mode: Mode::Regions(own),
+            req,
+            ..
+        }) = self.shm.as_mut()
+        else {
+            return;
+        };
+        self.done.retain(|c| !own.complete(c));
+        while let Some(&d) = own.resend.front() {
+            if req.enqueue(d).is_err() {
+                break;
+            }
+            own.resend.pop_front();
+        }
+    }
+
     /// Waits for the completion of send `d` (deliveries read meanwhile are kept for their
     /// sockets; completions of other sends, which cannot be pending, are dropped).
     fn wait_done(&mut self, d: &Desc) -> Result<windows::SendStatus, ClientError> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            self.drain_rx();
+            self.reap();
             while let Some(c) = self.done.pop_front() {
                 if c.buf == d.buf && c.flags == d.flags && c.aux == d.aux {
                     return windows::done_status(&c).ok_or_else(|| {
@@ -545,9 +694,10 @@ impl Inner {
         let Some(shm) = self.shm.as_mut() else {
             return;
         };
-        let ring = match which {
-            Ring::Req => &mut shm.req,
-            Ring::Ret => &mut shm.ret,
+        let ring = match (which, &mut shm.mode) {
+            (Ring::Req, _) => &mut shm.req,
+            (Ring::Ret, Mode::Shared { ret, .. }) => ret,
+            (Ring::Ret, Mode::Regions(_)) => return,
         };
         if !ring.prepare_wait_room() {
             return;
@@ -596,6 +746,74 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// `--isolation regions`: stages `data` for `to` in the send region and posts its handle on
+/// `REQ` for socket `id`, without waiting for the server: the extent is freed when its
+/// completion comes back. Waits (up to `wait`) while the send region is full.
+fn send_staged(
+    i: &mut Inner,
+    id: u16,
+    data: &[u8],
+    to: SocketAddrV4,
+    wait: Option<Duration>,
+) -> Result<(), ClientError> {
+    let deadline = wait.map(|w| Instant::now() + w);
+    loop {
+        i.reap();
+        let Some(Mode::Regions(own)) = i.shm.as_mut().map(|s| &mut s.mode) else {
+            unreachable!("send_inner checked the mode");
+        };
+        if let Some(d) = own.stage(data, to, id) {
+            while i.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
+                // REQ holds more than the send region has extents for small datagrams
+                // only if the server stopped serving us.
+                i.check_alive()?;
+                i.sleep_for_room(Ring::Req);
+                i.reap();
+            }
+            return Ok(());
+        }
+        if deadline.is_none_or(|d| Instant::now() >= d) {
+            return Err(ClientError::TimedOut);
+        }
+        // Completions come on RX: sleep until one does.
+        i.check_alive()?;
+        i.sleep_rx(deadline)?;
+    }
+}
+
+/// `--isolation regions`: copies delivery `d` (checked by [`regions::Own::check_delivery`]
+/// when it came off the ring) out of its posted buffer into `buf`, then posts the buffer
+/// again.
+fn take_posted<H: RecvHook + ?Sized>(
+    own: &mut regions::Own,
+    d: &Desc,
+    buf: &mut [u8],
+    hook: &mut H,
+) -> Result<(usize, SocketAddrV4), ClientError> {
+    let (ring, off, cap, len) = own
+        .check_delivery(d)
+        .ok_or_else(|| ClientError::Protocol("a delivery outside the posted buffers".into()))?;
+    let src = own.source_at(off);
+    let want = len.min(buf.len());
+    let at = off + windows::RECV_HEADER as u64;
+    if hook.active() {
+        // SAFETY: the buffer is ours until we post it again below; the server wrote it
+        // before it published the delivery and writes it no more.
+        let data = unsafe { own.recv.bytes(at, want) }
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let idx = BufIdx((off / u64::from(windows::SMALL_POST)) as u32);
+        hook.on_buffer(idx, data);
+        buf[..want].copy_from_slice(data);
+        hook.after_buffer(idx, data);
+    } else {
+        own.recv
+            .read(at, &mut buf[..want])
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+    }
+    own.repost(ring, off, cap);
+    Ok((want, src))
 }
 
 impl UdpSocket {
@@ -727,10 +945,15 @@ impl UdpSocket {
             }
         }
         let i = &mut *i;
-        let shm = i.shm.as_mut().expect("checked above");
+        if matches!(i.shm.as_ref().map(|s| &s.mode), Some(Mode::Regions(_))) {
+            return send_staged(i, id, data, to, wait);
+        }
+        let Some(Mode::Shared { send_bufs, .. }) = i.shm.as_mut().map(|s| &mut s.mode) else {
+            unreachable!("checked above");
+        };
         // Send chains the server has finished with come back through the deferred queue.
-        shm.send_bufs.drain_deferred(usize::MAX);
-        let size = shm.send_bufs.buffers().geometry().data_size as usize;
+        send_bufs.drain_deferred(usize::MAX);
+        let size = send_bufs.buffers().geometry().data_size as usize;
         let need = (SEND_HEADER + data.len()).div_ceil(size);
         // A chain on the stack, not the heap: a send allocates nothing.
         if need > MAX_SEND_CHAIN {
@@ -742,21 +965,21 @@ impl UdpSocket {
         let mut held = [0u32; MAX_SEND_CHAIN];
         for k in 0..need {
             let b = match wait {
-                Some(t) => shm.send_bufs.alloc_wait(Some(t)),
-                None => shm.send_bufs.alloc(),
+                Some(t) => send_bufs.alloc_wait(Some(t)),
+                None => send_bufs.alloc(),
             };
             match b {
                 Some(b) => held[k] = b,
                 None => {
                     for &b in &held[..k] {
-                        shm.send_bufs.release(b);
+                        send_bufs.release(b);
                     }
                     return Err(ClientError::TimedOut);
                 }
             }
         }
         let chain = &held[..need];
-        let bufs = shm.send_bufs.buffers();
+        let bufs = send_bufs.buffers();
         let hdr = windows::encode_dst(to);
         let mut rest = data;
         for (k, &b) in chain.iter().enumerate() {

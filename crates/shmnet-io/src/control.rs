@@ -230,6 +230,11 @@ pub enum Response {
         /// The `ipc` structure: no windows follow; data travels in packets on this socket.
         #[serde(default)]
         ipc: bool,
+        /// `--isolation regions`: only the application's own window follows (rings, no
+        /// pool of the server's); it registers regions, posts receive buffers and sends by
+        /// handle (docs/isolation.md).
+        #[serde(default)]
+        isolated: bool,
     },
     /// A socket was bound.
     Bound {

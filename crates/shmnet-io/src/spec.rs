@@ -65,6 +65,57 @@ impl ServeStructure {
     }
 }
 
+/// What an application of the `server` structure may see (docs/isolation.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Applications map the data window and read datagrams where the driver put them: one
+    /// copy fewer, for applications that trust each other (each can read and disturb all
+    /// traffic).
+    #[default]
+    Shared,
+    /// Each application sees only its own memory: it registers regions, posts receive
+    /// buffers and sends by handle; the server copies each datagram into a posted buffer and
+    /// checks every handle through the lookup cache (seed 004).
+    Regions,
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "shared" => Ok(Self::Shared),
+            "regions" => Ok(Self::Regions),
+            _ => Err(format!("{s:?}: use `shared` or `regions`")),
+        }
+    }
+}
+
+/// What the data plane does with a request whose handle missed in the lookup cache (seed
+/// 004's choice; docs/isolation.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnMiss {
+    /// Drop it and go on (the seed's choice): a send completes as `Miss` and the client
+    /// sends it again; a received datagram is dropped and counted.
+    #[default]
+    Drop,
+    /// Hold it until the miss thread has served the line: the application's later requests
+    /// wait behind it (a send), or the datagram waits in its socket's queue (a receive).
+    Buffer,
+}
+
+impl std::str::FromStr for OnMiss {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "drop" => Ok(Self::Drop),
+            "buffer" => Ok(Self::Buffer),
+            _ => Err(format!("{s:?}: use `drop` or `buffer`")),
+        }
+    }
+}
+
 /// softnic's part in a benchmark run (`shmnet ttcp`, `shmnet rr`). Data only: shmnet-lab's
 /// `softnic_roles` turns it, with the opened board, into a paced softnic (the sender and the
 /// sink) or a loopback softnic. It is named here, not in the lab, because the spec that
@@ -319,6 +370,12 @@ pub struct ServeSpec {
     pub max_regions: u32,
     /// server structure: bytes of registered memory one application may hold.
     pub max_registered_bytes: u64,
+    /// server structure: what applications may see.
+    #[serde(default)]
+    pub isolation: Isolation,
+    /// server structure, `regions`: what a lookup-cache miss does to a request.
+    #[serde(default)]
+    pub on_miss: OnMiss,
     /// inline: UDP echo applications on these ports.
     pub echo: Vec<u16>,
     /// inline: UDP sinks on these ports.
@@ -349,6 +406,8 @@ impl Default for ServeSpec {
             hello_timeout_s: ControlLimits::default().hello_timeout.as_secs_f64(),
             max_regions: ControlLimits::default().regions.max_regions_per_app,
             max_registered_bytes: ControlLimits::default().regions.max_bytes_per_app,
+            isolation: Isolation::default(),
+            on_miss: OnMiss::default(),
             echo: Vec::new(),
             sink: Vec::new(),
             duration_s: None,
@@ -398,6 +457,8 @@ impl ServeSpec {
             page: self.page,
             ipc: self.structure == ServeStructure::Ipc,
             placement: self.placement,
+            isolation: self.isolation,
+            on_miss: self.on_miss,
             limits: ControlLimits {
                 max_connections: self.max_connections,
                 hello_timeout: Duration::from_secs_f64(self.hello_timeout_s.max(0.0)),

@@ -5,6 +5,10 @@
 //!   driver put it (the copy at `recv` is the only one).
 //! - Each application gets an **app window** of its own: its request, delivery and return
 //!   queues, and a small pool of send buffers.
+//! - Under `--isolation regions` (docs/isolation.md) an application maps no data window: its
+//!   **region window** holds only rings — requests, deliveries and completions, and two
+//!   rings of posted receive buffers — and every descriptor on them names bytes of a region
+//!   the application registered, by handle.
 
 use shmnet_chan::{AllocPolicy, ChannelSpec, Desc, PageSize, PoolSpec, RingSpec};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -160,4 +164,72 @@ pub fn rx_meta(d: &Desc) -> (u16, SocketAddrV4) {
         d.flags as u16,
         SocketAddrV4::new(Ipv4Addr::from(d.aux), (d.flags >> 16) as u16),
     )
+}
+
+/// Region window ring: empty receive buffers of the small class, application → server.
+pub const POST_SMALL: usize = 2;
+/// Region window ring: empty receive buffers of the large class, application → server.
+pub const POST_LARGE: usize = 3;
+
+/// Bytes of a small posted receive buffer: the 8-byte source, then up to 2,040 bytes of
+/// datagram (every datagram of a 1,500-byte MTU).
+pub const SMALL_POST: u32 = 2048;
+/// Bytes of a large posted receive buffer: the source and the largest UDP datagram.
+pub const LARGE_POST: u32 = 65_536;
+/// Bytes at the start of a posted receive buffer that carry the datagram's source.
+pub const RECV_HEADER: usize = 8;
+
+/// The posted-buffer ring a datagram of `len` bytes is delivered from.
+pub fn post_ring_for(len: usize) -> usize {
+    if len + RECV_HEADER <= SMALL_POST as usize {
+        POST_SMALL
+    } else {
+        POST_LARGE
+    }
+}
+
+/// An application's window under `--isolation regions`: rings only (`REQ`, `RX`,
+/// `POST_SMALL`, `POST_LARGE`). The window format always has a pool set; this one's single
+/// 64-byte buffer is taken by neither side, so nothing the application writes there is read.
+pub fn region_window_spec() -> ChannelSpec {
+    let ring = RingSpec {
+        capacity: APP_RING,
+        wakeups: true,
+    };
+    ChannelSpec {
+        rings: vec![ring; 4],
+        pools: PoolSpec {
+            pools: 1,
+            buffers_per_pool: 1,
+            data_size: 64,
+            policy: AllocPolicy::Lifo,
+        },
+        page: PageSize::Small,
+    }
+}
+
+/// A `POST_*` descriptor: the `cap` bytes at `off` of region `region` may receive a
+/// datagram. `None` if the offset does not fit (44 bits).
+pub fn post_desc(region: u16, off: u64, cap: u32) -> Option<Desc> {
+    handle_desc(region, off, cap, 0).map(|d| Desc {
+        flags: d.flags & !REQ_HANDLE,
+        ..d
+    })
+}
+
+/// The (region, offset) a `POST_*` or region-window delivery descriptor names.
+pub fn posted_handle(d: &Desc) -> (u16, u64) {
+    // `handle_of` reads the region's 16 bits below the REQ_HANDLE flag.
+    handle_of(d)
+}
+
+/// A region-window delivery: `len` bytes of datagram for `socket` in the posted buffer `post`
+/// (its source in the buffer's first [`RECV_HEADER`] bytes).
+pub fn region_rx_desc(post: &Desc, len: u32, socket: u16) -> Desc {
+    Desc {
+        buf: post.buf,
+        len,
+        flags: post.flags,
+        aux: u32::from(socket),
+    }
 }

@@ -51,6 +51,8 @@ fn start(tag: &str, regions: TableLimits) -> Running {
             socket: path.clone(),
             page: PageSize::Small,
             ipc: false,
+            isolation: Default::default(),
+            on_miss: Default::default(),
             placement: Placement::Polled,
             limits: ControlLimits {
                 regions,

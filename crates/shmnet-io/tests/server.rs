@@ -122,6 +122,8 @@ fn start_with_process_entry(
             socket: socket_path(tag),
             page: PageSize::Small,
             ipc: false,
+            isolation: Default::default(),
+            on_miss: Default::default(),
             placement: Placement::Process,
             limits: Default::default(),
         },
@@ -266,6 +268,8 @@ fn start_as(tag: &str, count: u64, size: usize, how: How) -> Running {
             socket: socket_path(tag),
             page: PageSize::Small,
             ipc: how == How::Ipc,
+            isolation: Default::default(),
+            on_miss: Default::default(),
             placement: if how == How::Polled {
                 Placement::Polled
             } else {
@@ -508,6 +512,8 @@ fn start_limited(tag: &str, limits: shmnet_io::server::ControlLimits) -> Server 
             socket: socket_path(tag),
             page: PageSize::Small,
             ipc: false,
+            isolation: Default::default(),
+            on_miss: Default::default(),
             placement: Placement::Polled,
             limits,
         },

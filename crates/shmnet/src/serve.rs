@@ -218,6 +218,20 @@ pub struct ServeArgs {
     /// are not taken: give bytes).
     #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
     max_registered_bytes: u64,
+    /// server structure: what an application may see. `shared`: the data window — it reads
+    /// datagrams where the driver put them (one copy fewer; every application can read and
+    /// disturb all traffic, so run only applications that trust each other). `regions`: only
+    /// its own memory — it registers regions, posts receive buffers and sends by handle, and
+    /// the server copies each datagram into a posted buffer (seed 004; docs/isolation.md).
+    #[arg(long, default_value = "shared", value_name = "shared|regions")]
+    isolation: shmnet_io::spec::Isolation,
+    /// server structure, `--isolation regions`: what a lookup-cache miss does to a request.
+    /// `drop` (seed 004's choice): the send completes as missed and the client library sends
+    /// it again; a datagram being received is dropped and counted. `buffer`: the request
+    /// waits until the miss thread has brought the line in, holding up that application's
+    /// later requests.
+    #[arg(long, default_value = "drop", value_name = "drop|buffer")]
+    on_miss: shmnet_io::spec::OnMiss,
     /// How the parties are placed.
     #[arg(long, value_enum, default_value = "inline")]
     structure: Structure,
@@ -284,6 +298,8 @@ impl ServeArgs {
             hello_timeout_s: self.hello_timeout,
             max_regions: self.max_regions,
             max_registered_bytes: self.max_registered_bytes,
+            isolation: self.isolation,
+            on_miss: self.on_miss,
             echo: self.echo.clone(),
             sink: self.sink.clone(),
             duration_s: self.duration,

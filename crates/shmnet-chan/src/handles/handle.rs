@@ -65,6 +65,16 @@ impl Perms {
         read: true,
         write: true,
     };
+    /// Read only: a region the application sends from.
+    pub const READ: Perms = Perms {
+        read: true,
+        write: false,
+    };
+    /// Write only: a region the application receives into.
+    pub const WRITE: Perms = Perms {
+        read: false,
+        write: true,
+    };
 
     /// Whether `access` is allowed.
     #[inline]

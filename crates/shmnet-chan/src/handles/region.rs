@@ -114,6 +114,19 @@ impl Region {
         Ok(())
     }
 
+    /// The `len` bytes at `off`, borrowed (for an instrument that must see them in place).
+    ///
+    /// # Safety
+    ///
+    /// Nobody — the server included — may write these bytes while the slice lives: the
+    /// caller holds them (a received buffer not yet posted again).
+    pub unsafe fn bytes(&self, off: u64, len: usize) -> Result<&[u8], RegionError> {
+        let at = self.range(off, len)?;
+        // SAFETY: in bounds (checked by `range`); unchanging while borrowed (the caller's
+        // promise).
+        Ok(unsafe { std::slice::from_raw_parts(at, len) })
+    }
+
     /// Copies `dst.len()` bytes of the region at `off` into `dst`.
     pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), RegionError> {
         let src = self.range(off, dst.len())?;

@@ -27,10 +27,12 @@
 //! Every connection's peer credentials (pid, uid) are read with `SO_PEERCRED` when it is
 //! accepted and recorded with the application.
 
+use super::region_app::RegionApp;
 use super::stats::{ControlCounters, ServerStats};
 use super::transport::{AppTransport, IpcApp, ShmApp};
 use crate::control::{self, PROTOCOL_VERSION, Request, Response};
 use crate::driver_host::DriverThreadStats;
+use crate::spec::Isolation;
 use crate::windows;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -194,6 +196,8 @@ pub(crate) struct ControlSpec {
     pub(crate) listener: OwnedFd,
     pub(crate) data: Arc<Window>,
     pub(crate) ipc: bool,
+    pub(crate) isolation: crate::spec::Isolation,
+    pub(crate) on_miss: crate::spec::OnMiss,
     pub(crate) limits: ControlLimits,
     pub(crate) outbox: Outbox,
     pub(crate) counters: Arc<Mutex<ControlCounters>>,
@@ -769,10 +773,26 @@ impl ControlPlane {
                     data_window: 0,
                     app_window: 0,
                     ipc: true,
+                    isolated: false,
                 },
             )?;
             control::send_fd(&conn.fd, theirs.as_fd())?;
             Box::new(IpcApp::new(ours))
+        } else if self.spec.isolation == Isolation::Regions {
+            // Only the application's own rings: no data window, no pool of the server's.
+            let win = Window::create(&windows::region_window_spec())?;
+            control::send(
+                &conn.fd,
+                &Response::Welcome {
+                    version: PROTOCOL_VERSION,
+                    data_window: 0,
+                    app_window: win.size(),
+                    ipc: false,
+                    isolated: true,
+                },
+            )?;
+            send_window(&conn.fd, &win)?;
+            Box::new(RegionApp::new(win, pch, self.spec.on_miss)?)
         } else {
             let win = Window::create(&windows::app_window_spec())?;
             control::send(
@@ -782,6 +802,7 @@ impl ControlPlane {
                     data_window: self.spec.data.size(),
                     app_window: win.size(),
                     ipc: false,
+                    isolated: false,
                 },
             )?;
             send_window(&conn.fd, &self.spec.data)?;

@@ -28,6 +28,9 @@ pub(crate) struct HandleCtx {
     pub(crate) misses: MissPort,
     /// Per application number: bumped whenever its lines are dropped.
     generations: Vec<u32>,
+    /// Fills installed so far: a request held on a miss (`--on-miss buffer`) is tried
+    /// again only once this has moved.
+    fills: u64,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -55,6 +58,7 @@ impl HandleCtx {
             cache: LookupCache::new(geo),
             misses,
             generations: vec![0; usize::from(Pch::MAX) + 1],
+            fills: 0,
             stop,
             thread: Some(thread),
         })
@@ -71,11 +75,18 @@ impl HandleCtx {
     #[inline]
     pub(crate) fn install_served(&mut self) {
         let generations = &self.generations;
-        self.misses.install(
+        let n = self.misses.install(
             &mut self.cache,
             |app| generation_in(generations, app),
             |_| {},
         );
+        self.fills += n as u64;
+    }
+
+    /// Fills installed so far (moves whenever a line arrives).
+    #[inline]
+    pub(crate) fn fills(&self) -> u64 {
+        self.fills
     }
 
     /// Wakes the miss thread if this round queued a miss: no system call otherwise (a miss

@@ -29,6 +29,7 @@ mod control_plane;
 mod data_plane;
 mod handles;
 mod held;
+mod region_app;
 mod stats;
 mod transport;
 
@@ -102,6 +103,10 @@ pub struct ServerOptions {
     /// (`Process` is [`Server::start_with_driver_process`]'s). The `ipc` structure always
     /// runs it on a thread.
     pub placement: Placement,
+    /// What each application may see: the data window (`Shared`) or only its own regions.
+    pub isolation: crate::spec::Isolation,
+    /// `Regions`: what a lookup-cache miss does to a request.
+    pub on_miss: crate::spec::OnMiss,
     /// What clients may do to the control plane.
     pub limits: ControlLimits,
 }
@@ -281,6 +286,7 @@ impl Server {
                 data_window: data.size(),
                 app_window: 0,
                 ipc: false,
+                isolated: false,
             },
         )?;
         let setup = DriverSetup {
@@ -355,6 +361,8 @@ impl Server {
             listener,
             data: data.clone(),
             ipc: opts.ipc,
+            isolation: opts.isolation,
+            on_miss: opts.on_miss,
             limits: opts.limits,
             outbox,
             counters,

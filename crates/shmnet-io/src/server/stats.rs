@@ -110,6 +110,15 @@ pub struct AppCounters {
     pub bad_sends: u64,
     /// Sends by handle dropped on a lookup-cache miss (the client sends them again).
     pub send_misses: u64,
+    /// `--isolation regions`: datagrams whose posted buffer missed in the lookup cache
+    /// (dropped under `--on-miss drop`, held in the socket's queue under `buffer`).
+    pub recv_misses: u64,
+    /// `--isolation regions`: posted receive buffers refused (outside a region registered
+    /// writable, or too small for their class) and dropped.
+    pub bad_posts: u64,
+    /// `--isolation regions`: datagrams dropped because their posted buffer missed
+    /// (`--on-miss drop`).
+    pub recv_dropped: u64,
     /// Wake-ups sent to it (one per batch of deliveries at most).
     pub wakeups: u64,
 }

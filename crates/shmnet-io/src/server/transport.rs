@@ -302,7 +302,7 @@ const MAX_SEND_PARTS: usize = 64;
 /// Sends the datagram a `REQ_HANDLE` descriptor names: translated through the lookup cache
 /// (a miss is reported to the miss thread and the send dropped), its destination read from
 /// its first 8 bytes, its payload gathered where it lies into frames.
-fn send_by_handle(
+pub(crate) fn send_by_handle(
     r: &mut Round<'_>,
     pch: Pch,
     sockets: &[Option<SocketHandle>],

@@ -1,0 +1,398 @@
+//! An application under `--isolation regions` (seed 004, docs/isolation.md): it sees only
+//! its own memory.
+//!
+//! Its window holds four rings and nothing of the server's: `REQ` (sends by handle),
+//! `RX` (deliveries and send completions), `POST_SMALL` and `POST_LARGE` (empty receive
+//! buffers). Every descriptor on them names bytes of a region the application registered,
+//! by handle, and every handle is checked by the lookup cache against the registration
+//! (region, bounds, permission, owner) before the server touches a byte:
+//!
+//! - a **send** is gathered from where it lies in a readable region and completed on `RX`
+//!   (`Sent`, `Miss`: send again, `Refused`, `Failed`);
+//! - a **receive** is copied by the server from its pool buffers into a buffer the
+//!   application posted in a writable region, the source in the buffer's first 8 bytes, and
+//!   the pool buffers are free again at once: no chain of the server's is ever lent out.
+//!
+//! A miss never stalls the data plane for other applications: under `--on-miss drop` (the
+//! seed's choice) the send completes as `Miss` and the datagram being received is dropped
+//! and counted; under `--on-miss buffer` the request waits — later sends of the same
+//! application behind it, the datagram in its socket's queue — until the miss thread has
+//! served the line. Nothing the application writes on its rings can reach another
+//! application's memory or a pool buffer: the rings are checked for their indices only, and
+//! the handles by the cache.
+
+use super::stats::AppCounters;
+use super::transport::{AppTransport, BURST, Round, send_by_handle};
+use crate::spec::OnMiss;
+use crate::windows::{self, RECV_HEADER, SendStatus};
+use rustix::event::{PollFd, PollFlags};
+use shmnet_chan::handles::{Access, Handle, LookupError, Pch, RegionId};
+use shmnet_chan::{Consumer, Desc, DescLimits, Producer, Window};
+use shmnet_stack::{BufferPool, Message, SocketHandle};
+
+/// The two classes of posted receive buffers, in the order of `POST_SMALL`, `POST_LARGE`.
+const CLASSES: usize = 2;
+
+/// An application of the `server` structure under `--isolation regions`. See the
+/// [module docs](self).
+pub(crate) struct RegionApp {
+    /// Its application number: the `app` of its handles.
+    pch: Pch,
+    win: Window,
+    req: Consumer,
+    rx: Producer,
+    /// Its posted receive buffers, by class.
+    posts: [Consumer; CLASSES],
+    /// A posted buffer taken off its ring whose line missed: used first when it arrives.
+    post_held: [Option<Desc>; CLASSES],
+    on_miss: OnMiss,
+    /// `--on-miss buffer`: sends held behind one that missed, in order.
+    stalled: [Desc; BURST],
+    stalled_n: usize,
+    /// The fill count when a send was last held on a miss (`--on-miss buffer`): held sends
+    /// are tried again only once it has moved.
+    stalled_fills: Option<u64>,
+    /// The same for a datagram held in its socket's queue because its post missed.
+    recv_stalled_fills: Option<u64>,
+    /// A datagram waited for a posted buffer in the last delivery round: arm the post
+    /// rings' wake-ups before sleeping.
+    starved: bool,
+    /// Whether the post rings were armed by the last `prepare_sleep`.
+    posts_armed: bool,
+    batch: [Desc; BURST],
+}
+
+impl RegionApp {
+    /// Takes the server's ends of a fresh region window `win` for application `pch`.
+    pub(crate) fn new(
+        win: Window,
+        pch: Pch,
+        on_miss: OnMiss,
+    ) -> Result<Self, shmnet_chan::window::HandleError> {
+        // Opaque: every descriptor carries a handle, which the lookup cache checks.
+        let consumer = |ring| win.consumer_with_limits(ring, DescLimits::OPAQUE);
+        Ok(Self {
+            pch,
+            req: consumer(windows::REQ)?,
+            rx: win.producer(windows::RX)?,
+            posts: [
+                consumer(windows::POST_SMALL)?,
+                consumer(windows::POST_LARGE)?,
+            ],
+            post_held: [None; CLASSES],
+            on_miss,
+            stalled: [Desc::default(); BURST],
+            stalled_n: 0,
+            stalled_fills: None,
+            recv_stalled_fills: None,
+            starved: false,
+            posts_armed: false,
+            batch: [Desc::default(); BURST],
+            win,
+        })
+    }
+
+    /// Whether requests held on a miss may be tried (a line arrived since they missed).
+    fn may_retry(&self, r: &Round<'_>) -> bool {
+        self.stalled_fills != Some(r.handles.fills())
+    }
+
+    /// Sends `self.batch[..n]` in order, writing completions into `done`. Returns how many it
+    /// took (fewer than `n` only under `--on-miss buffer`, stopped by a miss) and how many
+    /// completions it wrote.
+    fn send_batch(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+        n: usize,
+        done: &mut [Desc; BURST],
+    ) -> (usize, usize) {
+        let mut k = 0;
+        for (j, d) in self.batch[..n].iter().enumerate() {
+            let status = if d.flags & windows::REQ_HANDLE == 0 {
+                // Only sends by handle exist here: a chain index names nothing of ours.
+                SendStatus::Refused
+            } else {
+                send_by_handle(r, self.pch, sockets, d)
+            };
+            match status {
+                SendStatus::Sent => c.sent += 1,
+                SendStatus::Miss => {
+                    c.send_misses += 1;
+                    if self.on_miss == OnMiss::Buffer {
+                        self.stalled_fills = Some(r.handles.fills());
+                        return (j, k);
+                    }
+                }
+                SendStatus::Refused | SendStatus::Failed => c.bad_sends += 1,
+            }
+            done[k] = windows::done_desc(d, status);
+            k += 1;
+        }
+        (n, k)
+    }
+
+    /// The next posted buffer of `class`: the one held on a miss, else the ring's next.
+    fn next_post(&mut self, class: usize) -> Option<Desc> {
+        self.post_held[class]
+            .take()
+            .or_else(|| self.posts[class].dequeue())
+    }
+
+    fn flush_deliveries(&mut self, n: usize, c: &mut AppCounters) {
+        // Room was counted before the copies; the buffers are the application's either way.
+        c.delivered += self.rx.enqueue_burst(&self.batch[..n]) as u64;
+    }
+}
+
+/// Copies datagram `msg` (its chain in the server's pools) into the application's buffer at
+/// `at`: the source in the first [`RECV_HEADER`] bytes, then the payload. Returns the bytes
+/// of payload copied (short only if the chain is malformed, which the stack never makes).
+///
+/// # Safety
+///
+/// `at` must be valid for writes of `RECV_HEADER + msg.len` bytes (the lookup cache
+/// translated exactly that span of a region registered writable, mapped until its lines are
+/// dropped), and the chain must be the server's own.
+unsafe fn copy_into(pool: &crate::pool::ChanPool, msg: &Message, at: *mut u8) -> usize {
+    let src = windows::encode_dst(msg.src);
+    // SAFETY: the caller promises `at` holds RECV_HEADER + msg.len bytes.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), at, RECV_HEADER) };
+    let bufs = pool.buffers();
+    let mut copied = 0;
+    for seg in bufs.segments(msg.head, msg.len) {
+        let Ok(seg) = seg else { break };
+        // SAFETY: the chain was taken off the socket's queue: the server owns it until it
+        // frees it after this copy.
+        let Ok(data) = (unsafe { bufs.segment_bytes(seg) }) else {
+            break;
+        };
+        let take = data.len().min(msg.len - copied);
+        // SAFETY: `copied + take <= msg.len`, inside the span the caller promises; the
+        // source is a pool buffer, never the application's memory.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at.add(RECV_HEADER + copied), take) };
+        copied += take;
+    }
+    copied
+}
+
+impl AppTransport for RegionApp {
+    fn kind(&self) -> &'static str {
+        "regions"
+    }
+
+    fn take(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize {
+        let mut work = 0;
+        let mut done = [Desc::default(); BURST];
+        loop {
+            // Each send answers on RX: take no more than RX has room for.
+            let room = (self.rx.room_for(BURST as u32) as usize).min(BURST);
+            if room == 0 {
+                break;
+            }
+            let held = self.stalled_n > 0;
+            let n = if held {
+                if !self.may_retry(r) {
+                    break;
+                }
+                let n = self.stalled_n.min(room);
+                self.batch[..n].copy_from_slice(&self.stalled[..n]);
+                n
+            } else {
+                self.req.dequeue_burst(&mut self.batch[..room])
+            };
+            if n == 0 {
+                break;
+            }
+            let (took, k) = self.send_batch(r, sockets, c, n, &mut done);
+            if k > 0 {
+                self.rx.enqueue_burst(&done[..k]);
+            }
+            work += took;
+            if held {
+                // What was held and is now done leaves the front of the held list.
+                self.stalled.copy_within(took..self.stalled_n, 0);
+                self.stalled_n -= took;
+            } else if took < n {
+                self.stalled[..n - took].copy_from_slice(&self.batch[took..n]);
+                self.stalled_n = n - took;
+            }
+            if took < n {
+                break;
+            }
+            if self.stalled_n == 0 {
+                self.stalled_fills = None;
+            }
+        }
+        work
+    }
+
+    fn deliver(
+        &mut self,
+        r: &mut Round<'_>,
+        sockets: &[Option<SocketHandle>],
+        c: &mut AppCounters,
+    ) -> usize {
+        self.starved = false;
+        if self
+            .recv_stalled_fills
+            .is_some_and(|f| f == r.handles.fills())
+        {
+            // Held on a miss (`--on-miss buffer`) and no line has arrived since.
+            return 0;
+        }
+        self.recv_stalled_fills = None;
+        if !sockets
+            .iter()
+            .flatten()
+            .any(|&h| matches!(r.iface.udp_peek(h), Ok(Some(_))))
+        {
+            return 0;
+        }
+        let mut room = self.rx.free_slots() as usize;
+        let (mut n, mut work) = (0, 0);
+        'sockets: for (sock, h) in sockets.iter().enumerate() {
+            let Some(h) = *h else { continue };
+            while room > 0 {
+                let Ok(Some(msg)) = r.iface.udp_peek(h) else {
+                    break;
+                };
+                let class = usize::from(windows::post_ring_for(msg.len) == windows::POST_LARGE);
+                let Some(post) = self.next_post(class) else {
+                    // It waits in its socket's queue (which the stack bounds) for a post.
+                    self.starved = true;
+                    break;
+                };
+                let need = RECV_HEADER + msg.len;
+                if (post.len as usize) < need {
+                    c.bad_posts += 1;
+                    continue;
+                }
+                let (region, off) = windows::posted_handle(&post);
+                let handle = Handle {
+                    app: self.pch,
+                    region: RegionId(region),
+                    off,
+                    len: need as u32,
+                };
+                let at = match r.handles.cache.translate(&handle, Access::Write) {
+                    Ok(at) => at,
+                    Err(LookupError::Miss(key)) => {
+                        c.recv_misses += 1;
+                        let generation = r.handles.generation(self.pch);
+                        r.handles.misses.report(key, Access::Write, generation);
+                        self.post_held[class] = Some(post);
+                        match self.on_miss {
+                            OnMiss::Drop => {
+                                if let Ok(Some(m)) = r.iface.udp_recv_chain(h) {
+                                    r.pool.free_chain(m.head);
+                                    c.recv_dropped += 1;
+                                    work += 1;
+                                }
+                                // This socket's next datagram would miss on the same line.
+                                continue 'sockets;
+                            }
+                            OnMiss::Buffer => {
+                                self.recv_stalled_fills = Some(r.handles.fills());
+                                break 'sockets;
+                            }
+                        }
+                    }
+                    Err(LookupError::Refused(_)) => {
+                        c.bad_posts += 1;
+                        continue;
+                    }
+                };
+                let Ok(Some(msg)) = r.iface.udp_recv_chain(h) else {
+                    // Peeked just above: cannot be gone. Keep the post for the next one.
+                    self.post_held[class] = Some(post);
+                    break;
+                };
+                // SAFETY: the cache translated exactly `need` bytes of a region this
+                // application registered writable, mapped until its lines are dropped; the
+                // chain came off the socket's queue and is the server's.
+                let len = unsafe { copy_into(r.pool, &msg, at.as_ptr()) };
+                r.pool.free_chain(msg.head);
+                self.batch[n] = windows::region_rx_desc(&post, len as u32, sock as u16);
+                n += 1;
+                room -= 1;
+                work += 1;
+                if n == BURST {
+                    self.flush_deliveries(n, c);
+                    n = 0;
+                }
+            }
+        }
+        if n > 0 {
+            // One publish (and at most one wake-up) for the whole batch.
+            self.flush_deliveries(n, c);
+        }
+        work
+    }
+
+    fn prepare_sleep(&mut self) -> bool {
+        // A request held on a miss is retried as soon as the line arrives: keep polling.
+        if self.stalled_n > 0 || self.recv_stalled_fills.is_some() {
+            return false;
+        }
+        if !self.req.prepare_wait() {
+            return false;
+        }
+        self.posts_armed = false;
+        if self.starved {
+            // A datagram waits for a post: the application's next post must wake us.
+            for k in 0..CLASSES {
+                if !self.posts[k].prepare_wait() {
+                    for p in &mut self.posts[..k] {
+                        p.finish_wait();
+                    }
+                    self.req.finish_wait();
+                    return false;
+                }
+            }
+            self.posts_armed = true;
+        }
+        true
+    }
+
+    fn finish_sleep(&mut self) {
+        self.req.finish_wait();
+        if std::mem::take(&mut self.posts_armed) {
+            for p in &mut self.posts {
+                p.finish_wait();
+            }
+        }
+    }
+
+    fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>) {
+        for c in std::iter::once(&self.req).chain(&self.posts) {
+            if let Some(fd) = c.wake_fd() {
+                out.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+        }
+    }
+
+    fn reclaim(&mut self, _pool: &mut crate::pool::ChanPool) {
+        // Nothing of the server's is ever lent to it: every pool buffer was freed after its
+        // copy. Its regions are unmapped by the control plane after the data plane has
+        // dropped their lines.
+    }
+
+    fn holding(&self) -> usize {
+        0
+    }
+
+    fn window(&self) -> Option<&Window> {
+        Some(&self.win)
+    }
+
+    fn wakeups(&self) -> u64 {
+        self.rx.stats().wakeups_sent
+    }
+}
