@@ -93,15 +93,20 @@ impl std::str::FromStr for Isolation {
 
 /// What the data plane does with a request whose handle missed in the lookup cache (seed
 /// 004's choice; docs/isolation.md).
+///
+/// The seed dropped, because its NIC buffering a request stalled every application behind
+/// it. Here each application's requests wait in its own queues, so holding one stalls only
+/// the application that missed — and UDP has no retransmission to recover a datagram dropped
+/// on receive — so `Buffer` is the default and `Drop` is kept for the seed's comparison.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OnMiss {
     /// Drop it and go on (the seed's choice): a send completes as `Miss` and the client
-    /// sends it again; a received datagram is dropped and counted.
-    #[default]
+    /// library sends it again at its next call; a received datagram is dropped and counted.
     Drop,
-    /// Hold it until the miss thread has served the line: the application's later requests
-    /// wait behind it (a send), or the datagram waits in its socket's queue (a receive).
+    /// Hold it until the miss thread has served the line: the application's later sends
+    /// wait behind it, or the datagram waits in its socket's queue (a receive).
+    #[default]
     Buffer,
 }
 

@@ -26,14 +26,16 @@ fn sizes(s: &str) -> Result<Vec<usize>, String> {
 }
 
 /// Every structure, each placement of the server's driver included.
-const DEFAULT_STRUCTURES: &str = "kernel,ipc,server,server-thread,server-process,inline";
+const DEFAULT_STRUCTURES: &str =
+    "kernel,ipc,server,server-thread,server-process,server-regions,inline";
 
 #[derive(Args)]
 pub struct TtcpArgs {
     /// Structures to compare: kernel (Linux UDP over loopback), ipc (shmnet, messages copied
     /// through sockets), server (shmnet, shared windows, the driver polled by the server's
     /// loop), server-thread (the driver a thread of the server), server-process (the driver a
-    /// process of its own), inline (one process).
+    /// process of its own), server-regions (as server, under `--isolation regions`: the
+    /// application maps only its own memory), inline (one process).
     #[arg(long, default_value = DEFAULT_STRUCTURES, value_parser = list::<Structure>)]
     structure: std::vec::Vec<Structure>,
     /// UDP payload bytes per message (comma-separated).
@@ -99,7 +101,7 @@ pub fn bench_handoff(a: HandoffArgs) -> Result<()> {
 #[derive(Args)]
 pub struct RrArgs {
     /// Structures to compare (as for ttcp: kernel, ipc, server, server-thread,
-    /// server-process, inline).
+    /// server-process, server-regions, inline).
     #[arg(long, default_value = DEFAULT_STRUCTURES, value_parser = list::<Structure>)]
     structure: std::vec::Vec<Structure>,
     /// Requests in flight (comma-separated; each is a cell).

@@ -226,11 +226,11 @@ pub struct ServeArgs {
     #[arg(long, default_value = "shared", value_name = "shared|regions")]
     isolation: shmnet_io::spec::Isolation,
     /// server structure, `--isolation regions`: what a lookup-cache miss does to a request.
-    /// `drop` (seed 004's choice): the send completes as missed and the client library sends
-    /// it again; a datagram being received is dropped and counted. `buffer`: the request
-    /// waits until the miss thread has brought the line in, holding up that application's
-    /// later requests.
-    #[arg(long, default_value = "drop", value_name = "drop|buffer")]
+    /// `buffer`: the request waits until the miss thread has brought the line in, holding up
+    /// only that application's later requests. `drop` (seed 004's choice, for comparison):
+    /// the send completes as missed and the client library sends it again at its next call;
+    /// a datagram being received is dropped and counted (UDP does not retransmit it).
+    #[arg(long, default_value = "buffer", value_name = "buffer|drop")]
     on_miss: shmnet_io::spec::OnMiss,
     /// How the parties are placed.
     #[arg(long, value_enum, default_value = "inline")]

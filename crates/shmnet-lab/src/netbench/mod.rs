@@ -16,6 +16,7 @@
 //! | `server` | `shmnet serve --structure server` (the server process polling softnic in its own loop, shared windows) and an application process (rr: two) |
 //! | `server-thread` | as `server`, softnic on a thread of the server process (`--placement thread`), joined by the IN and OUT queues |
 //! | `server-process` | as `server`, softnic in a driver process of its own (`--placement process`, seed 002's layout) |
+//! | `server-regions` | as `server`, with `--isolation regions`: the application maps only its own rings and registered regions, and the server copies each datagram into a buffer it posted (seed 004) |
 //! | `inline` | one process: softnic, the stack and the application (rr: the echo and the requester) in one loop |
 //!
 //! In ttcp the shmnet structures' wire is `softnic`: it "receives" by writing frames into
@@ -26,7 +27,9 @@
 
 use crate::scoreboard::{Scoreboard, ScoreboardError};
 use shmnet_io::server::Placement;
-use shmnet_io::spec::{BenchPart, BenchRole, DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
+use shmnet_io::spec::{
+    BenchPart, BenchRole, DriverSpec, Isolation, ServeSpec, ServeStructure, SoftnicSpec,
+};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -61,6 +64,10 @@ pub enum Structure {
     /// As [`Structure::Server`], the driver in a process of its own.
     #[serde(rename = "server-process")]
     ServerProcess,
+    /// As [`Structure::Server`] under `--isolation regions`: the applications map only their
+    /// own rings and regions; the server copies each datagram into a buffer they posted.
+    #[serde(rename = "server-regions")]
+    ServerRegions,
     /// shmnet, driver, stack and application in one thread.
     #[serde(rename = "inline")]
     Inline,
@@ -68,12 +75,13 @@ pub enum Structure {
 
 impl Structure {
     /// Every structure, in the order tables list them.
-    pub const ALL: [Structure; 6] = [
+    pub const ALL: [Structure; 7] = [
         Structure::Kernel,
         Structure::Ipc,
         Structure::Server,
         Structure::ServerThread,
         Structure::ServerProcess,
+        Structure::ServerRegions,
         Structure::Inline,
     ];
 
@@ -85,6 +93,7 @@ impl Structure {
             Self::Server => "server",
             Self::ServerThread => "server-thread",
             Self::ServerProcess => "server-process",
+            Self::ServerRegions => "server-regions",
             Self::Inline => "inline",
         }
     }
@@ -97,6 +106,15 @@ impl Structure {
             Self::Server => Some((ServeStructure::Server, Placement::Polled)),
             Self::ServerThread => Some((ServeStructure::Server, Placement::Thread)),
             Self::ServerProcess => Some((ServeStructure::Server, Placement::Process)),
+            Self::ServerRegions => Some((ServeStructure::Server, Placement::Polled)),
+        }
+    }
+
+    /// What its applications may see (docs/isolation.md).
+    pub fn isolation(self) -> Isolation {
+        match self {
+            Self::ServerRegions => Isolation::Regions,
+            _ => Isolation::Shared,
         }
     }
 }
@@ -106,7 +124,7 @@ impl std::str::FromStr for Structure {
     fn from_str(s: &str) -> Result<Self, String> {
         Self::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
             format!(
-                "unknown structure {s:?}: use kernel, ipc, server, server-thread, server-process or inline"
+                "unknown structure {s:?}: use kernel, ipc, server, server-thread, server-process, server-regions or inline"
             )
         })
     }
@@ -311,6 +329,7 @@ pub(crate) fn start(
                 checksum: launch.checksum,
                 rx_queue,
                 socket: socket.clone(),
+                isolation: structure.isolation(),
                 json: true,
                 ..ServeSpec::default()
             };
