@@ -71,12 +71,12 @@ impl ServeStructure {
 pub enum Isolation {
     /// Applications map the data window and read datagrams where the driver put them: one
     /// copy fewer, for applications that trust each other (each can read and disturb all
-    /// traffic).
-    #[default]
+    /// traffic). The residency lab studies this copy.
     Shared,
     /// Each application sees only its own memory: it registers regions, posts receive
     /// buffers and sends by handle; the server copies each datagram into a posted buffer and
-    /// checks every handle through the lookup cache (seed 004).
+    /// checks every handle through the lookup cache (seed 004). The default.
+    #[default]
     Regions,
 }
 

@@ -51,7 +51,7 @@ fn start(tag: &str, regions: TableLimits) -> Running {
             socket: path.clone(),
             page: PageSize::Small,
             ipc: false,
-            isolation: Default::default(),
+            isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
             placement: Placement::Polled,
             limits: ControlLimits {

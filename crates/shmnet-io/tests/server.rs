@@ -122,7 +122,7 @@ fn start_with_process_entry(
             socket: socket_path(tag),
             page: PageSize::Small,
             ipc: false,
-            isolation: Default::default(),
+            isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
             placement: Placement::Process,
             limits: Default::default(),
@@ -268,7 +268,7 @@ fn start_as(tag: &str, count: u64, size: usize, how: How) -> Running {
             socket: socket_path(tag),
             page: PageSize::Small,
             ipc: how == How::Ipc,
-            isolation: Default::default(),
+            isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
             placement: if how == How::Polled {
                 Placement::Polled
@@ -512,7 +512,7 @@ fn start_limited(tag: &str, limits: shmnet_io::server::ControlLimits) -> Server 
             socket: socket_path(tag),
             page: PageSize::Small,
             ipc: false,
-            isolation: Default::default(),
+            isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
             placement: Placement::Polled,
             limits,

@@ -218,12 +218,13 @@ pub struct ServeArgs {
     /// are not taken: give bytes).
     #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
     max_registered_bytes: u64,
-    /// server structure: what an application may see. `shared`: the data window — it reads
-    /// datagrams where the driver put them (one copy fewer; every application can read and
-    /// disturb all traffic, so run only applications that trust each other). `regions`: only
-    /// its own memory — it registers regions, posts receive buffers and sends by handle, and
-    /// the server copies each datagram into a posted buffer (seed 004; docs/isolation.md).
-    #[arg(long, default_value = "shared", value_name = "shared|regions")]
+    /// server structure: what an application may see. `regions`: only its own memory — it
+    /// registers regions, posts receive buffers and sends by handle, and the server copies
+    /// each datagram into a posted buffer (seed 004; docs/isolation.md). `shared`: the data
+    /// window — it reads datagrams where the driver put them (one copy fewer for large
+    /// datagrams; every application can read and disturb all traffic, so use it only for
+    /// applications that trust each other).
+    #[arg(long, default_value = "regions", value_name = "regions|shared")]
     isolation: shmnet_io::spec::Isolation,
     /// server structure, `--isolation regions`: what a lookup-cache miss does to a request.
     /// `buffer`: the request waits until the miss thread has brought the line in, holding up

@@ -33,7 +33,7 @@ fn check_party_split(rows: &[Value], field: &str) {
             .unwrap_or_else(|| panic!("{field} in {r}"));
         let has = |k: &str| parties.contains_key(k);
         match r["structure"].as_str().expect("structure") {
-            "server" => assert!(has("server") && !has("driver"), "{r}"),
+            "server" | "server-regions" => assert!(has("server") && !has("driver"), "{r}"),
             "server-thread" | "server-process" | "ipc" => {
                 assert!(has("server") && has("driver"), "{r}")
             }
@@ -50,8 +50,8 @@ fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(
         rows.len(),
-        6 * 4 * 2,
-        "6 structures (server in 3 placements) × 4 sizes × 2 directions"
+        7 * 4 * 2,
+        "7 structures (server in 3 placements and isolated) × 4 sizes × 2 directions"
     );
     for r in rows {
         for k in [
@@ -182,8 +182,8 @@ fn ttcp_for_a_time_settles_its_counts_before_reading_them() {
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(
         rows.len(),
-        6 * 2 * 2,
-        "6 structures × 2 sizes × 2 directions"
+        7 * 2 * 2,
+        "7 structures × 2 sizes × 2 directions"
     );
     for r in rows {
         check_books(r, "sent");
@@ -198,7 +198,7 @@ fn rr_times_every_transaction_and_loses_none() {
     let v = shmnet(&["rr", "--quick", "--count", "2000", "--json"]);
     assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
     let rows = v["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 6 * 2, "6 structures × (1 and 16 in flight)");
+    assert_eq!(rows.len(), 7 * 2, "7 structures × (1 and 16 in flight)");
     for r in rows {
         check_books(r, "sent");
         assert_eq!(u(r, "lost"), 0, "{r}");
@@ -214,7 +214,7 @@ fn bad_arguments_are_refused_with_a_hint() {
     for (args, hint) in [
         (
             &["ttcp", "--structure", "kernal"][..],
-            "use kernel, ipc, server, server-thread, server-process or inline",
+            "use kernel, ipc, server, server-thread, server-process, server-regions or inline",
         ),
         (&["ttcp", "--size", "70000"][..], "1 to 65,507"),
         (&["rr", "--outstanding", "0"][..], "1 to 128"),

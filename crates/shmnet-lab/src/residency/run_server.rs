@@ -10,7 +10,7 @@ use crate::calibrate::Pinned;
 use crate::netbench::{PARTY_COMMAND, PartySpec};
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::server::Placement;
-use shmnet_io::spec::{DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
+use shmnet_io::spec::{DriverSpec, Isolation, ServeSpec, ServeStructure, SoftnicSpec};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -67,6 +67,8 @@ fn serve_spec(s: &Settings, socket: &Path) -> ServeSpec {
         alloc: s.alloc,
         socket: socket.to_path_buf(),
         checksum: s.checksum,
+        // The lab times the application's copy out of the driver's buffers (seed 000).
+        isolation: Isolation::Shared,
         ..ServeSpec::default()
     }
 }
