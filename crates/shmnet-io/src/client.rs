@@ -147,7 +147,7 @@ enum Mode {
         send_bufs: ServerPools,
     },
     /// `--isolation regions`: only memory of its own, registered ([`regions`]).
-    Regions(Box<regions::Own>),
+    Regions(regions::Own),
 }
 
 /// A connection to a shmnet server. Single-threaded: clone the sockets, not across threads.
@@ -204,7 +204,7 @@ impl Client {
                     send_bufs: app.server_pools().map_err(|e| proto(&e))?,
                     data,
                 },
-                None => Mode::Regions(Box::new(regions::Own {
+                None => Mode::Regions(regions::Own {
                     send: Region::create("shmnet-send", regions::SEND_REGION)
                         .map_err(|e| proto(&e))?,
                     send_id: RegionId(0),
@@ -219,7 +219,7 @@ impl Client {
                     resend: VecDeque::with_capacity(windows::APP_RING as usize),
                     failed_sends: 0,
                     bad_deliveries: 0,
-                })),
+                }),
             };
             Some(Shm {
                 req: app.producer(REQ).map_err(|e| proto(&e))?,
