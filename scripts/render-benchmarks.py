@@ -372,7 +372,11 @@ CPU µs/msg is every party's user + system time (`wait4`), with the median split
 brackets; sleeps are voluntary context switches per message; lost and unaccounted are summed
 over the runs. `server`, `server-thread` and `server-process` are the server structure with
 its driver polled by the server's own loop (its work is the server's: no driver party),
-on a thread of the server, or in a process of its own.
+on a thread of the server, or in a process of its own, the application sharing the data
+window (`--isolation shared`). `server-regions` is `server` under `--isolation regions`, the
+default of `shmnet serve`: the application maps only its own rings and registered regions,
+sends by handle, and the server copies each datagram into a buffer it posted
+([isolation.md](isolation.md)).
 
 """
     s += table(["dir", "size B", "structure", "msgs/s", "Gbit/s", "CPU µs/msg (by party)",
@@ -402,10 +406,11 @@ on a thread of the server, or in a process of its own.
         trows.append([t["dir"], f"{t['size']:,}", t["what"], fig([x["measured"] for x in ts], 3),
                       f"≥ {t['required']}", verdict([x["met"] for x in ts], len(runs))])
     if trows:
-        s += "Issue 14's targets (receive), each run against its own `inline`, kernel and hand-off:\n\n"
+        s += ("Targets, each run against cells of the same run: issue 14's (receive; `server` against "
+              "`inline`, the kernel and the hand-off) and issue 15's (`server-regions` against `server`):\n\n")
         s += table(["dir", "size B", "what", "measured", "target", "verdict"], trows)
         last = runs[-1]["targets"]
-        s += "\nWhat limits `server` (the last run's breakdown):\n\n"
+        s += "\nWhat limits a cell that missed its target (the last run's breakdown):\n\n"
         said = set()
         for t in last:
             if not t["met"] and t.get("limited_by") and (t["dir"], t["size"]) not in said:
@@ -449,7 +454,7 @@ def rr(runs, quick):
 
 Command: `shmnet rr{' --quick' if quick else ''} --json`. {size}-byte requests, each echoed by an application; 1 and 16 in
 flight. The requester is an application process in every separated structure — a UDP socket
-over loopback for `kernel`, the shmnet client API for `ipc` and the `server` placements, whose wire is a
+over loopback for `kernel`, the shmnet client API for `ipc`, the `server` placements and `server-regions`, whose wire is a
 loopback softnic that hands each transmitted frame back as received — so every structure
 carries each request and reply through its stack twice, as the kernel does over `lo`.
 `inline`'s requester runs in the inline thread itself: no process boundary, so its ratio is
@@ -466,7 +471,8 @@ not like for like. Method: [netbench.md](netbench.md#rr).
                       f"{'≤' if t['at_most'] else '≥'} {t['required']}",
                       verdict([x["met"] for x in ts], len(runs))])
     if trows:
-        s += "\nIssue 14's targets, each run against its own kernel:\n\n"
+        s += ("\nTargets, each run against cells of the same run: issue 14's (`server` against the "
+              "kernel) and issue 15's (`server-regions` against `server`):\n\n")
         s += table(["in flight", "what", "measured", "target", "verdict"], trows)
     for r in runs:
         for f in r["failed"]:

@@ -134,7 +134,8 @@ pub struct RrTarget {
 }
 
 /// Issue 14's targets: `server` (driver polled) p50 ≤ the kernel's at 1 in flight, and ≥ 2×
-/// the kernel's transactions/s at 16 in flight.
+/// the kernel's transactions/s at 16 in flight; issue 15's: `server-regions` within 10 % of
+/// `server`.
 fn targets(rows: &[RrRow]) -> Vec<RrTarget> {
     let find = |s, n| rows.iter().find(|r| r.structure == s && r.outstanding == n);
     let mut out = Vec::new();
@@ -160,6 +161,41 @@ fn targets(rows: &[RrRow]) -> Vec<RrTarget> {
             at_most: false,
             met: ratio >= 2.0,
         });
+    }
+    // Issue 15: through registered regions, p50 no more than 10 % above and transactions/s
+    // no more than 10 % below `server` with shared windows.
+    for n in [1, 16] {
+        if let (Some(shared), Some(regions)) =
+            (find(Structure::Server, n), find(Structure::ServerRegions, n))
+        {
+            let (what, ratio, required, at_most) = if n == 1 {
+                (
+                    "server-regions p50 ÷ server p50",
+                    regions.p50_us / shared.p50_us.max(1e-9),
+                    1.1,
+                    true,
+                )
+            } else {
+                (
+                    "server-regions txn/s ÷ server txn/s",
+                    regions.transactions_per_s / shared.transactions_per_s.max(1e-9),
+                    0.9,
+                    false,
+                )
+            };
+            out.push(RrTarget {
+                outstanding: n,
+                what: what.into(),
+                measured: ratio,
+                required,
+                at_most,
+                met: if at_most {
+                    ratio <= required
+                } else {
+                    ratio >= required
+                },
+            });
+        }
     }
     out
 }
@@ -257,7 +293,7 @@ impl fmt::Display for RrReport {
             writeln!(f, "FAILED {e}")?;
         }
         if !self.targets.is_empty() {
-            writeln!(f, "targets (server against the kernel, same run):")?;
+            writeln!(f, "targets (same run):")?;
             for t in &self.targets {
                 writeln!(
                     f,
