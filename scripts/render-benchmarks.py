@@ -314,6 +314,31 @@ pages of a sparse memfd; the seed saw 0–50 µs of delay and 5–500 µs of pro
 
 """
     s += table(["L", "delay p50", "delay p99", "processing p50", "processing p99"], prow)
+    pp = []
+    for p in r0.get("pingpong", []):
+        key = (p["on_miss"], p["size"], p["cold_fraction"])
+
+        def cell(run, k):
+            return next((x[k] for x in run.get("pingpong", [])
+                         if (x["on_miss"], x["size"], x["cold_fraction"]) == key), None)
+
+        pp.append([p["on_miss"], p["size"], f"{100 * p['cold_fraction']:.0f} %",
+                   fig([cell(r, "misses_per_ping") for r in runs], 3),
+                   fig([cell(r, "rtt_p50_us") for r in runs], 1),
+                   fig([cell(r, "rtt_p99_us") for r in runs], 1),
+                   fig([cell(r, "mbit_per_s") for r in runs], 1),
+                   sum(cell(r, "retransmits") or 0 for r in runs)])
+    if pp:
+        s += """
+Fig. 4: ping-pong through a live server (`--isolation regions`, loopback softnic) against the
+share of pings sent from buffers in lines the cache has evicted, buffer-on-miss (the
+default) beside drop-on-miss (the seed's choice; a ping or pong dropped on a receive
+buffer's miss is sent again after 2 ms). Round trips in µs; Mbit/s counts a ping and a pong
+per mean round trip; retransmits summed over the runs:
+
+"""
+        s += table(["on a miss", "size B", "cold pings", "misses/ping", "RTT p50", "RTT p99", "Mbit/s",
+                    "retransmits"], pp)
     return s
 
 

@@ -1,7 +1,7 @@
 //! `shmnet lab handles` (seed 004) end to end: the sweep's 36 configurations for every
 //! workload with both set indexes, the live cache and the simulator agreeing on every one,
-//! the miss penalty timed for each line size, Fig. 3's rows, and the report on disk. No
-//! timing is asserted.
+//! the miss penalty timed for each line size, the ping-pong of Fig. 4 through a live server,
+//! Fig. 6's and Fig. 3's rows, and the report on disk. No timing is asserted.
 
 mod common;
 
@@ -61,9 +61,24 @@ fn lab_handles_sweeps_times_and_reports() {
         );
     }
     assert!(v["lookup"]["rows"].as_array().is_some_and(|r| r.len() == 5));
-    assert_eq!(v["missing"].as_array().map(Vec::len), Some(3));
+    // Fig. 4: both policies × 2 sizes × 3 shares of cold pings, every ping answered; a cold
+    // ping misses at least once, and a share of 0 after the warm-up misses (almost) never.
+    let pp = v["pingpong"].as_array().expect("pingpong");
+    assert_eq!(pp.len(), 2 * 2 * 3, "{pp:?}");
+    for p in pp {
+        assert_eq!(u(p, "round_trips"), 200, "{p}");
+        let cold = p["cold_fraction"].as_f64().unwrap();
+        let per_ping = p["misses_per_ping"].as_f64().unwrap();
+        assert!(per_ping >= cold - 1e-9, "{p}");
+        assert!(p["rtt_p50_us"].as_f64().is_some_and(|x| x > 0.0), "{p}");
+    }
+    // Fig. 6: every skewed-index configuration of every workload.
+    assert_eq!(v["throughput"].as_array().map(Vec::len), Some(5 * 36));
+    assert_eq!(v["missing"].as_array().map(Vec::len), Some(1));
     let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(report.contains("360 of 360"), "{report}");
+    assert!(report.contains("## Fig. 4") && report.contains("## Fig. 6"));
     assert!(out.join("report.json").exists());
+    assert!(out.join("fig4-pingpong.png").exists());
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -17,12 +17,17 @@
 //! - **Lookup cost per descriptor** for each associativity, beside a plain bounds check
 //!   ([`crate::bench::handles`], run here again).
 //!
-//! Not yet here, because they need the data path on handles (docs/isolation.md, "Not built
-//! yet"): Fig. 4 (ping-pong latency and bandwidth against the miss ratio, drop-on-miss
-//! against buffer-on-miss), Fig. 6 (application throughput per configuration), and traces
-//! recorded from shmnet's own runs. The report lists them as missing.
+//! - **Fig. 4**: ping-pong latency and bandwidth through a live server against the share of
+//!   pings sent from cold buffers, drop-on-miss beside buffer-on-miss ([`pingpong`]).
+//! - **Fig. 6 analog**: the data plane's translation throughput per configuration and
+//!   workload, from this run's parts — each configuration's misses (the sweep), a hit's cost
+//!   at its associativity and a miss's measured penalty at its line size.
+//!
+//! Not yet here: traces recorded from shmnet's own runs (ttcp, rr, a file transfer). The
+//! report lists it as missing.
 
 pub mod penalty;
+pub mod pingpong;
 pub mod sweep;
 pub mod workloads;
 
@@ -56,6 +61,23 @@ pub struct MemoryRow {
     pub cache_bytes: u64,
 }
 
+/// Fig. 6's analog: one workload through one configuration (shmnet's skewed index).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ThroughputRow {
+    /// The workload.
+    pub workload: String,
+    /// C.
+    pub entries: u32,
+    /// L.
+    pub line: u32,
+    /// A.
+    pub ways: u32,
+    /// Millions of descriptors per second the data plane would translate if every miss
+    /// cost it the measured penalty: references ÷ (references × a hit's ns at A + misses ×
+    /// (delay + processing) p50 at L).
+    pub mdesc_per_s: f64,
+}
+
 /// Everything the lab measured.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct HandlesLabReport {
@@ -73,6 +95,10 @@ pub struct HandlesLabReport {
     pub memory: Vec<MemoryRow>,
     /// The lookup cost per descriptor.
     pub lookup: crate::bench::handles::HandlesReport,
+    /// Fig. 4: ping-pong through a live server.
+    pub pingpong: Vec<pingpong::PingPongRow>,
+    /// Fig. 6's analog: translation throughput per configuration.
+    pub throughput: Vec<ThroughputRow>,
     /// Figures of the seed not produced yet, and why.
     pub missing: Vec<String>,
     /// Seconds the lab took.
@@ -87,6 +113,9 @@ pub enum HandlesLabError {
     /// Measuring the miss penalty failed.
     #[error("measuring the miss penalty: {0}")]
     Penalty(#[from] penalty::PenaltyError),
+    /// The ping-pong could not run.
+    #[error("the ping-pong (Fig. 4): {0}")]
+    PingPong(#[from] pingpong::PingPongError),
     /// The lookup benchmark could not run.
     #[error("the lookup benchmark: {0}")]
     Lookup(String),
@@ -128,7 +157,7 @@ pub fn run(
         for (c, geo) in configs.iter().enumerate() {
             let done = (w * configs.len() + c) as f64 / total;
             progress(
-                0.7 * done,
+                0.6 * done,
                 &format!("{name}: C{} L{} A{}", geo.entries, geo.line, geo.ways),
             );
             rows.push(sweep::run(name, *geo, &trace));
@@ -138,14 +167,21 @@ pub fn run(
     let misses = if opts.quick { 200 } else { 2000 };
     let mut pen = Vec::new();
     for (i, line) in [8u32, 64, 128].into_iter().enumerate() {
-        progress(0.7 + 0.1 * i as f64, &format!("miss penalty, L = {line}"));
+        progress(0.6 + 0.05 * i as f64, &format!("miss penalty, L = {line}"));
         pen.push(penalty::measure(line, 4, misses)?);
     }
-    progress(0.95, "lookup cost per descriptor");
+    progress(0.75, "lookup cost per descriptor");
     let lookup = crate::bench::handles::run(opts.quick, &mut |_| {});
     if let Some(e) = &lookup.error {
         return Err(HandlesLabError::Lookup(e.clone()));
     }
+    let (sizes, fractions, trips): (&[usize], &[f64], u64) = if opts.quick {
+        (&[64, 1400], &[0.0, 0.1, 0.5], 200)
+    } else {
+        (&[64, 1400, 8192], &[0.0, 0.01, 0.1, 0.25, 0.5, 1.0], 1000)
+    };
+    let pingpong = pingpong::run(sizes, fractions, trips, &mut |what| progress(0.8, what))?;
+    let throughput = fig6(&rows, &pen, &lookup);
     let cache_bytes = CacheGeometry::SEED_BEST.bytes() as u64;
     let memory = [1u32, 16, 256]
         .into_iter()
@@ -166,10 +202,10 @@ pub fn run(
         penalty: pen,
         memory,
         lookup,
+        pingpong,
+        throughput,
         missing: vec![
-            "Fig. 4 (ping-pong latency and bandwidth against the miss ratio, drop-on-miss and buffer-on-miss): needs the data path on handles".into(),
-            "Fig. 6 (application throughput per configuration): needs the data path on handles".into(),
-            "traces recorded from shmnet's own runs (ttcp, rr, a file transfer): needs the data path on handles".into(),
+            "traces recorded from shmnet's own runs (ttcp, rr, a file transfer): the sweep runs the SPLASH-2-shaped patterns only".into(),
         ],
         seconds: 0.0,
         report: opts.out.join("report.md"),
@@ -178,6 +214,51 @@ pub fn run(
     report.seconds = start.elapsed().as_secs_f64();
     write(&opts.out, &report)?;
     Ok(report)
+}
+
+/// Fig. 6's analog from this run's parts (see [`ThroughputRow`]).
+fn fig6(
+    sweep: &[sweep::SweepRow],
+    pen: &[penalty::PenaltyRow],
+    lookup: &crate::bench::handles::HandlesReport,
+) -> Vec<ThroughputRow> {
+    // A miss's cost at line size `l`: the measured (delay + processing) p50, interpolated
+    // linearly in L between the sizes measured.
+    let at = |l: u32| {
+        let pts: Vec<(f64, f64)> = pen
+            .iter()
+            .map(|p| (f64::from(p.line), p.delay_us.p50 + p.processing_us.p50))
+            .collect();
+        let l = f64::from(l);
+        pts.windows(2)
+            .find(|w| l >= w[0].0 && l <= w[1].0)
+            .map(|w| w[0].1 + (w[1].1 - w[0].1) * (l - w[0].0) / (w[1].0 - w[0].0))
+            .or_else(|| pts.iter().find(|p| p.0 == l).map(|p| p.1))
+            .unwrap_or_else(|| pts.last().map_or(0.0, |p| p.1))
+    };
+    let hit_ns = |ways: u32| {
+        lookup
+            .rows
+            .iter()
+            .find(|r| r.ways == ways && r.index == SetIndex::Skewed)
+            .map_or(0.0, |r| r.lookup_ns)
+    };
+    sweep
+        .iter()
+        .filter(|x| x.index == SetIndex::Skewed)
+        .map(|x| {
+            let refs = (x.send_refs + x.recv_refs) as f64;
+            let misses = (x.send_cold + x.send_noncold + x.recv_cold + x.recv_noncold) as f64;
+            let secs = refs * hit_ns(x.ways) * 1e-9 + misses * at(x.line) * 1e-6;
+            ThroughputRow {
+                workload: x.workload.clone(),
+                entries: x.entries,
+                line: x.line,
+                ways: x.ways,
+                mdesc_per_s: refs / secs.max(1e-12) / 1e6,
+            }
+        })
+        .collect()
 }
 
 fn write_err(path: &Path, e: impl std::fmt::Display) -> HandlesLabError {
@@ -275,6 +356,44 @@ fn write(dir: &Path, r: &HandlesLabReport) -> Result<(), HandlesLabError> {
         }
         Err(e) => format!("Figures could not be drawn: {e}."),
     };
+    let fig4 = dir.join("fig4-pingpong.png");
+    let mut sizes: Vec<usize> = r.pingpong.iter().map(|p| p.size).collect();
+    sizes.dedup();
+    let mut fractions: Vec<f64> = r.pingpong.iter().map(|p| p.cold_fraction).collect();
+    fractions.sort_by(f64::total_cmp);
+    fractions.dedup();
+    let panels4: Vec<Panel> = sizes
+        .iter()
+        .map(|&size| Panel {
+            title: format!("{size} B"),
+            groups: fractions
+                .iter()
+                .map(|&f| Group {
+                    label: format!("{:.0} % cold", 100.0 * f),
+                    bars: r
+                        .pingpong
+                        .iter()
+                        .filter(|p| p.size == size && p.cold_fraction == f)
+                        .map(|p| Bar {
+                            series: format!("{:?} on a miss, RTT p50 µs", p.on_miss).to_lowercase(),
+                            value: p.rtt_p50_us,
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    let figures = match crate::plot::bars(
+        &fig4,
+        "ping-pong round trip against the share of cold buffers (seed 004, Fig. 4)",
+        "µs ÷ the panel's largest",
+        &panels4,
+        &|v| format!("{v:.0}"),
+        Scale::Panel,
+    ) {
+        Ok(()) => format!("{figures} Fig. 4: `fig4-pingpong.png`."),
+        Err(e) => format!("{figures} Fig. 4 could not be drawn: {e}."),
+    };
     let md = markdown(r, &figures);
     let path = dir.join("report.md");
     std::fs::write(&path, md).map_err(|e| write_err(&path, e))
@@ -369,7 +488,79 @@ fn markdown(r: &HandlesLabReport, figures: &str) -> String {
         s,
         "\nThe seed saw 0–50 µs of delay and 5–500 µs of processing.\n"
     );
-    let _ = writeln!(s, "## Fig. 3 analog: translation state on the data path\n");
+    let _ = writeln!(s, "## Fig. 4: ping-pong against the miss ratio\n");
+    let _ = writeln!(
+        s,
+        "A live server (loopback softnic, `--isolation regions`); the pinger sends each ping with `send_from` from its own region, a share of them from buffers in lines the cache has evicted (chosen, as the seed did); an echo application answers. Misses per ping from the server's counters; round trips in µs; bandwidth counts a ping and a pong per mean round trip. Under drop-on-miss a ping or pong dropped on a receive buffer's miss is sent again after {} ms (retransmits).\n",
+        pingpong::RETRANSMIT.as_millis()
+    );
+    let _ = writeln!(
+        s,
+        "| on a miss | size B | cold pings | misses/ping | RTT p50 | p99 | mean | Mbit/s | retransmits |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for p in &r.pingpong {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} % | {:.3} | {:.1} | {:.1} | {:.1} | {:.1} | {} |",
+            if p.on_miss == shmnet_io::spec::OnMiss::Drop {
+                "drop"
+            } else {
+                "buffer"
+            },
+            p.size,
+            100.0 * p.cold_fraction,
+            p.misses_per_ping,
+            p.rtt_p50_us,
+            p.rtt_p99_us,
+            p.rtt_mean_us,
+            p.mbit_per_s,
+            p.retransmits
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n## Fig. 6 analog: translation throughput by configuration\n"
+    );
+    let _ = writeln!(
+        s,
+        "Millions of descriptors per second the data plane would translate if each miss cost it the penalty measured above (delay + processing p50, interpolated in L) and each hit the lookup cost measured below at its associativity; shmnet's skewed index.\n"
+    );
+    let _ = write!(s, "| C | L | A |");
+    for w in WORKLOADS {
+        let _ = write!(s, " {w} |");
+    }
+    let _ = writeln!(s, "\n|---|---|---|{}", "---|".repeat(WORKLOADS.len()));
+    for geo in sweep::configurations(SetIndex::Skewed) {
+        let _ = write!(
+            s,
+            "| {}K | {} | {} |",
+            geo.entries / 1024,
+            geo.line,
+            geo.ways
+        );
+        for w in WORKLOADS {
+            let v = r
+                .throughput
+                .iter()
+                .find(|x| {
+                    x.workload == w
+                        && x.entries == geo.entries
+                        && x.line == geo.line
+                        && x.ways == geo.ways
+                })
+                .map_or("—".to_string(), |x| match x.mdesc_per_s {
+                    v if v >= 10.0 => format!("{v:.0}"),
+                    v if v >= 1.0 => format!("{v:.1}"),
+                    v => format!("{v:.3}"),
+                });
+            let _ = write!(s, " {v} |");
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(
+        s,
+        "\n## Fig. 3 analog: translation state on the data path\n"
+    );
     let _ = writeln!(
         s,
         "| applications | registered each | full table | lookup cache (C16K L64 A4) | full ÷ cache |\n|---|---|---|---|---|"

@@ -165,9 +165,10 @@ fn targets(rows: &[RrRow]) -> Vec<RrTarget> {
     // Issue 15: through registered regions, p50 no more than 10 % above and transactions/s
     // no more than 10 % below `server` with shared windows.
     for n in [1, 16] {
-        if let (Some(shared), Some(regions)) =
-            (find(Structure::Server, n), find(Structure::ServerRegions, n))
-        {
+        if let (Some(shared), Some(regions)) = (
+            find(Structure::Server, n),
+            find(Structure::ServerRegions, n),
+        ) {
             let (what, ratio, required, at_most) = if n == 1 {
                 (
                     "server-regions p50 ÷ server p50",
