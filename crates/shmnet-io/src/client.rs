@@ -10,10 +10,18 @@
 //! # Ok::<(), shmnet_io::client::ClientError>(())
 //! ```
 //!
-//! A received message is read where the driver put it, in the data window, and copied into
-//! the caller's buffer buffer by buffer; the chain then goes back to the server on the return
-//! queue. A message to send is copied into send buffers of the application's own window with
-//! the destination in front, and the server takes it from there.
+//! Under the server's default `--isolation regions` the application maps only its own
+//! window (rings) and two regions the library creates and registers at connect
+//! (`client/regions.rs`): a message to send is copied into the send region with the destination in
+//! front and posted by handle, asynchronously; a received message was copied by the server
+//! into a buffer the library posted, and is copied from there into the caller's buffer,
+//! then the buffer is posted again.
+//!
+//! Under `--isolation shared` a received message is read where the driver put it, in the
+//! data window, and copied into the caller's buffer buffer by buffer; the chain then goes back
+//! to the server on the return queue. A message to send is copied into send buffers of the
+//! application's own window with the destination in front, and the server takes it from
+//! there.
 //!
 //! Everything read from the windows is checked (the server is trusted no more than any other
 //! peer): descriptor indices by the rings, chain walks bounded, lengths clamped.

@@ -14,7 +14,10 @@
 //!   while there is work; one armed wait when there is none.
 //! - `control_plane`: accepting, greeting, binding, counting — a thread of its own, so the
 //!   data plane never calls `accept` or reads a socket to find out there is nothing to do.
-//! - `transport`: how datagrams reach one application (`shm` rings, or `ipc` packets).
+//! - `transport`: how datagrams reach one application (`shm` rings sharing the data window,
+//!   or `ipc` packets); `region_app`: the default, `--isolation regions`, where an
+//!   application maps only its own rings and registered regions and every descriptor is a
+//!   handle checked by the lookup cache (`handles`, with its miss thread).
 //! - The driver runs where [`Placement`] says: polled by the data plane's own loop (no
 //!   queue between them), a thread beside it, or a process of its own attached through the
 //!   control socket.
