@@ -111,9 +111,11 @@ struct Inner {
 /// server that died in between are lost, as on a network.
 const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(1);
 
-/// How many times [`UdpSocket::send_from`] sends a datagram the server dropped on a
-/// lookup-cache miss (the miss thread serves a line in tens to hundreds of microseconds).
-const SEND_FROM_TRIES: u32 = 16;
+/// How long [`UdpSocket::send_from`] keeps sending a datagram the server dropped on a
+/// lookup-cache miss before it gives up (`TimedOut`). The miss thread serves a line in tens
+/// to hundreds of microseconds, but on a loaded machine it may wait for a CPU far longer: a
+/// count of tries would give up on a busy machine, a deadline does not.
+const SEND_FROM_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Most send buffers one datagram may take: the largest datagram and its header in buffers
 /// of 1,040 bytes or more (the server's app window has 2,048).
@@ -1025,7 +1027,8 @@ impl UdpSocket {
     ///
     /// Returns once the server has sent the datagram, so the bytes may be reused at once.
     /// A send the server dropped on a lookup-cache miss (seed 004's drop-on-miss) is sent
-    /// again here, a few times, while the server's miss thread brings the line in.
+    /// again here, pausing 20 µs and doubling, while the server's miss thread brings the
+    /// line in (for up to 10 s; under `--on-miss buffer` the server holds it instead).
     pub fn send_from(
         &self,
         region: &Region,
@@ -1054,7 +1057,8 @@ impl UdpSocket {
         let d = windows::handle_desc(id.0, start, (SEND_HEADER + len) as u32, self.id)
             .ok_or_else(|| ClientError::Refused(format!("offset {off} is past 16 TiB")))?;
         let mut pause = Duration::from_micros(20);
-        for _ in 0..SEND_FROM_TRIES {
+        let deadline = Instant::now() + SEND_FROM_PATIENCE;
+        while Instant::now() < deadline {
             i.check_alive_now_and_then()?;
             while i.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
                 i.check_alive()?;
