@@ -117,6 +117,10 @@ const ALIVE_CHECK_EVERY: Duration = Duration::from_millis(1);
 /// count of tries would give up on a busy machine, a deadline does not.
 const SEND_FROM_PATIENCE: Duration = Duration::from_secs(10);
 
+/// Completions of sends by handle the library keeps that are not its own: the one a
+/// `send_from` awaits, and a few the server made up (dropped beyond this).
+const MAX_STRAY_COMPLETIONS: usize = 64;
+
 /// Most send buffers one datagram may take: the largest datagram and its header in buffers
 /// of 1,040 bytes or more (the server's app window has 2,048).
 const MAX_SEND_CHAIN: usize = 64;
@@ -567,10 +571,17 @@ impl Inner {
             self.done.push_back(d);
             return None;
         }
+        let held: usize = self.pending.values().map(VecDeque::len).sum();
         let sock = match self.shm.as_mut().map(|s| &mut s.mode) {
             Some(Mode::Regions(own)) => {
-                // A delivery must name one of our posted buffers, with a length that fits.
+                // A delivery must name one of our posted buffers, with a length that fits;
+                // and no more can be waiting than we posted buffers (a server repeating one
+                // would otherwise grow the queues without bound).
                 own.check_delivery(&d)?;
+                if held >= regions::POSTED_BUFFERS {
+                    own.bad_deliveries += 1;
+                    return None;
+                }
                 d.aux as u16
             }
             _ => windows::rx_meta(&d).0,
@@ -669,6 +680,12 @@ impl Inner {
             return;
         };
         self.done.retain(|c| !own.complete(c));
+        // What is left is a `send_from`'s completion (one at most is awaited) or made up by
+        // the server: keep a few, never an unbounded pile.
+        while self.done.len() > MAX_STRAY_COMPLETIONS {
+            self.done.pop_front();
+            own.bad_deliveries += 1;
+        }
         while let Some(&d) = own.resend.front() {
             if req.enqueue(d).is_err() {
                 break;
@@ -768,7 +785,8 @@ fn send_staged(
     to: SocketAddrV4,
     wait: Option<Duration>,
 ) -> Result<(), ClientError> {
-    let deadline = wait.map(|w| Instant::now() + w);
+    // The clock is read only once the send region is found full, not per send.
+    let mut deadline: Option<Option<Instant>> = None;
     loop {
         i.reap();
         let Some(Mode::Regions(own)) = i.shm.as_mut().map(|s| &mut s.mode) else {
@@ -784,7 +802,9 @@ fn send_staged(
             }
             return Ok(());
         }
-        if deadline.is_none_or(|d| Instant::now() >= d) {
+        let now = Instant::now();
+        let deadline = *deadline.get_or_insert_with(|| wait.map(|w| now + w));
+        if deadline.is_none_or(|d| now >= d) {
             return Err(ClientError::TimedOut);
         }
         // Completions come on RX: sleep until one does.
@@ -855,7 +875,10 @@ impl UdpSocket {
         }
         match i.next_for(self.id) {
             Some(d) => i.take(d, buf, &mut NoHook).map(Some),
-            None => i.check_alive().map(|()| None),
+            None => {
+                i.reap();
+                i.check_alive().map(|()| None)
+            }
         }
     }
 
@@ -896,6 +919,10 @@ impl UdpSocket {
             if let Some(d) = i.next_for(self.id) {
                 return i.take(d, buf, hook);
             }
+            // Completions that came meanwhile: free their extents, and send again what
+            // missed (drop-on-miss) — a request-response client waits here for the reply to
+            // a request that may have to go again.
+            i.reap();
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ClientError::TimedOut);
             }

@@ -166,6 +166,15 @@ impl MissPort {
         Reported::Queued
     }
 
+    /// Forgets the misses of `app` still pending (its lines were just dropped and its
+    /// generation bumped: their fills will come back stale), so that a new miss of the
+    /// same line is queued again rather than taken for outstanding. Returns how many.
+    pub fn forget(&mut self, app: Pch) -> usize {
+        let before = self.pending.len();
+        self.pending.retain(|k| k.app != app);
+        before - self.pending.len()
+    }
+
     /// Wakes the miss thread if a miss was queued since the last kick (once per round).
     pub fn kick(&mut self) {
         if std::mem::take(&mut self.kick_due) {
@@ -273,6 +282,26 @@ mod tests {
             "others still get in"
         );
         assert_eq!(port.stats().over_quota, 1);
+    }
+
+    #[test]
+    fn a_forgotten_application_reports_its_lines_again() {
+        let (mut port, _svc) = miss_channel(8);
+        let k = |app, line| LineKey {
+            app: Pch(app),
+            line,
+        };
+        assert_eq!(port.report(k(1, 0), Access::Read, 0), Reported::Queued);
+        assert_eq!(port.report(k(2, 0), Access::Read, 0), Reported::Queued);
+        assert_eq!(port.report(k(1, 0), Access::Read, 1), Reported::Outstanding);
+        // Its lines were dropped (generation 0 → 1): the fill in flight will be stale.
+        assert_eq!(port.forget(Pch(1)), 1);
+        assert_eq!(port.pending(), 1, "the other application's miss stays");
+        assert_eq!(
+            port.report(k(1, 0), Access::Read, 1),
+            Reported::Queued,
+            "queued again under the new generation, not taken for outstanding"
+        );
     }
 
     #[test]

@@ -24,6 +24,8 @@ use std::net::SocketAddrV4;
 pub(super) const SMALL_BUFFERS: u32 = windows::APP_RING;
 /// Large receive buffers posted at connect: enough for a window of large datagrams.
 pub(super) const LARGE_BUFFERS: u32 = 32;
+/// Receive buffers in all: no more deliveries can be waiting to be read.
+pub(super) const POSTED_BUFFERS: usize = (SMALL_BUFFERS + LARGE_BUFFERS) as usize;
 /// Bytes of the send region: room for 32 of the largest datagrams, or thousands of small.
 pub(super) const SEND_REGION: u64 = 2 << 20;
 /// Extents in flight at most (sends posted and not completed): a little more than `REQ`
@@ -257,7 +259,11 @@ impl Own {
         }
         match windows::done_status(c) {
             Some(windows::SendStatus::Miss) => {
-                match self.arena.len_of(off) {
+                let queued = self
+                    .resend
+                    .iter()
+                    .any(|d| d.buf == c.buf && d.flags == c.flags);
+                match self.arena.len_of(off).filter(|_| !queued) {
                     Some(len) => {
                         // The original descriptor: the completion keeps all but its length,
                         // which the arena recorded.

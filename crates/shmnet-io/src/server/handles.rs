@@ -104,6 +104,10 @@ impl HandleCtx {
         if let Some(g) = self.generations.get_mut(usize::from(app.0)) {
             *g = g.wrapping_add(1);
         }
+        // Its misses in flight will come back stale: forget them, so a request held on one
+        // (`--on-miss buffer`) reports it again, and move the fill count, so it tries again.
+        self.misses.forget(app);
+        self.fills += 1;
     }
 
     /// The cache's and the miss port's counters.

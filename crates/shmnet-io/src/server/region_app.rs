@@ -22,7 +22,7 @@
 //! the handles by the cache.
 
 use super::stats::AppCounters;
-use super::transport::{AppTransport, BURST, Round, send_by_handle};
+use super::transport::{AppTransport, BURST, BURSTS_PER_ROUND, Round, send_by_handle};
 use crate::spec::OnMiss;
 use crate::windows::{self, RECV_HEADER, SendStatus};
 use rustix::event::{PollFd, PollFlags};
@@ -190,7 +190,9 @@ impl AppTransport for RegionApp {
     ) -> usize {
         let mut work = 0;
         let mut done = [Desc::default(); BURST];
-        loop {
+        // A budget per round, so an application that keeps its ring full (or fakes it)
+        // cannot keep the data plane from everyone else.
+        for _ in 0..BURSTS_PER_ROUND {
             // Each send answers on RX: take no more than RX has room for.
             let room = (self.rx.room_for(BURST as u32) as usize).min(BURST);
             if room == 0 {
@@ -257,6 +259,9 @@ impl AppTransport for RegionApp {
         }
         let mut room = self.rx.free_slots() as usize;
         let (mut n, mut work) = (0, 0);
+        // Refused posts cost a round no more than a burst: a ring of junk posts is worked
+        // through a burst per round, beside everyone else's traffic.
+        let mut refusals = BURST;
         'sockets: for (sock, h) in sockets.iter().enumerate() {
             let Some(h) = *h else { continue };
             while room > 0 {
@@ -272,6 +277,10 @@ impl AppTransport for RegionApp {
                 let need = RECV_HEADER + msg.len;
                 if (post.len as usize) < need {
                     c.bad_posts += 1;
+                    refusals -= 1;
+                    if refusals == 0 {
+                        break 'sockets;
+                    }
                     continue;
                 }
                 let (region, off) = windows::posted_handle(&post);
@@ -306,6 +315,10 @@ impl AppTransport for RegionApp {
                     }
                     Err(LookupError::Refused(_)) => {
                         c.bad_posts += 1;
+                        refusals -= 1;
+                        if refusals == 0 {
+                            break 'sockets;
+                        }
                         continue;
                     }
                 };
@@ -332,6 +345,11 @@ impl AppTransport for RegionApp {
         if n > 0 {
             // One publish (and at most one wake-up) for the whole batch.
             self.flush_deliveries(n, c);
+        }
+        if room == 0 {
+            // RX is full, perhaps with datagrams still waiting: the application posts a
+            // buffer again after each one it reads, so its posts must wake us.
+            self.starved = true;
         }
         work
     }
@@ -371,7 +389,12 @@ impl AppTransport for RegionApp {
     }
 
     fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>) {
-        for c in std::iter::once(&self.req).chain(&self.posts) {
+        // The post rings' fds only when armed: the application holds these eventfds, and
+        // one it wrote while they were not armed would stay readable — and keep the data
+        // plane from ever sleeping — if they were polled unarmed (`finish_sleep` clears only
+        // what it armed).
+        let posts: &[Consumer] = if self.posts_armed { &self.posts } else { &[] };
+        for c in std::iter::once(&self.req).chain(posts) {
             if let Some(fd) = c.wake_fd() {
                 out.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
             }

@@ -26,6 +26,9 @@ use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
 
 /// Descriptors moved per ring operation.
 pub(crate) const BURST: usize = 32;
+/// Bursts one application's ring may be worked per round of the data plane: a fairness
+/// budget, so that one application cannot keep the data plane from the others.
+pub(crate) const BURSTS_PER_ROUND: usize = 4;
 
 /// What a transport works with in one round of the data plane.
 pub(crate) struct Round<'a> {
@@ -141,7 +144,10 @@ impl AppTransport for ShmApp {
         c: &mut AppCounters,
     ) -> usize {
         let mut work = 0;
-        loop {
+        // Budgets per round (returns, then sends), so an application that keeps its rings
+        // full — or fakes it by writing their indices — cannot keep the data plane from
+        // everyone else; what is left waits for the next round.
+        for _ in 0..BURSTS_PER_ROUND {
             let n = self.ret.dequeue_burst(&mut self.batch);
             if n == 0 {
                 break;
@@ -159,7 +165,7 @@ impl AppTransport for ShmApp {
         let bufs = &self.bufs;
         let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
         let mut done = [Desc::default(); BURST];
-        loop {
+        for _ in 0..BURSTS_PER_ROUND {
             // A send by handle answers on RX: take no more than RX has room for (known
             // without touching the application's cache line while RX has a burst of room).
             let room = (self.rx.room_for(BURST as u32) as usize).min(BURST);
