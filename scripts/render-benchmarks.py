@@ -314,6 +314,31 @@ pages of a sparse memfd; the seed saw 0–50 µs of delay and 5–500 µs of pro
 
 """
     s += table(["L", "delay p50", "delay p99", "processing p50", "processing p99"], prow)
+    own = r0.get("own_trace_info", [])
+    if own:
+        orows = []
+        for t in own:
+            w = t["workload"]
+
+            def own_ratio(run, c, l, a, index):
+                return next((x["miss_ratio"] for x in run.get("own_traces", []) if x["workload"] == w
+                             and x["entries"] == c and x["line"] == l and x["ways"] == a
+                             and x["index"] == index), None)
+
+            orows.append([w, f"{t['refs']:,}", f"{t['distinct_pages']:,}", t["apps"]]
+                         + [fig([None if own_ratio(r, c, l, a, ix) is None else 100.0 * own_ratio(r, c, l, a, ix)
+                                 for r in runs], 3)
+                            for (c, l, a) in [(8192, 8, 2), (16384, 64, 4)] for ix in ("low_bits", "skewed")])
+        s += """
+Table III on traces recorded from shmnet's own runs (a live server records every handle page
+its data plane translates while four pairs of applications stream 1,000-byte datagrams, four
+pairs ping-pong 64 bytes, and one application sends a file-sized region with `send_from`).
+Miss ratio (%) at two configurations, seed's index and skewed (every configuration is in
+each run's report.md):
+
+"""
+        s += table(["workload", "references", "distinct pages", "applications",
+                    "C8K L8 A2 seed", "C8K L8 A2 skewed", "C16K L64 A4 seed", "C16K L64 A4 skewed"], orows)
     pp = []
     for p in r0.get("pingpong", []):
         key = (p["on_miss"], p["size"], p["cold_fraction"])

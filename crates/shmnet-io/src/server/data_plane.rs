@@ -553,6 +553,11 @@ impl DataPlane {
         }
     }
 
+    /// The lookup cache's side of the data plane (recording traces).
+    pub(crate) fn handles_mut(&mut self) -> &mut HandleCtx {
+        &mut self.handles
+    }
+
     /// Whether this is the `ipc` structure (its rounds are system calls).
     pub(crate) fn is_ipc(&self) -> bool {
         matches!(self.link, DriverLink::Ipc(_))

@@ -10,8 +10,8 @@
 //! ([`HandleCtx::forget_lines`], through the command queue with a reply).
 
 use shmnet_chan::handles::{
-    CacheGeometry, LookupCache, LookupStats, MissPort, MissPortStats, Pch, RegionTable,
-    miss_channel,
+    Access, CacheGeometry, Handle, LookupCache, LookupStats, MissPort, MissPortStats, Pch,
+    RegionTable, miss_channel,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +22,28 @@ const MISS_QUEUE: usize = 256;
 /// How long the idle miss thread sleeps between looks if nobody wakes it.
 const MISS_THREAD_NAP: Duration = Duration::from_millis(50);
 
+/// One handle page the data plane translated (the `shmnet lab handles` traces of shmnet's
+/// own runs): whose, which page, for which access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandleRef {
+    /// The application.
+    pub app: Pch,
+    /// The handle page: the region in the bits above 32, the page within it below.
+    pub page: u64,
+    /// Read (a send) or write (a receive).
+    pub access: Access,
+}
+
+/// The references recorded so far, up to a capacity fixed when recording starts: the data
+/// plane pushes into room it already has, never allocating, and counts what did not fit.
+#[derive(Debug, Default)]
+pub struct HandleTrace {
+    /// The references, in the order translated.
+    pub refs: Vec<HandleRef>,
+    /// References that did not fit.
+    pub dropped: u64,
+}
+
 /// See the [module docs](self).
 pub(crate) struct HandleCtx {
     pub(crate) cache: LookupCache,
@@ -31,6 +53,8 @@ pub(crate) struct HandleCtx {
     /// Fills installed so far: a request held on a miss (`--on-miss buffer`) is tried
     /// again only once this has moved.
     fills: u64,
+    /// Recording the pages translated, when asked ([`HandleCtx::record`]).
+    trace: Option<HandleTrace>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -59,6 +83,7 @@ impl HandleCtx {
             misses,
             generations: vec![0; usize::from(Pch::MAX) + 1],
             fills: 0,
+            trace: None,
             stop,
             thread: Some(thread),
         })
@@ -81,6 +106,40 @@ impl HandleCtx {
             |_| {},
         );
         self.fills += n as u64;
+    }
+
+    /// Starts recording every page translated, up to `capacity` references (the room is
+    /// taken now, not on the data path).
+    pub(crate) fn record(&mut self, capacity: usize) {
+        self.trace = Some(HandleTrace {
+            refs: Vec::with_capacity(capacity),
+            dropped: 0,
+        });
+    }
+
+    /// Stops recording and returns what was recorded (empty if nothing was).
+    pub(crate) fn take_trace(&mut self) -> HandleTrace {
+        self.trace.take().unwrap_or_default()
+    }
+
+    /// Records the pages `h` covers, if recording (one branch otherwise).
+    #[inline]
+    pub(crate) fn note(&mut self, h: &Handle, access: Access) {
+        let Some(t) = &mut self.trace else { return };
+        let Some((first, last)) = h.page_span() else {
+            return;
+        };
+        for page in first..=last {
+            if t.refs.len() < t.refs.capacity() {
+                t.refs.push(HandleRef {
+                    app: h.app,
+                    page,
+                    access,
+                });
+            } else {
+                t.dropped += 1;
+            }
+        }
     }
 
     /// Fills installed so far (moves whenever a line arrives).

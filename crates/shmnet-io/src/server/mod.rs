@@ -40,6 +40,7 @@ pub use crate::driver_host::{
     AttachedDriver, DriverThreadStats, attach_driver_process, run_driver_process, rusage_cpu_s,
 };
 pub use control_plane::ControlLimits;
+pub use handles::{HandleRef, HandleTrace};
 pub use stats::{
     AppCounters, AppStats, ControlCounters, DataPlaneCounters, MemoryStats, ServerStats,
 };
@@ -419,6 +420,19 @@ impl Server {
     /// The data window.
     pub fn data_window(&self) -> &Window {
         &self.data
+    }
+
+    /// Starts recording every handle page the data plane translates, up to `capacity`
+    /// references (the room is taken now; the data path only pushes into it). For the
+    /// lab's traces of shmnet's own runs.
+    pub fn record_handles(&mut self, capacity: usize) {
+        self.dp.handles_mut().record(capacity);
+    }
+
+    /// Stops recording and returns the handle pages translated since
+    /// [`Server::record_handles`].
+    pub fn take_handle_trace(&mut self) -> HandleTrace {
+        self.dp.handles_mut().take_trace()
     }
 
     /// One round of the data plane. Returns how much work it found (0: idle).

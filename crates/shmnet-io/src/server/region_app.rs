@@ -290,6 +290,7 @@ impl AppTransport for RegionApp {
                     off,
                     len: need as u32,
                 };
+                r.handles.note(&handle, Access::Write);
                 let at = match r.handles.cache.translate(&handle, Access::Write) {
                     Ok(at) => at,
                     Err(LookupError::Miss(key)) => {

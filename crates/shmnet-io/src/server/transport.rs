@@ -324,6 +324,7 @@ pub(crate) fn send_by_handle(
         off,
         len: d.len,
     };
+    r.handles.note(&handle, Access::Read);
     let at = match r.handles.cache.translate(&handle, Access::Read) {
         Ok(p) => p,
         Err(LookupError::Miss(key)) => {

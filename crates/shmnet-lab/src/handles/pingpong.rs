@@ -14,21 +14,15 @@
 //! line; under `drop` the send completes as a miss and the client sends it again (waiting
 //! 20 µs first, doubling), so the figure shows what each policy costs a round trip.
 
-use shmnet_chan::PageSize;
+use super::live::{Running, US};
 use shmnet_chan::handles::{CacheGeometry, Perms, Region};
 use shmnet_io::client::Client;
-use shmnet_io::driver::softnic::{Softnic, SoftnicConfig};
-use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Placement, Server, ServerOptions};
-use shmnet_io::spec::{Isolation, OnMiss};
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
+use shmnet_io::spec::OnMiss;
+use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The server's address on its loopback wire.
-const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 /// Bytes of the pinging application's region: four times the lines the server's cache
 /// (seed 004's C16K L64 A4) holds, so a line comes back evicted.
 pub const COLD_REGION: u64 = 4 * (CacheGeometry::SEED_BEST.entries as u64) * 4096;
@@ -71,77 +65,14 @@ const MAX_TRIES: u32 = 1000;
 #[derive(Debug, thiserror::Error)]
 pub enum PingPongError {
     /// The server could not start.
-    #[error("starting the server: {0}")]
-    Server(#[from] shmnet_io::server::ServerError),
+    #[error(transparent)]
+    Server(#[from] super::live::LiveError),
     /// A client call failed.
     #[error("{0}")]
     Client(#[from] shmnet_io::client::ClientError),
     /// The region could not be made.
     #[error("the region: {0}")]
     Region(#[from] shmnet_chan::handles::RegionError),
-    /// The softnic could not be made.
-    #[error("the loopback softnic: {0}")]
-    Softnic(String),
-}
-
-/// A server stepped on a thread until dropped.
-struct Running {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn start(on_miss: OnMiss) -> Result<Running, PingPongError> {
-    let path = std::env::temp_dir().join(format!(
-        "shmnet-lab-{}-pingpong-{on_miss:?}.sock",
-        std::process::id()
-    ));
-    let nic = Softnic::new(SoftnicConfig {
-        loopback: true,
-        ..SoftnicConfig::default()
-    })
-    .map_err(|e| PingPongError::Softnic(e.to_string()))?;
-    let mut server = Server::start(
-        nic,
-        &ServerOptions {
-            serve: ServeConfig {
-                ip: US,
-                loopback: true,
-                ..ServeConfig::default()
-            },
-            socket: path.clone(),
-            page: PageSize::Small,
-            ipc: false,
-            isolation: Isolation::Regions,
-            on_miss,
-            placement: Placement::Polled,
-            limits: Default::default(),
-        },
-    )?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let thread = std::thread::spawn(move || {
-        while !stop2.load(Ordering::Relaxed) {
-            if server.step() == 0 {
-                server.idle(Duration::from_millis(1));
-            }
-        }
-    });
-    Ok(Running {
-        path,
-        stop,
-        thread: Some(thread),
-    })
 }
 
 /// Runs every cell: both policies × `sizes` × `fractions`, `round_trips` each, calling
@@ -154,7 +85,7 @@ pub fn run(
 ) -> Result<Vec<PingPongRow>, PingPongError> {
     let mut rows = Vec::new();
     for on_miss in [OnMiss::Buffer, OnMiss::Drop] {
-        let server = start(on_miss)?;
+        let server = Running::start(&format!("pingpong-{on_miss:?}"), on_miss, None)?;
         let path = server.path.clone();
         // The echo application, on a thread of its own until the pinger goes.
         let (port_tx, port_rx) = std::sync::mpsc::channel();
