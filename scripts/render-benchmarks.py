@@ -359,7 +359,9 @@ Fig. 4: ping-pong through a live server (`--isolation regions`, loopback softnic
 share of pings sent from buffers in lines the cache has evicted, buffer-on-miss (the
 default) beside drop-on-miss (the seed's choice; a ping or pong dropped on a receive
 buffer's miss is sent again after 2 ms). Round trips in µs; Mbit/s counts a ping and a pong
-per mean round trip; retransmits summed over the runs:
+per mean round trip; retransmits summed over the runs. The cells share one region and run in
+this order: a line's first miss pins and first touches its pages, a later miss of the same
+line finds them allocated, so misses in later cells cost less than in the first ones:
 
 """
         s += table(["on a miss", "size B", "cold pings", "misses/ping", "RTT p50", "RTT p99", "Mbit/s",

@@ -171,6 +171,11 @@ pub fn stats(a: StatsArgs) -> Result<()> {
         v.regions.pinned_pages,
         v.regions.refused
     );
+    println!(
+        "lookup cache: {}; misses: {}",
+        serde_json::to_string(&v.lookup)?,
+        serde_json::to_string(&v.misses)?
+    );
     for (i, app) in v.apps.iter().enumerate() {
         println!(
             "app {i}: pid {} uid {} ({}), sockets {} holding {} regions {} ({} B) counters {}",

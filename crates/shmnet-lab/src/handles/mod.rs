@@ -587,7 +587,7 @@ fn markdown(r: &HandlesLabReport, figures: &str) -> String {
     let _ = writeln!(s, "## Fig. 4: ping-pong against the miss ratio\n");
     let _ = writeln!(
         s,
-        "A live server (loopback softnic, `--isolation regions`); the pinger sends each ping with `send_from` from its own region, a share of them from buffers in lines the cache has evicted (chosen, as the seed did); an echo application answers. Misses per ping from the server's counters; round trips in µs; bandwidth counts a ping and a pong per mean round trip. Under drop-on-miss a ping or pong dropped on a receive buffer's miss is sent again after {} ms (retransmits).\n",
+        "A live server (loopback softnic, `--isolation regions`); the pinger sends each ping with `send_from` from its own region, a share of them from buffers in lines the cache has evicted (chosen, as the seed did); an echo application answers. Misses per ping from the server's counters; round trips in µs; bandwidth counts a ping and a pong per mean round trip. Under drop-on-miss a ping or pong dropped on a receive buffer's miss is sent again after {} ms (retransmits). The cells share one region and run in order (sizes, then shares): a line's first miss pins — and first touches — its pages, while a line missed again later finds them allocated and costs far less, so later cells' misses are cheaper than the first ones'.\n",
         pingpong::RETRANSMIT.as_millis()
     );
     let _ = writeln!(
