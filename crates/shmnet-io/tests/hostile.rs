@@ -17,23 +17,20 @@
 //! holds the canary: it is given the canary masked with a key and compares masked bytes,
 //! so finding the pattern in its own memory can only mean the server let it in.
 
-use shmnet_chan::PageSize;
+mod common;
+
+use common::stepped::{self, US, raw_attach, stats};
 use shmnet_chan::handles::Region;
-use shmnet_chan::handoff::recv_window;
 use shmnet_io::client::Client;
-use shmnet_io::control::{self, PROTOCOL_VERSION, Request, Response};
-use shmnet_io::driver::softnic::{Softnic, SoftnicConfig};
-use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Placement, Server, ServerOptions, ServerStats};
+use shmnet_io::control::{self, Request, Response};
 use shmnet_io::windows;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddrV4;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 /// Set (to the server's socket) in the hostile child's environment.
 const HOSTILE_ENV: &str = "SHMNET_TEST_HOSTILE_SOCKET";
 /// The canary XOR the key, and the key, in hex (the child never sees the canary itself).
@@ -42,67 +39,14 @@ const KEY_ENV: &str = "SHMNET_TEST_HOSTILE_KEY";
 /// Bytes of each honest datagram: an 8-byte sequence number, then the canary, repeated.
 const DATAGRAM: usize = 8 + 16 * 15;
 
-struct Running {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn start() -> Running {
-    let path =
-        std::env::temp_dir().join(format!("shmnet-test-{}-hostile.sock", std::process::id()));
-    let nic = Softnic::new(SoftnicConfig {
-        loopback: true,
-        ..SoftnicConfig::default()
-    })
-    .unwrap();
-    let mut server = Server::start(
-        nic,
-        &ServerOptions {
-            serve: ServeConfig {
-                ip: US,
-                loopback: true,
-                rx_queue_limit: 1024,
-                ..ServeConfig::default()
-            },
-            socket: path.clone(),
-            page: PageSize::Small,
-            ipc: false,
-            // The defaults: what a user gets.
-            isolation: Default::default(),
-            on_miss: Default::default(),
-            placement: Placement::Polled,
-            limits: Default::default(),
-        },
+/// A loopback server with the defaults a user gets (`--isolation regions`, buffer-on-miss).
+fn start() -> stepped::Stepped {
+    stepped::loopback(
+        "hostile",
+        Default::default(),
+        Default::default(),
+        Duration::from_millis(5),
     )
-    .expect("start the server");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let thread = std::thread::spawn(move || {
-        while !stop2.load(Ordering::Relaxed) {
-            if server.step() == 0 {
-                server.idle(Duration::from_millis(5));
-            }
-        }
-    });
-    Running {
-        path,
-        stop,
-        thread: Some(thread),
-    }
-}
-
-fn stats(path: &Path) -> ServerStats {
-    shmnet_io::server::query_stats(path).expect("stats answered")
 }
 
 fn hex(b: &[u8]) -> String {
@@ -387,25 +331,8 @@ fn hostile_child() {
         let _ = writeln!(o, "{s}");
         let _ = o.flush();
     };
-    let (ctl, _) = control::connect_checked(Path::new(&path)).expect("connect");
-    let call = |req: &Request| {
-        control::send(&ctl, req).unwrap();
-        control::recv_blocking::<Response>(rustix::fd::AsFd::as_fd(&ctl)).unwrap()
-    };
-    match call(&Request::Hello {
-        version: PROTOCOL_VERSION,
-    }) {
-        Response::Welcome { isolated: true, .. } => {}
-        other => panic!("expected an isolated Welcome, got {other:?}"),
-    }
-    let win = recv_window(&ctl).expect("its window");
-    let socket = match call(&Request::Bind { port: 0 }) {
-        Response::Bound { socket, port } => {
-            say(format!("hostile port {port}"));
-            socket as u16
-        }
-        other => panic!("{other:?}"),
-    };
+    let (ctl, win, socket, port) = raw_attach(Path::new(&path));
+    say(format!("hostile port {port}"));
     // 10,000 registrations of one 64 KiB region: the cap's worth are accepted.
     let region = Region::create("hostile", 64 << 10).unwrap();
     let mut refused = 0;

@@ -3,108 +3,28 @@
 //! sleeping, from serving others, or from finishing a request. Thresholds are relative to a
 //! control measured in the same test, never absolute times.
 
-use rustix::fd::OwnedFd;
-use shmnet_chan::handoff::recv_window;
-use shmnet_chan::{PageSize, RingStats, Window};
+mod common;
+
+use common::stepped::{self, US, raw_attach, stats};
+use shmnet_chan::RingStats;
 use shmnet_io::client::Client;
-use shmnet_io::control::{self, PROTOCOL_VERSION, Request, Response};
-use shmnet_io::driver::softnic::{Softnic, SoftnicConfig};
-use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Placement, Server, ServerOptions, ServerStats};
+use shmnet_io::control::{self, Request, Response};
+use shmnet_io::server::ServerStats;
 use shmnet_io::spec::{Isolation, OnMiss};
 use shmnet_io::windows;
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
+use std::net::SocketAddrV4;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-
-struct Running {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn start(tag: &str, on_miss: OnMiss) -> Running {
-    let path = std::env::temp_dir().join(format!(
-        "shmnet-test-{}-hostile-rings-{tag}.sock",
-        std::process::id()
-    ));
-    let nic = Softnic::new(SoftnicConfig {
-        loopback: true,
-        ..SoftnicConfig::default()
-    })
-    .unwrap();
-    let mut server = Server::start(
-        nic,
-        &ServerOptions {
-            serve: ServeConfig {
-                ip: US,
-                loopback: true,
-                rx_queue_limit: 1024,
-                ..ServeConfig::default()
-            },
-            socket: path.clone(),
-            page: PageSize::Small,
-            ipc: false,
-            isolation: Isolation::Regions,
-            on_miss,
-            placement: Placement::Polled,
-            limits: Default::default(),
-        },
+/// A loopback server that idles as `shmnet serve` does (50 ms at a time).
+fn start(tag: &str, on_miss: OnMiss) -> stepped::Stepped {
+    stepped::loopback(
+        &format!("hostile-rings-{tag}"),
+        Isolation::Regions,
+        on_miss,
+        Duration::from_millis(50),
     )
-    .expect("start the server");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let thread = std::thread::spawn(move || {
-        while !stop2.load(Ordering::Relaxed) {
-            if server.step() == 0 {
-                // What `shmnet serve` does.
-                server.idle(Duration::from_millis(50));
-            }
-        }
-    });
-    Running {
-        path,
-        stop,
-        thread: Some(thread),
-    }
-}
-
-fn stats(path: &Path) -> ServerStats {
-    shmnet_io::server::query_stats(path).expect("stats answered")
-}
-
-/// A raw application: Hello, its window, one bound socket.
-fn raw_attach(path: &Path) -> (OwnedFd, Window, u16) {
-    let (ctl, _) = control::connect_checked(path).expect("connect");
-    let call = |req: &Request| {
-        control::send(&ctl, req).unwrap();
-        control::recv_blocking::<Response>(rustix::fd::AsFd::as_fd(&ctl)).unwrap()
-    };
-    match call(&Request::Hello {
-        version: PROTOCOL_VERSION,
-    }) {
-        Response::Welcome { isolated: true, .. } => {}
-        other => panic!("expected an isolated Welcome, got {other:?}"),
-    }
-    let win = recv_window(&ctl).expect("its window");
-    let socket = match call(&Request::Bind { port: 0 }) {
-        Response::Bound { socket, .. } => socket as u16,
-        other => panic!("{other:?}"),
-    };
-    (ctl, win, socket)
 }
 
 fn rate(a: &ServerStats, b: &ServerStats, dt: f64) -> (f64, f64) {
@@ -119,7 +39,7 @@ fn rate(a: &ServerStats, b: &ServerStats, dt: f64) -> (f64, f64) {
 #[test]
 fn an_eventfd_written_by_the_application_does_not_keep_the_server_awake() {
     let r = start("eventfd", OnMiss::Buffer);
-    let (_ctl, win, _sock) = raw_attach(&r.path);
+    let (_ctl, win, _sock, _) = raw_attach(&r.path);
     std::thread::sleep(Duration::from_millis(300));
     let s0 = stats(&r.path);
     let t0 = Instant::now();
@@ -166,7 +86,7 @@ fn pings_during(attack: bool) -> (usize, u64, u64) {
     let path = r.path.clone();
     let (go2, done2) = (go.clone(), done.clone());
     let hostile = std::thread::spawn(move || {
-        let (_ctl, win, _sock) = raw_attach(&path);
+        let (_ctl, win, _sock, _) = raw_attach(&path);
         let h = win.hostile();
         go2.store(true, Ordering::Release);
         let end = Instant::now() + Duration::from_secs(2);
@@ -241,7 +161,7 @@ fn a_send_held_on_a_miss_whose_fill_comes_back_stale_still_goes() {
     let b = Client::connect(&r.path).unwrap();
     let sb = b.udp_bind(0).unwrap();
     let to_b = SocketAddrV4::new(US, sb.port());
-    let (ctl, win, socket) = raw_attach(&r.path);
+    let (ctl, win, socket, _) = raw_attach(&r.path);
     let call = |req: &Request| {
         control::send(&ctl, req).unwrap();
         control::recv_blocking::<Response>(rustix::fd::AsFd::as_fd(&ctl)).unwrap()

@@ -2,85 +2,22 @@
 //! server's exchange datagrams through their own registered regions — sends by handle,
 //! receives copied by the server into buffers they posted — under both miss policies.
 
-use shmnet_chan::PageSize;
+mod common;
+
+use common::stepped::{self, US, stats};
 use shmnet_io::client::Client;
-use shmnet_io::driver::softnic::{Softnic, SoftnicConfig};
-use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Placement, Server, ServerOptions, ServerStats};
+use shmnet_io::server::ServerStats;
 use shmnet_io::spec::{Isolation, OnMiss};
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};
 
-/// Our address (the loopback softnic hands every frame back, so applications reach each
-/// other at it).
-const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
-
-/// A server over a loopback softnic, stepped on a thread until the guard drops.
-struct Running {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn start(tag: &str, on_miss: OnMiss) -> Running {
-    let path = std::env::temp_dir().join(format!(
-        "shmnet-test-{}-isolation-{tag}.sock",
-        std::process::id()
-    ));
-    let nic = Softnic::new(SoftnicConfig {
-        loopback: true,
-        ..SoftnicConfig::default()
-    })
-    .unwrap();
-    let mut server = Server::start(
-        nic,
-        &ServerOptions {
-            serve: ServeConfig {
-                ip: US,
-                loopback: true,
-                rx_queue_limit: 1024,
-                ..ServeConfig::default()
-            },
-            socket: path.clone(),
-            page: PageSize::Small,
-            ipc: false,
-            isolation: Isolation::Regions,
-            on_miss,
-            placement: Placement::Polled,
-            limits: Default::default(),
-        },
+fn start(tag: &str, on_miss: OnMiss) -> stepped::Stepped {
+    stepped::loopback(
+        &format!("isolation-{tag}"),
+        Isolation::Regions,
+        on_miss,
+        Duration::from_millis(5),
     )
-    .expect("start the server");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let thread = std::thread::spawn(move || {
-        while !stop2.load(Ordering::Relaxed) {
-            if server.step() == 0 {
-                server.idle(Duration::from_millis(5));
-            }
-        }
-    });
-    Running {
-        path,
-        stop,
-        thread: Some(thread),
-    }
-}
-
-fn stats(path: &Path) -> ServerStats {
-    shmnet_io::server::query_stats(path).expect("stats answered")
 }
 
 /// The bytes of datagram `k` of `len` bytes.

@@ -2,53 +2,32 @@
 //! an application registers memory of its own, the server maps it, `stats` shows it, and
 //! every way to get a registration wrong is refused, counted and survived.
 
+mod common;
+
+use common::stepped::{Stepped, stats};
 use shmnet_chan::PageSize;
 use shmnet_chan::handles::{Perms, Region, RegionId, TableLimits};
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::control::{self, Request, Response};
-use shmnet_io::driver::softnic::{Softnic, SoftnicConfig};
+use shmnet_io::driver::softnic::SoftnicConfig;
 use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{ControlLimits, Placement, Server, ServerOptions, ServerStats};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use shmnet_io::server::{ControlLimits, Placement, ServerOptions, ServerStats};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-fn socket_path(tag: &str) -> PathBuf {
-    std::env::temp_dir().join(format!(
-        "shmnet-test-{}-regions-{tag}.sock",
-        std::process::id()
-    ))
-}
-
-/// A server (idle softnic) with `regions` limits, stepped on a thread until the guard drops.
-struct Running {
-    path: PathBuf,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn start(tag: &str, regions: TableLimits) -> Running {
-    let path = socket_path(tag);
-    let nic = Softnic::new(SoftnicConfig {
-        count: Some(0),
-        ..SoftnicConfig::default()
-    })
-    .unwrap();
-    let mut server = Server::start(
-        nic,
-        &ServerOptions {
+/// A server (idle softnic) with `regions` limits and shared windows (the registrations
+/// tested here are the application's own, numbered from 0).
+fn start(tag: &str, regions: TableLimits) -> Stepped {
+    Stepped::start(
+        &format!("regions-{tag}"),
+        SoftnicConfig {
+            count: Some(0),
+            ..SoftnicConfig::default()
+        },
+        Duration::from_millis(5),
+        |socket| ServerOptions {
             serve: ServeConfig::default(),
-            socket: path.clone(),
+            socket,
             page: PageSize::Small,
             ipc: false,
             isolation: shmnet_io::spec::Isolation::Shared,
@@ -60,25 +39,6 @@ fn start(tag: &str, regions: TableLimits) -> Running {
             },
         },
     )
-    .expect("start the server");
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let thread = std::thread::spawn(move || {
-        while !stop2.load(Ordering::Relaxed) {
-            if server.step() == 0 {
-                server.idle(Duration::from_millis(5));
-            }
-        }
-    });
-    Running {
-        path,
-        stop,
-        thread: Some(thread),
-    }
-}
-
-fn stats(path: &Path) -> ServerStats {
-    shmnet_io::server::query_stats(path).expect("stats answered")
 }
 
 /// Waits (at most 10 s) until `done` holds for the server's stats.

@@ -432,6 +432,51 @@ fn write(dir: &Path, r: &HandlesLabReport) -> Result<(), HandlesLabError> {
     std::fs::write(&path, md).map_err(|e| write_err(&path, e))
 }
 
+/// A markdown table with a row per configuration of Table III (C, L, A) and a column per
+/// workload in `columns`, each cell `cell(configuration, workload)`.
+fn config_table(s: &mut String, columns: &[&str], cell: impl Fn(&CacheGeometry, &str) -> String) {
+    let _ = write!(s, "| C | L | A |");
+    for w in columns {
+        let _ = write!(s, " {w} |");
+    }
+    let _ = writeln!(s, "\n|---|---|---|{}", "---|".repeat(columns.len()));
+    for geo in sweep::configurations(SetIndex::LowBits) {
+        let _ = write!(
+            s,
+            "| {}K | {} | {} |",
+            geo.entries / 1024,
+            geo.line,
+            geo.ways
+        );
+        for w in columns {
+            let _ = write!(s, " {} |", cell(&geo, w));
+        }
+        let _ = writeln!(s);
+    }
+}
+
+/// The miss ratio (%, `digits` decimals) of workload `w` at configuration `geo` with set
+/// index `index` among `rows`, or a dash.
+fn sweep_cell(
+    rows: &[sweep::SweepRow],
+    w: &str,
+    geo: &CacheGeometry,
+    index: SetIndex,
+    digits: usize,
+) -> String {
+    rows.iter()
+        .find(|x| {
+            x.workload == w
+                && x.entries == geo.entries
+                && x.line == geo.line
+                && x.ways == geo.ways
+                && x.index == index
+        })
+        .map_or("—".to_string(), |x| {
+            format!("{:.digits$}", 100.0 * x.miss_ratio)
+        })
+}
+
 fn markdown(r: &HandlesLabReport, figures: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Handle lookup: seed 004 on this machine\n");
@@ -446,43 +491,10 @@ fn markdown(r: &HandlesLabReport, figures: &str) -> String {
         "Miss ratio (%) of every workload through every configuration, with the seed's set index (the low bits of the line number) / shmnet's skewed index (XORed with a hash of application and region). The live cache and shmnet-sim's cache model agreed on the miss count in **{} of {}** runs.\n",
         r.sim_agreed, r.sim_checked
     );
-    let _ = write!(s, "| C | L | A |");
-    for w in WORKLOADS {
-        let _ = write!(s, " {w} |");
-    }
-    let _ = writeln!(s, "\n|---|---|---|{}", "---|".repeat(WORKLOADS.len()));
-    for geo in sweep::configurations(SetIndex::LowBits) {
-        let _ = write!(
-            s,
-            "| {}K | {} | {} |",
-            geo.entries / 1024,
-            geo.line,
-            geo.ways
-        );
-        for w in WORKLOADS {
-            let pct = |index| {
-                r.sweep
-                    .iter()
-                    .find(|x| {
-                        x.workload == w
-                            && x.entries == geo.entries
-                            && x.line == geo.line
-                            && x.ways == geo.ways
-                            && x.index == index
-                    })
-                    .map_or("—".to_string(), |x| {
-                        format!("{:.2}", 100.0 * x.miss_ratio)
-                    })
-            };
-            let _ = write!(
-                s,
-                " {} / {} |",
-                pct(SetIndex::LowBits),
-                pct(SetIndex::Skewed)
-            );
-        }
-        let _ = writeln!(s);
-    }
+    config_table(&mut s, &WORKLOADS, |geo, w| {
+        let pct = |index| sweep_cell(&r.sweep, w, geo, index, 2);
+        format!("{} / {}", pct(SetIndex::LowBits), pct(SetIndex::Skewed))
+    });
     let _ = writeln!(
         s,
         "\nMisses split by path and kind at the seed's pick, C16K L64 A4, with the seed's index:\n"
@@ -537,47 +549,11 @@ fn markdown(r: &HandlesLabReport, figures: &str) -> String {
             t.workload, t.refs, t.distinct_pages, t.apps, t.dropped
         );
     }
-    let _ = write!(s, "\n| C | L | A |");
-    for w in traces::OWN_RUNS {
-        let _ = write!(s, " {w} |");
-    }
-    let _ = writeln!(
-        s,
-        "\n|---|---|---|{}",
-        "---|".repeat(traces::OWN_RUNS.len())
-    );
-    for geo in sweep::configurations(SetIndex::LowBits) {
-        let _ = write!(
-            s,
-            "| {}K | {} | {} |",
-            geo.entries / 1024,
-            geo.line,
-            geo.ways
-        );
-        for w in traces::OWN_RUNS {
-            let pct = |index| {
-                r.own_traces
-                    .iter()
-                    .find(|x| {
-                        x.workload == w
-                            && x.entries == geo.entries
-                            && x.line == geo.line
-                            && x.ways == geo.ways
-                            && x.index == index
-                    })
-                    .map_or("—".to_string(), |x| {
-                        format!("{:.3}", 100.0 * x.miss_ratio)
-                    })
-            };
-            let _ = write!(
-                s,
-                " {} / {} |",
-                pct(SetIndex::LowBits),
-                pct(SetIndex::Skewed)
-            );
-        }
-        let _ = writeln!(s);
-    }
+    let _ = writeln!(s);
+    config_table(&mut s, &traces::OWN_RUNS, |geo, w| {
+        let pct = |index| sweep_cell(&r.own_traces, w, geo, index, 3);
+        format!("{} / {}", pct(SetIndex::LowBits), pct(SetIndex::Skewed))
+    });
     let agreed = r.own_traces.iter().filter(|x| x.agree).count();
     let _ = writeln!(
         s,
@@ -621,38 +597,21 @@ fn markdown(r: &HandlesLabReport, figures: &str) -> String {
         s,
         "Millions of descriptors per second the data plane would translate if each miss cost it the penalty measured above (delay + processing p50, interpolated in L) and each hit the lookup cost measured below at its associativity; shmnet's skewed index.\n"
     );
-    let _ = write!(s, "| C | L | A |");
-    for w in WORKLOADS {
-        let _ = write!(s, " {w} |");
-    }
-    let _ = writeln!(s, "\n|---|---|---|{}", "---|".repeat(WORKLOADS.len()));
-    for geo in sweep::configurations(SetIndex::Skewed) {
-        let _ = write!(
-            s,
-            "| {}K | {} | {} |",
-            geo.entries / 1024,
-            geo.line,
-            geo.ways
-        );
-        for w in WORKLOADS {
-            let v = r
-                .throughput
-                .iter()
-                .find(|x| {
-                    x.workload == w
-                        && x.entries == geo.entries
-                        && x.line == geo.line
-                        && x.ways == geo.ways
-                })
-                .map_or("—".to_string(), |x| match x.mdesc_per_s {
-                    v if v >= 10.0 => format!("{v:.0}"),
-                    v if v >= 1.0 => format!("{v:.1}"),
-                    v => format!("{v:.3}"),
-                });
-            let _ = write!(s, " {v} |");
-        }
-        let _ = writeln!(s);
-    }
+    config_table(&mut s, &WORKLOADS, |geo, w| {
+        r.throughput
+            .iter()
+            .find(|x| {
+                x.workload == w
+                    && x.entries == geo.entries
+                    && x.line == geo.line
+                    && x.ways == geo.ways
+            })
+            .map_or("—".to_string(), |x| match x.mdesc_per_s {
+                v if v >= 10.0 => format!("{v:.0}"),
+                v if v >= 1.0 => format!("{v:.1}"),
+                v => format!("{v:.3}"),
+            })
+    });
     let _ = writeln!(
         s,
         "\n## Fig. 3 analog: translation state on the data path\n"

@@ -1,0 +1,126 @@
+//! A protocol server in the test's own process over a softnic, stepped on a thread until
+//! the guard drops; and a raw application that speaks the control protocol by hand.
+
+use rustix::fd::OwnedFd;
+use shmnet_chan::handoff::recv_window;
+use shmnet_chan::{PageSize, Window};
+use shmnet_io::control::{self, PROTOCOL_VERSION, Request, Response};
+use shmnet_io::driver::softnic::{Softnic, SoftnicConfig};
+use shmnet_io::inline::ServeConfig;
+use shmnet_io::server::{Placement, Server, ServerOptions, ServerStats};
+use shmnet_io::spec::{Isolation, OnMiss};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// The server's address in [`loopback`] servers: applications reach each other at it.
+pub const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+
+/// A running server; stops when dropped.
+pub struct Stepped {
+    /// Its control socket.
+    pub path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Stepped {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Stepped {
+    /// Starts a server on softnic `nic` with the options `options` makes for its socket
+    /// path (`tag` names it), sleeping at most `idle` when it finds nothing to do.
+    pub fn start(
+        tag: &str,
+        nic: SoftnicConfig,
+        idle: Duration,
+        options: impl FnOnce(PathBuf) -> ServerOptions,
+    ) -> Self {
+        let path =
+            std::env::temp_dir().join(format!("shmnet-test-{}-{tag}.sock", std::process::id()));
+        let nic = Softnic::new(nic).unwrap();
+        let mut server = Server::start(nic, &options(path.clone())).expect("start the server");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                if server.step() == 0 {
+                    server.idle(idle);
+                }
+            }
+        });
+        Self {
+            path,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Its counters now.
+    pub fn stats(&self) -> ServerStats {
+        stats(&self.path)
+    }
+}
+
+/// The counters of the server at `path`.
+pub fn stats(path: &Path) -> ServerStats {
+    shmnet_io::server::query_stats(path).expect("stats answered")
+}
+
+/// A server over a loopback softnic at [`US`] (every frame it sends comes back), isolating
+/// its applications as `isolation` says, with `on_miss`.
+pub fn loopback(tag: &str, isolation: Isolation, on_miss: OnMiss, idle: Duration) -> Stepped {
+    Stepped::start(
+        tag,
+        SoftnicConfig {
+            loopback: true,
+            ..SoftnicConfig::default()
+        },
+        idle,
+        |socket| ServerOptions {
+            serve: ServeConfig {
+                ip: US,
+                loopback: true,
+                rx_queue_limit: 1024,
+                ..ServeConfig::default()
+            },
+            socket,
+            page: PageSize::Small,
+            ipc: false,
+            isolation,
+            on_miss,
+            placement: Placement::Polled,
+            limits: Default::default(),
+        },
+    )
+}
+
+/// A raw application of an isolated server: Hello, its window, one bound socket (its
+/// number and port). The caller writes its rings by hand.
+pub fn raw_attach(path: &Path) -> (OwnedFd, Window, u16, u16) {
+    let (ctl, _) = control::connect_checked(path).expect("connect");
+    let call = |req: &Request| {
+        control::send(&ctl, req).unwrap();
+        control::recv_blocking::<Response>(rustix::fd::AsFd::as_fd(&ctl)).unwrap()
+    };
+    match call(&Request::Hello {
+        version: PROTOCOL_VERSION,
+    }) {
+        Response::Welcome { isolated: true, .. } => {}
+        other => panic!("expected an isolated Welcome, got {other:?}"),
+    }
+    let win = recv_window(&ctl).expect("its window");
+    let (socket, port) = match call(&Request::Bind { port: 0 }) {
+        Response::Bound { socket, port } => (socket as u16, port),
+        other => panic!("{other:?}"),
+    };
+    (ctl, win, socket, port)
+}
