@@ -41,7 +41,10 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+mod lent;
 mod regions;
+
+pub use lent::Lent;
 
 /// What went wrong, in terms an application can act on.
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +103,9 @@ struct Inner {
     /// `ipc`: datagrams received in packets for a socket other than the one being read.
     ipc_pending: HashMap<u16, VecDeque<(Vec<u8>, SocketAddrV4)>>,
     packet: Vec<u8>,
+    /// `ipc`: where a datagram lent by [`UdpSocket::recv_in_place`] lies (sized at its
+    /// first use).
+    lend_scratch: Vec<u8>,
     gone: bool,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
     alive_checked: Duration,
@@ -124,6 +130,9 @@ const MAX_STRAY_COMPLETIONS: usize = 64;
 /// Most send buffers one datagram may take: the largest datagram and its header in buffers
 /// of 1,040 bytes or more (the server's app window has 2,048).
 const MAX_SEND_CHAIN: usize = 64;
+
+/// The largest UDP payload in one IPv4 datagram (65,535 less the IP and UDP headers).
+pub const MAX_DATAGRAM: usize = 65_507;
 
 /// Times `recv` looks at an empty receive ring before it sleeps (yielding the CPU every
 /// 16th look, so a party that shares it runs): tens of microseconds. On a VM a sleep and the
@@ -257,6 +266,7 @@ impl Client {
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
             gone: false,
             alive_checked: Duration::ZERO,
+            lend_scratch: Vec::new(),
         };
         let client = Self {
             inner: Rc::new(RefCell::new(inner)),
@@ -593,63 +603,57 @@ impl Inner {
         None
     }
 
-    /// Copies delivery `d` into `buf` and gives its memory back (the chain to the server,
-    /// or the posted buffer to its post ring).
+    /// Copies delivery `d` into `buf` and gives its memory back, calling `hook` around the
+    /// copy of each buffer.
     fn take<H: RecvHook + ?Sized>(
         &mut self,
         d: Desc,
         buf: &mut [u8],
         hook: &mut H,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
-        match &mut self
+        self.lend(d, |l| (l.copy_to_with(buf, hook), l.source()))
+    }
+
+    /// Lends delivery `d` to `f` where it lies, then gives its memory back: the posted
+    /// buffer to its post ring (`--isolation regions`; the delivery was checked by
+    /// [`regions::Own::check_delivery`] when it came off the ring, and is again), or the
+    /// chain to the server (`--isolation shared`).
+    fn lend<R>(&mut self, d: Desc, f: impl FnOnce(&Lent<'_>) -> R) -> Result<R, ClientError> {
+        let shm = self
             .shm
             .as_mut()
-            .expect("deliveries come only with windows")
-            .mode
-        {
-            Mode::Regions(own) => take_posted(own, &d, buf, hook),
-            Mode::Shared { .. } => self.take_chain(d, buf, hook),
+            .expect("deliveries come only with windows");
+        match &mut shm.mode {
+            Mode::Regions(own) => {
+                let (ring, off, cap, len) = own.check_delivery(&d).ok_or_else(|| {
+                    ClientError::Protocol("a delivery outside the posted buffers".into())
+                })?;
+                let source = own.source_at(off);
+                // SAFETY: the buffer is ours until we post it again below; the server wrote
+                // it before it published the delivery and writes it no more.
+                let data = unsafe { own.recv.bytes(off + windows::RECV_HEADER as u64, len) }
+                    .map_err(|e| ClientError::Protocol(e.to_string()))?;
+                let idx = BufIdx((off / u64::from(windows::SMALL_POST)) as u32);
+                let r = f(&Lent::whole(idx, data, source));
+                own.repost(ring, off, cap);
+                Ok(r)
+            }
+            Mode::Shared { data, .. } => {
+                let (_, source) = windows::rx_meta(&d);
+                let bufs = data.buffers();
+                let r = f(&Lent::chain(&bufs, BufIdx(d.buf), d.len as usize, source));
+                self.give_back(d.buf)?;
+                Ok(r)
+            }
         }
     }
 
-    /// `--isolation shared`: copies the chain of delivery `d` into `buf` and gives the chain
-    /// back.
-    fn take_chain<H: RecvHook + ?Sized>(
-        &mut self,
-        d: Desc,
-        buf: &mut [u8],
-        hook: &mut H,
-    ) -> Result<(usize, SocketAddrV4), ClientError> {
-        let (_, src) = windows::rx_meta(&d);
-        let Some(Mode::Shared { data, .. }) = self.shm.as_ref().map(|s| &s.mode) else {
-            unreachable!("take dispatches on the mode");
-        };
-        let bufs = data.buffers();
-        let want = (d.len as usize).min(buf.len());
-        let mut copied = 0;
-        // The chain lies in shared memory: shmnet-chan's walk validates each link and range
-        // once; a bad one (or the chain's end) ends the copy short.
-        for seg in bufs.segments(BufIdx(d.buf), want) {
-            let Ok(seg) = seg else { break };
-            // SAFETY: this application owns the delivered chain until it returns it below.
-            let Ok(data) = (unsafe { bufs.segment_bytes(seg) }) else {
-                break;
-            };
-            let dst = &mut buf[copied..copied + data.len()];
-            // The instrument sees each non-empty buffer's bytes around their copy.
-            if hook.active() {
-                hook.on_buffer(seg.idx(), data);
-                dst.copy_from_slice(data);
-                hook.after_buffer(seg.idx(), data);
-            } else {
-                dst.copy_from_slice(data);
-            }
-            copied += data.len();
-        }
-        // Give the chain back; the return queue has room for everything we were given unless
-        // the server is not draining it, in which case wait for it (or for its death).
-        // The clock is read only once the queue is found full, not per message.
-        let back = Desc::new(d.buf, 0);
+    /// `--isolation shared`: gives the chain at `head` back to the server. The return queue
+    /// has room for everything we were given unless the server is not draining it, in which
+    /// case wait for it (or for its death). The clock is read only once the queue is found
+    /// full, not per message.
+    fn give_back(&mut self, head: u32) -> Result<(), ClientError> {
+        let back = Desc::new(head, 0);
         let mut deadline = None;
         while let Some(Mode::Shared { ret, .. }) = self.shm.as_mut().map(|s| &mut s.mode)
             && ret.enqueue(back).is_err()
@@ -663,7 +667,35 @@ impl Inner {
             }
             self.sleep_for_room(Ring::Ret);
         }
-        Ok((copied, src))
+        Ok(())
+    }
+
+    /// Waits for the next delivery for socket `id` until `deadline` (`None`: without
+    /// limit): spins a while on an empty ring, then sleeps on its wake-up.
+    fn wait_delivery(&mut self, id: u16, deadline: Option<Instant>) -> Result<Desc, ClientError> {
+        let mut polls = 0u32;
+        loop {
+            if let Some(d) = self.next_for(id) {
+                return Ok(d);
+            }
+            // Completions that came meanwhile: free their extents, and send again what
+            // missed (drop-on-miss) — a request-response client waits here for the reply to
+            // a request that may have to go again.
+            self.reap();
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(ClientError::TimedOut);
+            }
+            if polls < SPIN_POLLS {
+                polls += 1;
+                if polls % 16 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            self.sleep_rx(deadline)?;
+        }
     }
 
     /// Reads everything on the receive ring; under `--isolation regions`, handles the
@@ -813,39 +845,6 @@ fn send_staged(
     }
 }
 
-/// `--isolation regions`: copies delivery `d` (checked by [`regions::Own::check_delivery`]
-/// when it came off the ring) out of its posted buffer into `buf`, then posts the buffer
-/// again.
-fn take_posted<H: RecvHook + ?Sized>(
-    own: &mut regions::Own,
-    d: &Desc,
-    buf: &mut [u8],
-    hook: &mut H,
-) -> Result<(usize, SocketAddrV4), ClientError> {
-    let (ring, off, cap, len) = own
-        .check_delivery(d)
-        .ok_or_else(|| ClientError::Protocol("a delivery outside the posted buffers".into()))?;
-    let src = own.source_at(off);
-    let want = len.min(buf.len());
-    let at = off + windows::RECV_HEADER as u64;
-    if hook.active() {
-        // SAFETY: the buffer is ours until we post it again below; the server wrote it
-        // before it published the delivery and writes it no more.
-        let data = unsafe { own.recv.bytes(at, want) }
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let idx = BufIdx((off / u64::from(windows::SMALL_POST)) as u32);
-        hook.on_buffer(idx, data);
-        buf[..want].copy_from_slice(data);
-        hook.after_buffer(idx, data);
-    } else {
-        own.recv
-            .read(at, &mut buf[..want])
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-    }
-    own.repost(ring, off, cap);
-    Ok((want, src))
-}
-
 impl UdpSocket {
     /// The bound port (for a bind of port 0, the one the server picked).
     pub fn port(&self) -> u16 {
@@ -914,29 +913,56 @@ impl UdpSocket {
                 .ipc_recv(self.id, buf, deadline)?
                 .ok_or(ClientError::TimedOut);
         }
-        let mut polls = 0u32;
-        loop {
-            if let Some(d) = i.next_for(self.id) {
-                return i.take(d, buf, hook);
-            }
-            // Completions that came meanwhile: free their extents, and send again what
-            // missed (drop-on-miss) — a request-response client waits here for the reply to
-            // a request that may have to go again.
-            i.reap();
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(ClientError::TimedOut);
-            }
-            if polls < SPIN_POLLS {
-                polls += 1;
-                if polls % 16 == 0 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            i.sleep_rx(deadline)?;
+        let d = i.wait_delivery(self.id, deadline)?;
+        i.take(d, buf, hook)
+    }
+
+    /// Receives the next message and lends it to `f` where it lies, without copying it
+    /// (see [`Lent`]), sleeping until one comes; its memory goes back when `f` returns.
+    /// Returns what `f` returns.
+    ///
+    /// `f` must not use this client or its sockets: they are busy while it runs (a call
+    /// panics, as a `RefCell` borrowed twice).
+    ///
+    /// ```no_run
+    /// # let client = shmnet_io::client::Client::connect(shmnet_io::control::default_socket())?;
+    /// let sock = client.udp_bind(5001)?;
+    /// let sum = sock.recv_in_place(|d| d.segments().flatten().map(|&b| u64::from(b)).sum::<u64>())?;
+    /// # Ok::<(), shmnet_io::client::ClientError>(())
+    /// ```
+    pub fn recv_in_place<R>(&self, f: impl FnOnce(&Lent<'_>) -> R) -> Result<R, ClientError> {
+        self.recv_in_place_until(None, f)
+    }
+
+    /// As [`UdpSocket::recv_in_place`], giving up after `timeout`.
+    pub fn recv_in_place_timeout<R>(
+        &self,
+        timeout: Duration,
+        f: impl FnOnce(&Lent<'_>) -> R,
+    ) -> Result<R, ClientError> {
+        self.recv_in_place_until(Some(Instant::now() + timeout), f)
+    }
+
+    fn recv_in_place_until<R>(
+        &self,
+        deadline: Option<Instant>,
+        f: impl FnOnce(&Lent<'_>) -> R,
+    ) -> Result<R, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        if i.shm.is_none() {
+            // `ipc`: the datagram came in a packet; lend the bytes read out of it.
+            let mut scratch = std::mem::take(&mut i.lend_scratch);
+            scratch.resize(MAX_DATAGRAM, 0);
+            let got = i.ipc_recv(self.id, &mut scratch, deadline);
+            let r = got.and_then(|got| {
+                let (n, src) = got.ok_or(ClientError::TimedOut)?;
+                Ok(f(&Lent::whole(BufIdx::NONE, &scratch[..n], src)))
+            });
+            i.lend_scratch = scratch;
+            return r;
         }
+        let d = i.wait_delivery(self.id, deadline)?;
+        i.lend(d, f)
     }
 
     /// Sends `data` to `to`, waiting for send buffers if all are in use.
@@ -955,7 +981,7 @@ impl UdpSocket {
         to: SocketAddrV4,
         wait: Option<Duration>,
     ) -> Result<(), ClientError> {
-        if data.len() > 65_507 {
+        if data.len() > MAX_DATAGRAM {
             return Err(ClientError::MessageTooLarge(data.len()));
         }
         let mut i = self.inner.borrow_mut();
@@ -1064,7 +1090,7 @@ impl UdpSocket {
         len: usize,
         to: SocketAddrV4,
     ) -> Result<(), ClientError> {
-        if len > 65_507 {
+        if len > MAX_DATAGRAM {
             return Err(ClientError::MessageTooLarge(len));
         }
         let Some(start) = off.checked_sub(SEND_HEADER as u64) else {

@@ -392,6 +392,21 @@ pub struct ServeSpec {
     pub json: bool,
     /// af_packet: serve the interface even if another shmnet server already does.
     pub force: bool,
+    /// server, `--isolation regions`: time every copy into a posted buffer with the residency
+    /// probe (`shmnet residency --structure server-regions`; not a command-line option).
+    pub copy_probe: Option<CopyProbeSpec>,
+}
+
+/// The residency probe around the server's copies into posted buffers, and where its
+/// samples go when the server stops.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CopyProbeSpec {
+    /// Samples kept at most (one per buffer copied; the room is taken at start).
+    pub capacity: usize,
+    /// Touch each buffer's page (not its data lines) just before timing it.
+    pub tlb_force: bool,
+    /// The file the probe is written to, as JSON, when the server stops.
+    pub out: PathBuf,
 }
 
 impl Default for ServeSpec {
@@ -418,6 +433,7 @@ impl Default for ServeSpec {
             duration_s: None,
             json: false,
             force: false,
+            copy_probe: None,
         }
     }
 }

@@ -49,6 +49,11 @@ pub trait RecvHook {
     fn after_buffer(&mut self, buf: BufIdx, data: &[u8]) {
         let _ = (buf, data);
     }
+    /// After the last buffer of a message (the next one starts another). Called by copiers
+    /// that copy whole messages for someone else (the server's copy into an isolated
+    /// application's buffer); a receiver that owns the loop knows its message ends itself.
+    #[inline(always)]
+    fn end_message(&mut self) {}
 }
 
 /// The hook that does nothing.

@@ -36,9 +36,16 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
 
 #[derive(Args, Clone)]
 pub struct ResidencyArgs {
-    /// Where the parties run: `inline` (softnic, stack and application in one thread) or
-    /// `server` (the protocol server and its driver thread in a process of their own).
-    #[arg(long, default_value = "inline", value_name = "inline|server")]
+    /// Where the parties run: `inline` (softnic, stack and application in one thread),
+    /// `server` (the protocol server and its driver thread in a process of their own; the
+    /// application copies each message out of the driver's buffers) or `server-regions` (the
+    /// same, the application isolated: the server copies each message into a buffer the
+    /// application posted, and the probe times that copy, in the server).
+    #[arg(
+        long,
+        default_value = "inline",
+        value_name = "inline|server|server-regions"
+    )]
     structure: Structure,
     /// server: `same` (both processes on one CPU, taking turns) or `split` (one CPU each).
     #[arg(long, default_value = "same", value_name = "same|split")]

@@ -7,10 +7,11 @@ use shmnet_io::driver::softnic::{Dma, Softnic};
 use shmnet_io::inline::{App, Inline};
 use shmnet_io::server::Placement;
 use shmnet_io::spec::{BenchPart, DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
+use shmnet_lab::residency::probe::Probe;
 use shmnet_lab::scoreboard::Scoreboard;
 use shmnet_lab::softnic_roles::BoardPacer;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -306,6 +307,7 @@ impl ServeArgs {
             duration_s: self.duration,
             json: self.json,
             force: self.force,
+            copy_probe: None,
         })
     }
 }
@@ -581,6 +583,19 @@ fn serve<D: Driver>(
     Ok(())
 }
 
+/// Writes the probe installed around the server's copies ([`ServeSpec::copy_probe`]) to
+/// `out`, for the residency lab that started this server to read.
+fn write_copy_probe(server: &mut shmnet_io::server::Server, out: &Path) -> Result<()> {
+    let probe: Box<dyn std::any::Any> = server
+        .take_copy_probe()
+        .context("the copy probe was installed at start")?;
+    let probe = probe
+        .downcast::<Probe>()
+        .map_err(|_| anyhow::anyhow!("the copy probe is the residency probe"))?;
+    let json = serde_json::to_vec(&*probe)?;
+    std::fs::write(out, json).with_context(|| format!("writing {}", out.display()))
+}
+
 fn run_server(a: &ServeSpec) -> Result<()> {
     use shmnet_io::server::Server;
     if !a.echo.is_empty() || !a.sink.is_empty() {
@@ -633,6 +648,9 @@ fn run_server(a: &ServeSpec) -> Result<()> {
         )
     }
     .context("starting the server")?;
+    if let Some(p) = &a.copy_probe {
+        server.probe_copies(Box::new(Probe::new(p.capacity, p.tlb_force)));
+    }
     if softnic.is_none() {
         server.start_driver();
     }
@@ -690,6 +708,9 @@ fn run_server(a: &ServeSpec) -> Result<()> {
     }
     pb.finish_and_clear();
     server.shutdown();
+    if let Some(p) = &a.copy_probe {
+        write_copy_probe(&mut server, &p.out)?;
+    }
     let stats = server.stats();
     // Who used the CPU: the server loop, and the driver (its thread's own count, or the
     // driver process reaped by `shutdown`; a polled driver's time is the server's).

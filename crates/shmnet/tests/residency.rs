@@ -131,6 +131,25 @@ fn the_server_structure_on_two_cpus_with_every_knob() {
     assert_eq!(s["dma"], "non_temporal");
 }
 
+/// `server-regions`: the probe runs in the server's process around its copy into the
+/// isolated application's posted buffers, and comes back whole when the server stops: every
+/// buffer of every message is timed there, with the TLB forced and a load over each message
+/// read in place.
+#[test]
+fn the_isolated_server_structure_times_the_servers_copy() {
+    let r = judged(&[
+        "residency",
+        "--structure=server-regions",
+        "--messages=40",
+        "--gap=500",
+        "--tlb-force",
+        "--load=64",
+        "--json",
+    ]);
+    check_run(&r, 40);
+    assert_eq!(r["settings"]["structure"], "server-regions");
+}
+
 #[test]
 fn calibrate_json_has_the_fields_the_issue_names() {
     let t = json(&["calibrate", "--quick", "--json"]);

@@ -115,6 +115,8 @@ pub(crate) struct DataPlane {
     pub(crate) socket: std::path::PathBuf,
     pub(crate) control: Arc<Mutex<super::stats::ControlCounters>>,
     handles: HandleCtx,
+    /// The instrument around copies into posted buffers ([`super::Server::probe_copies`]).
+    copy_probe: Option<Box<dyn super::CopyProbe>>,
 }
 
 impl DataPlane {
@@ -149,6 +151,7 @@ impl DataPlane {
             socket,
             control,
             handles,
+            copy_probe: None,
         }
     }
 
@@ -175,6 +178,7 @@ impl DataPlane {
             now,
             scratch: &mut self.scratch,
             handles: &mut self.handles,
+            copy_probe: self.copy_probe.as_deref_mut(),
         };
         // Lines the miss thread served while we slept go in before the sends that wait for them.
         r.handles.install_served();
@@ -430,6 +434,7 @@ impl DataPlane {
             now,
             scratch: &mut self.scratch,
             handles: &mut self.handles,
+            copy_probe: self.copy_probe.as_deref_mut(),
         };
         app.transport.take(&mut r, &app.sockets, &mut app.counters);
         app.transport.reclaim(&mut self.pool);
@@ -556,6 +561,11 @@ impl DataPlane {
     /// The lookup cache's side of the data plane (recording traces).
     pub(crate) fn handles_mut(&mut self) -> &mut HandleCtx {
         &mut self.handles
+    }
+
+    /// Where the instrument around copies into posted buffers is kept.
+    pub(crate) fn copy_probe_mut(&mut self) -> &mut Option<Box<dyn super::CopyProbe>> {
+        &mut self.copy_probe
     }
 
     /// Whether this is the `ipc` structure (its rounds are system calls).

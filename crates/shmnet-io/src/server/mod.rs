@@ -91,6 +91,13 @@ impl Placement {
     }
 }
 
+/// An instrument the data plane calls around each buffer it copies into an application's
+/// posted buffer ([`Server::probe_copies`]): any [`RecvHook`](shmnet_stack::RecvHook) that
+/// can move to the data plane's thread. `Any`, so its owner can have it back as what it is.
+pub trait CopyProbe: shmnet_stack::RecvHook + Send + std::any::Any {}
+
+impl<T: shmnet_stack::RecvHook + Send + std::any::Any> CopyProbe for T {}
+
 /// Options of the server structure.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
@@ -433,6 +440,20 @@ impl Server {
     /// [`Server::record_handles`].
     pub fn take_handle_trace(&mut self) -> HandleTrace {
         self.dp.handles_mut().take_trace()
+    }
+
+    /// Installs `probe` around every copy of a received datagram into a buffer an isolated
+    /// application posted (`--isolation regions`: the one copy on its way, done here, on the
+    /// trusted side — seed 000's copy, which the residency probe times). With shared windows
+    /// the server copies nothing on receive and the probe is never called.
+    pub fn probe_copies(&mut self, probe: Box<dyn CopyProbe>) {
+        *self.dp.copy_probe_mut() = Some(probe);
+    }
+
+    /// Removes and returns the probe [`Server::probe_copies`] installed (to be downcast,
+    /// through `Box<dyn Any>`, to what was installed).
+    pub fn take_copy_probe(&mut self) -> Option<Box<dyn CopyProbe>> {
+        self.dp.copy_probe_mut().take()
     }
 
     /// One round of the data plane. Returns how much work it found (0: idle).

@@ -155,7 +155,12 @@ impl RegionApp {
 /// `at` must be valid for writes of `RECV_HEADER + msg.len` bytes (the lookup cache
 /// translated exactly that span of a region registered writable, mapped until its lines are
 /// dropped), and the chain must be the server's own.
-unsafe fn copy_into(pool: &crate::pool::ChanPool, msg: &Message, at: *mut u8) -> usize {
+unsafe fn copy_into(
+    pool: &crate::pool::ChanPool,
+    msg: &Message,
+    at: *mut u8,
+    mut probe: Option<&mut dyn super::CopyProbe>,
+) -> usize {
     let src = windows::encode_dst(msg.src);
     // SAFETY: the caller promises `at` holds RECV_HEADER + msg.len bytes.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), at, RECV_HEADER) };
@@ -169,10 +174,20 @@ unsafe fn copy_into(pool: &crate::pool::ChanPool, msg: &Message, at: *mut u8) ->
             break;
         };
         let take = data.len().min(msg.len - copied);
+        let data = &data[..take];
+        if let Some(p) = probe.as_deref_mut() {
+            p.on_buffer(seg.idx(), data);
+        }
         // SAFETY: `copied + take <= msg.len`, inside the span the caller promises; the
         // source is a pool buffer, never the application's memory.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at.add(RECV_HEADER + copied), take) };
+        if let Some(p) = probe.as_deref_mut() {
+            p.after_buffer(seg.idx(), data);
+        }
         copied += take;
+    }
+    if let Some(p) = probe {
+        p.end_message();
     }
     copied
 }
@@ -331,7 +346,8 @@ impl AppTransport for RegionApp {
                 // SAFETY: the cache translated exactly `need` bytes of a region this
                 // application registered writable, mapped until its lines are dropped; the
                 // chain came off the socket's queue and is the server's.
-                let len = unsafe { copy_into(r.pool, &msg, at.as_ptr()) };
+                let len =
+                    unsafe { copy_into(r.pool, &msg, at.as_ptr(), r.copy_probe.as_deref_mut()) };
                 r.pool.free_chain(msg.head);
                 self.batch[n] = windows::region_rx_desc(&post, len as u32, sock as u16);
                 n += 1;

@@ -40,6 +40,9 @@ pub(crate) struct Round<'a> {
     pub scratch: &'a mut [u8],
     /// The lookup cache and its miss port (sends by handle).
     pub handles: &'a mut super::handles::HandleCtx,
+    /// The instrument around the server's copies into posted buffers, if one is installed
+    /// ([`super::Server::probe_copies`]).
+    pub copy_probe: Option<&'a mut dyn super::CopyProbe>,
 }
 
 /// One application's side of the data plane.

@@ -439,15 +439,30 @@ fn bind(client: &Client, port: u16) -> Result<shmnet_io::client::UdpSocket> {
         .map_err(|source| WorkerError::Bind { port, source })
 }
 
-/// `server`/`ipc` receiving application: binds [`APP_PORT`] and copies out every message.
+/// `server`/`ipc` receiving application: binds [`APP_PORT`] and takes every message with
+/// one copy of its bytes, as the kernel's receiver does (its `recv` copies each one into
+/// the application's buffer):
+///
+/// - with shared windows (and in `ipc`), the message lies in the server's pool buffers,
+///   which must go back: the application copies it out (`recv`);
+/// - isolated (`server-regions`), the server has already copied it into a buffer of the
+///   application's own region — that was the one copy, done on the trusted side — and the
+///   application reads it there (`recv_in_place`). Copying it out once more would be a
+///   second copy no isolated application needs (docs/isolation.md measures that choice).
 pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
     let client = connect(socket)?;
     let sock = bind(&client, APP_PORT)?;
+    let in_place = client.is_isolated();
     board.add_ready();
     let mut buf = vec![0u8; 65_536];
     let (mut n, mut bytes) = (0u64, 0u64);
     while !board.quitting() {
-        match sock.recv_timeout(&mut buf, POLL) {
+        let got = if in_place {
+            sock.recv_in_place_timeout(POLL, |d| (d.len(), d.source()))
+        } else {
+            sock.recv_timeout(&mut buf, POLL)
+        };
+        match got {
             Ok((len, _)) => {
                 n += 1;
                 bytes += len as u64;

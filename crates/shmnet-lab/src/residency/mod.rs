@@ -38,6 +38,12 @@ pub enum Structure {
     /// The protocol server (with softnic as its driver thread) in a process of its own; the
     /// application in this one (seed 002's protocol server; seed 000's Mach).
     Server,
+    /// As [`Structure::Server`] under `--isolation regions` (issue 15): the server copies
+    /// each message into a buffer the application posted in its own region, and the probe,
+    /// in the server's process, times the load of every buffer before that copy. The
+    /// application reads the message in place.
+    #[serde(rename = "server-regions")]
+    ServerRegions,
 }
 
 impl std::str::FromStr for Structure {
@@ -46,7 +52,10 @@ impl std::str::FromStr for Structure {
         match s {
             "inline" => Ok(Self::Inline),
             "server" => Ok(Self::Server),
-            _ => Err(format!("unknown structure {s:?}: use inline or server")),
+            "server-regions" => Ok(Self::ServerRegions),
+            _ => Err(format!(
+                "unknown structure {s:?}: use inline, server or server-regions"
+            )),
         }
     }
 }
@@ -169,8 +178,13 @@ impl Settings {
     pub fn label(&self) -> String {
         match self.structure {
             Structure::Inline => "inline".into(),
-            Structure::Server => format!(
-                "server/{}",
+            Structure::Server | Structure::ServerRegions => format!(
+                "{}/{}",
+                if self.structure == Structure::Server {
+                    "server"
+                } else {
+                    "server-regions"
+                },
                 match self.cores {
                     Cores::Same => "same",
                     Cores::Split => "split",
@@ -339,7 +353,9 @@ fn run_inner(
     });
     let (messages, mut records) = match settings.structure {
         Structure::Inline => run_inline::run(settings, &mut app, driver_tracer, progress)?,
-        Structure::Server => (run_server::run(settings, &mut app, exe, progress)?, vec![]),
+        Structure::Server | Structure::ServerRegions => {
+            (run_server::run(settings, &mut app, exe, progress)?, vec![])
+        }
     };
     if let Some(t) = app.tracer.take() {
         records = trace::merge(vec![records, t.into_records()]);

@@ -17,7 +17,7 @@ use crate::tsc;
 use shmnet_stack::{BufIdx, RecvHook};
 
 /// One timed buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Sample {
     /// Its place in its message (0: the first data buffer).
     pub position: u16,
@@ -29,8 +29,9 @@ pub struct Sample {
     pub hot: u32,
 }
 
-/// The probe.
-#[derive(Debug)]
+/// The probe. Serializable, so that a probe run in the server's process (around its copies
+/// into an isolated application's buffers) can be brought back whole.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Probe {
     samples: Vec<Sample>,
     position: u16,
@@ -92,6 +93,10 @@ pub fn tlb_force_target(src: usize, len: usize) -> Option<usize> {
 }
 
 impl RecvHook for Probe {
+    fn end_message(&mut self) {
+        Probe::end_message(self);
+    }
+
     /// Times the load of `data` (see the module's documentation).
     #[inline]
     fn on_buffer(&mut self, _buf: BufIdx, data: &[u8]) {

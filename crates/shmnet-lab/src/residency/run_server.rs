@@ -4,13 +4,22 @@
 //! probe — in this one, attached over the control socket and reading the buffers where the
 //! driver put them. `--cores same` puts both processes on one CPU (they take turns: the
 //! seed's scheduling points); `split` gives the server the other CPU.
+//!
+//! `server-regions` isolates the application (`--isolation regions`): the server copies
+//! each message into a buffer the application posted, so the copy seed 000 times happens in
+//! the server's process. The probe runs there ([`ServeSpec::copy_probe`]), the application
+//! reads each message in place (and runs the synthetic load over it), and when the run is
+//! over the server is stopped in order and its probe read back.
 
 use super::{AppSide, Messages, RunError, Settings};
+use super::{Structure, probe::Probe};
 use crate::calibrate::Pinned;
 use crate::netbench::{PARTY_COMMAND, PartySpec};
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::server::Placement;
-use shmnet_io::spec::{DriverSpec, Isolation, ServeSpec, ServeStructure, SoftnicSpec};
+use shmnet_io::spec::{
+    CopyProbeSpec, DriverSpec, Isolation, ServeSpec, ServeStructure, SoftnicSpec,
+};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -30,10 +39,38 @@ impl Drop for ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(probe_path(&self.socket));
     }
 }
 
 impl ServerProcess {
+    /// Stops the server in order (SIGTERM; it writes its probe as it exits) and reads the
+    /// probe it wrote.
+    fn stop_and_read_probe(&mut self) -> Result<Probe, RunError> {
+        let pid = rustix::process::Pid::from_child(&self.child);
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.child.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                return Err(RunError::Setup(
+                    "the server did not stop within 20 s of SIGTERM".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let path = probe_path(&self.socket);
+        let read = std::fs::read(&path);
+        let _ = std::fs::remove_file(&path);
+        let bytes = read.map_err(|e| {
+            RunError::Setup(format!(
+                "reading the server's probe {}: {e}",
+                path.display()
+            ))
+        })?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| RunError::Setup(format!("the server's probe {}: {e}", path.display())))
+    }
+
     /// What it said on standard error, if it has exited.
     fn exited(&mut self) -> Option<String> {
         match self.child.try_wait() {
@@ -49,8 +86,14 @@ impl ServerProcess {
     }
 }
 
+/// Where the server writes its probe (`server-regions`).
+fn probe_path(socket: &Path) -> PathBuf {
+    socket.with_extension("probe.json")
+}
+
 /// What the server process runs.
 fn serve_spec(s: &Settings, socket: &Path) -> ServeSpec {
+    let isolated = s.structure == Structure::ServerRegions;
     ServeSpec {
         structure: ServeStructure::Server,
         placement: Placement::Thread,
@@ -67,8 +110,18 @@ fn serve_spec(s: &Settings, socket: &Path) -> ServeSpec {
         alloc: s.alloc,
         socket: socket.to_path_buf(),
         checksum: s.checksum,
-        // The lab times the application's copy out of the driver's buffers (seed 000).
-        isolation: Isolation::Shared,
+        // `server`: the lab times the application's copy out of the driver's buffers (seed
+        // 000). `server-regions`: the server's copy into the application's buffers.
+        isolation: if isolated {
+            Isolation::Regions
+        } else {
+            Isolation::Shared
+        },
+        copy_probe: isolated.then(|| CopyProbeSpec {
+            capacity: s.messages as usize * super::fragments(s.size),
+            tlb_force: s.tlb_force,
+            out: probe_path(socket),
+        }),
         ..ServeSpec::default()
     }
 }
@@ -130,6 +183,7 @@ pub(super) fn run(
         .udp_bind(PORT)
         .map_err(|e| RunError::Setup(format!("binding UDP port {PORT}: {e}")))?;
     let mut buf = vec![0u8; 65_536];
+    let isolated = s.structure == Structure::ServerRegions;
     let per_message = super::fragments(s.size) as u64;
     let accounted = |stats: &shmnet_io::server::ServerStats, received: u64| {
         received + stats.stack.queue_full >= s.messages
@@ -138,11 +192,19 @@ pub(super) fn run(
     let mut last_message = Instant::now();
     let mut received = 0u64;
     while received < s.messages {
-        match sock.recv_with_hook(&mut buf, Duration::from_millis(200), app) {
-            Ok((n, _)) => {
+        let got = if isolated {
+            // The server's probe timed the copy; the message is read where it lies.
+            sock.recv_in_place_timeout(Duration::from_millis(200), |d| {
+                app.message_done(d.contiguous().unwrap_or_default())
+            })
+        } else {
+            sock.recv_with_hook(&mut buf, Duration::from_millis(200), app)
+                .map(|(n, _)| app.message_done(&buf[..n]))
+        };
+        match got {
+            Ok(()) => {
                 received += 1;
                 last_message = Instant::now();
-                app.message_done(&buf[..n]);
             }
             Err(ClientError::TimedOut) => {
                 // Nothing for a while: stop once the server has accounted for every message
@@ -189,6 +251,9 @@ pub(super) fn run(
     };
     drop(sock);
     drop(client);
+    if isolated {
+        app.probe = server.stop_and_read_probe()?;
+    }
     drop(server);
     Ok(Messages {
         sent,
