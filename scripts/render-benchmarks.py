@@ -428,7 +428,9 @@ on a thread of the server, or in a process of its own, the application sharing t
 window (`--isolation shared`). `server-regions` is `server` under `--isolation regions`, the
 default of `shmnet serve`: the application maps only its own rings and registered regions,
 sends by handle, and the server copies each datagram into a buffer it posted
-([isolation.md](isolation.md)).
+([isolation.md](isolation.md)). Every receiver copies each byte once, as the kernel's
+`recv` does: the shared-window application copies out of the driver's buffers (`recv`), the
+isolated one reads in place (`recv_in_place`) what the server copied into its own buffer.
 
 """
     s += table(["dir", "size B", "structure", "msgs/s", "Gbit/s", "CPU µs/msg (by party)",

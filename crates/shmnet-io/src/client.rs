@@ -14,12 +14,13 @@
 //! window (rings) and two regions the library creates and registers at connect
 //! (`client/regions.rs`): a message to send is copied into the send region with the destination in
 //! front and posted by handle, asynchronously; a received message was copied by the server
-//! into a buffer the library posted, and is copied from there into the caller's buffer,
-//! then the buffer is posted again.
+//! into a buffer the library posted, and is copied from there into the caller's buffer
+//! (`recv`) or lent where it lies (`recv_in_place`, [`Lent`]), then the buffer is posted
+//! again.
 //!
 //! Under `--isolation shared` a received message is read where the driver put it, in the
-//! data window, and copied into the caller's buffer buffer by buffer; the chain then goes back
-//! to the server on the return queue. A message to send is copied into send buffers of the
+//! data window, and copied into the caller's buffer buffer by buffer (or lent there, chain
+//! and all); the chain then goes back to the server on the return queue. A message to send is copied into send buffers of the
 //! application's own window with the destination in front, and the server takes it from
 //! there.
 //!
