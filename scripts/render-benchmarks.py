@@ -430,7 +430,8 @@ default of `shmnet serve`: the application maps only its own rings and registere
 sends by handle, and the server copies each datagram into a buffer it posted
 ([isolation.md](isolation.md)). Every receiver copies each byte once, as the kernel's
 `recv` does: the shared-window application copies out of the driver's buffers (`recv`), the
-isolated one reads in place (`recv_in_place`) what the server copied into its own buffer.
+isolated one takes in place (`recv_in_place`) what the server copied into its own buffer;
+neither does more with the bytes.
 
 """
     s += table(["dir", "size B", "structure", "msgs/s", "Gbit/s", "CPU µs/msg (by party)",

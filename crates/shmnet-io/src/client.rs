@@ -243,6 +243,7 @@ impl Client {
                     resend: VecDeque::with_capacity(windows::APP_RING as usize),
                     failed_sends: 0,
                     bad_deliveries: 0,
+                    posted: Default::default(),
                 }),
             };
             Some(Shm {
@@ -303,6 +304,7 @@ impl Client {
             own.posts[k]
                 .enqueue(d)
                 .map_err(|_| ClientError::Protocol("a post ring is too small".into()))?;
+            own.mark_posted(windows::posted_handle(&d).1);
         }
         Ok(())
     }
@@ -616,17 +618,21 @@ impl Inner {
     }
 
     /// Lends delivery `d` to `f` where it lies, then gives its memory back: the posted
-    /// buffer to its post ring (`--isolation regions`; the delivery was checked by
-    /// [`regions::Own::check_delivery`] when it came off the ring, and is again), or the
-    /// chain to the server (`--isolation shared`).
+    /// buffer to its post ring (`--isolation regions`; the delivery was checked and its
+    /// buffer claimed by [`regions::Own::check_delivery`] when it came off the ring), or
+    /// the chain to the server (`--isolation shared`). The memory goes back if `f` panics
+    /// too (the panic then goes on).
     fn lend<R>(&mut self, d: Desc, f: impl FnOnce(&Lent<'_>) -> R) -> Result<R, ClientError> {
+        // Unwinding out of `f` would skip the give-back below and lose the buffer or chain
+        // for good: catch it, give back, and resume it.
+        let f = |l: &Lent<'_>| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(l)));
         let shm = self
             .shm
             .as_mut()
             .expect("deliveries come only with windows");
         match &mut shm.mode {
             Mode::Regions(own) => {
-                let (ring, off, cap, len) = own.check_delivery(&d).ok_or_else(|| {
+                let (ring, off, cap, len) = regions::span_of(own.recv_id, &d).ok_or_else(|| {
                     ClientError::Protocol("a delivery outside the posted buffers".into())
                 })?;
                 let source = own.source_at(off);
@@ -637,14 +643,14 @@ impl Inner {
                 let idx = BufIdx((off / u64::from(windows::SMALL_POST)) as u32);
                 let r = f(&Lent::whole(idx, data, source));
                 own.repost(ring, off, cap);
-                Ok(r)
+                Ok(r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
             }
             Mode::Shared { data, .. } => {
                 let (_, source) = windows::rx_meta(&d);
                 let bufs = data.buffers();
                 let r = f(&Lent::chain(&bufs, BufIdx(d.buf), d.len as usize, source));
                 self.give_back(d.buf)?;
-                Ok(r)
+                Ok(r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
             }
         }
     }

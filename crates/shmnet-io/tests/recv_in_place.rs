@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::stepped::{self, US};
+use common::stepped::{self, US, stats};
 use shmnet_io::client::{Client, ClientError, Lent};
 use shmnet_io::spec::{Isolation, OnMiss};
 use std::net::SocketAddrV4;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The bytes of datagram `k` of `len` bytes.
 fn pattern(k: usize, len: usize) -> Vec<u8> {
@@ -82,6 +82,53 @@ fn lends_every_size(isolation: Isolation) {
     // Nothing waiting: a timeout, and the closure never runs.
     let r = sb.recv_in_place_timeout(Duration::from_millis(20), |_| panic!("nothing came"));
     assert!(matches!(r, Err(ClientError::TimedOut)), "{r:?}");
+}
+
+/// A closure that panics still gives the memory back: more large datagrams than there are
+/// large posted buffers (32), each read by a closure that panics, and the stream goes on.
+fn a_panicking_closure_loses_nothing(isolation: Isolation) {
+    let r = stepped::loopback(
+        &format!("in-place-panic-{isolation:?}"),
+        isolation,
+        OnMiss::Buffer,
+        Duration::from_millis(5),
+    );
+    let a = Client::connect(&r.path).expect("attach a");
+    let b = Client::connect(&r.path).expect("attach b");
+    let sa = a.udp_bind(0).unwrap();
+    let sb = b.udp_bind(0).unwrap();
+    let to_b = SocketAddrV4::new(US, sb.port());
+    let msg = pattern(7, 14_792);
+    for k in 0..100 {
+        sa.send_to(&msg, to_b).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sb.recv_in_place_timeout(Duration::from_secs(10), |_| panic!("the closure fails"))
+        }));
+        assert!(r.is_err(), "datagram {k}: the panic goes on to the caller");
+    }
+    sa.send_to(&msg, to_b).unwrap();
+    let ok = sb
+        .recv_in_place_timeout(Duration::from_secs(10), |d| {
+            d.segments().flatten().eq(msg.iter())
+        })
+        .unwrap();
+    assert!(ok, "the stream goes on after 100 panics");
+    // And the server holds nothing lent out (shared windows: every chain came back).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stats(&r.path).apps.iter().any(|x| x.holding > 0) {
+        assert!(Instant::now() < deadline, "a chain was never given back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_panicking_closure_gives_the_posted_buffer_back() {
+    a_panicking_closure_loses_nothing(Isolation::Regions);
+}
+
+#[test]
+fn a_panicking_closure_gives_the_chain_back() {
+    a_panicking_closure_loses_nothing(Isolation::Shared);
 }
 
 #[test]

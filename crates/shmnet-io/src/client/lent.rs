@@ -12,8 +12,12 @@
 //! - In the `ipc` structure it came in a packet on a socket: the packet's bytes.
 //!
 //! Whatever lends them, the bytes are the server's work and are checked as such: the
-//! bounds of every segment were validated before the closure sees it; their contents are
-//! data, to be treated as untrusted like any datagram's.
+//! bounds of every segment were validated before the closure sees it, and an isolated
+//! application's buffer is lent only if it was posted (a server naming one buffer twice
+//! is refused). Their contents are data, to be treated as untrusted like any datagram's —
+//! and, since the memory is shared with the server, as bytes a misbehaving server could
+//! change while they are borrowed: parse what you need once (or copy it), do not check a
+//! field and read it again. An honest server writes nothing it has delivered.
 
 use shmnet_chan::Buffers;
 use shmnet_stack::{BufIdx, RecvHook};
@@ -102,6 +106,9 @@ impl<'a> Lent<'a> {
     pub(super) fn copy_to_with<H: RecvHook + ?Sized>(&self, buf: &mut [u8], hook: &mut H) -> usize {
         let mut copied = 0;
         for (idx, data) in self.indexed_segments() {
+            if copied == buf.len() {
+                break;
+            }
             let n = data.len().min(buf.len() - copied);
             let (src, dst) = (&data[..n], &mut buf[copied..copied + n]);
             if hook.active() {
@@ -112,9 +119,6 @@ impl<'a> Lent<'a> {
                 dst.copy_from_slice(src);
             }
             copied += n;
-            if copied == buf.len() {
-                break;
-            }
         }
         copied
     }

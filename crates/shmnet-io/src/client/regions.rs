@@ -163,6 +163,28 @@ pub(super) struct Own {
     pub(super) failed_sends: u64,
     /// Deliveries that named no buffer of ours, ignored.
     pub(super) bad_deliveries: u64,
+    /// Which receive buffers are posted (bit [`slot_of`]): a delivery must name one, and
+    /// claims it until it is posted again, so a server that names one buffer twice cannot
+    /// have it lent twice.
+    pub(super) posted: [u64; POSTED_BUFFERS.div_ceil(64)],
+}
+
+/// The bit of [`Own::posted`] for the buffer at `off` (a buffer boundary).
+fn slot_of(off: u64) -> usize {
+    let small_end = u64::from(SMALL_BUFFERS) * u64::from(SMALL_POST);
+    if off < small_end {
+        (off / u64::from(SMALL_POST)) as usize
+    } else {
+        SMALL_BUFFERS as usize + ((off - small_end) / u64::from(LARGE_POST)) as usize
+    }
+}
+
+/// Where delivery `d` lies if it names a buffer of receive region `recv_id` at a buffer
+/// boundary with a length that fits: (its post ring, offset, capacity, length).
+pub(super) fn span_of(recv_id: RegionId, d: &Desc) -> Option<(usize, u64, u32, usize)> {
+    let (region, off) = windows::posted_handle(d);
+    let (ring, cap) = (region == recv_id.0).then(|| buffer_at(off)).flatten()?;
+    ((d.len as usize) + RECV_HEADER <= cap as usize).then_some((ring, off, cap, d.len as usize))
 }
 
 /// Bytes of the receive region: the small buffers, then the large ones.
@@ -210,24 +232,33 @@ impl Own {
                 // Only a server that stopped taking posts fills the ring: the buffer
                 // stays ours, unposted.
                 self.bad_deliveries += 1;
+            } else {
+                self.mark_posted(off);
             }
         }
     }
 
-    /// Checks delivery `d` against the receive region: (ring, offset, capacity, length).
+    /// Records that the buffer at `off` is posted.
+    pub(super) fn mark_posted(&mut self, off: u64) {
+        let s = slot_of(off);
+        self.posted[s / 64] |= 1 << (s % 64);
+    }
+
+    /// Checks delivery `d` against the receive region and the buffers posted, and claims
+    /// its buffer (it is no longer posted): (ring, offset, capacity, length). What fails is
+    /// counted in `bad_deliveries`.
     pub(super) fn check_delivery(&mut self, d: &Desc) -> Option<(usize, u64, u32, usize)> {
-        let (region, off) = windows::posted_handle(d);
-        let ok = (region == self.recv_id.0)
-            .then(|| buffer_at(off))
-            .flatten()
-            .filter(|&(_, cap)| (d.len as usize) + RECV_HEADER <= cap as usize);
-        match ok {
-            Some((ring, cap)) => Some((ring, off, cap, d.len as usize)),
-            None => {
-                self.bad_deliveries += 1;
-                None
-            }
+        let claimed = span_of(self.recv_id, d).filter(|&(_, off, _, _)| {
+            let s = slot_of(off);
+            let bit = 1u64 << (s % 64);
+            let was = self.posted[s / 64] & bit != 0;
+            self.posted[s / 64] &= !bit;
+            was
+        });
+        if claimed.is_none() {
+            self.bad_deliveries += 1;
         }
+        claimed
     }
 
     /// Reads a delivery's source from its buffer at `off`.

@@ -447,8 +447,10 @@ fn bind(client: &Client, port: u16) -> Result<shmnet_io::client::UdpSocket> {
 ///   which must go back: the application copies it out (`recv`);
 /// - isolated (`server-regions`), the server has already copied it into a buffer of the
 ///   application's own region — that was the one copy, done on the trusted side — and the
-///   application reads it there (`recv_in_place`). Copying it out once more would be a
+///   application takes it there (`recv_in_place`). Copying it out once more would be a
 ///   second copy no isolated application needs (docs/isolation.md measures that choice).
+///
+/// Neither receiver does anything more with the bytes than that one copy.
 pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
     let client = connect(socket)?;
     let sock = bind(&client, APP_PORT)?;

@@ -62,8 +62,10 @@ impl ServerProcess {
         let read = std::fs::read(&path);
         let _ = std::fs::remove_file(&path);
         let bytes = read.map_err(|e| {
+            // Why the server wrote nothing is in what it said as it exited.
+            let why = self.exited().unwrap_or_default();
             RunError::Setup(format!(
-                "reading the server's probe {}: {e}",
+                "reading the server's probe {}: {e} {why}",
                 path.display()
             ))
         })?;
