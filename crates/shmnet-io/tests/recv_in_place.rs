@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::stepped::{self, US, stats};
-use shmnet_io::client::{Client, ClientError, Lent};
+use common::stepped::{self, US, stats_until};
+use shmnet_io::client::{Client, ClientError, Lent, UdpSocket};
 use shmnet_io::spec::{Isolation, OnMiss};
 use std::net::SocketAddrV4;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The bytes of datagram `k` of `len` bytes.
 fn pattern(k: usize, len: usize) -> Vec<u8> {
@@ -33,9 +33,11 @@ fn look(d: &Lent<'_>) -> (Vec<u8>, SocketAddrV4, bool, Vec<u8>) {
     )
 }
 
-fn lends_every_size(isolation: Isolation) {
+/// A loopback server isolating as `isolation` says, and two applications with a socket
+/// each (the clients are kept alive by their sockets).
+fn pair(tag: &str, isolation: Isolation) -> (stepped::Stepped, UdpSocket, UdpSocket) {
     let r = stepped::loopback(
-        &format!("in-place-{isolation:?}"),
+        &format!("{tag}-{isolation:?}"),
         isolation,
         OnMiss::Buffer,
         Duration::from_millis(5),
@@ -45,6 +47,11 @@ fn lends_every_size(isolation: Isolation) {
     assert_eq!(b.is_isolated(), isolation == Isolation::Regions);
     let sa = a.udp_bind(0).unwrap();
     let sb = b.udp_bind(0).unwrap();
+    (r, sa, sb)
+}
+
+fn lends_every_size(isolation: Isolation) {
+    let (_r, sa, sb) = pair("in-place", isolation);
     let to_b = SocketAddrV4::new(US, sb.port());
     let from_a = SocketAddrV4::new(US, sa.port());
     let wait = Duration::from_secs(10);
@@ -87,16 +94,7 @@ fn lends_every_size(isolation: Isolation) {
 /// A closure that panics still gives the memory back: more large datagrams than there are
 /// large posted buffers (32), each read by a closure that panics, and the stream goes on.
 fn a_panicking_closure_loses_nothing(isolation: Isolation) {
-    let r = stepped::loopback(
-        &format!("in-place-panic-{isolation:?}"),
-        isolation,
-        OnMiss::Buffer,
-        Duration::from_millis(5),
-    );
-    let a = Client::connect(&r.path).expect("attach a");
-    let b = Client::connect(&r.path).expect("attach b");
-    let sa = a.udp_bind(0).unwrap();
-    let sb = b.udp_bind(0).unwrap();
+    let (r, sa, sb) = pair("in-place-panic", isolation);
     let to_b = SocketAddrV4::new(US, sb.port());
     let msg = pattern(7, 14_792);
     for k in 0..100 {
@@ -114,11 +112,11 @@ fn a_panicking_closure_loses_nothing(isolation: Isolation) {
         .unwrap();
     assert!(ok, "the stream goes on after 100 panics");
     // And the server holds nothing lent out (shared windows: every chain came back).
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stats(&r.path).apps.iter().any(|x| x.holding > 0) {
-        assert!(Instant::now() < deadline, "a chain was never given back");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let s = stats_until(&r.path, |s| s.apps.iter().all(|x| x.holding == 0));
+    assert!(
+        s.apps.iter().all(|x| x.holding == 0),
+        "a chain was never given back"
+    );
 }
 
 #[test]

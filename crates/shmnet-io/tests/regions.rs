@@ -4,14 +4,14 @@
 
 mod common;
 
-use common::stepped::{Stepped, stats};
+use common::stepped::{Stepped, stats, stats_until};
 use shmnet_chan::PageSize;
 use shmnet_chan::handles::{Perms, Region, RegionId, TableLimits};
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::control::{self, Request, Response};
 use shmnet_io::driver::softnic::SoftnicConfig;
 use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{ControlLimits, Placement, ServerOptions, ServerStats};
+use shmnet_io::server::{ControlLimits, Placement, ServerOptions};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -39,18 +39,6 @@ fn start(tag: &str, regions: TableLimits) -> Stepped {
             },
         },
     )
-}
-
-/// Waits (at most 10 s) until `done` holds for the server's stats.
-fn stats_until(path: &Path, done: impl Fn(&ServerStats) -> bool) -> ServerStats {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let s = stats(path);
-        if done(&s) || Instant::now() > deadline {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn refused(r: Result<RegionId, ClientError>) -> String {

@@ -13,7 +13,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The server's address in [`loopback`] servers: applications reach each other at it.
 pub const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -73,6 +73,18 @@ impl Stepped {
 /// The counters of the server at `path`.
 pub fn stats(path: &Path) -> ServerStats {
     shmnet_io::server::query_stats(path).expect("stats answered")
+}
+
+/// Waits (at most 10 s) until `done` holds for the server's stats.
+pub fn stats_until(path: &Path, done: impl Fn(&ServerStats) -> bool) -> ServerStats {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = stats(path);
+        if done(&s) || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// A server over a loopback softnic at [`US`] (every frame it sends comes back), isolating
