@@ -42,7 +42,26 @@ icmp[2:4] = struct.pack("!H", csum(bytes(icmp)))
 payload = bytes((i * 31 + 7) & 0xff for i in range(4000))
 dg = udp(5000, 7, payload)
 
+def tcp(sport, dport, seq, ack, flags, data=b"", opts=b""):
+    hl = 20 + len(opts)
+    t = bytearray(struct.pack("!HHIIBBHHH", sport, dport, seq, ack, (hl // 4) << 4, flags, 65535, 0, 0) + opts + data)
+    pseudo = PEER_IP + OUR_IP + struct.pack("!BBH", 0, 6, len(t))
+    t[16:18] = struct.pack("!H", csum(pseudo + bytes(t)))
+    return bytes(t)
+
+SYN, ACK, FIN, RST, PSH = 0x02, 0x10, 0x01, 0x04, 0x08
+syn_opts = struct.pack("!BBH", 2, 4, 1460) + b"\x01\x03\x03\x07"
+
 corpus = {
+    "tcp_syn": rec(ip(tcp(40000, 7, 1000, 0, SYN, opts=syn_opts), proto=6)) + b"\xf8",
+    "tcp_syn_closed_port": rec(ip(tcp(40000, 99, 1000, 0, SYN), proto=6)),
+    "tcp_handshake_guess_data_fin": b"".join(rec(ip(t, proto=6)) for t in [
+        tcp(40001, 7, 5000, 0, SYN, opts=syn_opts),
+        tcp(40001, 7, 5001, 1, ACK),
+        tcp(40001, 7, 5001, 1, ACK | PSH, b"hello over tcp"),
+        tcp(40001, 7, 5015, 1, ACK | FIN),
+        tcp(40001, 7, 5001, 1, RST),
+    ]) + b"\xfa\xf0\x05\xfb",
     "udp_frame": rec(ip(udp(5000, 7, b"hello shmnet"))) + b"\xf8",
     "arp_request": rec(arp),
     "icmp_echo": rec(ip(bytes(icmp), proto=1)),

@@ -81,6 +81,33 @@ pub trait BufferPool {
     fn free_count(&self) -> usize;
     /// How many buffers the pool has in all.
     fn total(&self) -> usize;
+    /// Copy `len` bytes from buffer `src` at `src_off` to buffer `dst` at `dst_off` (two
+    /// different buffers; both ranges within the capacity, else nothing is copied and
+    /// `false` returned). The stack's one pool-to-pool copy: TCP's segmentation, coalescing
+    /// small segments. The default bounces through a small stack array; pools whose memory
+    /// allows it copy directly.
+    fn copy_between(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+    ) -> bool {
+        let cap = self.capacity();
+        if src == dst || src_off + len > cap || dst_off + len > cap {
+            return false;
+        }
+        let mut bounce = [0u8; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(bounce.len());
+            bounce[..n].copy_from_slice(&self.data(src)[src_off + done..src_off + done + n]);
+            self.data_mut(dst)[dst_off + done..dst_off + done + n].copy_from_slice(&bounce[..n]);
+            done += n;
+        }
+        true
+    }
 }
 
 /// The valid bytes of a buffer, `data[off .. off + len]`, clamped to the capacity so that
@@ -309,6 +336,23 @@ impl BufferPool for HeapPool {
     fn data_mut(&mut self, idx: BufIdx) -> &mut [u8] {
         let start = idx.as_usize() * self.cap;
         &mut self.data[start..start + self.cap]
+    }
+
+    fn copy_between(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+    ) -> bool {
+        if src == dst || src_off + len > self.cap || dst_off + len > self.cap {
+            return false;
+        }
+        let from = src.as_usize() * self.cap + src_off;
+        let to = dst.as_usize() * self.cap + dst_off;
+        self.data.copy_within(from..from + len, to);
+        true
     }
 
     #[inline]

@@ -16,13 +16,16 @@ use crate::checksum::Sum;
 use crate::frag::{self, BuildError};
 use crate::icmp::{self, RateLimiter};
 use crate::ipv4::{self, Datagram, EmitHeader, Ipv4Error};
-use crate::reasm::{FragDrop, FragKey, Fragment, Outcome, Reassembler};
+use crate::reasm::{Budget, FragDrop, FragKey, Fragment, Outcome, Reassembler};
 use crate::socket::{
     self, DemuxHasher, Message, RecvHook, RecvInfo, SocketHandle, UdpSocket, demux_key,
 };
 use crate::stats::Stats;
+use crate::tcp::{Tcp, TcpConfig};
 use crate::udp::{self, UdpHeader};
 use crate::{Instant, eth};
+
+mod tcp;
 
 /// Where transmitted frames go. Each frame is handed over as the head of a buffer chain
 /// whose bytes are the whole Ethernet frame (this stack always emits single-buffer
@@ -73,6 +76,20 @@ pub struct Config {
     pub reasm_timeout: Duration,
     /// Fragments one datagram may have (64).
     pub reasm_max_frags: usize,
+    /// Buffers all incomplete datagrams together may hold (`None`: a quarter of the buffers
+    /// of the pool passed to `receive`, raised to `reasm_max_frags` in a small pool but
+    /// never above half of it). Beyond it the oldest is evicted (see the budget in
+    /// [`crate::reasm`]'s documentation).
+    pub reasm_max_buffers: Option<usize>,
+    /// Payload bytes all incomplete datagrams together may hold (`None`: the buffer budget
+    /// times the pool's buffer capacity, i.e. no tighter than the buffers).
+    pub reasm_max_bytes: Option<usize>,
+    /// Buffers the incomplete datagrams of one source address may hold (`None`: a quarter
+    /// of the global budget, but at least `reasm_max_frags`, at most the global budget).
+    pub reasm_source_max_buffers: Option<usize>,
+    /// Payload bytes the incomplete datagrams of one source address may hold (`None`: a
+    /// quarter of the global bytes, but at least 65,515, at most the global bytes).
+    pub reasm_source_max_bytes: Option<usize>,
     /// Neighbour cache entries (256).
     pub arp_cache_capacity: usize,
     /// How long a learnt neighbour stays valid (60 s).
@@ -94,6 +111,8 @@ pub struct Config {
     /// ourselves is `Unaddressable`, and a datagram claiming our address as its source is
     /// spoofed (counted in `bad_address`).
     pub loopback: bool,
+    /// TCP's settings (its MSS is set from `mtu` by [`Config::new`]).
+    pub tcp: TcpConfig,
 }
 
 impl Config {
@@ -112,6 +131,10 @@ impl Config {
             reasm_capacity: 64,
             reasm_timeout: Duration::from_secs(30),
             reasm_max_frags: 64,
+            reasm_max_buffers: None,
+            reasm_max_bytes: None,
+            reasm_source_max_buffers: None,
+            reasm_source_max_bytes: None,
             arp_cache_capacity: 256,
             arp_entry_ttl: Duration::from_secs(60),
             arp_pending_limit: 64,
@@ -120,6 +143,7 @@ impl Config {
             icmp_burst: 10,
             icmp_interval: Duration::from_millis(100),
             loopback: false,
+            tcp: TcpConfig::default(),
         }
     }
 }
@@ -191,6 +215,7 @@ pub struct Interface {
     neighbors: NeighborCache,
     pending: PendingQueue,
     reasm: Reassembler,
+    tcp: Tcp,
     sockets: Vec<Option<UdpSocket>>,
     demux: HashMap<u64, (SocketAddrV4, usize), BuildHasherDefault<DemuxHasher>>,
     icmp_limit: RateLimiter,
@@ -228,7 +253,14 @@ impl Interface {
                 cfg.reasm_capacity,
                 nanos(cfg.reasm_timeout),
                 cfg.reasm_max_frags,
-            ),
+            )
+            .with_budget(Budget {
+                max_buffers: cfg.reasm_max_buffers,
+                max_bytes: cfg.reasm_max_bytes,
+                source_max_buffers: cfg.reasm_source_max_buffers,
+                source_max_bytes: cfg.reasm_source_max_bytes,
+            }),
+            tcp: Tcp::new(cfg.tcp.clone()),
             sockets: Vec::new(),
             demux: HashMap::default(),
             icmp_limit: RateLimiter::new(cfg.icmp_burst, nanos(cfg.icmp_interval)),
@@ -257,6 +289,20 @@ impl Interface {
     /// Datagrams in the reassembly table.
     pub fn reasm_len(&self) -> usize {
         self.reasm.len()
+    }
+
+    /// Buffers and payload bytes held by incomplete datagrams in the reassembly table.
+    pub fn reasm_held(&self) -> (usize, usize) {
+        self.reasm.held()
+    }
+
+    /// The evictions and early expiries the reassembler counts itself, into the stats.
+    fn copy_reasm_counters(&mut self) {
+        let c = self.reasm.counters();
+        self.stats.reasm_table_full = c.table_full;
+        self.stats.reasm_evicted_budget = c.evicted_budget;
+        self.stats.reasm_evicted_source = c.evicted_source;
+        self.stats.reasm_expired_pressure = c.expired_pressure;
     }
 
     /// Frames waiting for ARP.
@@ -449,7 +495,8 @@ impl Interface {
                 buf: frame,
             };
             match self.reasm.insert(pool, frag, now) {
-                Outcome::Held => {}
+                // An eviction is counted by the reassembler, copied below.
+                Outcome::Held | Outcome::Evicted => {}
                 Outcome::Complete(dg) => {
                     self.stats.reasm_ok += 1;
                     self.dispatch(pool, dg, now, tx);
@@ -466,7 +513,7 @@ impl Interface {
                     *c += 1;
                 }
             }
-            self.stats.reasm_table_full = self.reasm.evictions();
+            self.copy_reasm_counters();
         } else {
             let dg = Datagram {
                 head: frame,
@@ -493,6 +540,7 @@ impl Interface {
         match dg.proto {
             IpProtocol::Udp => self.rx_udp(pool, dg, now, tx),
             IpProtocol::Icmp => self.rx_icmp(pool, dg, now, tx),
+            IpProtocol::Tcp => self.rx_tcp(pool, dg, now, tx),
             _ => {
                 self.stats.unknown_protocol += 1;
                 pool.free_chain(dg.head);
@@ -649,6 +697,7 @@ impl Interface {
         tx: &mut T,
     ) {
         self.stats.reasm_timeout += self.reasm.expire(pool, now);
+        self.copy_reasm_counters();
         let (dead, again) = self.pending.expire(
             now,
             nanos(self.cfg.arp_pending_timeout),
@@ -662,6 +711,7 @@ impl Interface {
             self.send_arp_request(pool, ip, tx);
         }
         self.neighbors.expire(now);
+        self.tcp_poll(pool, now, tx);
     }
 
     /// When [`poll`](Self::poll) next has work (a reassembly deadline or an ARP wait), if
@@ -672,16 +722,14 @@ impl Interface {
             nanos(self.cfg.arp_pending_timeout),
             nanos(self.cfg.arp_retry),
         );
-        match (reasm, arp) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [reasm, arp, self.tcp.poll_at()].into_iter().flatten().min()
     }
 
     /// Free every buffer the interface holds (reassembly, ARP queue, socket queues) and
     /// close every socket.
     pub fn clear<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
         self.reasm.clear(pool);
+        self.tcp.clear(pool);
         for f in self.pending.drain() {
             pool.free(f);
         }
@@ -744,22 +792,7 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) -> Result<(), SendError> {
-        let (mac, next_hop) = match dst_mac {
-            Some(m) => (Some(m), hdr.dst),
-            None if self.cfg.loopback && hdr.dst == self.cfg.ipv4 => (Some(self.cfg.mac), hdr.dst),
-            None if self.is_broadcast(hdr.dst) => (Some(EthernetAddress::BROADCAST), hdr.dst),
-            None => {
-                let hop = if self.on_link(hdr.dst) {
-                    hdr.dst
-                } else if let Some(gw) = self.cfg.gateway {
-                    gw
-                } else {
-                    self.stats.no_route += 1;
-                    return Err(SendError::NoRoute);
-                };
-                (self.neighbors.lookup(hop, now), hop)
-            }
-        };
+        let (mac, next_hop) = self.route(hdr.dst, dst_mac, now)?;
         let mut frames = std::mem::take(&mut self.scratch);
         frames.clear();
         let mut sum = Sum::default();
@@ -792,38 +825,79 @@ impl Interface {
                 if n > 1 {
                     self.stats.frags_sent += n as u64;
                 }
-                if mac.is_some() {
-                    self.stats.tx_frames += n as u64;
-                    for &f in &frames {
-                        tx.transmit(f);
-                    }
-                    Ok(())
-                } else if self.pending.room() < n {
-                    self.stats.arp_queue_full += n as u64;
-                    for &f in &frames {
-                        pool.free(f);
-                    }
-                    Err(SendError::ArpQueueFull)
-                } else {
-                    for &f in &frames {
-                        // Cannot fail: room was checked.
-                        if let Err(f) = self.pending.push(next_hop, f, now) {
-                            pool.free(f);
-                        }
-                    }
-                    if self
-                        .pending
-                        .should_request(next_hop, now, nanos(self.cfg.arp_retry))
-                    {
-                        self.send_arp_request(pool, next_hop, tx);
-                    }
-                    Ok(())
-                }
+                self.emit_frames(pool, &frames, mac, next_hop, now, tx)
             }
         };
         frames.clear();
         self.scratch = frames;
         res
+    }
+
+    /// Where a datagram to `dst` goes: the next hop's Ethernet address when known (`None`:
+    /// ARP must resolve `hop` first) and the hop.
+    fn route(
+        &mut self,
+        dst: Ipv4Addr,
+        dst_mac: Option<EthernetAddress>,
+        now: Instant,
+    ) -> Result<(Option<EthernetAddress>, Ipv4Addr), SendError> {
+        Ok(match dst_mac {
+            Some(m) => (Some(m), dst),
+            None if self.cfg.loopback && dst == self.cfg.ipv4 => (Some(self.cfg.mac), dst),
+            None if self.is_broadcast(dst) => (Some(EthernetAddress::BROADCAST), dst),
+            None => {
+                let hop = if self.on_link(dst) {
+                    dst
+                } else if let Some(gw) = self.cfg.gateway {
+                    gw
+                } else {
+                    self.stats.no_route += 1;
+                    return Err(SendError::NoRoute);
+                };
+                (self.neighbors.lookup(hop, now), hop)
+            }
+        })
+    }
+
+    /// Hand built `frames` (their Ethernet destination already `mac` when it is known) to
+    /// `tx`, or queue them until ARP resolves `next_hop`.
+    fn emit_frames<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        frames: &[BufIdx],
+        mac: Option<EthernetAddress>,
+        next_hop: Ipv4Addr,
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<(), SendError> {
+        let n = frames.len();
+        if mac.is_some() {
+            self.stats.tx_frames += n as u64;
+            for &f in frames {
+                tx.transmit(f);
+            }
+            Ok(())
+        } else if self.pending.room() < n {
+            self.stats.arp_queue_full += n as u64;
+            for &f in frames {
+                pool.free(f);
+            }
+            Err(SendError::ArpQueueFull)
+        } else {
+            for &f in frames {
+                // Cannot fail: room was checked.
+                if let Err(f) = self.pending.push(next_hop, f, now) {
+                    pool.free(f);
+                }
+            }
+            if self
+                .pending
+                .should_request(next_hop, now, nanos(self.cfg.arp_retry))
+            {
+                self.send_arp_request(pool, next_hop, tx);
+            }
+            Ok(())
+        }
     }
 
     // ------------------------------------------------------------------ sockets

@@ -57,6 +57,7 @@ pub mod ipv4;
 pub mod reasm;
 pub mod socket;
 pub mod stats;
+pub mod tcp;
 pub mod udp;
 
 /// The wire layer in one place, for every party that reads or writes frames (the stack

@@ -3,7 +3,9 @@
 //! Invariant: every frame handed to [`crate::Interface::receive`] that the stack refuses is
 //! counted under exactly one drop counter (from `runt` on), and its buffers are back in the
 //! pool before `receive` returns. Frames it accepts are held (a fragment, a queued message),
-//! answered (ARP, ICMP) or simply consumed (an ARP packet about someone else).
+//! answered (ARP, ICMP) or simply consumed (an ARP packet about someone else). A TCP
+//! segment that reached TCP is counted in [`crate::tcp::TcpCounters`] instead (its own
+//! refusals, from `malformed` on), which the interface reports beside these.
 
 macro_rules! stats {
     ($( $(#[$m:meta])* $name:ident ),* $(,)?) => {
@@ -89,6 +91,15 @@ stats! {
     /// Reassembly table full: the oldest datagram was evicted (its fragments freed) to make
     /// room for a new one.
     reasm_table_full,
+    /// Incomplete datagram evicted (its fragments freed) because reassembly held more than
+    /// its global budget of buffers or bytes (a quarter of the pool by default).
+    reasm_evicted_budget,
+    /// Incomplete datagram evicted because its source address held more than its share of
+    /// the reassembly budget.
+    reasm_evicted_source,
+    /// Incomplete datagram abandoned early, older than an eighth of the timeout, because
+    /// reassembly held more than half its budget.
+    reasm_expired_pressure,
     /// Datagram abandoned because its timeout (from the first fragment) expired.
     reasm_timeout,
     /// UDP checksum wrong.

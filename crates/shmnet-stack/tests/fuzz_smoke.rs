@@ -61,6 +61,30 @@ fn templates() -> Vec<Vec<u8>> {
     t.push(arp.clone());
     arp[21] = 2; // reply
     t.push(arp);
+    // TCP to the listener on port 7: a SYN with options, then segments of the same flow
+    // (their sequence and acknowledgement numbers are whatever mutation makes them).
+    for (flags, data, opts) in [
+        (0x02u8, &b""[..], &[2u8, 4, 5, 0xb4, 1, 3, 3, 7][..]),
+        (0x10, b"", b""),
+        (0x18, b"some data for the stream", b""),
+        (0x11, b"", b""),
+        (0x04, b"", b""),
+        (0x12, b"", b""),
+    ] {
+        let hl = 20 + opts.len();
+        let mut seg = vec![0x9c, 0x40, 0, 7, 0, 0, 0x13, 0x88, 0, 0, 0, 1];
+        seg.extend_from_slice(&[(hl as u8 / 4) << 4, flags, 0xff, 0xff, 0, 0, 0, 0]);
+        seg.extend_from_slice(opts);
+        seg.extend_from_slice(data);
+        let mut pseudo = PEER_IP.to_vec();
+        pseudo.extend_from_slice(&OUR_IP);
+        pseudo.extend_from_slice(&[0, 6]);
+        pseudo.extend_from_slice(&(seg.len() as u16).to_be_bytes());
+        pseudo.extend_from_slice(&seg);
+        let c = !ones_sum(&pseudo);
+        seg[16..18].copy_from_slice(&c.to_be_bytes());
+        t.push(ip_frame(PEER_IP, OUR_IP, IpNumber::TCP, 90, 0, false, &seg));
+    }
     t
 }
 
@@ -73,6 +97,8 @@ fn fuzz_smoke_fixed_seed() {
     let mut ifc = Interface::new(cfg);
     let mut pool = HeapPool::with_count(512);
     let socks = [bind(&mut ifc, 7), bind(&mut ifc, 8)];
+    let listener = ifc.tcp_listen(7, 8).unwrap();
+    let mut conns = Vec::new();
     let tpl = templates();
     let mut now = 0u64;
     let mut tx: Vec<BufIdx> = Vec::new();
@@ -176,6 +202,17 @@ fn fuzz_smoke_fixed_seed() {
                 );
             }
             16 => ifc.poll(&mut pool, Instant::from_nanos(now), &mut tx),
+            18..=20 => {
+                let t = Instant::from_nanos(now);
+                while let Ok(Some(h)) = ifc.tcp_accept(listener) {
+                    conns.push(h);
+                }
+                for &h in &conns {
+                    if let Ok(n) = ifc.tcp_recv(&mut pool, h, &mut user[..4096], t, &mut tx) {
+                        let _ = ifc.tcp_send(&mut pool, h, &user[..n], t, &mut tx);
+                    }
+                }
+            }
             17 => ifc.add_neighbor(
                 Ipv4Addr::new(10, 0, 0, 3),
                 EthernetAddress(PEER_MAC),
@@ -212,8 +249,18 @@ fn fuzz_smoke_fixed_seed() {
             .is_some()
         {}
     }
+    let tcp = ifc.tcp_counters().clone();
+    eprintln!("{tcp:?}");
+    assert!(
+        tcp.segs_in > 0 && tcp.segs_out > 0 && tcp.malformed + tcp.bad_checksum > 0,
+        "{tcp:?}"
+    );
     assert_eq!(ifc.reasm_len(), 0);
-    assert_eq!(ifc.arp_pending_len(), 0);
+    if ifc.tcp_connections() == 0 {
+        assert_eq!(ifc.arp_pending_len(), 0);
+    }
+    // Open connections hold their queues until the interface is cleared.
+    ifc.clear(&mut pool);
     assert_eq!(pool.free_count(), pool.total(), "{:?}", ifc.stats());
 }
 

@@ -316,8 +316,8 @@ fn refused_frames_are_counted_and_freed() {
     feed(&mut ifc, &mut pool, &other, now);
     assert_eq!(ifc.stats().not_for_us, 2);
 
-    let tcp = ip_frame(PEER_IP, OUR_IP, IpNumber::TCP, 1, 0, false, &[0; 20]);
-    feed(&mut ifc, &mut pool, &tcp, now);
+    let sctp = ip_frame(PEER_IP, OUR_IP, IpNumber::SCTP, 1, 0, false, &[0; 20]);
+    feed(&mut ifc, &mut pool, &sctp, now);
     assert_eq!(ifc.stats().unknown_protocol, 1);
 
     let mut f = ip_frame(

@@ -614,7 +614,12 @@ pub(crate) fn losses(parties: &[Finished]) -> std::collections::BTreeMap<String,
             for (name, _) in &drops[first..] {
                 // Eviction and timeouts of partial datagrams follow a lost fragment counted
                 // where it was lost; counting them too would count one message twice.
-                if *name == "reasm_timeout" || *name == "reasm_table_full" {
+                if *name == "reasm_timeout"
+                    || *name == "reasm_table_full"
+                    || *name == "reasm_evicted_budget"
+                    || *name == "reasm_evicted_source"
+                    || *name == "reasm_expired_pressure"
+                {
                     continue;
                 }
                 add(format!("stack: {name}"), stack[*name].as_u64().unwrap_or(0));

@@ -1,0 +1,1131 @@
+//! One TCP connection: the transmission control block and the event processing of RFC 9293
+//! section 3.10, with the retransmission timer (RFC 6298), NewReno (RFC 5681, 6582), window
+//! scaling (RFC 7323), delayed ACKs, Nagle, zero-window probes and RFC 5961's challenge ACKs.
+//!
+//! A [`Conn`] is sans-I/O: [`Conn::on_segment`] takes a parsed segment and its payload
+//! buffer, [`Conn::on_timer`] the time; [`Conn::next_segment`] says what to send next (the
+//! caller builds the frame, copying the payload out of the send queue with
+//! [`Conn::copy_payload`]). Data never leaves pool buffers: received payloads are queued as
+//! the buffers they arrived in, and the send queue is buffers too.
+
+use std::net::SocketAddrV4;
+
+use super::cc::{AckAction, DupAckAction, NewReno};
+use super::queue::{ChainQueue, Cursor, Ooo, OooInsert};
+use super::rtt::Rtt;
+use super::seq::Seq;
+use super::{CloseReason, TcpConfig, TcpCounters};
+use crate::Instant;
+use crate::buf::{BufIdx, BufferPool};
+
+/// RFC 9293's connection states (LISTEN is a listener, not a connection).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    /// Our SYN is sent; waiting for the peer's.
+    SynSent,
+    /// The peer's SYN arrived and ours is sent; waiting for its ACK.
+    SynReceived,
+    /// Data flows both ways.
+    Established,
+    /// We closed; our FIN is not yet acknowledged.
+    FinWait1,
+    /// We closed and our FIN is acknowledged; waiting for the peer's FIN.
+    FinWait2,
+    /// The peer closed; we may still send.
+    CloseWait,
+    /// Both closed at once; waiting for the ACK of our FIN.
+    Closing,
+    /// The peer closed, then we did; waiting for the ACK of our FIN.
+    LastAck,
+    /// Both closed; waiting out old duplicates (2·MSL).
+    TimeWait,
+    /// Gone.
+    Closed,
+}
+
+impl State {
+    /// Whether the handshake completed (RFC 9293's synchronized states).
+    pub fn synchronized(self) -> bool {
+        !matches!(self, State::SynSent | State::SynReceived | State::Closed)
+    }
+}
+
+/// A received segment's header, parsed and checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegIn {
+    /// Sequence number.
+    pub seq: Seq,
+    /// Acknowledgement number, when the ACK flag is set.
+    pub ack: Option<Seq>,
+    /// Window field (unscaled).
+    pub wnd: u16,
+    /// SYN flag.
+    pub syn: bool,
+    /// FIN flag.
+    pub fin: bool,
+    /// RST flag.
+    pub rst: bool,
+    /// MSS option.
+    pub mss: Option<u16>,
+    /// Window-scale option.
+    pub wscale: Option<u8>,
+    /// Payload bytes.
+    pub len: u32,
+}
+
+impl SegIn {
+    /// Length in sequence space (payload, SYN and FIN).
+    pub fn seq_len(&self) -> u32 {
+        self.len + u32::from(self.syn) + u32::from(self.fin)
+    }
+}
+
+/// A segment to send.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegOut {
+    /// Sequence number.
+    pub seq: Seq,
+    /// Acknowledgement number (the ACK flag), absent only on a SYN or a bare RST.
+    pub ack: Option<Seq>,
+    /// Window field (already scaled).
+    pub wnd: u16,
+    /// SYN flag.
+    pub syn: bool,
+    /// FIN flag.
+    pub fin: bool,
+    /// RST flag.
+    pub rst: bool,
+    /// PSH flag.
+    pub psh: bool,
+    /// MSS option (SYNs).
+    pub mss: Option<u16>,
+    /// Window-scale option (SYNs).
+    pub wscale: Option<u8>,
+    /// Payload: `len` bytes starting `off` bytes into the send queue.
+    pub data_off: u32,
+    /// Payload length.
+    pub data_len: u32,
+}
+
+/// The delayed-ACK timeout (RFC 9293 allows up to 500 ms; Linux's floor is 40 ms).
+const DELAYED_ACK_US: u32 = 40_000;
+/// Retransmissions of a SYN before the connection attempt fails (Linux: 6).
+const SYN_RETRIES: u8 = 6;
+/// Retransmissions of data before the connection is dropped (Linux's `tcp_retries2`).
+const DATA_RETRIES: u8 = 15;
+
+/// One connection's transmission control block.
+///
+/// Invariants: `snd_una <= snd_nxt <= snd_max`; the send queue's first byte is sequence
+/// number `snd_una` once our SYN is acknowledged (`iss + 1` before); the receive queue holds
+/// exactly the bytes before `rcv_nxt` the application has not read, the out-of-order queue
+/// bytes after it; the retransmission timer runs exactly when `snd_una != snd_max`.
+#[derive(Debug)]
+pub struct Conn {
+    /// Our address.
+    pub local: SocketAddrV4,
+    /// The peer's address.
+    pub remote: SocketAddrV4,
+    state: State,
+    // ---- send sequence space
+    iss: Seq,
+    snd_una: Seq,
+    snd_nxt: Seq,
+    snd_max: Seq,
+    snd_wnd: u32,
+    max_snd_wnd: u32,
+    snd_wl1: Seq,
+    snd_wl2: Seq,
+    smss: u16,
+    snd_wscale: u8,
+    rcv_wscale: u8,
+    tx: ChainQueue,
+    tx_cursor: Cursor,
+    snd_buf: u32,
+    // ---- receive sequence space
+    irs: Seq,
+    rcv_nxt: Seq,
+    rcv_adv: Seq,
+    rcv_buf: u32,
+    rx: ChainQueue,
+    ooo: Ooo,
+    ooo_fin: Option<Seq>,
+    // ---- control
+    rtt: Rtt,
+    cc: NewReno,
+    rtt_probe: Option<(Seq, Instant)>,
+    rto_at: Option<Instant>,
+    ack_at: Option<Instant>,
+    persist_at: Option<Instant>,
+    tw_at: Option<Instant>,
+    retries: u8,
+    unacked_segs: u8,
+    flags: Flags,
+    error: Option<CloseReason>,
+    /// Who owns it: the application, or a listener until it is accepted.
+    pub(crate) accept: Accept,
+    /// The earliest deadline this connection has in the timer queue.
+    pub(crate) timer_armed: Option<Instant>,
+}
+
+/// Who owns a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Accept {
+    /// The application (it connected, or accepted it).
+    Owned,
+    /// Listener `0`'s, in its handshake.
+    HalfOpen(u32),
+    /// Listener `0`'s, established and waiting in its accept queue.
+    Ready(u32),
+}
+
+/// Booleans of a connection, one byte each (kept together for the size).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Flags {
+    /// The application will send no more: a FIN follows the queue.
+    fin_queued: bool,
+    /// Our FIN is acknowledged.
+    fin_acked: bool,
+    /// The peer's FIN is in: the stream ends after the receive queue.
+    rx_fin: bool,
+    /// Send an ACK at the next chance.
+    ack_now: bool,
+    /// Resend the first unacknowledged segment (fast retransmit, partial ACK).
+    retransmit_one: bool,
+    /// Send one byte beyond a zero window (the persist timer fired).
+    probe: bool,
+    /// Send a RST and close.
+    rst: bool,
+    /// Nagle off.
+    nodelay: bool,
+    /// The application closed its handle: free the connection when it is closed.
+    orphan: bool,
+    /// Our window scale option was offered (on a SYN we sent).
+    ws_offered: bool,
+}
+
+impl Conn {
+    fn new(
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: Seq,
+        state: State,
+        cfg: &TcpConfig,
+    ) -> Conn {
+        Conn {
+            local,
+            remote,
+            state,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            max_snd_wnd: 0,
+            snd_wl1: Seq(0),
+            snd_wl2: Seq(0),
+            smss: 536,
+            snd_wscale: 0,
+            rcv_wscale: 0,
+            tx: ChainQueue::default(),
+            tx_cursor: Cursor::default(),
+            snd_buf: cfg.snd_buf,
+            irs: Seq(0),
+            rcv_nxt: Seq(0),
+            rcv_adv: Seq(0),
+            rcv_buf: cfg.rcv_buf,
+            rx: ChainQueue::default(),
+            ooo: Ooo::default(),
+            ooo_fin: None,
+            rtt: Rtt::default(),
+            cc: NewReno::new(536),
+            rtt_probe: None,
+            rto_at: None,
+            ack_at: None,
+            persist_at: None,
+            tw_at: None,
+            retries: 0,
+            unacked_segs: 0,
+            flags: Flags {
+                nodelay: cfg.nodelay,
+                ..Flags::default()
+            },
+            error: None,
+            accept: Accept::Owned,
+            timer_armed: None,
+        }
+    }
+
+    /// An active open: SYN-SENT, with the SYN ready to go.
+    pub fn active(local: SocketAddrV4, remote: SocketAddrV4, iss: Seq, cfg: &TcpConfig) -> Conn {
+        let mut c = Conn::new(local, remote, iss, State::SynSent, cfg);
+        c.rcv_wscale = window_shift(cfg.rcv_buf);
+        c.flags.ws_offered = true;
+        c
+    }
+
+    /// A passive open: the listener's SYN `seg` from `remote` makes a SYN-RECEIVED
+    /// connection with the SYN-ACK ready to go.
+    pub fn passive(
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        seg: &SegIn,
+        iss: Seq,
+        cfg: &TcpConfig,
+    ) -> Conn {
+        let mut c = Conn::new(local, remote, iss, State::SynReceived, cfg);
+        c.take_syn_options(seg, cfg);
+        c.irs = seg.seq;
+        c.rcv_nxt = seg.seq.add(1);
+        c.rcv_adv = c.rcv_nxt;
+        c.snd_wnd = u32::from(seg.wnd); // never scaled on a SYN
+        c.max_snd_wnd = c.snd_wnd;
+        c.snd_wl1 = seg.seq;
+        c.snd_wl2 = iss;
+        c
+    }
+
+    fn take_syn_options(&mut self, seg: &SegIn, cfg: &TcpConfig) {
+        let ours = cfg.mss;
+        self.smss = seg.mss.map_or(536, |m| m.max(64)).min(ours);
+        self.cc = NewReno::new(self.smss);
+        match seg.wscale {
+            Some(s) if self.state == State::SynReceived || self.flags.ws_offered => {
+                self.snd_wscale = s.min(14);
+                if self.state == State::SynReceived {
+                    self.rcv_wscale = window_shift(cfg.rcv_buf);
+                    self.flags.ws_offered = true;
+                }
+            }
+            _ => {
+                self.snd_wscale = 0;
+                self.rcv_wscale = 0;
+                self.flags.ws_offered = false;
+            }
+        }
+    }
+
+    /// The state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Why the connection ended, if it ended badly.
+    pub fn error(&self) -> Option<CloseReason> {
+        self.error
+    }
+
+    /// Bytes the application can read now.
+    pub fn readable(&self) -> u32 {
+        self.rx.bytes()
+    }
+
+    /// Whether the peer's FIN is in and every byte before it has been read.
+    pub fn at_eof(&self) -> bool {
+        self.flags.rx_fin && self.rx.is_empty()
+    }
+
+    /// Bytes the application may still queue for sending.
+    pub fn send_room(&self) -> u32 {
+        self.snd_buf.saturating_sub(self.tx.bytes())
+    }
+
+    /// Bytes queued for sending and not yet acknowledged.
+    pub fn send_queued(&self) -> u32 {
+        self.tx.bytes()
+    }
+
+    /// Whether the application closed its handle.
+    pub fn orphaned(&self) -> bool {
+        self.flags.orphan
+    }
+
+    /// Set Nagle's algorithm off (`true`) or on.
+    pub fn set_nodelay(&mut self, on: bool) {
+        self.flags.nodelay = on;
+    }
+
+    /// What `shmnet sockets` and tests show of the connection.
+    pub fn info(&self) -> super::TcpInfo {
+        super::TcpInfo {
+            state: self.state,
+            local: self.local,
+            remote: self.remote,
+            cwnd: self.cc.cwnd,
+            ssthresh: self.cc.ssthresh,
+            srtt_us: self.rtt.srtt_us(),
+            rto_us: self.rtt.rto_us(),
+            snd_wnd: self.snd_wnd,
+            mss: self.smss,
+            snd_wscale: self.snd_wscale,
+            rcv_wscale: self.rcv_wscale,
+            send_queued: self.tx.bytes(),
+            readable: self.rx.bytes(),
+            ooo_bytes: self.ooo.bytes(),
+            in_flight: self.snd_max.since(self.snd_una),
+        }
+    }
+
+    // ------------------------------------------------------------------ application side
+
+    /// Queue `data` for sending; returns the bytes taken (0 when the send buffer is full).
+    pub fn send<P: BufferPool + ?Sized>(&mut self, pool: &mut P, data: &[u8]) -> usize {
+        self.tx.write(pool, data, self.snd_buf, 0)
+    }
+
+    /// Copy received bytes into `dst`; returns how many. Opens the window: a window that
+    /// grew by two segments or half the buffer is announced at once.
+    pub fn recv<P: BufferPool + ?Sized>(&mut self, pool: &mut P, dst: &mut [u8]) -> usize {
+        let before = self.rcv_window();
+        let n = self.rx.read(pool, dst);
+        if n > 0 && self.state.synchronized() && !self.flags.rx_fin {
+            let grown = self
+                .rcv_window()
+                .saturating_sub(before.max(self.rcv_adv.since(self.rcv_nxt)));
+            if grown >= (2 * u32::from(self.smss)).min(self.rcv_buf / 2) {
+                self.flags.ack_now = true;
+            }
+        }
+        n
+    }
+
+    /// The application will send nothing more: queue a FIN after the data.
+    pub fn shutdown_write(&mut self) {
+        match self.state {
+            State::SynSent => self.state = State::Closed,
+            State::SynReceived | State::Established => {
+                self.flags.fin_queued = true;
+                self.state = State::FinWait1;
+            }
+            State::CloseWait => {
+                self.flags.fin_queued = true;
+                self.state = State::LastAck;
+            }
+            _ => {}
+        }
+    }
+
+    /// The application closed its handle. Unread data makes it an abort (RFC 2525 2.17:
+    /// the peer learns its data was not read); otherwise the connection closes in order and
+    /// is freed once closed.
+    pub fn close<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
+        self.flags.orphan = true;
+        if !self.rx.is_empty() {
+            self.abort(pool);
+        } else {
+            self.shutdown_write();
+        }
+    }
+
+    /// Nobody will take this connection (its listener is gone, or its handshake failed):
+    /// reset it if it is open, and free it once closed.
+    pub(crate) fn orphan_and_abort<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
+        self.flags.orphan = true;
+        if self.state != State::Closed {
+            self.abort(pool);
+        }
+    }
+
+    /// Reset the connection: a RST goes out (when the peer knows of us), every buffer back.
+    pub fn abort<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
+        if self.state.synchronized() || self.state == State::SynReceived {
+            self.flags.rst = true;
+        } else {
+            self.enter_closed(pool, Some(CloseReason::Aborted));
+        }
+    }
+
+    // ------------------------------------------------------------------ receive side
+
+    /// The window we can offer now: buffer space left.
+    fn rcv_window(&self) -> u32 {
+        self.rcv_buf
+            .saturating_sub(self.rx.bytes() + self.ooo.bytes())
+            .min(0x3fff_ffff)
+    }
+
+    /// Process one arriving segment. `payload` is its buffer narrowed to the payload
+    /// (`seg.len` bytes), or `None` when it has none; the connection takes it. Returns a
+    /// RST to send when the segment gets one in answer (no connection state changes).
+    pub fn on_segment<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        seg: &SegIn,
+        payload: Option<BufIdx>,
+        now: Instant,
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) -> Option<SegOut> {
+        let mut payload = payload;
+        let rst = self.segment(pool, seg, &mut payload, now, cfg, ctr);
+        if let Some(b) = payload {
+            pool.free(b);
+        }
+        rst
+    }
+
+    fn segment<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        seg: &SegIn,
+        payload: &mut Option<BufIdx>,
+        now: Instant,
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) -> Option<SegOut> {
+        match self.state {
+            State::Closed => return None,
+            State::SynSent => return self.syn_sent(pool, seg, now, cfg, ctr),
+            _ => {}
+        }
+        // (1) Acceptability (RFC 9293 3.10.7.4): some of the segment must lie in the window.
+        let wnd = self
+            .rcv_adv
+            .since(self.rcv_nxt)
+            .max(self.rcv_window().min(1));
+        let seg_len = seg.seq_len();
+        let end = seg.seq.add(seg_len);
+        let acceptable = match (seg_len, wnd) {
+            (0, 0) => seg.seq == self.rcv_nxt,
+            (0, _) => seg.seq.in_range(self.rcv_nxt, self.rcv_nxt.add(wnd)),
+            (_, 0) => false,
+            (_, _) => {
+                seg.seq.in_range(self.rcv_nxt, self.rcv_nxt.add(wnd))
+                    || end.sub(1).in_range(self.rcv_nxt, self.rcv_nxt.add(wnd))
+            }
+        };
+        if !acceptable {
+            // A retransmitted SYN while our SYN-ACK is unacknowledged: send it again.
+            if self.state == State::SynReceived && seg.syn && seg.seq == self.irs {
+                self.snd_nxt = self.iss;
+                return None;
+            }
+            if !seg.rst {
+                ctr.out_of_window += 1;
+                self.flags.ack_now = true;
+                if self.state == State::TimeWait && seg.fin {
+                    self.tw_at = Some(at(now, cfg.time_wait_us));
+                }
+            }
+            return None;
+        }
+        // (2) RST (RFC 5961 3.2): exactly at rcv_nxt resets, elsewhere in the window asks.
+        if seg.rst {
+            if seg.seq == self.rcv_nxt {
+                ctr.resets_received += 1;
+                let why = match self.state {
+                    State::SynReceived => CloseReason::Refused,
+                    State::Closing | State::LastAck | State::TimeWait => {
+                        self.enter_closed(pool, None);
+                        return None;
+                    }
+                    _ => CloseReason::Reset,
+                };
+                self.enter_closed(pool, Some(why));
+            } else {
+                ctr.challenge_acks += 1;
+                self.flags.ack_now = true;
+            }
+            return None;
+        }
+        // (4) SYN in a synchronized state (RFC 5961 4.2): a challenge ACK.
+        if seg.syn {
+            ctr.challenge_acks += 1;
+            self.flags.ack_now = true;
+            return None;
+        }
+        // (5) ACK.
+        let Some(ack) = seg.ack else {
+            ctr.no_ack += 1;
+            return None;
+        };
+        if self.state == State::SynReceived {
+            if ack.gt(self.snd_una) && ack.le(self.snd_max) {
+                self.state = State::Established;
+                self.snd_wnd = u32::from(seg.wnd) << self.snd_wscale;
+                self.max_snd_wnd = self.snd_wnd;
+                self.snd_wl1 = seg.seq;
+                self.snd_wl2 = ack;
+                ctr.passive_opens += 1;
+            } else {
+                return Some(rst_for(seg));
+            }
+        }
+        if ack.gt(self.snd_max) {
+            // ACKs data we never sent (RFC 9293: ACK and drop; RFC 5961 5.2 agrees).
+            ctr.ack_unsent += 1;
+            self.flags.ack_now = true;
+            return None;
+        }
+        if ack.lt(self.snd_una.sub(self.max_snd_wnd.max(1))) {
+            ctr.challenge_acks += 1;
+            self.flags.ack_now = true;
+            return None;
+        }
+        self.process_ack(pool, seg, ack, now, cfg, ctr);
+        if self.state == State::Closed {
+            return None;
+        }
+        // (7) Data.
+        if seg.len > 0 {
+            if let Some(b) = payload.take() {
+                match self.state {
+                    State::Established | State::FinWait1 | State::FinWait2 => {
+                        self.take_data(pool, seg, b, now, cfg, ctr);
+                    }
+                    _ => {
+                        pool.free(b);
+                        self.flags.ack_now = true;
+                    }
+                }
+            }
+        }
+        // (8) FIN.
+        if seg.fin {
+            let fin_seq = seg.seq.add(seg.len);
+            if fin_seq == self.rcv_nxt {
+                self.take_fin(now, cfg);
+            } else if fin_seq.gt(self.rcv_nxt) {
+                self.ooo_fin = Some(fin_seq);
+                self.flags.ack_now = true;
+            }
+        }
+        None
+    }
+
+    fn syn_sent<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        seg: &SegIn,
+        now: Instant,
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) -> Option<SegOut> {
+        if let Some(ack) = seg.ack {
+            if ack.le(self.iss) || ack.gt(self.snd_max) {
+                return (!seg.rst).then(|| rst_for(seg));
+            }
+        }
+        if seg.rst {
+            if seg.ack.is_some() {
+                ctr.resets_received += 1;
+                self.enter_closed(pool, Some(CloseReason::Refused));
+            }
+            return None;
+        }
+        if !seg.syn {
+            return None;
+        }
+        self.take_syn_options(seg, cfg);
+        self.irs = seg.seq;
+        self.rcv_nxt = seg.seq.add(1);
+        self.rcv_adv = self.rcv_nxt;
+        self.snd_wl1 = seg.seq;
+        if let Some(ack) = seg.ack {
+            self.snd_una = ack;
+            self.snd_wl2 = ack;
+            self.snd_wnd = u32::from(seg.wnd); // never scaled on a SYN
+            self.max_snd_wnd = self.snd_wnd;
+            self.rto_at = (self.snd_una != self.snd_max).then(|| at(now, self.rtt.rto_us()));
+            if let Some((_, t)) = self.rtt_probe.take() {
+                if self.retries == 0 {
+                    self.rtt.sample(micros_since(now, t));
+                }
+            }
+            self.retries = 0;
+            self.rtt.reset_backoff();
+            self.state = State::Established;
+            ctr.active_opens += 1;
+            self.flags.ack_now = true;
+        } else {
+            // Simultaneous open: SYN-RECEIVED, our SYN again with an ACK.
+            self.state = State::SynReceived;
+            self.snd_nxt = self.iss;
+            self.snd_wnd = u32::from(seg.wnd);
+        }
+        None
+    }
+
+    fn process_ack<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        seg: &SegIn,
+        ack: Seq,
+        now: Instant,
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) {
+        let wnd = u32::from(seg.wnd) << self.snd_wscale;
+        if ack.gt(self.snd_una) {
+            let flight = self.snd_max.since(self.snd_una);
+            let acked = ack.since(self.snd_una);
+            // The SYN and the FIN take a sequence number but no queued byte.
+            let mut data = acked;
+            if self.snd_una == self.iss {
+                data -= 1;
+            }
+            let fin_seq = self.tx_base().add(self.tx.bytes());
+            let fin_acked = self.flags.fin_queued && !self.flags.fin_acked && ack.gt(fin_seq);
+            if fin_acked {
+                data = data.saturating_sub(1);
+                self.flags.fin_acked = true;
+            }
+            self.tx.consume(pool, data, Some(&mut self.tx_cursor));
+            self.snd_una = ack;
+            if self.snd_nxt.lt(ack) {
+                self.snd_nxt = ack;
+            }
+            match self.rtt_probe {
+                Some((s, t)) if ack.ge(s) => {
+                    self.rtt.sample(micros_since(now, t));
+                    self.rtt_probe = None;
+                }
+                _ => self.rtt.reset_backoff(),
+            }
+            self.retries = 0;
+            if self.cc.on_ack(ack, acked, flight, self.smss) == AckAction::RetransmitFirst {
+                self.flags.retransmit_one = true;
+                self.rtt_probe = None;
+                ctr.fast_retransmits += 1;
+            }
+            self.rto_at = (self.snd_una != self.snd_max).then(|| at(now, self.rtt.rto_us()));
+            if fin_acked {
+                match self.state {
+                    State::FinWait1 => self.state = State::FinWait2,
+                    State::Closing => self.enter_time_wait(now, cfg),
+                    State::LastAck => {
+                        self.enter_closed(pool, None);
+                        return;
+                    }
+                    _ => {}
+                }
+            }
+        } else if ack == self.snd_una
+            && seg.len == 0
+            && !seg.fin
+            && wnd == self.snd_wnd
+            && self.snd_max != self.snd_una
+        {
+            ctr.dup_acks += 1;
+            let flight = self.snd_max.since(self.snd_una);
+            if self.cc.on_dupack(self.snd_max, flight, self.smss) == DupAckAction::FastRetransmit {
+                self.flags.retransmit_one = true;
+                self.rtt_probe = None;
+                ctr.fast_retransmits += 1;
+            }
+        }
+        // Window update (RFC 9293 3.10.7.4, fifth check).
+        if self.snd_wl1.lt(seg.seq) || (self.snd_wl1 == seg.seq && self.snd_wl2.le(ack)) {
+            self.snd_wnd = wnd;
+            self.max_snd_wnd = self.max_snd_wnd.max(wnd);
+            self.snd_wl1 = seg.seq;
+            self.snd_wl2 = ack;
+            if wnd > 0 {
+                self.persist_at = None;
+            }
+        }
+    }
+
+    fn take_data<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        seg: &SegIn,
+        b: BufIdx,
+        now: Instant,
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) {
+        // Trim to what is new and inside the window we offered.
+        let mut start = seg.seq;
+        let mut len = seg.len;
+        if start.lt(self.rcv_nxt) {
+            let skip = self.rcv_nxt.since(start).min(len);
+            pool.set_off(b, pool.off(b) + skip as u16);
+            pool.set_len(b, pool.len(b) - skip as u16);
+            start = self.rcv_nxt;
+            len -= skip;
+        }
+        let right = self
+            .rcv_nxt
+            .add(self.rcv_adv.since(self.rcv_nxt).max(self.rcv_window()));
+        let keep = right.since(start).min(len);
+        if keep < len {
+            ctr.beyond_window += 1;
+            pool.set_len(b, keep as u16);
+            len = keep;
+        }
+        if len == 0 {
+            pool.free(b);
+            self.flags.ack_now = true;
+            return;
+        }
+        if start == self.rcv_nxt {
+            let had_ooo = !self.ooo.is_empty();
+            self.rx.push(pool, b, len);
+            self.rcv_nxt = self.rcv_nxt.add(len);
+            while let Some((h, t, n, bufs)) = self.ooo.take_ready(pool, self.rcv_nxt) {
+                self.rx.link(pool, h, t, n, bufs);
+                self.rcv_nxt = self.rcv_nxt.add(n);
+            }
+            self.unacked_segs = self.unacked_segs.saturating_add(1);
+            if had_ooo || self.unacked_segs >= 2 {
+                self.flags.ack_now = true;
+            } else if self.ack_at.is_none() {
+                self.ack_at = Some(at(now, DELAYED_ACK_US));
+            }
+        } else {
+            match self.ooo.insert(pool, b, start, len) {
+                OooInsert::Held => ctr.ooo_held += 1,
+                OooInsert::Duplicate => {}
+                OooInsert::Dropped => ctr.ooo_dropped += 1,
+            }
+            // A duplicate ACK tells the sender of the hole.
+            self.flags.ack_now = true;
+        }
+        if self.ooo_fin == Some(self.rcv_nxt) {
+            self.ooo_fin = None;
+            self.take_fin(now, cfg);
+        }
+    }
+
+    fn take_fin(&mut self, now: Instant, cfg: &TcpConfig) {
+        if self.flags.rx_fin {
+            self.flags.ack_now = true;
+            return;
+        }
+        self.rcv_nxt = self.rcv_nxt.add(1);
+        self.flags.rx_fin = true;
+        self.flags.ack_now = true;
+        match self.state {
+            State::SynReceived | State::Established => self.state = State::CloseWait,
+            State::FinWait1 => {
+                // Our FIN is acknowledged only if FIN-WAIT-2 was reached first.
+                self.state = State::Closing;
+            }
+            State::FinWait2 => self.enter_time_wait(now, cfg),
+            _ => {}
+        }
+    }
+
+    fn enter_time_wait(&mut self, now: Instant, cfg: &TcpConfig) {
+        self.state = State::TimeWait;
+        self.rto_at = None;
+        self.persist_at = None;
+        self.tw_at = Some(at(now, cfg.time_wait_us));
+    }
+
+    fn enter_closed<P: BufferPool + ?Sized>(&mut self, pool: &mut P, why: Option<CloseReason>) {
+        self.state = State::Closed;
+        if self.error.is_none() {
+            self.error = why;
+        }
+        self.tx.clear(pool);
+        self.tx_cursor = Cursor::default();
+        self.ooo.clear(pool);
+        if why.is_some() {
+            // Nothing the peer sent can be trusted to be whole: a reset discards it.
+            self.rx.clear(pool);
+        }
+        self.rto_at = None;
+        self.ack_at = None;
+        self.persist_at = None;
+        self.tw_at = None;
+        self.flags.ack_now = false;
+        self.flags.retransmit_one = false;
+    }
+
+    /// Free every buffer the connection holds.
+    pub fn clear<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
+        self.tx.clear(pool);
+        self.rx.clear(pool);
+        self.ooo.clear(pool);
+    }
+
+    // ------------------------------------------------------------------ timers
+
+    /// The earliest deadline of the connection's timers.
+    pub fn next_timer(&self) -> Option<Instant> {
+        [self.rto_at, self.ack_at, self.persist_at, self.tw_at]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Run the timers due at `now`.
+    pub fn on_timer<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        now: Instant,
+        ctr: &mut TcpCounters,
+    ) {
+        if self.tw_at.is_some_and(|t| t <= now) {
+            self.tw_at = None;
+            self.enter_closed(pool, None);
+            return;
+        }
+        if self.ack_at.is_some_and(|t| t <= now) {
+            self.ack_at = None;
+            self.flags.ack_now = true;
+        }
+        if self.persist_at.is_some_and(|t| t <= now) {
+            self.persist_at = None;
+            self.flags.probe = true;
+            ctr.window_probes += 1;
+        }
+        if self.rto_at.is_some_and(|t| t <= now) {
+            self.rto_at = None;
+            self.retries = self.retries.saturating_add(1);
+            let limit = if self.state.synchronized() {
+                DATA_RETRIES
+            } else {
+                SYN_RETRIES
+            };
+            if self.retries > limit {
+                ctr.timeouts += 1;
+                self.enter_closed(pool, Some(CloseReason::TimedOut));
+                return;
+            }
+            ctr.rto_retransmits += 1;
+            let flight = self.snd_max.since(self.snd_una);
+            self.cc.on_timeout(flight, self.smss);
+            self.rtt.back_off();
+            self.rtt_probe = None;
+            self.snd_nxt = self.snd_una;
+            self.flags.retransmit_one = false;
+        }
+    }
+
+    // ------------------------------------------------------------------ send side
+
+    /// The sequence number of the send queue's first byte.
+    fn tx_base(&self) -> Seq {
+        if self.snd_una == self.iss {
+            self.iss.add(1)
+        } else {
+            self.snd_una
+        }
+    }
+
+    fn window_field(&mut self, syn: bool) -> u16 {
+        let wnd = self.rcv_window();
+        if syn {
+            return wnd.min(0xffff) as u16;
+        }
+        // Never move the right edge back, and move it forward only by a useful amount:
+        // a full segment or half the buffer (the receiver's silly-window avoidance, RFC
+        // 9293 3.8.6.2.2).
+        let promised = self.rcv_adv.since(self.rcv_nxt);
+        let step = u32::from(self.smss).min(self.rcv_buf / 2);
+        let wnd = if wnd >= promised.saturating_add(step) {
+            wnd
+        } else {
+            promised
+        };
+        let field = (wnd >> self.rcv_wscale).min(0xffff);
+        self.rcv_adv = self.rcv_adv.max(self.rcv_nxt.add(field << self.rcv_wscale));
+        field as u16
+    }
+
+    fn ack_sent(&mut self) {
+        self.flags.ack_now = false;
+        self.ack_at = None;
+        self.unacked_segs = 0;
+    }
+
+    /// The next segment to send, if any, with the connection's state advanced as if it was
+    /// sent. The payload is copied with [`Conn::copy_payload`].
+    pub fn next_segment(&mut self, now: Instant, cfg: &TcpConfig) -> Option<SegOut> {
+        if self.flags.rst {
+            self.flags.rst = false;
+            let seg = SegOut {
+                seq: self.snd_nxt,
+                ack: self.state.synchronized().then_some(self.rcv_nxt),
+                rst: true,
+                ..SegOut::default()
+            };
+            self.state = State::Closed;
+            if self.error.is_none() {
+                self.error = Some(CloseReason::Aborted);
+            }
+            return Some(seg);
+        }
+        match self.state {
+            State::Closed => None,
+            State::SynSent | State::SynReceived => {
+                if self.snd_nxt != self.iss {
+                    return None;
+                }
+                let synack = self.state == State::SynReceived;
+                let seg = SegOut {
+                    seq: self.iss,
+                    ack: synack.then_some(self.rcv_nxt),
+                    wnd: self.window_field(true),
+                    syn: true,
+                    mss: Some(cfg.mss),
+                    wscale: self.flags.ws_offered.then_some(self.rcv_wscale),
+                    ..SegOut::default()
+                };
+                self.snd_nxt = self.iss.add(1);
+                self.snd_max = self.snd_max.max(self.snd_nxt);
+                if self.rtt_probe.is_none() && self.retries == 0 {
+                    self.rtt_probe = Some((self.snd_nxt, now));
+                }
+                if self.rto_at.is_none() {
+                    self.rto_at = Some(at(now, self.rtt.rto_us()));
+                }
+                if synack {
+                    self.ack_sent();
+                }
+                Some(seg)
+            }
+            _ => self.next_data_segment(now),
+        }
+    }
+
+    fn next_data_segment(&mut self, now: Instant) -> Option<SegOut> {
+        let smss = u32::from(self.smss);
+        let base = self.tx_base();
+        let queued = self.tx.bytes();
+        let fin_seq = base.add(queued);
+        let fin_pending = self.flags.fin_queued && !self.flags.fin_acked;
+        if self.flags.retransmit_one {
+            self.flags.retransmit_one = false;
+            let off = self.snd_una.since(base);
+            let len = queued.saturating_sub(off).min(smss);
+            let fin = fin_pending && self.snd_una.add(len) == fin_seq && self.snd_max.gt(fin_seq);
+            if len > 0 || fin {
+                let seg = SegOut {
+                    seq: self.snd_una,
+                    ack: Some(self.rcv_nxt),
+                    wnd: self.window_field(false),
+                    fin,
+                    data_off: off,
+                    data_len: len,
+                    ..SegOut::default()
+                };
+                self.ack_sent();
+                if self.rto_at.is_none() {
+                    self.rto_at = Some(at(now, self.rtt.rto_us()));
+                }
+                return Some(seg);
+            }
+        }
+        let off = self.snd_nxt.since(base).min(queued);
+        let unsent = queued - off;
+        let flight = self.snd_nxt.since(self.snd_una);
+        let wnd = self.snd_wnd.min(self.cc.cwnd);
+        let mut usable = wnd.saturating_sub(flight);
+        let probe = std::mem::take(&mut self.flags.probe);
+        if probe && usable == 0 && unsent > 0 {
+            usable = 1;
+        }
+        let mut len = unsent.min(smss).min(usable);
+        if len > 0 && len < smss && !probe {
+            // Nagle (RFC 896): hold a short segment while data is unacknowledged; and the
+            // sender's silly-window avoidance (RFC 9293 3.8.6.2.1): do not send a short
+            // segment cut by the window unless it is half the largest window seen.
+            let nagle = !self.flags.nodelay && flight > 0;
+            let sws = len < unsent && len < self.max_snd_wnd / 2;
+            if nagle || sws {
+                len = 0;
+            }
+        }
+        let fin = fin_pending && off + len == queued && self.snd_nxt.add(len) == fin_seq;
+        if len == 0 && !fin {
+            // Nothing in flight and data held back (a zero window, or one too small to be
+            // worth a segment): the persist timer sends anyway when it fires, so neither a
+            // lost window update nor a small window can stall the connection.
+            if unsent > 0 && flight == 0 && self.persist_at.is_none() {
+                self.persist_at = Some(at(now, self.rtt.rto_us().max(super::rtt::MIN_RTO_US)));
+            }
+            if self.flags.ack_now {
+                let seg = SegOut {
+                    seq: self.snd_nxt,
+                    ack: Some(self.rcv_nxt),
+                    wnd: self.window_field(false),
+                    ..SegOut::default()
+                };
+                self.ack_sent();
+                return Some(seg);
+            }
+            return None;
+        }
+        let seq = self.snd_nxt;
+        let new_data = seq.ge(self.snd_max);
+        let seg = SegOut {
+            seq,
+            ack: Some(self.rcv_nxt),
+            wnd: self.window_field(false),
+            fin,
+            psh: len > 0 && len == unsent,
+            data_off: off,
+            data_len: len,
+            ..SegOut::default()
+        };
+        self.snd_nxt = seq.add(len + u32::from(fin));
+        self.snd_max = self.snd_max.max(self.snd_nxt);
+        if new_data && self.rtt_probe.is_none() && self.rtt.backoffs() == 0 {
+            self.rtt_probe = Some((self.snd_nxt, now));
+        }
+        if self.rto_at.is_none() {
+            self.rto_at = Some(at(now, self.rtt.rto_us()));
+        }
+        self.ack_sent();
+        Some(seg)
+    }
+
+    /// Copy the payload of `seg` (from [`Conn::next_segment`]) into buffer `dst` at
+    /// `dst_off`; returns the bytes copied.
+    pub fn copy_payload<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        seg: &SegOut,
+        dst: BufIdx,
+        dst_off: usize,
+    ) -> u32 {
+        self.tx.copy_out(
+            pool,
+            seg.data_off,
+            seg.data_len,
+            dst,
+            dst_off,
+            &mut self.tx_cursor,
+        )
+    }
+}
+
+/// The RST answering segment `seg` (RFC 9293 3.10.7.1): at its ACK number if it had one,
+/// else acknowledging it.
+pub fn rst_for(seg: &SegIn) -> SegOut {
+    match seg.ack {
+        Some(a) => SegOut {
+            seq: a,
+            rst: true,
+            ..SegOut::default()
+        },
+        None => SegOut {
+            seq: Seq(0),
+            ack: Some(seg.seq.add(seg.seq_len())),
+            rst: true,
+            ..SegOut::default()
+        },
+    }
+}
+
+/// The smallest window shift that lets `buf` bytes be offered (RFC 7323: at most 14).
+fn window_shift(buf: u32) -> u8 {
+    let mut s = 0;
+    while s < 14 && (buf >> s) > 0xffff {
+        s += 1;
+    }
+    s
+}
+
+fn at(now: Instant, us: u32) -> Instant {
+    Instant::from_nanos(now.nanos().saturating_add(u64::from(us) * 1_000))
+}
+
+fn micros_since(now: Instant, then: Instant) -> u32 {
+    (now.nanos().saturating_sub(then.nanos()) / 1_000).min(u64::from(u32::MAX)) as u32
+}

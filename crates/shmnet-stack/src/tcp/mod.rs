@@ -1,0 +1,632 @@
+//! TCP (RFC 9293): connections, listeners and their timers, sans-I/O like the rest of the
+//! stack.
+//!
+//! [`Tcp`] is the table the [`crate::Interface`] keeps: connections in a slab addressed by
+//! generation-checked [`TcpHandle`]s, a demultiplexing map from the 4-tuple, listeners with
+//! their accept queues, and one timer queue for every connection's deadlines. [`conn::Conn`]
+//! is one connection's control block and event processing; [`queue`] keeps its byte streams
+//! in pool buffers; [`rtt`] and [`cc`] are the retransmission timer and NewReno.
+//!
+//! # Why our own engine
+//!
+//! smoltcp's TCP socket keeps its data in contiguous ring buffers it owns and copies every
+//! payload into them. shmnet's point is that data stays in the buffers the driver filled —
+//! in memory shared with other processes — so the receive queue is a chain of those buffers
+//! and the send queue a chain of buffers the application wrote; the engine that manages
+//! them has to be ours. Headers are still parsed and emitted with smoltcp's `wire` module.
+//!
+//! # What is built, and what is not yet
+//!
+//! Built: the state machine with simultaneous open, half-close and TIME-WAIT; RFC 6298's
+//! timer with Karn's rule; NewReno (RFC 5681, 6582) with the initial window of RFC 6928;
+//! MSS and window scaling (RFC 7323); delayed ACKs; Nagle with a no-delay switch;
+//! zero-window probes; RFC 5961's challenge ACKs for in-window RSTs and SYNs and for ACKs
+//! too old; RFC 6528 initial sequence numbers; a bounded out-of-order queue. Not yet: SACK
+//! (RFC 2018, 6675), timestamps and PAWS, CUBIC, SYN cookies, keepalive, path-MTU discovery
+//! (the MSS is the interface MTU's).
+
+pub mod cc;
+pub mod conn;
+pub mod queue;
+pub mod rtt;
+pub mod seq;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use crate::Instant;
+use crate::buf::BufferPool;
+use crate::socket::DemuxHasher;
+pub use conn::{Conn, SegIn, SegOut, State};
+pub use seq::Seq;
+
+/// Settings every connection starts from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// The MSS we announce and the most we send: the MTU less the IPv4 and TCP headers.
+    pub mss: u16,
+    /// Receive buffer per connection (bytes): the most we offer in the window.
+    pub rcv_buf: u32,
+    /// Send buffer per connection (bytes queued and not yet acknowledged).
+    pub snd_buf: u32,
+    /// Connections start with Nagle off.
+    pub nodelay: bool,
+    /// TIME-WAIT duration (2·MSL), microseconds. Linux waits 60 s.
+    pub time_wait_us: u32,
+    /// The secret of RFC 6528's initial sequence numbers.
+    pub isn_secret: u128,
+    /// Verify checksums of arriving segments.
+    pub rx_checksum: bool,
+    /// Most connections the table holds (established, half-open and closing).
+    pub max_connections: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            mss: 1460,
+            rcv_buf: 256 * 1024,
+            snd_buf: 256 * 1024,
+            nodelay: false,
+            time_wait_us: 60_000_000,
+            isn_secret: 0x5eed_7c9f_0000_0000_0000_0000_0000_0001,
+            rx_checksum: true,
+            max_connections: 1 << 20,
+        }
+    }
+}
+
+/// Why a connection ended other than by both sides closing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CloseReason {
+    /// The peer answered our SYN with a RST (ECONNREFUSED).
+    Refused,
+    /// The peer reset an established connection (ECONNRESET).
+    Reset,
+    /// Retransmissions went unanswered (ETIMEDOUT).
+    TimedOut,
+    /// We reset it (the application aborted, or closed with unread data).
+    Aborted,
+}
+
+/// Errors of the TCP calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TcpError {
+    /// The handle names no connection (closed and freed, or never was).
+    #[error("no such TCP connection")]
+    InvalidHandle,
+    /// Nothing to read, or no room to send, right now.
+    #[error("the operation would block")]
+    WouldBlock,
+    /// The connection is not in a state that allows this (e.g. sending after shutdown).
+    #[error("the connection is not open for this")]
+    NotConnected,
+    /// The connection ended.
+    #[error("the connection ended: {0:?}")]
+    Closed(CloseReason),
+    /// The local port is taken.
+    #[error("address in use")]
+    AddressInUse,
+    /// No ephemeral port is free towards this peer.
+    #[error("no local port left")]
+    NoPortsLeft,
+    /// The address is not ours, or cannot be connected to.
+    #[error("address not available")]
+    AddressNotAvailable,
+    /// The connection table is full.
+    #[error("too many connections")]
+    TableFull,
+}
+
+/// A connection, as the application names it: a slab index and the generation it was
+/// created in, so a stale handle never reaches a newer connection in the same slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TcpHandle {
+    idx: u32,
+    generation: u32,
+}
+
+impl TcpHandle {
+    /// The slab index.
+    pub(crate) fn index(self) -> u32 {
+        self.idx
+    }
+}
+
+/// A listener.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ListenHandle(u32);
+
+/// TCP's counters. Every segment the stack refuses is counted under one name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TcpCounters {
+    /// Segments received for TCP.
+    pub segs_in: u64,
+    /// Segments sent.
+    pub segs_out: u64,
+    /// Payload bytes the application read.
+    pub bytes_in: u64,
+    /// Payload bytes sent (retransmissions included).
+    pub bytes_out: u64,
+    /// Connections established by our SYN.
+    pub active_opens: u64,
+    /// Connections established by a peer's SYN.
+    pub passive_opens: u64,
+    /// RSTs sent.
+    pub resets_sent: u64,
+    /// RSTs that reset a connection.
+    pub resets_received: u64,
+    /// Segments retransmitted by the timer.
+    pub rto_retransmits: u64,
+    /// Segments retransmitted on duplicate ACKs or partial ACKs.
+    pub fast_retransmits: u64,
+    /// Duplicate ACKs received.
+    pub dup_acks: u64,
+    /// Zero-window probes sent.
+    pub window_probes: u64,
+    /// Connections dropped after unanswered retransmissions.
+    pub timeouts: u64,
+    /// Challenge ACKs sent (RFC 5961).
+    pub challenge_acks: u64,
+    /// Segments held out of order.
+    pub ooo_held: u64,
+    // ---- refusals
+    /// Too short, bad offset, bad options or flags.
+    pub malformed: u64,
+    /// Bad checksum.
+    pub bad_checksum: u64,
+    /// Carried in IP fragments (not reassembled for TCP).
+    pub fragmented: u64,
+    /// No connection or listener (answered with a RST unless it was one).
+    pub no_socket: u64,
+    /// Outside the receive window (answered with an ACK).
+    pub out_of_window: u64,
+    /// Data beyond the window we offered, cut off.
+    pub beyond_window: u64,
+    /// Acknowledged data we never sent.
+    pub ack_unsent: u64,
+    /// No ACK flag in a synchronized state.
+    pub no_ack: u64,
+    /// Out-of-order segment the queue had no room for.
+    pub ooo_dropped: u64,
+    /// SYN refused: the listener's queue was full.
+    pub listen_overflow: u64,
+    /// SYN refused: the connection table was full.
+    pub table_full: u64,
+    /// No buffer for a segment to send.
+    pub no_buffers: u64,
+}
+
+/// A connection's state as tools and tests see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TcpInfo {
+    /// State.
+    pub state: State,
+    /// Our address.
+    pub local: SocketAddrV4,
+    /// The peer's.
+    pub remote: SocketAddrV4,
+    /// Congestion window (bytes).
+    pub cwnd: u32,
+    /// Slow-start threshold (bytes).
+    pub ssthresh: u32,
+    /// Smoothed RTT (µs).
+    pub srtt_us: u32,
+    /// Retransmission timeout (µs).
+    pub rto_us: u32,
+    /// The peer's window (bytes).
+    pub snd_wnd: u32,
+    /// MSS in use.
+    pub mss: u16,
+    /// The peer's window shift.
+    pub snd_wscale: u8,
+    /// Our window shift.
+    pub rcv_wscale: u8,
+    /// Bytes queued to send, not yet acknowledged.
+    pub send_queued: u32,
+    /// Bytes ready to read.
+    pub readable: u32,
+    /// Bytes held out of order.
+    pub ooo_bytes: u32,
+    /// Bytes sent and not yet acknowledged.
+    pub in_flight: u32,
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    conn: Option<Conn>,
+}
+
+#[derive(Debug)]
+struct Listener {
+    port: u16,
+    backlog: u32,
+    /// Connections of this listener in SYN-RECEIVED.
+    half_open: u32,
+    /// Established connections waiting for `accept`.
+    ready: VecDeque<u32>,
+}
+
+type Demux = HashMap<u64, u32, BuildHasherDefault<DemuxHasher>>;
+
+/// The table of connections and listeners.
+#[derive(Debug)]
+pub struct Tcp {
+    /// Settings.
+    pub cfg: TcpConfig,
+    /// Counters.
+    pub counters: TcpCounters,
+    slots: Vec<Slot>,
+    free_slots: Vec<u32>,
+    demux: Demux,
+    listeners: Vec<Option<Listener>>,
+    listen_ports: HashMap<u16, u32>,
+    timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    next_ephemeral: u16,
+    live: usize,
+}
+
+const EPHEMERAL_FIRST: u16 = 49152;
+
+/// The demultiplexing key of a connection: the peer's address and port, and our port (our
+/// address is the interface's one).
+fn key(remote: SocketAddrV4, local_port: u16) -> u64 {
+    (u64::from(u32::from(*remote.ip())) << 32)
+        | (u64::from(remote.port()) << 16)
+        | u64::from(local_port)
+}
+
+impl Tcp {
+    /// An empty table.
+    pub fn new(cfg: TcpConfig) -> Tcp {
+        Tcp {
+            cfg,
+            counters: TcpCounters::default(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            demux: Demux::default(),
+            listeners: Vec::new(),
+            listen_ports: HashMap::new(),
+            timers: BinaryHeap::new(),
+            next_ephemeral: EPHEMERAL_FIRST,
+            live: 0,
+        }
+    }
+
+    /// Connections in the table (any state but freed).
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Whether the table holds no connection.
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// RFC 6528: ISN = M + F(4-tuple, secret), M a 4 µs clock, F a keyed hash (SipHash-1-3
+    /// over the secret and the tuple: std's hasher with its fixed keys, keyed by feeding it
+    /// the secret first).
+    pub fn isn(&self, local: SocketAddrV4, remote: SocketAddrV4, now: Instant) -> Seq {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.cfg.isn_secret.hash(&mut h);
+        local.hash(&mut h);
+        remote.hash(&mut h);
+        let f = h.finish() as u32;
+        Seq(((now.nanos() / 4_000) as u32).wrapping_add(f))
+    }
+
+    /// The connection behind `h`.
+    pub fn get(&self, h: TcpHandle) -> Result<&Conn, TcpError> {
+        self.slots
+            .get(h.idx as usize)
+            .filter(|s| s.generation == h.generation)
+            .and_then(|s| s.conn.as_ref())
+            .ok_or(TcpError::InvalidHandle)
+    }
+
+    /// The connection behind `h`, to change.
+    pub fn get_mut(&mut self, h: TcpHandle) -> Result<&mut Conn, TcpError> {
+        self.slots
+            .get_mut(h.idx as usize)
+            .filter(|s| s.generation == h.generation)
+            .and_then(|s| s.conn.as_mut())
+            .ok_or(TcpError::InvalidHandle)
+    }
+
+    pub(crate) fn handle_of(&self, idx: u32) -> TcpHandle {
+        TcpHandle {
+            idx,
+            generation: self.slots[idx as usize].generation,
+        }
+    }
+
+    pub(crate) fn conn_at(&mut self, idx: u32) -> Option<&mut Conn> {
+        self.slots.get_mut(idx as usize)?.conn.as_mut()
+    }
+
+    /// Connection `idx` with the settings and counters beside it (disjoint borrows).
+    pub(crate) fn parts(&mut self, idx: u32) -> Option<(&mut Conn, &TcpConfig, &mut TcpCounters)> {
+        let c = self.slots.get_mut(idx as usize)?.conn.as_mut()?;
+        Some((c, &self.cfg, &mut self.counters))
+    }
+
+    /// The slab index of the connection `remote` → our `local_port`.
+    pub(crate) fn lookup(&self, remote: SocketAddrV4, local_port: u16) -> Option<u32> {
+        self.demux.get(&key(remote, local_port)).copied()
+    }
+
+    /// The listener on `port`.
+    pub(crate) fn listener_on(&self, port: u16) -> Option<u32> {
+        self.listen_ports.get(&port).copied()
+    }
+
+    /// Whether listener `l` has room for another handshake.
+    pub(crate) fn listener_has_room(&self, l: u32) -> bool {
+        self.listeners
+            .get(l as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|l| l.half_open + (l.ready.len() as u32) < l.backlog)
+    }
+
+    /// Put `conn` in the table; `None` when it is full.
+    pub(crate) fn insert(&mut self, conn: Conn) -> Option<u32> {
+        if self.live >= self.cfg.max_connections {
+            return None;
+        }
+        let k = key(conn.remote, conn.local.port());
+        if let conn::Accept::HalfOpen(l) = conn.accept {
+            if let Some(Some(li)) = self.listeners.get_mut(l as usize) {
+                li.half_open += 1;
+            }
+        }
+        let idx = match self.free_slots.pop() {
+            Some(i) => {
+                let s = &mut self.slots[i as usize];
+                s.generation = s.generation.wrapping_add(1);
+                s.conn = Some(conn);
+                i
+            }
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    conn: Some(conn),
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.demux.insert(k, idx);
+        self.live += 1;
+        Some(idx)
+    }
+
+    /// After an event on connection `idx`, before its output is flushed: a handshake of a
+    /// listener's that completed joins the accept queue; one that failed, or whose listener
+    /// is gone, is orphaned (nobody will accept it) and reset if still open.
+    pub(crate) fn settle<P: BufferPool + ?Sized>(&mut self, pool: &mut P, idx: u32) {
+        let Some(c) = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.conn.as_mut())
+        else {
+            return;
+        };
+        let conn::Accept::HalfOpen(l) = c.accept else {
+            return;
+        };
+        if c.state() == State::SynReceived {
+            return;
+        }
+        let li = self.listeners.get_mut(l as usize).and_then(Option::as_mut);
+        match li {
+            Some(li) => {
+                li.half_open = li.half_open.saturating_sub(1);
+                if c.state() != State::Closed {
+                    li.ready.push_back(idx);
+                    c.accept = conn::Accept::Ready(l);
+                    return;
+                }
+                c.accept = conn::Accept::Owned;
+                c.orphan_and_abort(pool);
+            }
+            None => {
+                c.accept = conn::Accept::Owned;
+                c.orphan_and_abort(pool);
+            }
+        }
+    }
+
+    /// After connection `idx`'s output is flushed: free it when it is closed and nobody
+    /// holds a handle, else keep its earliest deadline in the timer queue.
+    pub(crate) fn finish<P: BufferPool + ?Sized>(&mut self, pool: &mut P, idx: u32) {
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return;
+        };
+        let generation = slot.generation;
+        let Some(c) = slot.conn.as_mut() else { return };
+        if c.state() == State::Closed && c.orphaned() {
+            self.free(pool, idx);
+            return;
+        }
+        if let Some(t) = c.next_timer() {
+            if c.timer_armed.is_none_or(|a| t < a) {
+                c.timer_armed = Some(t);
+                self.timers.push(Reverse((t, idx, generation)));
+            }
+        }
+    }
+
+    fn free<P: BufferPool + ?Sized>(&mut self, pool: &mut P, idx: u32) {
+        let Some(mut c) = self.slots[idx as usize].conn.take() else {
+            return;
+        };
+        c.clear(pool);
+        let k = key(c.remote, c.local.port());
+        if self.demux.get(&k) == Some(&idx) {
+            self.demux.remove(&k);
+        }
+        self.free_slots.push(idx);
+        self.live -= 1;
+    }
+
+    /// Pop the connections whose earliest deadline is at or before `now`.
+    pub(crate) fn due(&mut self, now: Instant) -> Option<u32> {
+        while let Some(&Reverse((t, idx, generation))) = self.timers.peek() {
+            if t > now {
+                return None;
+            }
+            self.timers.pop();
+            let Some(slot) = self.slots.get_mut(idx as usize) else {
+                continue;
+            };
+            if slot.generation != generation {
+                continue;
+            }
+            let Some(c) = slot.conn.as_mut() else {
+                continue;
+            };
+            if c.timer_armed != Some(t) {
+                continue;
+            }
+            c.timer_armed = None;
+            return Some(idx);
+        }
+        None
+    }
+
+    /// The earliest deadline in the timer queue.
+    pub fn poll_at(&self) -> Option<Instant> {
+        self.timers.peek().map(|r| r.0.0)
+    }
+
+    /// Listen on `port` with an accept queue of `backlog`.
+    pub fn listen(&mut self, port: u16, backlog: u32) -> Result<ListenHandle, TcpError> {
+        if port == 0 {
+            return Err(TcpError::AddressNotAvailable);
+        }
+        if self.listen_ports.contains_key(&port) {
+            return Err(TcpError::AddressInUse);
+        }
+        let l = Listener {
+            port,
+            backlog: backlog.max(1),
+            half_open: 0,
+            ready: VecDeque::new(),
+        };
+        let i = match self.listeners.iter().position(Option::is_none) {
+            Some(i) => {
+                self.listeners[i] = Some(l);
+                i
+            }
+            None => {
+                self.listeners.push(Some(l));
+                self.listeners.len() - 1
+            }
+        };
+        self.listen_ports.insert(port, i as u32);
+        Ok(ListenHandle(i as u32))
+    }
+
+    /// The next established connection of listener `l`, if one is waiting.
+    pub fn accept(&mut self, l: ListenHandle) -> Result<Option<TcpHandle>, TcpError> {
+        let li = self
+            .listeners
+            .get_mut(l.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(TcpError::InvalidHandle)?;
+        let Some(idx) = li.ready.pop_front() else {
+            return Ok(None);
+        };
+        if let Some(c) = self.conn_at(idx) {
+            c.accept = conn::Accept::Owned;
+        }
+        Ok(Some(self.handle_of(idx)))
+    }
+
+    /// Connections waiting to be accepted.
+    pub fn accept_queue_len(&self, l: ListenHandle) -> Result<usize, TcpError> {
+        self.listeners
+            .get(l.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|l| l.ready.len())
+            .ok_or(TcpError::InvalidHandle)
+    }
+
+    /// The port a listener listens on.
+    pub fn listen_port(&self, l: ListenHandle) -> Result<u16, TcpError> {
+        self.listeners
+            .get(l.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|l| l.port)
+            .ok_or(TcpError::InvalidHandle)
+    }
+
+    /// Stop listening. Connections not yet accepted are reset (their indices returned, for
+    /// the caller to flush their RSTs).
+    pub fn unlisten<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        l: ListenHandle,
+    ) -> Result<Vec<u32>, TcpError> {
+        let li = self
+            .listeners
+            .get_mut(l.0 as usize)
+            .and_then(Option::take)
+            .ok_or(TcpError::InvalidHandle)?;
+        self.listen_ports.remove(&li.port);
+        let mut reset = Vec::new();
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if let Some(c) = s.conn.as_mut() {
+                if matches!(c.accept, conn::Accept::HalfOpen(x) | conn::Accept::Ready(x) if x == l.0)
+                {
+                    c.accept = conn::Accept::Owned;
+                    c.orphan_and_abort(pool);
+                    reset.push(i as u32);
+                }
+            }
+        }
+        Ok(reset)
+    }
+
+    /// A free local port for a connection to `remote`.
+    pub(crate) fn ephemeral_port(&mut self, remote: SocketAddrV4) -> Option<u16> {
+        let span = u32::from(u16::MAX - EPHEMERAL_FIRST) + 1;
+        for _ in 0..span {
+            let p = self.next_ephemeral;
+            self.next_ephemeral = if p == u16::MAX {
+                EPHEMERAL_FIRST
+            } else {
+                p + 1
+            };
+            if !self.listen_ports.contains_key(&p) && !self.demux.contains_key(&key(remote, p)) {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// Free every buffer and forget every connection and listener.
+    pub fn clear<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
+        for s in &mut self.slots {
+            if let Some(mut c) = s.conn.take() {
+                c.clear(pool);
+            }
+            s.generation = s.generation.wrapping_add(1);
+        }
+        self.free_slots = (0..self.slots.len() as u32).rev().collect();
+        self.demux.clear();
+        self.listeners.clear();
+        self.listen_ports.clear();
+        self.timers.clear();
+        self.live = 0;
+    }
+
+    /// Whether `ip` may be connected to.
+    pub(crate) fn connectable(ip: Ipv4Addr) -> bool {
+        !(ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast())
+    }
+}

@@ -1,0 +1,387 @@
+//! TCP between two of our stacks over a simulated wire: handshakes, transfers both ways
+//! under loss, reordering and duplication (seeded, reproducible), half-close, resets, zero
+//! windows, and every buffer back in its pool at the end.
+//!
+//! The wire copies each frame from one stack's pool into the other's (as a device would),
+//! delays it, and may drop, duplicate or delay it further. Time is simulated: the loop jumps
+//! to the next frame arrival or timer, so a 60-second TIME-WAIT costs nothing.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use shmnet_stack::tcp::{CloseReason, State, TcpError, TcpHandle};
+use shmnet_stack::{BufferPool, Config, EthernetAddress, HeapPool, Instant, Interface};
+
+const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const B_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const ONE_WAY_US: u64 = 50;
+
+#[derive(Clone, Copy, Default)]
+struct Impair {
+    loss: f64,
+    reorder: f64,
+    dup: f64,
+}
+
+struct Side {
+    ifc: Interface,
+    pool: HeapPool,
+}
+
+struct Wire {
+    a: Side,
+    b: Side,
+    /// Frames in flight: (arrival in µs, launch number, to B?, bytes).
+    flight: Vec<(u64, u64, bool, Vec<u8>)>,
+    now_us: u64,
+    rng: fastrand::Rng,
+    impair: Impair,
+    frames: u64,
+}
+
+fn side(mac: u8, ip: Ipv4Addr) -> Side {
+    let mut cfg = Config::new(EthernetAddress([2, 0, 0, 0, 0, mac]), ip, 24);
+    cfg.tcp.time_wait_us = 2_000_000;
+    Side {
+        ifc: Interface::new(cfg),
+        pool: HeapPool::with_count(2048),
+    }
+}
+
+impl Wire {
+    fn new(seed: u64, impair: Impair) -> Wire {
+        Wire {
+            a: side(1, A_IP),
+            b: side(2, B_IP),
+            flight: Vec::new(),
+            now_us: 1_000_000,
+            rng: fastrand::Rng::with_seed(seed),
+            impair,
+            frames: 0,
+        }
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.now_us * 1_000)
+    }
+
+    fn side(&mut self, to_b: bool) -> &mut Side {
+        if to_b { &mut self.b } else { &mut self.a }
+    }
+
+    /// Take what a side transmitted onto the wire.
+    fn launch(&mut self, from_a: bool, out: Vec<shmnet_stack::BufIdx>) {
+        for f in out {
+            let s = self.side(!from_a);
+            let bytes = shmnet_stack::buf::valid(&s.pool, f).to_vec();
+            s.pool.free(f);
+            self.frames += 1;
+            if self.rng.f64() < self.impair.loss {
+                continue;
+            }
+            let mut at = self.now_us + ONE_WAY_US;
+            if self.rng.f64() < self.impair.reorder {
+                at += self.rng.u64(1..=500);
+            }
+            if self.rng.f64() < self.impair.dup {
+                self.flight
+                    .push((at + 7, self.frames, from_a, bytes.clone()));
+            }
+            self.flight.push((at, self.frames, from_a, bytes));
+        }
+    }
+
+    /// Run one side's application step and put what it sent on the wire.
+    fn with<R>(
+        &mut self,
+        on_a: bool,
+        f: impl FnOnce(&mut Side, Instant, &mut Vec<shmnet_stack::BufIdx>) -> R,
+    ) -> R {
+        let now = self.now();
+        let mut out = Vec::new();
+        let r = f(self.side(!on_a), now, &mut out);
+        self.launch(on_a, out);
+        r
+    }
+
+    /// Deliver what has arrived, run timers, and advance the clock to the next event.
+    fn step(&mut self) {
+        let now = self.now();
+        let due: Vec<_> = {
+            let mut due = Vec::new();
+            let mut i = 0;
+            while i < self.flight.len() {
+                if self.flight[i].0 <= self.now_us {
+                    due.push(self.flight.swap_remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            due.sort_by_key(|d| (d.0, d.1));
+            due
+        };
+        for (_, _, to_b, bytes) in due {
+            let mut out = Vec::new();
+            let s = self.side(to_b);
+            if let Some(b) = s.pool.alloc_with(0, &bytes) {
+                s.ifc.receive(&mut s.pool, b, now, &mut out);
+            }
+            self.launch(!to_b, out);
+        }
+        for on_a in [true, false] {
+            let mut out = Vec::new();
+            let s = self.side(!on_a);
+            s.ifc.poll(&mut s.pool, now, &mut out);
+            self.launch(on_a, out);
+        }
+        let next_frame = self.flight.iter().map(|f| f.0).min();
+        let timers = [self.a.ifc.poll_at(), self.b.ifc.poll_at()]
+            .into_iter()
+            .flatten()
+            .map(|t| t.nanos().div_ceil(1_000))
+            .min();
+        let next = [next_frame, timers].into_iter().flatten().min();
+        // Applications act every 20 µs at least, so the loop never jumps past them.
+        self.now_us = next
+            .unwrap_or(u64::MAX)
+            .min(self.now_us + 20)
+            .max(self.now_us + 1);
+    }
+}
+
+fn data(n: usize, seed: u64) -> Vec<u8> {
+    let mut r = fastrand::Rng::with_seed(seed);
+    (0..n).map(|_| r.u8(..)).collect()
+}
+
+/// A connection from A to B's port `port`, accepted on B.
+fn connect(w: &mut Wire, port: u16) -> (TcpHandle, TcpHandle) {
+    let l = w.b.ifc.tcp_listen(port, 16).unwrap();
+    let ca = w
+        .with(true, |s, now, out| {
+            s.ifc
+                .tcp_connect(&mut s.pool, SocketAddrV4::new(B_IP, port), now, out)
+        })
+        .unwrap();
+    for _ in 0..2_000_000 {
+        w.step();
+        if let Some(cb) = w.b.ifc.tcp_accept(l).unwrap() {
+            while w.a.ifc.tcp_state(ca).unwrap() != State::Established {
+                w.step();
+            }
+            return (ca, cb);
+        }
+    }
+    panic!("no connection");
+}
+
+/// Send `a_data` A→B and `b_data` B→A at once, then both close; returns what each read.
+fn exchange(
+    w: &mut Wire,
+    ca: TcpHandle,
+    cb: TcpHandle,
+    a_data: &[u8],
+    b_data: &[u8],
+) -> (Vec<u8>, Vec<u8>) {
+    let (mut sent_a, mut sent_b) = (0, 0);
+    let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+    let (mut eof_a, mut eof_b) = (false, false);
+    let (mut shut_a, mut shut_b) = (false, false);
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..50_000_000u64 {
+        for on_a in [true, false] {
+            let (h, data, sent, got, eof, shut) = if on_a {
+                (ca, a_data, &mut sent_a, &mut got_a, &mut eof_a, &mut shut_a)
+            } else {
+                (cb, b_data, &mut sent_b, &mut got_b, &mut eof_b, &mut shut_b)
+            };
+            w.with(on_a, |s, now, out| {
+                while *sent < data.len() {
+                    match s.ifc.tcp_send(&mut s.pool, h, &data[*sent..], now, out) {
+                        Ok(n) => *sent += n,
+                        Err(TcpError::WouldBlock) => break,
+                        Err(e) => panic!("send: {e}"),
+                    }
+                }
+                if *sent == data.len() && !*shut {
+                    s.ifc.tcp_shutdown(&mut s.pool, h, now, out).unwrap();
+                    *shut = true;
+                }
+                loop {
+                    match s.ifc.tcp_recv(&mut s.pool, h, &mut buf, now, out) {
+                        Ok(0) => {
+                            *eof = true;
+                            break;
+                        }
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                        Err(TcpError::WouldBlock) => break,
+                        Err(e) => panic!("recv: {e}"),
+                    }
+                }
+            });
+        }
+        if eof_a && eof_b {
+            return (got_a, got_b);
+        }
+        w.step();
+    }
+    panic!(
+        "transfer did not finish: A sent {sent_a} read {} ({:?}), B sent {sent_b} read {} ({:?})",
+        got_a.len(),
+        w.a.ifc.tcp_info(ca),
+        got_b.len(),
+        w.b.ifc.tcp_info(cb)
+    );
+}
+
+/// Close both handles, let TIME-WAIT pass, and check that nothing is held.
+fn close_and_drain(w: &mut Wire, ca: TcpHandle, cb: Option<TcpHandle>) {
+    w.with(true, |s, now, out| {
+        s.ifc.tcp_close(&mut s.pool, ca, now, out)
+    })
+    .unwrap();
+    if let Some(cb) = cb {
+        w.with(false, |s, now, out| {
+            s.ifc.tcp_close(&mut s.pool, cb, now, out)
+        })
+        .unwrap();
+    }
+    for _ in 0..10_000_000 {
+        if w.a.ifc.tcp_connections() == 0 && w.b.ifc.tcp_connections() == 0 && w.flight.is_empty() {
+            break;
+        }
+        w.step();
+    }
+    assert_eq!(w.a.ifc.tcp_connections(), 0, "A still holds connections");
+    assert_eq!(w.b.ifc.tcp_connections(), 0, "B still holds connections");
+    for s in [&mut w.a, &mut w.b] {
+        s.ifc.clear(&mut s.pool);
+        assert_eq!(s.pool.free_count(), s.pool.total(), "a buffer leaked");
+    }
+}
+
+fn transfer(seed: u64, impair: Impair, a_len: usize, b_len: usize) -> Wire {
+    let mut w = Wire::new(seed, impair);
+    let (ca, cb) = connect(&mut w, 5001);
+    let (a_data, b_data) = (data(a_len, seed), data(b_len, seed + 1));
+    let (got_a, got_b) = exchange(&mut w, ca, cb, &a_data, &b_data);
+    assert!(
+        got_b == a_data,
+        "B read {} bytes, A sent {}",
+        got_b.len(),
+        a_data.len()
+    );
+    assert!(
+        got_a == b_data,
+        "A read {} bytes, B sent {}",
+        got_a.len(),
+        b_data.len()
+    );
+    close_and_drain(&mut w, ca, Some(cb));
+    w
+}
+
+#[test]
+fn a_clean_wire_carries_a_megabyte_each_way_and_closes_in_order() {
+    let w = transfer(1, Impair::default(), 1 << 20, 1 << 20);
+    let (ca, cb) = (w.a.ifc.tcp_counters(), w.b.ifc.tcp_counters());
+    assert_eq!(ca.active_opens, 1);
+    assert_eq!(cb.passive_opens, 1);
+    assert_eq!(
+        ca.rto_retransmits + cb.rto_retransmits,
+        0,
+        "no loss, no timeout: {ca:?} {cb:?}"
+    );
+    assert_eq!(ca.bytes_in, 1 << 20);
+}
+
+#[test]
+fn loss_reordering_and_duplication_do_not_corrupt_the_stream() {
+    for seed in 1..=4 {
+        let impair = Impair {
+            loss: 0.02,
+            reorder: 0.25,
+            dup: 0.01,
+        };
+        let w = transfer(seed, impair, 300_000, 200_000);
+        let c = w.a.ifc.tcp_counters();
+        let d = w.b.ifc.tcp_counters();
+        assert!(
+            c.fast_retransmits + c.rto_retransmits + d.fast_retransmits + d.rto_retransmits > 0,
+            "seed {seed}: 2 % loss must cost a retransmission"
+        );
+    }
+}
+
+#[test]
+fn heavy_loss_still_completes() {
+    transfer(
+        9,
+        Impair {
+            loss: 0.10,
+            reorder: 0.0,
+            dup: 0.0,
+        },
+        100_000,
+        0,
+    );
+}
+
+#[test]
+fn a_closed_port_refuses_with_a_reset() {
+    let mut w = Wire::new(3, Impair::default());
+    let ca = w
+        .with(true, |s, now, out| {
+            s.ifc
+                .tcp_connect(&mut s.pool, SocketAddrV4::new(B_IP, 9), now, out)
+        })
+        .unwrap();
+    for _ in 0..1000 {
+        w.step();
+    }
+    assert_eq!(w.a.ifc.tcp_state(ca).unwrap(), State::Closed);
+    assert_eq!(w.a.ifc.tcp_error(ca).unwrap(), Some(CloseReason::Refused));
+    assert_eq!(w.b.ifc.tcp_counters().no_socket, 1);
+    let mut buf = [0u8; 8];
+    let r = w.with(true, |s, now, out| {
+        s.ifc.tcp_recv(&mut s.pool, ca, &mut buf, now, out)
+    });
+    assert_eq!(r, Err(TcpError::Closed(CloseReason::Refused)));
+    close_and_drain(&mut w, ca, None);
+}
+
+#[test]
+fn a_receiver_that_stops_reading_closes_the_window_and_probes_reopen_it() {
+    let mut w = Wire::new(4, Impair::default());
+    let (ca, cb) = connect(&mut w, 5001);
+    let payload = data(1 << 20, 4);
+    let mut sent = 0;
+    // Send while B never reads: the window closes at B's buffer.
+    for _ in 0..200_000 {
+        w.with(true, |s, now, out| {
+            while let Ok(n) = s.ifc.tcp_send(&mut s.pool, ca, &payload[sent..], now, out) {
+                sent += n;
+            }
+        });
+        w.step();
+    }
+    let info = w.a.ifc.tcp_info(ca).unwrap();
+    assert_eq!(info.snd_wnd, 0, "B's window is closed: {info:?}");
+    let readable = w.b.ifc.tcp_info(cb).unwrap().readable;
+    assert!(
+        readable >= 200_000,
+        "B holds its buffer's worth: {readable}"
+    );
+    assert!(
+        w.a.ifc.tcp_counters().window_probes > 0,
+        "A probed the zero window"
+    );
+    // Now B reads everything; the transfer completes.
+    let (_, got_b) = exchange(&mut w, ca, cb, &payload[sent..], &[]);
+    assert!(
+        got_b == payload,
+        "B read {} of {} bytes",
+        got_b.len(),
+        payload.len()
+    );
+    close_and_drain(&mut w, ca, Some(cb));
+}
