@@ -10,6 +10,7 @@
 use crate::driver::{Driver, DriverStats, RxFrame, softnic};
 use crate::pool::ChanPool;
 use shmnet_chan::{ChannelSpec, DriverPools, PageSize, PoolSpec, Window};
+use shmnet_stack::tcp::{ListenHandle, TcpError, TcpHandle};
 use shmnet_stack::{
     BufIdx, Config, EthernetAddress, Interface, NoHook, RecvHook, SocketHandle, Stats,
 };
@@ -29,13 +30,23 @@ pub enum App {
     /// Bound for the caller, who sends with [`Inline::send_to`] and receives with
     /// [`Inline::recv_from`] between steps (a benchmark's requester in this same thread).
     Caller(u16),
+    /// Listens on a TCP port and sends every byte of every connection back; closes its
+    /// side when the peer has closed and everything is echoed.
+    TcpEcho(u16),
+    /// Listens on a TCP port, reads and discards every byte, closes when the peer has.
+    TcpSink(u16),
 }
 
 impl App {
     /// The UDP port it binds.
     pub fn port(&self) -> u16 {
         match *self {
-            Self::Echo(p) | Self::Sink(p) | Self::CheckedSink(p, _) | Self::Caller(p) => p,
+            Self::Echo(p)
+            | Self::Sink(p)
+            | Self::CheckedSink(p, _)
+            | Self::Caller(p)
+            | Self::TcpEcho(p)
+            | Self::TcpSink(p) => p,
         }
     }
 }
@@ -83,6 +94,9 @@ pub enum ServeError {
     /// Two applications want one port.
     #[error("cannot bind UDP port {0}: {1}")]
     Bind(u16, shmnet_stack::BindError),
+    /// Two TCP applications want one port.
+    #[error("cannot listen on TCP port {0}: {1}")]
+    Listen(u16, TcpError),
 }
 
 // The message above includes the cause, so it is not also reported as `source()` (a chain
@@ -104,7 +118,33 @@ pub struct AppStats {
     pub corrupt: u64,
     /// Datagrams an echo could not send back.
     pub echo_failures: u64,
+    /// TCP connections accepted.
+    pub tcp_accepted: u64,
+    /// TCP connections that ended with an error (reset, timed out).
+    pub tcp_failed: u64,
+    /// TCP payload bytes read.
+    pub tcp_bytes: u64,
 }
+
+/// A built-in TCP application: its listener and its open connections.
+struct TcpApp {
+    echo: bool,
+    listener: ListenHandle,
+    conns: Vec<TcpPeer>,
+}
+
+/// One connection of a built-in TCP application. For an echo, `buf[sent..filled]` is what
+/// it read and has not yet sent back; a sink's `buf` is empty.
+struct TcpPeer {
+    h: TcpHandle,
+    buf: Vec<u8>,
+    filled: usize,
+    sent: usize,
+}
+
+/// Bytes an echo reads before it sends them back (its buffer, allocated per connection
+/// when it is accepted).
+const TCP_ECHO_CHUNK: usize = 64 * 1024;
 
 /// Driver, stack and applications in one thread.
 pub struct Inline<D: Driver> {
@@ -114,6 +154,7 @@ pub struct Inline<D: Driver> {
     pool: ChanPool,
     iface: Interface,
     sockets: Vec<(App, SocketHandle)>,
+    tcp_apps: Vec<TcpApp>,
     rx: Vec<RxFrame>,
     tx: Vec<BufIdx>,
     tx_idx: Vec<u32>,
@@ -150,13 +191,29 @@ impl<D: Driver> Inline<D> {
         scfg.udp_tx_checksum = cfg.checksum;
         scfg.rx_queue_limit = cfg.rx_queue_limit;
         scfg.loopback = cfg.loopback;
+        scfg.tcp.isn_secret = isn_secret();
         let mut iface = Interface::new(scfg);
         let mut sockets = Vec::new();
+        let mut tcp_apps = Vec::new();
         for app in &cfg.apps {
-            let h = iface
-                .udp_bind_port(app.port())
-                .map_err(|e| ServeError::Bind(app.port(), e))?;
-            sockets.push((*app, h));
+            match *app {
+                App::TcpEcho(port) | App::TcpSink(port) => {
+                    let listener = iface
+                        .tcp_listen(port, TCP_BACKLOG)
+                        .map_err(|e| ServeError::Listen(port, e))?;
+                    tcp_apps.push(TcpApp {
+                        echo: matches!(app, App::TcpEcho(_)),
+                        listener,
+                        conns: Vec::new(),
+                    });
+                }
+                _ => {
+                    let h = iface
+                        .udp_bind_port(app.port())
+                        .map_err(|e| ServeError::Bind(app.port(), e))?;
+                    sockets.push((*app, h));
+                }
+            }
         }
         Ok(Self {
             driver,
@@ -165,6 +222,7 @@ impl<D: Driver> Inline<D> {
             pool,
             iface,
             sockets,
+            tcp_apps,
             rx: Vec::with_capacity(BURST),
             tx: Vec::new(),
             tx_idx: Vec::new(),
@@ -218,7 +276,7 @@ impl<D: Driver> Inline<D> {
                 self.apps.messages += 1;
                 self.apps.bytes += info.len as u64;
                 match app {
-                    App::Sink(_) | App::Caller(_) => {}
+                    App::Sink(_) | App::Caller(_) | App::TcpEcho(_) | App::TcpSink(_) => {}
                     App::CheckedSink(_, size) => {
                         let seq = self.recv_buf[..8.min(info.len)]
                             .iter()
@@ -242,6 +300,7 @@ impl<D: Driver> Inline<D> {
                 }
             }
         }
+        work += self.run_tcp_apps(now);
         self.iface.poll(&mut self.pool, now, &mut self.tx);
         if !self.tx.is_empty() {
             work += self.tx.len();
@@ -250,6 +309,50 @@ impl<D: Driver> Inline<D> {
             let _ = self.driver.tx_burst(&mut self.dpools, &self.tx_idx);
         }
         self.pool.pools().drain_deferred(64);
+        work
+    }
+
+    /// The built-in TCP applications' turn: accept, read, echo, close. Returns the
+    /// connections that had something to do.
+    fn run_tcp_apps(&mut self, now: shmnet_stack::Instant) -> usize {
+        let mut work = 0;
+        for app in &mut self.tcp_apps {
+            while let Ok(Some(h)) = self.iface.tcp_accept(app.listener) {
+                self.apps.tcp_accepted += 1;
+                let _ = self.iface.tcp_set_nodelay(h, true);
+                app.conns.push(TcpPeer {
+                    h,
+                    buf: if app.echo {
+                        vec![0; TCP_ECHO_CHUNK]
+                    } else {
+                        Vec::new()
+                    },
+                    filled: 0,
+                    sent: 0,
+                });
+                work += 1;
+            }
+            let mut i = 0;
+            while i < app.conns.len() {
+                let p = &mut app.conns[i];
+                let (busy, finished) = serve_tcp_peer(
+                    &mut self.iface,
+                    &mut self.pool,
+                    p,
+                    &mut self.recv_buf,
+                    &mut self.apps,
+                    now,
+                    &mut self.tx,
+                );
+                work += usize::from(busy);
+                if finished {
+                    let _ = self.iface.tcp_close(&mut self.pool, p.h, now, &mut self.tx);
+                    app.conns.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+        }
         work
     }
 
@@ -315,6 +418,11 @@ impl<D: Driver> Inline<D> {
         self.iface.stats()
     }
 
+    /// TCP's counters.
+    pub fn tcp_counters(&self) -> &shmnet_stack::tcp::TcpCounters {
+        self.iface.tcp_counters()
+    }
+
     /// The driver's counters.
     pub fn driver_stats(&self) -> DriverStats {
         self.driver.stats()
@@ -376,6 +484,67 @@ impl<D: Driver> Inline<D> {
         let got = self.iface.udp_recv(&mut self.pool, h, buf, &mut NoHook)?;
         Ok(got.map(|info| (info.len, info.src)))
     }
+}
+
+/// Connections a built-in TCP application's listener holds in the handshake or waiting.
+const TCP_BACKLOG: u32 = 128;
+
+/// A fresh secret for RFC 6528's initial sequence numbers: std's `RandomState` draws its
+/// keys from the operating system.
+fn isn_secret() -> u128 {
+    use std::hash::BuildHasher;
+    let s = std::collections::hash_map::RandomState::new();
+    (u128::from(s.hash_one(1u8)) << 64) | u128::from(s.hash_one(2u8))
+}
+
+/// One connection's turn: the echo sends back what it read (reading more only when all of
+/// it is sent), the sink reads. Returns (did something, the connection is over).
+fn serve_tcp_peer(
+    iface: &mut Interface,
+    pool: &mut ChanPool,
+    p: &mut TcpPeer,
+    scratch: &mut [u8],
+    apps: &mut AppStats,
+    now: shmnet_stack::Instant,
+    tx: &mut Vec<BufIdx>,
+) -> (bool, bool) {
+    let echo = !p.buf.is_empty();
+    let mut busy = false;
+    // Bounded, so one connection cannot keep the loop from the others and the driver.
+    for _ in 0..64 {
+        if p.sent < p.filled {
+            match iface.tcp_send(pool, p.h, &p.buf[p.sent..p.filled], now, tx) {
+                Ok(n) => {
+                    p.sent += n;
+                    busy = true;
+                    continue;
+                }
+                Err(TcpError::WouldBlock) => return (busy, false),
+                Err(_) => {
+                    apps.tcp_failed += 1;
+                    return (busy, true);
+                }
+            }
+        }
+        let buf: &mut [u8] = if echo { &mut p.buf } else { scratch };
+        match iface.tcp_recv(pool, p.h, buf, now, tx) {
+            Ok(0) => return (busy, true),
+            Ok(n) => {
+                busy = true;
+                apps.tcp_bytes += n as u64;
+                if echo {
+                    p.filled = n;
+                    p.sent = 0;
+                }
+            }
+            Err(TcpError::WouldBlock) => return (busy, false),
+            Err(_) => {
+                apps.tcp_failed += 1;
+                return (busy, true);
+            }
+        }
+    }
+    (busy, false)
 }
 
 #[cfg(test)]

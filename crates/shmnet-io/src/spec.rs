@@ -16,6 +16,7 @@
 //! "--mac with af_packet" cannot be expressed; [`SoftnicSpec::bench`] set means a benchmark
 //! run, whose end the board decides.
 
+pub use crate::driver::impair::{ImpairSpec, ImpairSpecError};
 use crate::driver::softnic::{Dma, SoftnicConfig};
 use crate::inline::{App, ServeConfig};
 use crate::server::{ControlLimits, Placement, ServerOptions};
@@ -189,6 +190,10 @@ pub struct SoftnicSpec {
     pub mac: Option<[u8; 6]>,
     /// A benchmark run's board and softnic's part in it.
     pub bench: Option<BenchPart>,
+    /// Impair the frames between softnic and the stack (`--impair`; see
+    /// [`DriverSpec::impair`]; boxed, as it is rare and the spec travels by value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub impair: Option<Box<ImpairSpec>>,
 }
 
 impl Default for SoftnicSpec {
@@ -201,6 +206,7 @@ impl Default for SoftnicSpec {
             dma: Dma::Cached,
             mac: None,
             bench: None,
+            impair: None,
         }
     }
 }
@@ -250,6 +256,10 @@ pub enum DriverSpec {
         /// the server exits non-zero (0: never give up).
         #[serde(default = "default_give_up_s")]
         give_up_after_s: f64,
+        /// Impair the frames between the interface and the stack (`--impair`; see
+        /// [`DriverSpec::impair`]; boxed, as it is rare and the spec travels by value).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        impair: Option<Box<ImpairSpec>>,
     },
 }
 
@@ -287,8 +297,29 @@ impl DriverSpec {
             Some(iface) => Ok(Self::AfPacket {
                 iface: iface.to_string(),
                 give_up_after_s: DEFAULT_GIVE_UP_S,
+                impair: None,
             }),
             None => Err(SpecError::UnknownDriver(driver.to_string())),
+        }
+    }
+
+    /// How the frames between the device and the stack are impaired (`--impair`), if they
+    /// are: whoever opens the device wraps it in
+    /// [`Impaired`](crate::driver::impair::Impaired). It travels with the device's spec, so
+    /// that a driver process of the server structure is told it with its device.
+    pub fn impair(&self) -> Option<&ImpairSpec> {
+        match self {
+            Self::Softnic(s) => s.impair.as_deref(),
+            Self::AfPacket { impair, .. } => impair.as_deref(),
+        }
+    }
+
+    /// Sets (or clears) how the device's frames are impaired.
+    pub fn set_impair(&mut self, spec: Option<ImpairSpec>) {
+        let spec = spec.map(Box::new);
+        match self {
+            Self::Softnic(s) => s.impair = spec,
+            Self::AfPacket { impair, .. } => *impair = spec,
         }
     }
 
@@ -385,6 +416,10 @@ pub struct ServeSpec {
     pub echo: Vec<u16>,
     /// inline: UDP sinks on these ports.
     pub sink: Vec<u16>,
+    /// inline: TCP echo applications listening on these ports.
+    pub tcp_echo: Vec<u16>,
+    /// inline: TCP sinks listening on these ports.
+    pub tcp_sink: Vec<u16>,
     /// Stop after this many seconds (`None`: when softnic is done, a benchmark's board says
     /// quit, or at a signal).
     pub duration_s: Option<f64>,
@@ -430,6 +465,8 @@ impl Default for ServeSpec {
             on_miss: OnMiss::default(),
             echo: Vec::new(),
             sink: Vec::new(),
+            tcp_echo: Vec::new(),
+            tcp_sink: Vec::new(),
             duration_s: None,
             json: false,
             force: false,
@@ -571,7 +608,8 @@ mod tests {
             DriverSpec::parse("af_packet:v0", s.clone(), None).unwrap(),
             DriverSpec::AfPacket {
                 iface: "v0".into(),
-                give_up_after_s: DEFAULT_GIVE_UP_S
+                give_up_after_s: DEFAULT_GIVE_UP_S,
+                impair: None,
             }
         );
         assert_eq!(
@@ -588,5 +626,35 @@ mod tests {
             "sunk".parse::<BenchRole>(),
             Err(SpecError::UnknownRole("sunk".into()))
         );
+    }
+
+    /// `--impair` travels with the device's spec (to a driver process too), and leaves the
+    /// JSON of an unimpaired device as it was.
+    #[test]
+    fn an_impairment_travels_with_the_device_spec() {
+        let impair: ImpairSpec = "loss=20%,delay=10ms,seed=1".parse().unwrap();
+        for name in ["af_packet:v0", "softnic"] {
+            let mut d = DriverSpec::parse(name, SoftnicSpec::default(), None).unwrap();
+            assert_eq!(d.impair(), None);
+            let plain = serde_json::to_string(&d).unwrap();
+            assert!(!plain.contains("impair"), "{plain}");
+            d.set_impair(Some(impair.clone()));
+            assert_eq!(d.impair(), Some(&impair));
+            let setup = ServeSpec {
+                driver: d.clone(),
+                ..ServeSpec::default()
+            }
+            .driver_setup();
+            let text = serde_json::to_string(&setup).unwrap();
+            assert!(text.contains("\"loss_pct\":20.0"), "{text}");
+            let back: DriverSetup = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.driver.impair(), Some(&impair));
+        }
+        let d: DriverSpec = serde_json::from_str(
+            r#"{"af_packet":{"iface":"v0","impair":{"loss_pct":1.5,"seed":7}}}"#,
+        )
+        .unwrap();
+        let i = d.impair().unwrap();
+        assert_eq!((i.loss_pct, i.seed, i.limit), (1.5, 7, 1000));
     }
 }

@@ -73,7 +73,7 @@ enum Command {
     /// README.md's "Serving a real interface" sets up a pair of network namespaces to try
     /// the af_packet examples in.
     #[command(verbatim_doc_comment)]
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// An application for a server started with --structure server.
     #[command(subcommand)]
     App(app::AppCmd),
@@ -362,7 +362,7 @@ fn party() -> Result<()> {
         "reading the party's spec: `shmnet party` takes one JSON PartySpec on standard input (ttcp and rr start it)",
     )?;
     match spec {
-        PartySpec::Serve(s) => serve::run(s),
+        PartySpec::Serve(s) => serve::run(*s),
         PartySpec::Worker(w) => netbench::run_worker(&w),
     }
 }

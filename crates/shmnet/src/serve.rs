@@ -3,6 +3,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use shmnet_io::driver::Driver;
+use shmnet_io::driver::impair::{ImpairSpec, Impaired};
 use shmnet_io::driver::softnic::{Dma, Softnic};
 use shmnet_io::inline::{App, Inline};
 use shmnet_io::server::Placement;
@@ -84,6 +85,28 @@ pub struct DriverArgs {
     /// softnic in a benchmark run: its part (send, sink, loopback).
     #[arg(long, hide = true, default_value = "send")]
     softnic_role: String,
+    /// Impair the frames between the device and the stack, in both directions, as Linux's
+    /// netem would (e.g. loss=1%,delay=10ms,seed=1; see --help).
+    ///
+    /// SPEC is KEY=VALUE pairs separated by commas:
+    ///   loss=P%      drop a frame (P like 1% or 0.5%)
+    ///   dup=P%       send a frame twice
+    ///   corrupt=P%   flip one bit past the Ethernet header (checksums catch it)
+    ///   delay=T      hold every frame for T (like 10ms, 500us or 1s)
+    ///   jitter=T     vary the delay by up to T either way (needs delay=)
+    ///   reorder=P%   with a delay, send a frame at once, past the delayed ones; without
+    ///                one, hold it back until the next frame has passed
+    ///   rate=R       pace frames to R (like 500kbit, 100mbit or 1gbit)
+    ///   limit=N      frames a delay or rate queue holds before it drops (default 1000)
+    ///   seed=N       the seed of every random choice (default 0): the same seed and the
+    ///                same traffic meet the same fate
+    /// What it did is counted per direction in the driver's counters ("impair": "rx" and
+    /// "tx", in the report and in `shmnet stats`). For example, a lossy, slow 100 Mbit/s
+    /// path to test an application on:
+    ///   shmnet serve --driver af_packet:veth0 --ip 10.77.0.1/24 --echo 7 \
+    ///     --impair loss=1%,delay=10ms,jitter=2ms,rate=100mbit,seed=1
+    #[arg(long, value_name = "SPEC", verbatim_doc_comment)]
+    impair: Option<ImpairSpec>,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6], String> {
@@ -115,6 +138,7 @@ impl DriverArgs {
             dma: self.softnic_dma,
             mac: None,
             bench,
+            impair: None,
         };
         let mut spec = DriverSpec::parse(&self.driver, softnic, self.mac)?;
         if let DriverSpec::AfPacket {
@@ -123,6 +147,7 @@ impl DriverArgs {
         {
             *give_up_after_s = self.give_up_after;
         }
+        spec.set_impair(self.impair.clone());
         Ok(spec)
     }
 }
@@ -165,24 +190,44 @@ pub struct DriverProcessArgs {
 pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
     use shmnet_io::server::attach_driver_process;
     let (attached, setup) = attach_driver_process(&a.socket).context("driver process")?;
+    let impair = setup.driver.impair();
     match &setup.driver {
         DriverSpec::Softnic(s) => drive_with(
             attached,
             open_softnic(s, setup.ip, setup.checksum, s.port, None),
+            impair,
         ),
         DriverSpec::AfPacket {
             iface,
             give_up_after_s,
-        } => drive_with(attached, open_af_packet(iface, *give_up_after_s)),
+            ..
+        } => drive_with(attached, open_af_packet(iface, *give_up_after_s), impair),
     }
 }
 
-/// Drives the device just opened, or tells the server why it could not be.
+/// `nic`, impaired as `spec` says (`--impair`).
+fn impaired<D: Driver>(nic: D, spec: &ImpairSpec) -> Result<Impaired<D>> {
+    Impaired::new(nic, spec.clone()).context("setting up --impair (its epoll set and timer)")
+}
+
+/// Drives the device just opened (impaired as `impair` says, if it says), or tells the
+/// server why it could not be.
 fn drive_with<D: Driver>(
     attached: shmnet_io::server::AttachedDriver,
     opened: Result<D>,
+    impair: Option<&ImpairSpec>,
 ) -> Result<()> {
-    match opened {
+    let nic = match opened {
+        Ok(nic) => nic,
+        Err(e) => {
+            attached.fail(&format!("{e:#}"));
+            return Err(e.context("driver process"));
+        }
+    };
+    let Some(spec) = impair else {
+        return attached.run(nic).context("driver process");
+    };
+    match impaired(nic, spec) {
         Ok(nic) => attached.run(nic).context("driver process"),
         Err(e) => {
             attached.fail(&format!("{e:#}"));
@@ -244,6 +289,13 @@ pub struct ServeArgs {
     /// every byte of every message.
     #[arg(long, value_name = "PORT")]
     sink: Vec<u16>,
+    /// Run a TCP echo application listening on PORT (repeatable): every byte of every
+    /// connection goes back; it closes after the peer does.
+    #[arg(long, value_name = "PORT")]
+    tcp_echo: Vec<u16>,
+    /// Run a TCP sink listening on PORT (repeatable): reads and discards.
+    #[arg(long, value_name = "PORT")]
+    tcp_sink: Vec<u16>,
     /// Stop after this many seconds (default: when softnic has sent --softnic-count
     /// messages, else at Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
@@ -304,6 +356,8 @@ impl ServeArgs {
             on_miss: self.on_miss,
             echo: self.echo.clone(),
             sink: self.sink.clone(),
+            tcp_echo: self.tcp_echo.clone(),
+            tcp_sink: self.tcp_sink.clone(),
             duration_s: self.duration,
             json: self.json,
             force: self.force,
@@ -351,6 +405,7 @@ struct Report {
     apps: shmnet_io::inline::AppStats,
     driver_stats: shmnet_io::driver::DriverStats,
     stack: Vec<(&'static str, u64)>,
+    tcp: shmnet_stack::tcp::TcpCounters,
     window: shmnet_chan::WindowStats,
 }
 
@@ -374,6 +429,8 @@ pub fn run(spec: ServeSpec) -> Result<()> {
             Some(s) => App::CheckedSink(p, s.size),
             None => App::Sink(p),
         }))
+        .chain(spec.tcp_echo.iter().map(|&p| App::TcpEcho(p)))
+        .chain(spec.tcp_sink.iter().map(|&p| App::TcpSink(p)))
         .collect();
     let cfg = spec.serve_config(apps.clone());
     match &spec.driver {
@@ -382,44 +439,68 @@ pub fn run(spec: ServeSpec) -> Result<()> {
                 bail!("softnic sends to an application: add --sink PORT (or --echo PORT)");
             };
             let nic = open_softnic(soft, spec.ip, spec.checksum, first.port(), None)?;
-            let server =
-                Inline::with_page(nic, &cfg, spec.page).context("starting the inline server")?;
-            eprintln!(
-                "shmnet inline over softnic: {} messages of {} B to port {}; UDP {}; Ctrl-C to stop",
+            let banner = format!(
+                "shmnet inline over softnic: {} messages of {} B to port {}; {}; Ctrl-C to stop",
                 soft.count,
                 soft.size,
                 first.port(),
                 describe_apps(&apps)
             );
-            serve(server, &spec, |s| s.driver().done())
+            serve_inline(nic, &spec, &cfg, &banner, |d| d.done())
         }
         DriverSpec::AfPacket {
             iface,
             give_up_after_s,
+            ..
         } => {
             let nic = open_af_packet(iface, *give_up_after_s)?;
-            let server =
-                Inline::with_page(nic, &cfg, spec.page).context("starting the inline server")?;
-            eprintln!(
-                "shmnet inline on {iface} as {}/{}: answering ARP and ping; UDP {}; Ctrl-C to stop",
+            let banner = format!(
+                "shmnet inline on {iface} as {}/{}: answering ARP and ping; {}; Ctrl-C to stop",
                 spec.ip,
                 spec.prefix,
                 describe_apps(&apps)
             );
-            serve(server, &spec, |_| false)
+            serve_inline(nic, &spec, &cfg, &banner, |_| false)
         }
     }
 }
 
+/// Runs the inline structure over `nic` (impaired if the spec says `--impair`), saying
+/// `banner` once it is up; `finished` says when the device is done (softnic sent all).
+fn serve_inline<D: Driver>(
+    nic: D,
+    spec: &ServeSpec,
+    cfg: &shmnet_io::inline::ServeConfig,
+    banner: &str,
+    finished: impl Fn(&D) -> bool,
+) -> Result<()> {
+    let Some(impair) = spec.driver.impair() else {
+        let server =
+            Inline::with_page(nic, cfg, spec.page).context("starting the inline server")?;
+        eprintln!("{banner}");
+        return serve(server, spec, |s| finished(s.driver()));
+    };
+    let server = Inline::with_page(impaired(nic, impair)?, cfg, spec.page)
+        .context("starting the inline server")?;
+    eprintln!("{banner}");
+    eprintln!("impairing the frames both ways: {impair}");
+    // Done once the device is, and nothing is held back any more.
+    serve(server, spec, |s| {
+        s.driver().held() == 0 && finished(s.driver().inner())
+    })
+}
+
 fn describe_apps(apps: &[App]) -> String {
     if apps.is_empty() {
-        return "ports: none (add --echo PORT or --sink PORT)".into();
+        return "ports: none (add --echo, --sink, --tcp-echo or --tcp-sink PORT)".into();
     }
     apps.iter()
         .map(|a| match a {
-            App::Echo(p) => format!("echo on {p}"),
-            App::Sink(p) | App::CheckedSink(p, _) => format!("sink on {p}"),
+            App::Echo(p) => format!("UDP echo on {p}"),
+            App::Sink(p) | App::CheckedSink(p, _) => format!("UDP sink on {p}"),
             App::Caller(p) => format!("bound for the caller on {p}"),
+            App::TcpEcho(p) => format!("TCP echo on {p}"),
+            App::TcpSink(p) => format!("TCP sink on {p}"),
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -541,6 +622,7 @@ fn serve<D: Driver>(
             .into_iter()
             .filter(|(_, v)| *v != 0)
             .collect(),
+        tcp: server.tcp_counters().clone(),
         window: server.window().stats(),
     };
     if a.json {
@@ -565,12 +647,29 @@ fn serve<D: Driver>(
             d.tx_frames,
             d.tx_errors
         );
+        if let Some(i) = &d.impair {
+            println!(
+                "impair: rx {}, tx {}",
+                serde_json::to_string(&i.rx)?,
+                serde_json::to_string(&i.tx)?
+            );
+        }
         let stack: Vec<String> = report
             .stack
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         println!("stack: {}", stack.join(" "));
+        if report.tcp != shmnet_stack::tcp::TcpCounters::default() {
+            let tcp: Vec<String> = report
+                .tcp
+                .fields()
+                .into_iter()
+                .filter(|(_, v)| *v != 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            println!("tcp: {}", tcp.join(" "));
+        }
         let p = &report.window.pools;
         println!(
             "pools: {} of {} buffers free, {} driver drops, {} deferred frees",
@@ -596,9 +695,24 @@ fn write_copy_probe(server: &mut shmnet_io::server::Server, out: &Path) -> Resul
     std::fs::write(out, json).with_context(|| format!("writing {}", out.display()))
 }
 
+/// Starts the server structure with `nic` polled by its loop or on a thread of it (as
+/// `opts` says), impaired as `impair` says (`--impair`). A driver process impairs its own
+/// device: its spec travels with the device's.
+fn start_in_process<D: Driver + 'static>(
+    nic: D,
+    impair: Option<&ImpairSpec>,
+    opts: &shmnet_io::server::ServerOptions,
+) -> Result<shmnet_io::server::Server> {
+    Ok(match impair {
+        None => shmnet_io::server::Server::start(nic, opts)?,
+        Some(i) => shmnet_io::server::Server::start(impaired(nic, i)?, opts)?,
+    })
+}
+
 fn run_server(a: &ServeSpec) -> Result<()> {
     use shmnet_io::server::Server;
-    if !a.echo.is_empty() || !a.sink.is_empty() {
+    if !a.echo.is_empty() || !a.sink.is_empty() || !a.tcp_echo.is_empty() || !a.tcp_sink.is_empty()
+    {
         bail!(
             "in the server structure applications are processes of their own: start `shmnet app sink --port P` (or echo) after the server, not --sink/--echo"
         );
@@ -612,13 +726,16 @@ fn run_server(a: &ServeSpec) -> Result<()> {
     let placement = a.effective_placement();
     let as_thread = placement != Placement::Process;
     let mut server = if as_thread {
+        let impair = a.driver.impair();
         match &a.driver {
             DriverSpec::AfPacket {
                 iface,
                 give_up_after_s,
-            } => Server::start(open_af_packet(iface, *give_up_after_s)?, &opts),
-            DriverSpec::Softnic(s) => Server::start(
+                ..
+            } => start_in_process(open_af_packet(iface, *give_up_after_s)?, impair, &opts),
+            DriverSpec::Softnic(s) => start_in_process(
                 open_softnic(s, a.ip, a.checksum, s.port, Some(gate.clone()))?,
+                impair,
                 &opts,
             ),
         }
@@ -646,6 +763,7 @@ fn run_server(a: &ServeSpec) -> Result<()> {
             },
             Duration::from_secs(10),
         )
+        .map_err(anyhow::Error::from)
     }
     .context("starting the server")?;
     if let Some(p) = &a.copy_probe {
@@ -671,6 +789,9 @@ fn run_server(a: &ServeSpec) -> Result<()> {
             None => String::new(),
         }
     );
+    if let Some(impair) = a.driver.impair() {
+        eprintln!("impairing the frames both ways: {impair}");
+    }
     let pb = &run.pb;
     let mut last = (Instant::now(), 0u64);
     // A benchmark run ends when its harness says so on the scoreboard.

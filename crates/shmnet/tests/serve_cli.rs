@@ -652,3 +652,177 @@ fn serve_caps_the_regions_an_application_registers() {
     p.signal(libc::SIGTERM);
     assert!(p.wait().success(), "{}", p.err());
 }
+
+/// What `ping -q` said: packets sent, replies received, and the smallest round trip (ms).
+fn ping_summary(out: &str) -> (u64, u64, Option<f64>) {
+    let mut sent_received = (0, 0);
+    let mut min_rtt = None;
+    for line in out.lines() {
+        if let Some((sent, rest)) = line.split_once(" packets transmitted, ") {
+            let received = rest.split_once(' ').map_or("", |(r, _)| r);
+            sent_received = (sent.trim().parse().unwrap(), received.parse().unwrap());
+        }
+        if let Some((_, v)) = line.split_once("min/avg/max/mdev = ") {
+            min_rtt = v.split('/').next().and_then(|m| m.parse().ok());
+        }
+    }
+    (sent_received.0, sent_received.1, min_rtt)
+}
+
+/// `--impair` on a real interface, as a user tests an application under loss: the kernel
+/// pings shmnet through `loss=20%,delay=20ms` in every structure and placement. Each ping
+/// crosses the impairment twice (the request received, the reply sent), so about
+/// 1 - 0.8² = 36 % of pings are lost, and no round trip is under 40 ms (20 ms each way).
+#[test]
+fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
+    const TEST: &str = "impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure";
+    const PINGS: u64 = 200;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
+        return;
+    }
+    for (structure, placement) in [
+        ("inline", "polled"),
+        ("server", "polled"),
+        ("server", "thread"),
+        ("server", "process"),
+        ("ipc", "thread"),
+    ] {
+        let what = format!("{structure}/{placement}");
+        let Some(ns) = Netns::new(&format!("impair-{structure}-{placement}")) else {
+            shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+            return;
+        };
+        let ip_ok = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "ip {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        // The kernel's end: an address on v1, and shmnet's MAC known, so that the kernel
+        // never needs an ARP answer through the impairment.
+        ip_ok(&["-n", &ns.0, "addr", "add", "10.80.0.2/24", "dev", "v1"]);
+        let link = ip_ok(&["-n", &ns.0, "link", "show", "v0"]);
+        let mac = link
+            .split_once("link/ether ")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no MAC for v0: {link}"))
+            .to_string();
+        ip_ok(&[
+            "-n",
+            &ns.0,
+            "neigh",
+            "replace",
+            "10.80.0.1",
+            "lladdr",
+            &mac,
+            "dev",
+            "v1",
+            "nud",
+            "permanent",
+        ]);
+        let runtime = temp(&format!("impair-{structure}-{placement}"));
+        let socket = runtime.join("s.sock");
+        let mut server = ns.shmnet(
+            &[
+                "serve",
+                "--json",
+                "--structure",
+                structure,
+                "--placement",
+                placement,
+                "--driver",
+                "af_packet:v0",
+                "--ip",
+                "10.80.0.1/24",
+                "--impair",
+                "loss=20%,delay=20ms,seed=1",
+                "--socket",
+                socket.to_str().unwrap(),
+            ],
+            &runtime,
+        );
+        server.wait_for("impairing the frames both ways: loss=20%,delay=20ms,seed=1");
+        let ping = |args: &[&str]| {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &ns.0, "ping", "-q", "-n"])
+                .args(args)
+                .arg("10.80.0.1")
+                .output()
+                .unwrap();
+            ping_summary(&String::from_utf8_lossy(&out.stdout))
+        };
+        // shmnet learns the kernel's MAC by ARP, through the impairment: until one ping is
+        // answered.
+        let answered = (0..50).any(|_| ping(&["-c", "1", "-W", "1"]).1 == 1);
+        assert!(
+            answered,
+            "{what}: no ping answered in 50 tries: {}",
+            server.err()
+        );
+        let (sent, received, min_rtt) = ping(&["-c", &PINGS.to_string(), "-i", "0.01", "-W", "2"]);
+        assert_eq!(sent, PINGS, "{what}");
+        let lost = sent - received;
+        // Binomial(200, 0.36): sigma 6.8 pings; 6 sigma either way.
+        let (p, n) = (1.0 - 0.8f64 * 0.8, sent as f64);
+        let six_sigma = 6.0 * (n * p * (1.0 - p)).sqrt();
+        println!(
+            "{what}: {lost} of {sent} pings lost ({:.0} %, expected {:.0} % ± {:.0}), min RTT {min_rtt:?} ms",
+            lost as f64 / n * 100.0,
+            p * 100.0,
+            six_sigma / n * 100.0
+        );
+        assert!(
+            (lost as f64 - n * p).abs() <= six_sigma,
+            "{what}: {lost} of {sent} pings lost; expected {:.0} ± {six_sigma:.0}",
+            n * p
+        );
+        let min_rtt = min_rtt.unwrap_or_else(|| panic!("{what}: no RTT"));
+        assert!(min_rtt >= 40.0, "{what}: a round trip of {min_rtt} ms");
+
+        // The counters, live (server structures) and in the final report.
+        let impair_of = |v: &serde_json::Value| -> serde_json::Value {
+            match structure {
+                "inline" => v["driver_stats"]["impair"].clone(),
+                _ => v["driver"]["driver"]["impair"].clone(),
+            }
+        };
+        if structure != "inline" {
+            let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+                .args(["stats", "--json", "--socket", socket.to_str().unwrap()])
+                .env("SHMNET_RUNTIME_DIR", &runtime)
+                .output()
+                .unwrap();
+            let st: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("{what}: stats: {e}: {out:?}"));
+            assert!(
+                impair_of(&st)["rx"]["seen"].as_u64().unwrap_or(0) >= received,
+                "{what}: {st}"
+            );
+        }
+        server.signal(libc::SIGTERM);
+        assert!(server.wait().success(), "{what}: {}", server.err());
+        let report: serde_json::Value = serde_json::from_str(server.out().trim())
+            .unwrap_or_else(|e| panic!("{what}: no JSON report ({e}): {}", server.out()));
+        let imp = impair_of(&report);
+        for dir in ["rx", "tx"] {
+            let d = &imp[dir];
+            let n = |k: &str| {
+                d[k].as_u64()
+                    .unwrap_or_else(|| panic!("{what}: {dir}.{k}: {report}"))
+            };
+            assert!(n("dropped_loss") > 0, "{what}: {dir}: {d}");
+            assert!(n("delayed") >= received, "{what}: {dir}: {d}");
+            assert_eq!(
+                n("seen"),
+                n("passed") + n("dropped_loss") + n("held"),
+                "{what}: {dir}: {d}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(runtime);
+    }
+}

@@ -146,9 +146,10 @@
 //! datagrams became 42 received + 958 `rx_device_drops` (the test
 //! `a_full_ring_is_counted_as_device_drops`).
 
-mod link;
+mod gso;
+pub(crate) mod link;
 mod netns;
-mod wake;
+pub(crate) mod wake;
 
 pub use link::DownReason;
 
@@ -397,6 +398,8 @@ struct RxRing {
     multicast: bool,
     cur: RxCursor,
     csum_completed: u64,
+    /// TCP super-frames cut into wire frames ([`gso`]).
+    gso_split: u64,
     /// A block said `TP_STATUS_LOSING`: the kernel's drop counter should be read.
     losing: bool,
 }
@@ -410,8 +413,63 @@ impl RxRing {
             multicast,
             cur: RxCursor::default(),
             csum_completed: 0,
+            gso_split: 0,
             losing: false,
         }
+    }
+
+    /// Cuts TCP super-frame `frame` into wire frames of at most `data_size` bytes (and at
+    /// most a 1,500-byte IPv4 packet each, the largest an MTU-1500 peer expects), each in a
+    /// pool buffer of its own. A piece that finds no buffer is lost like any frame
+    /// (`rx_no_buffer`); TCP sends it again.
+    #[allow(clippy::too_many_arguments)]
+    fn take_super(
+        &mut self,
+        frame: &[u8],
+        sup: gso::Super,
+        data_size: usize,
+        stats: &mut DriverStats,
+        pools: &mut DriverPools,
+        out: &mut Vec<RxFrame>,
+        family: super::Family,
+    ) -> bool {
+        let max_frame = data_size.min(ETH_HDR + 1500);
+        let n = sup.pieces(max_frame);
+        if n == 0 {
+            stats.rx_oversize += 1;
+            return false;
+        }
+        self.gso_split += 1;
+        let mut any = false;
+        for i in 0..n {
+            let Some(buf) = pools.alloc() else {
+                stats.rx_no_buffer += 1;
+                continue;
+            };
+            let b = pools.buffers();
+            // SAFETY: the buffer was just allocated to us; nobody else touches it until we
+            // hand it on.
+            let written = unsafe { b.data_mut(buf) }
+                .ok()
+                .and_then(|dst| sup.write_piece(frame, max_frame, i, dst));
+            match written {
+                Some(len) if b.set_off_len(buf, 0, len as u16).is_ok() => {
+                    stats.rx_frames += 1;
+                    stats.rx_bytes += len as u64;
+                    out.push(RxFrame {
+                        buf,
+                        len: len as u32,
+                        family,
+                    });
+                    any = true;
+                }
+                _ => {
+                    pools.release(buf);
+                    stats.rx_oversize += 1;
+                }
+            }
+        }
+        any
     }
 
     /// Takes up to `max` frames for us out of the blocks the kernel handed over.
@@ -588,6 +646,13 @@ impl RxRing {
             }
         };
         let data_size = pools.buffers().geometry().data_size as usize;
+        if snaplen > data_size && snaplen == len as usize {
+            // A TCP super-frame (a local sender's TSO, or GRO under us): cut it as the
+            // sender's NIC would have.
+            if let Some(sup) = gso::Super::of(frame) {
+                return self.take_super(frame, sup, data_size, stats, pools, out, family);
+            }
+        }
         if snaplen < len as usize || snaplen > data_size || snaplen > usize::from(u16::MAX) {
             stats.rx_oversize += 1;
             return false;
@@ -1067,6 +1132,11 @@ impl AfPacket {
         self.rx.csum_completed
     }
 
+    /// TCP super-frames (a sender's segmentation offload) the driver cut into wire frames.
+    pub fn gso_split(&self) -> u64 {
+        self.rx.gso_split
+    }
+
     /// Why the device is down (or was, when the driver gave up); `None` while it is up.
     pub fn down_reason(&self) -> Option<DownReason> {
         self.outage.as_ref().map(|o| o.reason)
@@ -1212,7 +1282,7 @@ impl AfPacket {
             .take()
             .map_or(Duration::ZERO, |o| now.saturating_sub(o.since));
         self.wake.arm(None);
-        let csum = self.rx.csum_completed;
+        let (csum, gso) = (self.rx.csum_completed, self.rx.gso_split);
         self.rx = RxRing::new(
             self.opts.rx_block_size,
             self.opts.rx_blocks,
@@ -1220,6 +1290,7 @@ impl AfPacket {
             self.opts.multicast,
         );
         self.rx.csum_completed = csum;
+        self.rx.gso_split = gso;
         let mac_note = if dev.dev_mac != self.mac {
             format!(
                 "; its MAC is {}, still answering for {} (promiscuous)",

@@ -6,6 +6,7 @@
 //! server anything.
 
 pub mod af_packet;
+pub mod impair;
 pub mod softnic;
 
 use shmnet_chan::DriverPools;
@@ -113,6 +114,11 @@ pub struct DriverStats {
     /// rings when the driver closed it.
     #[serde(default)]
     pub link_drops: u64,
+    /// What `--impair` did to the frames, per direction (only for a driver wrapped in
+    /// [`impair::Impaired`]: absent otherwise). Boxed: most drivers have none, and these
+    /// counters travel in every control message that carries a driver's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impair: Option<Box<impair::ImpairStats>>,
 }
 
 impl DriverStats {

@@ -334,7 +334,7 @@ pub(crate) fn start(
                 ..ServeSpec::default()
             };
             run.parties
-                .push(spawn("serve", launch, PartySpec::Serve(serve))?);
+                .push(spawn("serve", launch, PartySpec::Serve(Box::new(serve)))?);
             if let Err(e) = wait_until(Duration::from_secs(15), &run, || socket.exists()) {
                 return Err(run.abort(e));
             }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 #[serde(rename_all = "snake_case")]
 pub enum PartySpec {
     /// `shmnet serve` (the server and ipc structures' server, with softnic as its wire).
-    Serve(ServeSpec),
+    Serve(Box<ServeSpec>),
     /// Any other party: a kernel sender or receiver, a shmnet application, the inline thread.
     Worker(WorkerSpec),
 }

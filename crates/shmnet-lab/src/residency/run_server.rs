@@ -141,7 +141,7 @@ pub(super) fn run(
     ));
     // The server inherits the CPU this thread is pinned to when it starts it.
     let _restore = Pinned::here(Some(s.server_cpu()));
-    let spec = serde_json::to_vec(&PartySpec::Serve(serve_spec(s, &socket)))
+    let spec = serde_json::to_vec(&PartySpec::Serve(Box::new(serve_spec(s, &socket))))
         .map_err(|e| RunError::Setup(format!("writing the server's spec: {e}")))?;
     let mut child = Command::new(exe)
         .arg(PARTY_COMMAND)

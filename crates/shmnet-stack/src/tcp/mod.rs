@@ -140,65 +140,81 @@ impl TcpHandle {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ListenHandle(u32);
 
-/// TCP's counters. Every segment the stack refuses is counted under one name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct TcpCounters {
+macro_rules! tcp_counters {
+    ($( $(#[$m:meta])* $name:ident ),* $(,)?) => {
+        /// TCP's counters. Every segment TCP refuses is counted under one name (from
+        /// `malformed` on). All are monotonically increasing.
+        #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
+        pub struct TcpCounters {
+            $( $(#[$m])* pub $name: u64, )*
+        }
+
+        impl TcpCounters {
+            /// Every counter with its name, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$( (stringify!($name), self.$name), )*]
+            }
+        }
+    };
+}
+
+tcp_counters! {
     /// Segments received for TCP.
-    pub segs_in: u64,
+    segs_in,
     /// Segments sent.
-    pub segs_out: u64,
+    segs_out,
     /// Payload bytes the application read.
-    pub bytes_in: u64,
+    bytes_in,
     /// Payload bytes sent (retransmissions included).
-    pub bytes_out: u64,
+    bytes_out,
     /// Connections established by our SYN.
-    pub active_opens: u64,
+    active_opens,
     /// Connections established by a peer's SYN.
-    pub passive_opens: u64,
+    passive_opens,
     /// RSTs sent.
-    pub resets_sent: u64,
+    resets_sent,
     /// RSTs that reset a connection.
-    pub resets_received: u64,
+    resets_received,
     /// Segments retransmitted by the timer.
-    pub rto_retransmits: u64,
+    rto_retransmits,
     /// Segments retransmitted on duplicate ACKs or partial ACKs.
-    pub fast_retransmits: u64,
+    fast_retransmits,
     /// Duplicate ACKs received.
-    pub dup_acks: u64,
+    dup_acks,
     /// Zero-window probes sent.
-    pub window_probes: u64,
+    window_probes,
     /// Connections dropped after unanswered retransmissions.
-    pub timeouts: u64,
+    timeouts,
     /// Challenge ACKs sent (RFC 5961).
-    pub challenge_acks: u64,
+    challenge_acks,
     /// Segments held out of order.
-    pub ooo_held: u64,
+    ooo_held,
     // ---- refusals
     /// Too short, bad offset, bad options or flags.
-    pub malformed: u64,
+    malformed,
     /// Bad checksum.
-    pub bad_checksum: u64,
+    bad_checksum,
     /// Carried in IP fragments (not reassembled for TCP).
-    pub fragmented: u64,
+    fragmented,
     /// No connection or listener (answered with a RST unless it was one).
-    pub no_socket: u64,
+    no_socket,
     /// Outside the receive window (answered with an ACK).
-    pub out_of_window: u64,
+    out_of_window,
     /// Data beyond the window we offered, cut off.
-    pub beyond_window: u64,
+    beyond_window,
     /// Acknowledged data we never sent.
-    pub ack_unsent: u64,
+    ack_unsent,
     /// No ACK flag in a synchronized state.
-    pub no_ack: u64,
+    no_ack,
     /// Out-of-order segment the queue had no room for.
-    pub ooo_dropped: u64,
+    ooo_dropped,
     /// SYN refused: the listener's queue was full.
-    pub listen_overflow: u64,
+    listen_overflow,
     /// SYN refused: the connection table was full.
-    pub table_full: u64,
+    table_full,
     /// No buffer for a segment to send.
-    pub no_buffers: u64,
+    no_buffers,
 }
 
 /// A connection's state as tools and tests see it.
@@ -628,5 +644,22 @@ impl Tcp {
     /// Whether `ip` may be connected to.
     pub(crate) fn connectable(ip: Ipv4Addr) -> bool {
         !(ip.is_unspecified() || ip.is_multicast() || ip.is_broadcast())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The budget: at most 512 bytes of protocol state per established connection,
+    /// excluding data buffers (Linux spends about 2 KiB per socket). A slot of the table is
+    /// the connection and its generation.
+    #[test]
+    fn connection_state_fits_the_budget() {
+        let conn = std::mem::size_of::<Conn>();
+        let slot = std::mem::size_of::<Slot>();
+        eprintln!("a connection is {conn} bytes, a table slot {slot}");
+        assert!(conn <= 512, "a connection is {conn} bytes");
+        assert!(slot <= 512, "a table slot is {slot} bytes");
     }
 }

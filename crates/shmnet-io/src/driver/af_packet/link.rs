@@ -32,8 +32,9 @@ fn clock(id: libc::clockid_t) -> Duration {
     )
 }
 
-/// `CLOCK_MONOTONIC`, the timer's clock: for the down state's schedule.
-pub(super) fn now() -> Duration {
+/// `CLOCK_MONOTONIC`, the timer's clock: for the down state's schedule (and the impairment
+/// decorator's, which sleeps on a [`super::wake::Wake`] too).
+pub(crate) fn now() -> Duration {
     clock(libc::CLOCK_MONOTONIC)
 }
 

@@ -13,14 +13,14 @@ use std::time::Duration;
 use rustix::event::epoll;
 
 /// See the [module docs](self).
-pub(super) struct Wake {
+pub(crate) struct Wake {
     ep: OwnedFd,
     timer: OwnedFd,
 }
 
 impl Wake {
     /// A fresh epoll set with the (disarmed) timer in it.
-    pub(super) fn new() -> io::Result<Wake> {
+    pub(crate) fn new() -> io::Result<Wake> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         // SAFETY: plain system call with constant arguments.
         let raw = unsafe {
@@ -44,12 +44,12 @@ impl Wake {
     }
 
     /// The descriptor callers sleep on.
-    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.ep.as_fd()
     }
 
     /// Adds the packet socket: readable frames and errors on it wake the caller.
-    pub(super) fn watch(&self, sock: BorrowedFd<'_>) -> io::Result<()> {
+    pub(crate) fn watch(&self, sock: BorrowedFd<'_>) -> io::Result<()> {
         epoll::add(
             &self.ep,
             sock,
@@ -67,7 +67,7 @@ impl Wake {
 
     /// Makes the descriptor readable at `at` on `CLOCK_MONOTONIC` (see [`super::link::now`]),
     /// or disarms the timer (`None`). Clears an expiry not yet consumed.
-    pub(super) fn arm(&self, at: Option<Duration>) {
+    pub(crate) fn arm(&self, at: Option<Duration>) {
         self.clear();
         let at = at.map_or(
             libc::timespec {

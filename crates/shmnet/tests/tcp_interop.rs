@@ -1,0 +1,243 @@
+//! TCP between shmnet and the Linux kernel over a veth pair: Linux's own clients (Python's
+//! socket module, OpenBSD netcat, socat) against shmnet's TCP echo and sink in the inline
+//! structure; every byte checked (SHA-256 of what came back, byte counts of what the sink
+//! read). Linux's side keeps its segmentation offload on, so its 64 KiB super-frames reach
+//! the af_packet driver, which cuts them as a NIC would.
+//!
+//! Needs root and network namespaces: skips loudly without them, fails under `CI=true`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The echo client: sends N random bytes while reading the echo in a thread, then checks
+/// the echo byte for byte. Prints `ok <bytes>`; exits non-zero on a mismatch or a timeout.
+const ECHO_CLIENT: &str = r#"
+import socket, os, sys, threading, hashlib
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+data = os.urandom(n)
+s = socket.create_connection((host, port), timeout=60)
+got = bytearray()
+def reader():
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        got.extend(b)
+t = threading.Thread(target=reader)
+t.start()
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)
+t.join()
+if hashlib.sha256(got).digest() != hashlib.sha256(data).digest():
+    sys.exit(f"echo differs: sent {n} bytes, got {len(got)}")
+print("ok", len(got))
+"#;
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A network namespace with a veth pair: `v0` for shmnet (no kernel address), `v1` with
+/// 10.93.0.2/24 for Linux. Removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(tag: &str) -> Option<Netns> {
+        let name = format!("shmnet-tcp-{}-{tag}", std::process::id());
+        let ip = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let _ = ip(&["netns", "del", &name]);
+        if !ip(&["netns", "add", &name]) {
+            return None;
+        }
+        let ns = Netns(name);
+        let ok = ip(&[
+            "-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
+        ]) && ip(&["-n", &ns.0, "link", "set", "v0", "up"])
+            && ip(&["-n", &ns.0, "link", "set", "v1", "up"])
+            && ip(&["-n", &ns.0, "addr", "add", "10.93.0.2/24", "dev", "v1"]);
+        ok.then_some(ns)
+    }
+
+    fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0, prog]);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// A running `shmnet serve`, its stdout collected.
+struct Server {
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts it and waits for its banner (it then answers on the interface).
+    fn start(ns: &Netns, extra: &[&str]) -> Server {
+        let mut child = ns
+            .cmd(env!("CARGO_BIN_EXE_shmnet"))
+            .args([
+                "serve",
+                "--driver",
+                "af_packet:v0",
+                "--ip",
+                "10.93.0.1/24",
+                "--json",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start shmnet serve");
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let out = Arc::clone(&stdout);
+        let mut so = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = so.read_to_string(&mut s);
+            out.lock().unwrap().push_str(&s);
+        });
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while err.read_line(&mut line).unwrap_or(0) > 0 {
+            if line.contains("Ctrl-C to stop") {
+                break;
+            }
+        }
+        assert!(
+            line.contains("Ctrl-C to stop"),
+            "shmnet serve did not start: {line}"
+        );
+        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+        Server { child, stdout }
+    }
+
+    /// SIGTERM, and the final report it prints.
+    fn stop(mut self) -> serde_json::Value {
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let st = self.child.wait().expect("wait for shmnet serve");
+        assert!(st.success(), "shmnet serve exited with {st}");
+        std::thread::sleep(Duration::from_millis(100));
+        let out = self.stdout.lock().unwrap().clone();
+        let last = out.lines().last().unwrap_or_default().to_string();
+        serde_json::from_str(&last).unwrap_or_else(|e| panic!("final report {last:?}: {e}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs `cmd` to completion within `limit`; panics with its output if it fails.
+fn run_ok(mut cmd: Command, what: &str, limit: Duration) -> String {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            let mut out = String::new();
+            let mut err = String::new();
+            let _ = child.stdout.take().unwrap().read_to_string(&mut out);
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            assert!(st.success(), "{what} failed ({st}): {out} {err}");
+            return out;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn random_file(bytes: usize, tag: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("shmnet-tcp-{}-{tag}", std::process::id()));
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..bytes)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng as u8
+        })
+        .collect();
+    std::fs::write(&path, data).expect("write the test file");
+    path
+}
+
+fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
+    path.iter()
+        .fold(v, |v, k| &v[*k])
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {path:?} in {v}"))
+}
+
+/// How long a transfer of `bytes` may take: generous (a slow, busy machine moves 10 MB/s at
+/// least over a veth), plus start-up.
+fn limit(bytes: usize) -> Duration {
+    Duration::from_secs(30) + Duration::from_secs((bytes / 10_000_000) as u64 * 2)
+}
+
+#[test]
+fn linux_clients_reach_shmnets_tcp_echo_and_sink() {
+    const TEST: &str = "linux_clients_reach_shmnets_tcp_echo_and_sink";
+    if !root() {
+        shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    let Some(ns) = Netns::new("clients") else {
+        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+        return;
+    };
+    let server = Server::start(&ns, &["--tcp-echo", "7", "--tcp-sink", "9"]);
+    const ECHO: usize = 32 << 20;
+    const SINK: usize = 16 << 20;
+
+    let mut py = ns.cmd("python3");
+    py.args(["-c", ECHO_CLIENT, "10.93.0.1", "7", &ECHO.to_string()]);
+    let out = run_ok(py, "python echo client", limit(2 * ECHO));
+    assert_eq!(out.trim(), format!("ok {ECHO}"));
+
+    let file = random_file(SINK, "sink");
+    let mut nc = ns.cmd("nc");
+    nc.args(["-N", "10.93.0.1", "9"])
+        .stdin(std::fs::File::open(&file).unwrap());
+    run_ok(nc, "nc to the TCP sink", limit(SINK));
+
+    let mut socat = ns.cmd("socat");
+    socat.args(["-u", &format!("FILE:{}", file.display()), "TCP:10.93.0.1:9"]);
+    run_ok(socat, "socat to the TCP sink", limit(SINK));
+    let _ = std::fs::remove_file(&file);
+
+    let report = server.stop();
+    assert_eq!(u(&report, &["apps", "tcp_accepted"]), 3, "{report}");
+    assert_eq!(u(&report, &["apps", "tcp_failed"]), 0, "{report}");
+    assert_eq!(
+        u(&report, &["apps", "tcp_bytes"]),
+        (ECHO + 2 * SINK) as u64,
+        "every byte the clients sent was read: {report}"
+    );
+    assert_eq!(u(&report, &["tcp", "bad_checksum"]), 0, "{report}");
+}
