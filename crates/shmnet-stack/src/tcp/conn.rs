@@ -775,7 +775,8 @@ impl Conn {
                 self.ack_at = Some(at(now, DELAYED_ACK_US));
             }
         } else {
-            match self.ooo.insert(pool, b, start, len) {
+            let max_bufs = 2 * self.rcv_buf / u32::from(self.smss.max(64)) + 16;
+            match self.ooo.insert(pool, b, start, len, max_bufs) {
                 OooInsert::Held => ctr.ooo_held += 1,
                 OooInsert::Duplicate => {}
                 OooInsert::Dropped => ctr.ooo_dropped += 1,

@@ -262,29 +262,18 @@ impl ChainQueue {
     }
 }
 
-/// Number of out-of-order blocks a connection keeps (as many as a SACK option can report
-/// with timestamps on, plus one).
-pub const OOO_BLOCKS: usize = 4;
-
-/// One run of contiguous out-of-order data: sequence numbers `start..end` in the chain
-/// `head..=tail`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Block {
-    start: Seq,
-    end: Seq,
-    head: BufIdx,
-    tail: BufIdx,
-    bufs: u32,
-}
-
-/// Segments that arrived beyond `rcv_nxt`, held until the hole before them fills.
+/// Segments that arrived beyond `rcv_nxt`, held until the hole before them fills: a list of
+/// buffers sorted by sequence number, linked by their `next` field.
 ///
-/// Bounded: at most [`OOO_BLOCKS`] runs; a segment that would need another run, or that
-/// overlaps a run on both sides, is dropped (the sender will send it again). Invariant:
-/// blocks are disjoint and non-adjacent (adjacent runs are merged).
+/// Each buffer's first sequence number is written in the four bytes of headroom just before
+/// its valid bytes (a received segment always has its headers there), so the queue itself
+/// is 16 bytes whatever it holds. Invariant: the buffers' ranges are disjoint and in
+/// increasing order; `bytes` and `bufs` are their totals; `tail` is the last buffer.
+/// Bounded by the caller's `max_bufs` (the window bounds the bytes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ooo {
-    blocks: [Option<Block>; OOO_BLOCKS],
+    head: Option<BufIdx>,
+    tail: Option<BufIdx>,
     bytes: u32,
     bufs: u32,
 }
@@ -296,8 +285,29 @@ pub enum OooInsert {
     Held,
     /// Every byte was already held: freed.
     Duplicate,
-    /// No room (too many runs, or an overlap the queue does not split): freed.
+    /// No room (the buffer bound), or no headroom to note its place: freed.
     Dropped,
+}
+
+/// The sequence number a held buffer starts at (noted in its headroom).
+fn seq_of<P: BufferPool + ?Sized>(pool: &P, b: BufIdx) -> Seq {
+    let off = pool.off(b) as usize;
+    let d = pool.data(b);
+    match d.get(off.wrapping_sub(4)..off) {
+        Some(w) => Seq(u32::from_ne_bytes([w[0], w[1], w[2], w[3]])),
+        None => Seq(0),
+    }
+}
+
+fn set_seq<P: BufferPool + ?Sized>(pool: &mut P, b: BufIdx, seq: Seq) {
+    let off = pool.off(b) as usize;
+    if let Some(w) = pool.data_mut(b).get_mut(off.wrapping_sub(4)..off) {
+        w.copy_from_slice(&seq.0.to_ne_bytes());
+    }
+}
+
+fn end_of<P: BufferPool + ?Sized>(pool: &P, b: BufIdx) -> Seq {
+    seq_of(pool, b).add(u32::from(pool.len(b)))
 }
 
 impl Ooo {
@@ -313,141 +323,186 @@ impl Ooo {
 
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
-        self.bufs == 0
+        self.head.is_none()
     }
 
-    /// The runs held, as `(start, end)`, most recent first is not tracked: in slot order.
-    pub fn ranges(&self) -> impl Iterator<Item = (Seq, Seq)> + '_ {
-        self.blocks.iter().flatten().map(|b| (b.start, b.end))
+    /// The contiguous runs held, as `(start, end)`, in sequence order (what SACK reports).
+    pub fn ranges<P: BufferPool + ?Sized>(&self, pool: &P) -> Vec<(Seq, Seq)> {
+        let mut out: Vec<(Seq, Seq)> = Vec::new();
+        let mut cur = self.head;
+        let mut links = self.bufs;
+        while let Some(b) = cur.filter(|_| links > 0) {
+            let (s, e) = (seq_of(pool, b), end_of(pool, b));
+            match out.last_mut() {
+                Some(last) if last.1 == s => last.1 = e,
+                _ => out.push((s, e)),
+            }
+            cur = pool.next(b);
+            links -= 1;
+        }
+        out
     }
 
-    /// Offer buffer `idx`, whose valid bytes are sequence numbers `start .. start + len`.
+    /// Offer buffer `idx`, whose valid bytes are sequence numbers `start .. start + len`;
+    /// at most `max_bufs` buffers are held. Bytes already held are cut from it; held
+    /// buffers it covers whole are replaced by it.
     pub fn insert<P: BufferPool + ?Sized>(
         &mut self,
         pool: &mut P,
         idx: BufIdx,
         start: Seq,
         len: u32,
+        max_bufs: u32,
     ) -> OooInsert {
+        if self.bufs >= max_bufs || (pool.off(idx) as usize) < 4 {
+            pool.free(idx);
+            return OooInsert::Dropped;
+        }
         let (mut s, mut e) = (start, start.add(len));
-        for b in self.blocks.iter().flatten() {
-            if s.ge(b.start) && e.le(b.end) {
+        // The last held buffer starting at or before `s` (the tail first: data after a
+        // hole usually arrives in order).
+        let mut prev = None;
+        let mut cur = self.head;
+        if let Some(t) = self.tail {
+            if seq_of(pool, t).le(s) {
+                prev = Some(t);
+                cur = None;
+            }
+        }
+        let mut links = self.bufs;
+        while let Some(b) = cur.filter(|_| links > 0) {
+            if seq_of(pool, b).gt(s) {
+                break;
+            }
+            prev = Some(b);
+            cur = pool.next(b);
+            links -= 1;
+        }
+        if let Some(p) = prev {
+            let pe = end_of(pool, p);
+            if pe.ge(e) {
                 pool.free(idx);
                 return OooInsert::Duplicate;
             }
-            if s.lt(b.end) && e.gt(b.start) {
-                if s.lt(b.start) && e.le(b.end) {
-                    e = b.start;
-                } else if s.ge(b.start) && e.gt(b.end) {
-                    s = b.end;
-                } else {
-                    pool.free(idx);
-                    return OooInsert::Dropped;
+            s = s.max(pe);
+        }
+        // Held buffers after it: drop those it covers, cut it short of the first it does not.
+        let mut next = match prev {
+            Some(p) => pool.next(p),
+            None => self.head,
+        };
+        while let Some(nb) = next {
+            let (ns, ne) = (seq_of(pool, nb), end_of(pool, nb));
+            if ns.ge(e) {
+                break;
+            }
+            if ne.le(e) {
+                let after = pool.next(nb);
+                match prev {
+                    Some(p) => pool.set_next(p, after),
+                    None => self.head = after,
                 }
+                if self.tail == Some(nb) {
+                    self.tail = prev;
+                }
+                self.bytes -= u32::from(pool.len(nb));
+                self.bufs -= 1;
+                pool.set_next(nb, None);
+                pool.free(nb);
+                next = after;
+            } else {
+                e = ns;
+                break;
             }
         }
-        let front = s.since(start);
         let n = e.since(s);
         if n == 0 {
             pool.free(idx);
             return OooInsert::Duplicate;
         }
-        let off = pool.off(idx) as usize + front as usize;
+        let off = pool.off(idx) as usize + s.since(start) as usize;
         set_window(pool, idx, off, n as usize);
-        pool.set_next(idx, None);
-        let after = self
-            .blocks
-            .iter()
-            .position(|b| b.is_some_and(|b| b.end == s));
-        let before = self
-            .blocks
-            .iter()
-            .position(|b| b.is_some_and(|b| b.start == e));
-        match (after, before) {
-            (Some(a), Some(bi)) => {
-                let b = self.blocks[bi].take().expect("found above");
-                let blk = self.blocks[a].as_mut().expect("found above");
-                pool.set_next(blk.tail, Some(idx));
-                pool.set_next(idx, Some(b.head));
-                blk.tail = b.tail;
-                blk.end = b.end;
-                blk.bufs += b.bufs + 1;
-            }
-            (Some(a), None) => {
-                let blk = self.blocks[a].as_mut().expect("found above");
-                pool.set_next(blk.tail, Some(idx));
-                blk.tail = idx;
-                blk.end = e;
-                blk.bufs += 1;
-            }
-            (None, Some(bi)) => {
-                let blk = self.blocks[bi].as_mut().expect("found above");
-                pool.set_next(idx, Some(blk.head));
-                blk.head = idx;
-                blk.start = s;
-                blk.bufs += 1;
-            }
-            (None, None) => {
-                let Some(slot) = self.blocks.iter_mut().find(|b| b.is_none()) else {
-                    pool.free(idx);
-                    return OooInsert::Dropped;
-                };
-                *slot = Some(Block {
-                    start: s,
-                    end: e,
-                    head: idx,
-                    tail: idx,
-                    bufs: 1,
-                });
-            }
+        set_seq(pool, idx, s);
+        pool.set_next(idx, next);
+        match prev {
+            Some(p) => pool.set_next(p, Some(idx)),
+            None => self.head = Some(idx),
+        }
+        if next.is_none() {
+            self.tail = Some(idx);
         }
         self.bytes += n;
         self.bufs += 1;
         OooInsert::Held
     }
 
-    /// Take the run that starts at or before `rcv_nxt`, trimmed to begin exactly there:
-    /// `(head, tail, bytes, bufs)`, to be appended to the receive queue. Runs wholly before
-    /// `rcv_nxt` are freed on the way.
+    /// Take the held data that now continues the stream at `rcv_nxt` (trimmed to begin
+    /// exactly there): `(head, tail, bytes, bufs)`, a chain to append to the receive queue.
+    /// Buffers wholly before `rcv_nxt` are freed on the way.
     pub fn take_ready<P: BufferPool + ?Sized>(
         &mut self,
         pool: &mut P,
         rcv_nxt: Seq,
     ) -> Option<(BufIdx, BufIdx, u32, u32)> {
-        loop {
-            let i = self
-                .blocks
-                .iter()
-                .position(|b| b.is_some_and(|b| b.start.le(rcv_nxt)))?;
-            let b = self.blocks[i].take().expect("found above");
-            let bytes = b.end.since(b.start);
-            self.bytes -= bytes;
-            self.bufs -= b.bufs;
-            if b.end.le(rcv_nxt) {
-                pool.free_chain(b.head);
-                continue;
+        // Drop what the stream has passed.
+        while let Some(h) = self.head {
+            if end_of(pool, h).gt(rcv_nxt) {
+                break;
             }
-            let mut q = ChainQueue {
-                head: Some(b.head),
-                tail: Some(b.tail),
-                bytes,
-                bufs: b.bufs,
-            };
-            q.consume(pool, rcv_nxt.since(b.start), None);
-            return match (q.head, q.tail) {
-                (Some(h), Some(t)) => Some((h, t, q.bytes, q.bufs)),
-                _ => None,
-            };
+            self.pop_head(pool, h);
+            pool.free(h);
         }
+        let h = self.head?;
+        let hs = seq_of(pool, h);
+        if hs.gt(rcv_nxt) {
+            return None;
+        }
+        // Trim the first, then take every buffer that follows without a gap.
+        let skip = rcv_nxt.since(hs) as u16;
+        if skip > 0 {
+            let (off, len) = (pool.off(h), pool.len(h));
+            pool.set_off(h, off + skip);
+            pool.set_len(h, len - skip);
+            self.bytes -= u32::from(skip);
+        }
+        let (mut tail, mut bytes, mut bufs) = (h, u32::from(pool.len(h)), 1u32);
+        let mut end = rcv_nxt.add(bytes);
+        while let Some(nb) = pool.next(tail).filter(|_| bufs < self.bufs) {
+            if seq_of(pool, nb) != end {
+                break;
+            }
+            let l = u32::from(pool.len(nb));
+            bytes += l;
+            end = end.add(l);
+            bufs += 1;
+            tail = nb;
+        }
+        self.head = pool.next(tail);
+        if self.head.is_none() {
+            self.tail = None;
+        }
+        pool.set_next(tail, None);
+        self.bytes -= bytes;
+        self.bufs -= bufs;
+        Some((h, tail, bytes, bufs))
+    }
+
+    fn pop_head<P: BufferPool + ?Sized>(&mut self, pool: &mut P, h: BufIdx) {
+        self.head = pool.next(h);
+        if self.head.is_none() {
+            self.tail = None;
+        }
+        pool.set_next(h, None);
+        self.bytes = self.bytes.saturating_sub(u32::from(pool.len(h)));
+        self.bufs = self.bufs.saturating_sub(1);
     }
 
     /// Free every buffer.
     pub fn clear<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
-        for b in self.blocks.iter_mut().filter_map(Option::take) {
-            pool.free_chain(b.head);
+        if let Some(h) = self.head {
+            pool.free_chain(h);
         }
-        self.bytes = 0;
-        self.bufs = 0;
+        *self = Ooo::default();
     }
 }
 
@@ -557,7 +612,7 @@ mod tests {
                         rcv_nxt = rcv_nxt.add(n);
                     }
                 } else {
-                    ooo.insert(&mut pool, b, seq, (e - s) as u32);
+                    ooo.insert(&mut pool, b, seq, (e - s) as u32, 64);
                 }
             }
             prop_assert_eq!(chain_to_vec(&pool, rx.head().unwrap()), stream.clone());
