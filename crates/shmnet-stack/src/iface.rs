@@ -339,7 +339,8 @@ impl Interface {
 
     /// Process one received frame: a single buffer whose valid bytes (`off`, `len`) are the
     /// Ethernet frame (without FCS). The stack owns the buffer from now on. Frames to send
-    /// in answer go to `tx`.
+    /// in answer go to `tx` — except TCP's, which wait for the next [`Interface::poll`] or
+    /// [`Interface::flush`], so that a burst of segments is answered once.
     pub fn receive<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -689,7 +690,10 @@ impl Interface {
     // ------------------------------------------------------------------ timers
 
     /// Run the timers at `now`: abandon reassemblies past their deadline, drop frames that
-    /// waited too long for ARP, repeat ARP requests, expire neighbour entries.
+    /// waited too long for ARP, repeat ARP requests, expire neighbour entries; and TCP's:
+    /// first what the segments received since the last call answer (see
+    /// [`Interface::flush`]), then its retransmission, delayed-ACK, persist and TIME-WAIT
+    /// timers. Call it after every burst of [`Interface::receive`].
     pub fn poll<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,

@@ -58,6 +58,7 @@ pub mod reasm;
 pub mod socket;
 pub mod stats;
 pub mod tcp;
+pub mod tcp_bench;
 pub mod udp;
 
 /// The wire layer in one place, for every party that reads or writes frames (the stack

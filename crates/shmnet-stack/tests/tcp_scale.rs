@@ -65,6 +65,9 @@ impl Pair {
                 let b = self.pa.alloc_with(0, &bytes).expect("A's pool has room");
                 self.a.receive(&mut self.pa, b, self.now, &mut next_a);
             }
+            // TCP answers a burst when flushed.
+            self.b.flush(&mut self.pb, self.now, &mut next_b);
+            self.a.flush(&mut self.pa, self.now, &mut next_a);
             from_a = next_a;
             from_b = next_b;
         }

@@ -201,6 +201,10 @@ enum Bench {
     /// (seed 004's cache of C entries in lines of L, A ways) per descriptor for A = 1, 2, 4
     /// and 8, beside the plain bounds check of a flat table, measured in the same run.
     Handles(QuickArgs),
+    /// TCP's receive path: a 64 KiB window of full-sized segments on an established
+    /// connection, from the frames in pool buffers to the bytes in the application's buffer
+    /// (checksum off and on), beside a memcpy of the same 64 KiB in the same run.
+    Tcp(QuickArgs),
 }
 
 /// The options of a benchmark that runs in one process.
@@ -330,6 +334,19 @@ fn bench_handles(a: QuickArgs) -> Result<()> {
     }
 }
 
+fn bench_tcp(a: QuickArgs) -> Result<()> {
+    let mut complete = true;
+    emit(a.json, |progress| {
+        let report = shmnet_stack::tcp_bench::run(a.quick, progress);
+        complete = report.rows.iter().all(|r| r.verified == r.windows);
+        report
+    })?;
+    if !complete {
+        bail!("the TCP benchmark lost or corrupted data: its figures are not valid");
+    }
+    Ok(())
+}
+
 /// Runs a benchmark with a progress spinner on stderr, then prints its report: one JSON
 /// object with `json`, else the human tables.
 pub(crate) fn emit<R: serde::Serialize + std::fmt::Display>(
@@ -394,6 +411,7 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::Stack(a)) => bench_stack(a),
         Command::Bench(Bench::Handoff(a)) => netbench::bench_handoff(a),
         Command::Bench(Bench::Handles(a)) => bench_handles(a),
+        Command::Bench(Bench::Tcp(a)) => bench_tcp(a),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
         Command::Stats(a) => app::stats(a),

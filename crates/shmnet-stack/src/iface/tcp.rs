@@ -118,7 +118,9 @@ impl Interface {
             if let Some(rst) = c.on_segment(pool, &seg, payload, now, cfg, ctr) {
                 self.tcp_send_bare(pool, &rst, dst_port, remote, now, tx);
             }
-            self.tcp_after(pool, idx, now, tx);
+            // The answer waits for the flush at the end of the burst: one ACK for many.
+            self.tcp.settle(pool, idx);
+            self.tcp.mark(idx);
             return;
         }
         if let Some(b) = payload {
@@ -138,7 +140,7 @@ impl Interface {
                 let mut c = Conn::passive(local, remote, &seg, iss, &self.tcp.cfg);
                 c.accept = Accept::HalfOpen(l);
                 match self.tcp.insert(c) {
-                    Some(idx) => self.tcp_after(pool, idx, now, tx),
+                    Some(idx) => self.tcp.mark(idx),
                     None => self.tcp.counters.table_full += 1,
                 }
             }
@@ -297,13 +299,28 @@ impl Interface {
         }
     }
 
-    /// Run TCP's timers due at `now`.
+    /// Send what the segments received since the last flush call for (ACKs, window
+    /// updates, data the ACKs let out, handshakes' answers). [`Interface::poll`] flushes
+    /// first thing; a caller that wants the answers out without running timers calls this.
+    pub fn flush<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        while let Some(idx) = self.tcp.next_marked() {
+            self.tcp_after(pool, idx, now, tx);
+        }
+    }
+
+    /// Flush, then run TCP's timers due at `now`.
     pub(super) fn tcp_poll<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
         now: Instant,
         tx: &mut T,
     ) {
+        self.flush(pool, now, tx);
         while let Some(idx) = self.tcp.due(now) {
             if let Some((c, _, ctr)) = self.tcp.parts(idx) {
                 c.on_timer(pool, now, ctr);

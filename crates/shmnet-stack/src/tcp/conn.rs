@@ -167,6 +167,8 @@ pub struct Conn {
     pub(crate) accept: Accept,
     /// The earliest deadline this connection has in the timer queue.
     pub(crate) timer_armed: Option<Instant>,
+    /// On the table's list of connections to flush.
+    pub(crate) out_queued: bool,
 }
 
 /// Who owns a connection.
@@ -254,6 +256,7 @@ impl Conn {
             error: None,
             accept: Accept::Owned,
             timer_armed: None,
+            out_queued: false,
         }
     }
 

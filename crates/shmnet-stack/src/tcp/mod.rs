@@ -122,8 +122,9 @@ pub enum TcpError {
 }
 
 /// A connection, as the application names it: a slab index and the generation it was
-/// created in, so a stale handle never reaches a newer connection in the same slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// created in, so a stale handle never reaches a newer connection in the same slot. The
+/// default handle names nothing until a connection is made in slot 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TcpHandle {
     idx: u32,
     generation: u32,
@@ -283,6 +284,9 @@ pub struct Tcp {
     listeners: Vec<Option<Listener>>,
     listen_ports: HashMap<u16, u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    /// Connections that received segments since the last flush (their answers wait for
+    /// it, so a burst of segments is answered by one ACK).
+    pending_out: Vec<u32>,
     next_ephemeral: u16,
     live: usize,
 }
@@ -309,6 +313,7 @@ impl Tcp {
             listeners: Vec::new(),
             listen_ports: HashMap::new(),
             timers: BinaryHeap::new(),
+            pending_out: Vec::new(),
             next_ephemeral: EPHEMERAL_FIRST,
             live: 0,
         }
@@ -489,6 +494,34 @@ impl Tcp {
         self.live -= 1;
     }
 
+    /// Note that connection `idx` has output to flush (once per flush, however many
+    /// segments it received).
+    pub(crate) fn mark(&mut self, idx: u32) {
+        if let Some(c) = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.conn.as_mut())
+        {
+            if !c.out_queued {
+                c.out_queued = true;
+                self.pending_out.push(idx);
+            }
+        }
+    }
+
+    /// The next connection marked for a flush, its mark cleared.
+    pub(crate) fn next_marked(&mut self) -> Option<u32> {
+        let idx = self.pending_out.pop()?;
+        if let Some(c) = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.conn.as_mut())
+        {
+            c.out_queued = false;
+        }
+        Some(idx)
+    }
+
     /// Pop the connections whose earliest deadline is at or before `now`.
     pub(crate) fn due(&mut self, now: Instant) -> Option<u32> {
         while let Some(&Reverse((t, idx, generation))) = self.timers.peek() {
@@ -514,8 +547,12 @@ impl Tcp {
         None
     }
 
-    /// The earliest deadline in the timer queue.
+    /// The earliest deadline in the timer queue; the origin (at once) while connections
+    /// wait for a flush.
     pub fn poll_at(&self) -> Option<Instant> {
+        if !self.pending_out.is_empty() {
+            return Some(Instant::ZERO);
+        }
         self.timers.peek().map(|r| r.0.0)
     }
 
@@ -638,6 +675,7 @@ impl Tcp {
         self.listeners.clear();
         self.listen_ports.clear();
         self.timers.clear();
+        self.pending_out.clear();
         self.live = 0;
     }
 
