@@ -65,7 +65,9 @@ pub trait BufferPool {
     fn set_next(&mut self, idx: BufIdx, next: Option<BufIdx>);
     /// Where the valid bytes start.
     fn off(&self, idx: BufIdx) -> u16;
-    /// Set where the valid bytes start.
+    /// Set where the valid bytes start. `len` is cut so that `off + len` stays within the
+    /// capacity (the shared-memory pools keep every range inside its buffer): to move both,
+    /// read `len` first, or use `set_window`.
     fn set_off(&mut self, idx: BufIdx, off: u16);
     /// How many valid bytes follow `off`.
     fn len(&self, idx: BufIdx) -> u16;
@@ -313,7 +315,11 @@ impl BufferPool for HeapPool {
 
     #[inline]
     fn set_off(&mut self, idx: BufIdx, off: u16) {
-        self.hdr[idx.as_usize()].off = off;
+        // As the shared-memory pools do: the range stays inside the buffer.
+        let cap = self.cap as u16;
+        let h = &mut self.hdr[idx.as_usize()];
+        h.off = off.min(cap);
+        h.len = h.len.min(cap - h.off);
     }
 
     #[inline]

@@ -20,6 +20,9 @@ struct Impair {
     loss: f64,
     reorder: f64,
     dup: f64,
+    /// netem's delay: every frame waits this long, except the `reorder` share, which
+    /// overtakes (0: reordered frames are held back a little instead).
+    delay_us: u64,
 }
 
 struct Side {
@@ -38,9 +41,10 @@ struct Wire {
     frames: u64,
 }
 
-fn side(mac: u8, ip: Ipv4Addr) -> Side {
+fn side(mac: u8, ip: Ipv4Addr, tweak: &dyn Fn(&mut Config)) -> Side {
     let mut cfg = Config::new(EthernetAddress([2, 0, 0, 0, 0, mac]), ip, 24);
     cfg.tcp.time_wait_us = 2_000_000;
+    tweak(&mut cfg);
     Side {
         ifc: Interface::new(cfg),
         pool: HeapPool::with_count(2048),
@@ -49,9 +53,14 @@ fn side(mac: u8, ip: Ipv4Addr) -> Side {
 
 impl Wire {
     fn new(seed: u64, impair: Impair) -> Wire {
+        Wire::configured(seed, impair, &|_| {})
+    }
+
+    /// As [`Wire::new`], with B's configuration changed by `tweak_b`.
+    fn configured(seed: u64, impair: Impair, tweak_b: &dyn Fn(&mut Config)) -> Wire {
         Wire {
-            a: side(1, A_IP),
-            b: side(2, B_IP),
+            a: side(1, A_IP, &|_| {}),
+            b: side(2, B_IP, tweak_b),
             flight: Vec::new(),
             now_us: 1_000_000,
             rng: fastrand::Rng::with_seed(seed),
@@ -79,7 +88,12 @@ impl Wire {
                 continue;
             }
             let mut at = self.now_us + ONE_WAY_US;
-            if self.rng.f64() < self.impair.reorder {
+            let reordered = self.rng.f64() < self.impair.reorder;
+            if self.impair.delay_us > 0 {
+                if !reordered {
+                    at += self.impair.delay_us;
+                }
+            } else if reordered {
                 at += self.rng.u64(1..=500);
             }
             if self.rng.f64() < self.impair.dup {
@@ -260,7 +274,10 @@ fn close_and_drain(w: &mut Wire, ca: TcpHandle, cb: Option<TcpHandle>) {
 }
 
 fn transfer(seed: u64, impair: Impair, a_len: usize, b_len: usize) -> Wire {
-    let mut w = Wire::new(seed, impair);
+    transfer_with(Wire::new(seed, impair), seed, a_len, b_len)
+}
+
+fn transfer_with(mut w: Wire, seed: u64, a_len: usize, b_len: usize) -> Wire {
     let (ca, cb) = connect(&mut w, 5001);
     let (a_data, b_data) = (data(a_len, seed), data(b_len, seed + 1));
     let (got_a, got_b) = exchange(&mut w, ca, cb, &a_data, &b_data);
@@ -301,13 +318,21 @@ fn loss_reordering_and_duplication_do_not_corrupt_the_stream() {
             loss: 0.02,
             reorder: 0.25,
             dup: 0.01,
+            delay_us: 0,
         };
         let w = transfer(seed, impair, 300_000, 200_000);
         let c = w.a.ifc.tcp_counters();
         let d = w.b.ifc.tcp_counters();
+        let resent = |x: &shmnet_stack::tcp::TcpCounters| {
+            x.fast_retransmits + x.rto_retransmits + x.sack_retransmits
+        };
         assert!(
-            c.fast_retransmits + c.rto_retransmits + d.fast_retransmits + d.rto_retransmits > 0,
+            resent(c) + resent(d) > 0,
             "seed {seed}: 2 % loss must cost a retransmission"
+        );
+        assert!(
+            c.sack_retransmits + d.sack_retransmits > 0 && c.sack_blocks + d.sack_blocks > 0,
+            "seed {seed}: both ends agreed to SACK, and the holes were resent from it: {c:?} {d:?}"
         );
     }
 }
@@ -320,6 +345,7 @@ fn heavy_loss_still_completes() {
             loss: 0.10,
             reorder: 0.0,
             dup: 0.0,
+            delay_us: 0,
         },
         100_000,
         0,
@@ -384,4 +410,56 @@ fn a_receiver_that_stops_reading_closes_the_window_and_probes_reopen_it() {
         payload.len()
     );
     close_and_drain(&mut w, ca, Some(cb));
+}
+
+#[test]
+fn a_peer_without_sack_or_timestamps_gets_every_byte_under_loss() {
+    let impair = Impair {
+        loss: 0.03,
+        reorder: 0.1,
+        dup: 0.0,
+        delay_us: 0,
+    };
+    let w = Wire::configured(5, impair, &|c| {
+        c.tcp.sack = false;
+        c.tcp.timestamps = false;
+    });
+    let w = transfer_with(w, 5, 200_000, 200_000);
+    let (c, d) = (w.a.ifc.tcp_counters(), w.b.ifc.tcp_counters());
+    assert_eq!(
+        c.sack_blocks + d.sack_blocks,
+        0,
+        "nobody SACKs when one side cannot"
+    );
+    assert!(c.fast_retransmits + c.rto_retransmits + d.fast_retransmits + d.rto_retransmits > 0);
+}
+
+#[test]
+fn options_are_agreed_only_when_both_sides_offer_them() {
+    for (sack, ts) in [(true, true), (false, true), (true, false), (false, false)] {
+        let mut w = Wire::configured(6, Impair::default(), &|c| {
+            c.tcp.sack = sack;
+            c.tcp.timestamps = ts;
+        });
+        let (ca, cb) = connect(&mut w, 80);
+        for info in [w.a.ifc.tcp_info(ca).unwrap(), w.b.ifc.tcp_info(cb).unwrap()] {
+            assert_eq!((info.sack, info.timestamps), (sack, ts), "{info:?}");
+        }
+        let (got_a, got_b) = exchange(&mut w, ca, cb, &data(50_000, 1), &data(40_000, 2));
+        assert_eq!((got_a.len(), got_b.len()), (40_000, 50_000));
+        close_and_drain(&mut w, ca, Some(cb));
+    }
+}
+
+#[test]
+fn netem_style_reordering_with_delay_keeps_the_stream_whole() {
+    for seed in 1..=6 {
+        let impair = Impair {
+            loss: 0.0,
+            reorder: 0.25,
+            dup: 0.0,
+            delay_us: 10_000,
+        };
+        transfer(seed, impair, 2_000_000, 2_000_000);
+    }
 }

@@ -53,6 +53,11 @@ fn parse(bytes: &[u8]) -> Option<(SegIn, u16, u16, usize)> {
         rst,
         mss: repr.max_seg_size,
         wscale: repr.window_scale,
+        sack_perm: repr.sack_permitted,
+        sack: repr
+            .sack_ranges
+            .map(|r| r.map(|(s, e)| (crate::tcp::Seq(s), crate::tcp::Seq(e)))),
+        ts: repr.timestamp.map(|t| (t.tsval, t.tsecr)),
         len: repr.payload.len() as u32,
     };
     Some((seg, repr.src_port, repr.dst_port, hlen))
@@ -201,6 +206,7 @@ impl Interface {
             let copied = c.copy_payload(pool, &seg, frame, TCP_AT + hlen);
             ctr.segs_out += 1;
             ctr.bytes_out += u64::from(copied);
+            ctr.sack_retransmits += u64::from(seg.rexmit);
             ctr.resets_sent += u64::from(seg.rst);
             let len = self.tcp_frame(pool, frame, &seg, local.port(), remote, copied as usize);
             set_window(pool, frame, 0, len);
@@ -535,9 +541,11 @@ fn repr_of(seg: &SegOut, src_port: u16, dst_port: u16) -> TcpRepr<'static> {
         window_len: seg.wnd,
         window_scale: seg.wscale,
         max_seg_size: seg.mss,
-        sack_permitted: false,
-        sack_ranges: [None; 3],
-        timestamp: None,
+        sack_permitted: seg.sack_perm,
+        sack_ranges: seg.sack.map(|r| r.map(|(s, e)| (s.0, e.0))),
+        timestamp: seg
+            .ts
+            .map(|(v, e)| smoltcp::wire::TcpTimestampRepr::new(v, e)),
         payload: &[],
     }
 }

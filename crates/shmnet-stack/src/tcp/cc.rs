@@ -48,6 +48,9 @@ pub struct NewReno {
     pub recover: Seq,
     /// Bytes acknowledged towards the next congestion-avoidance increase.
     acked_in_ca: u32,
+    /// SACK is in use: recovery keeps `cwnd = ssthresh` and the scoreboard decides what to
+    /// resend (RFC 6675), instead of NewReno's inflation and partial-ACK retransmission.
+    pub sack: bool,
 }
 
 impl NewReno {
@@ -61,6 +64,7 @@ impl NewReno {
             in_recovery: false,
             recover: Seq(0),
             acked_in_ca: 0,
+            sack: false,
         }
     }
 
@@ -77,6 +81,9 @@ impl NewReno {
                     .ssthresh
                     .min(flight.saturating_sub(acked) + smss)
                     .max(smss);
+                return AckAction::None;
+            }
+            if self.sack {
                 return AckAction::None;
             }
             // Partial ACK: deflate by the amount acknowledged, add back one segment.
@@ -106,20 +113,33 @@ impl NewReno {
     pub fn on_dupack(&mut self, snd_max: Seq, flight: u32, smss: u16) -> DupAckAction {
         let smss = u32::from(smss.max(1));
         if self.in_recovery {
-            // Inflate: each duplicate means a segment left the network.
-            self.cwnd = self.cwnd.saturating_add(smss);
+            // Inflate: each duplicate means a segment left the network (with SACK the pipe
+            // estimate counts that instead).
+            if !self.sack {
+                self.cwnd = self.cwnd.saturating_add(smss);
+            }
             return DupAckAction::None;
         }
         self.dupacks = self.dupacks.saturating_add(1);
         if self.dupacks < DUPACK_THRESHOLD {
             return DupAckAction::None;
         }
-        // RFC 6582 (3.2) step 2: only if this loss is after the last recovery point.
+        self.enter_recovery(snd_max, flight, smss as u16);
+        DupAckAction::FastRetransmit
+    }
+
+    /// Loss detected with `flight` bytes out and `snd_max` the highest sent: halve.
+    pub fn enter_recovery(&mut self, snd_max: Seq, flight: u32, smss: u16) {
+        let smss = u32::from(smss.max(1));
         self.ssthresh = (flight / 2).max(2 * smss);
-        self.cwnd = self.ssthresh + u32::from(DUPACK_THRESHOLD) * smss;
+        self.cwnd = if self.sack {
+            self.ssthresh
+        } else {
+            self.ssthresh + u32::from(DUPACK_THRESHOLD) * smss
+        };
         self.in_recovery = true;
         self.recover = snd_max;
-        DupAckAction::FastRetransmit
+        self.dupacks = 0;
     }
 
     /// The retransmission timer fired with `flight` bytes outstanding (RFC 5681 (4)).

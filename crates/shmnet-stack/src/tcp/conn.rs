@@ -16,7 +16,7 @@ use super::rtt::Rtt;
 use super::seq::Seq;
 use super::{CloseReason, TcpConfig, TcpCounters};
 use crate::Instant;
-use crate::buf::{BufIdx, BufferPool};
+use crate::buf::{BufIdx, BufferPool, set_window};
 
 /// RFC 9293's connection states (LISTEN is a listener, not a connection).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -70,6 +70,12 @@ pub struct SegIn {
     pub mss: Option<u16>,
     /// Window-scale option.
     pub wscale: Option<u8>,
+    /// SACK-permitted option (SYNs).
+    pub sack_perm: bool,
+    /// SACK blocks (RFC 2018), as many as the option carried.
+    pub sack: [Option<(Seq, Seq)>; 3],
+    /// Timestamps option (RFC 7323): `(TSval, TSecr)`.
+    pub ts: Option<(u32, u32)>,
     /// Payload bytes.
     pub len: u32,
 }
@@ -102,6 +108,14 @@ pub struct SegOut {
     pub mss: Option<u16>,
     /// Window-scale option (SYNs).
     pub wscale: Option<u8>,
+    /// SACK-permitted option (SYNs).
+    pub sack_perm: bool,
+    /// SACK blocks of what is held out of order.
+    pub sack: [Option<(Seq, Seq)>; 3],
+    /// Timestamps option: `(TSval, TSecr)`.
+    pub ts: Option<(u32, u32)>,
+    /// A hole resent in SACK recovery.
+    pub rexmit: bool,
     /// Payload: `len` bytes starting `off` bytes into the send queue.
     pub data_off: u32,
     /// Payload length.
@@ -112,6 +126,9 @@ pub struct SegOut {
 const DELAYED_ACK_US: u32 = 40_000;
 /// Retransmissions of a SYN before the connection attempt fails (Linux: 6).
 const SYN_RETRIES: u8 = 6;
+/// How much older than TS.Recent (in our peers' timestamp ticks, milliseconds on Linux) a
+/// segment's timestamp may be before PAWS refuses it (see `segment`).
+const PAWS_TOLERANCE_TICKS: i32 = 200;
 /// Retransmissions of data before the connection is dropped (Linux's `tcp_retries2`).
 const DATA_RETRIES: u8 = 15;
 
@@ -151,6 +168,21 @@ pub struct Conn {
     rx: ChainQueue,
     ooo: Ooo,
     ooo_fin: Option<Seq>,
+    /// The SACK blocks our ACKs carry (the run of the latest out-of-order arrival first).
+    sack_out: [(Seq, Seq); 3],
+    sack_out_n: u8,
+    // ---- options
+    /// The peer's latest timestamp worth echoing (RFC 7323 TS.Recent).
+    ts_recent: u32,
+    /// Our timestamp clock's offset (per connection, from the ISN).
+    ts_offset: u32,
+    /// The acknowledgement number of the last ACK we sent.
+    last_ack_sent: Seq,
+    /// The scoreboard: ranges above `snd_una` the peer reported holding (sorted, disjoint).
+    sacked: [(Seq, Seq); 4],
+    sacked_n: u8,
+    /// In SACK recovery, where the search for the next hole to resend starts.
+    high_rxt: Seq,
     // ---- control
     rtt: Rtt,
     cc: NewReno,
@@ -160,6 +192,8 @@ pub struct Conn {
     persist_at: Option<Instant>,
     tw_at: Option<Instant>,
     retries: u8,
+    /// Segments sent again (timer, duplicate ACKs, SACK holes), for `tcp_info`.
+    retransmits: u32,
     unacked_segs: u8,
     flags: Flags,
     error: Option<CloseReason>,
@@ -205,6 +239,10 @@ struct Flags {
     orphan: bool,
     /// Our window scale option was offered (on a SYN we sent).
     ws_offered: bool,
+    /// Both sides agreed to SACK.
+    sack_ok: bool,
+    /// Both sides agreed to timestamps.
+    ts_ok: bool,
 }
 
 impl Conn {
@@ -240,6 +278,14 @@ impl Conn {
             rx: ChainQueue::default(),
             ooo: Ooo::default(),
             ooo_fin: None,
+            sack_out: [(Seq(0), Seq(0)); 3],
+            sack_out_n: 0,
+            ts_recent: 0,
+            ts_offset: iss.0.wrapping_mul(0x9e37_79b9).rotate_left(16),
+            last_ack_sent: Seq(0),
+            sacked: [(Seq(0), Seq(0)); 4],
+            sacked_n: 0,
+            high_rxt: iss,
             rtt: Rtt::default(),
             cc: NewReno::new(536),
             rtt_probe: None,
@@ -248,6 +294,7 @@ impl Conn {
             persist_at: None,
             tw_at: None,
             retries: 0,
+            retransmits: 0,
             unacked_segs: 0,
             flags: Flags {
                 nodelay: cfg.nodelay,
@@ -293,6 +340,13 @@ impl Conn {
         let ours = cfg.mss;
         self.smss = seg.mss.map_or(536, |m| m.max(64)).min(ours);
         self.cc = NewReno::new(self.smss);
+        // Offered on every SYN we send when configured; agreed when the peer's SYN has it.
+        self.flags.sack_ok = cfg.sack && seg.sack_perm;
+        self.cc.sack = self.flags.sack_ok;
+        self.flags.ts_ok = cfg.timestamps && seg.ts.is_some();
+        if let Some((tsval, _)) = seg.ts {
+            self.ts_recent = tsval;
+        }
         match seg.wscale {
             Some(s) if self.state == State::SynReceived || self.flags.ws_offered => {
                 self.snd_wscale = s.min(14);
@@ -367,6 +421,9 @@ impl Conn {
             readable: self.rx.bytes(),
             ooo_bytes: self.ooo.bytes(),
             in_flight: self.snd_max.since(self.snd_una),
+            retransmits: self.retransmits,
+            sack: self.flags.sack_ok,
+            timestamps: self.flags.ts_ok,
         }
     }
 
@@ -482,11 +539,23 @@ impl Conn {
             State::SynSent => return self.syn_sent(pool, seg, now, cfg, ctr),
             _ => {}
         }
+        // PAWS (RFC 7323 5.3): a timestamp older than the last one echoed is an old
+        // duplicate from a wrapped sequence space. "Older" allows PAWS_TOLERANCE_TICKS:
+        // a retransmission that fills a hole carries a newer timestamp than the segments
+        // still in flight behind it, and a path that reorders by a few milliseconds would
+        // otherwise have those dropped; a sequence space wraps in no less than a third of a
+        // second even at 100 Gbit/s, so old duplicates are still refused.
+        if let (true, Some((tsval, _)), false) = (self.flags.ts_ok, seg.ts, seg.rst) {
+            if (tsval.wrapping_sub(self.ts_recent) as i32) < -PAWS_TOLERANCE_TICKS {
+                ctr.paws_rejected += 1;
+                self.flags.ack_now = true;
+                return None;
+            }
+        }
         // (1) Acceptability (RFC 9293 3.10.7.4): some of the segment must lie in the window.
-        let wnd = self
-            .rcv_adv
-            .since(self.rcv_nxt)
-            .max(self.rcv_window().min(1));
+        // What we offered, or more if the buffer has room for more (accepting beyond the
+        // offer is allowed, and spares a sender that raced our window update).
+        let wnd = self.rcv_adv.since(self.rcv_nxt).max(self.rcv_window());
         let seg_len = seg.seq_len();
         let end = seg.seq.add(seg_len);
         let acceptable = match (seg_len, wnd) {
@@ -512,6 +581,13 @@ impl Conn {
                 }
             }
             return None;
+        }
+        // The timestamp to echo: from a segment that covers the last ACK we sent (RFC 7323
+        // 4.3).
+        if let (true, Some((tsval, _))) = (self.flags.ts_ok, seg.ts) {
+            if seg.seq.le(self.last_ack_sent) {
+                self.ts_recent = tsval;
+            }
         }
         // (2) RST (RFC 5961 3.2): exactly at rcv_nxt resets, elsewhere in the window asks.
         if seg.rst {
@@ -660,6 +736,9 @@ impl Conn {
         ctr: &mut TcpCounters,
     ) {
         let wnd = u32::from(seg.wnd) << self.snd_wscale;
+        if self.flags.sack_ok {
+            self.take_sacks(seg, ctr);
+        }
         if ack.gt(self.snd_una) {
             let flight = self.snd_max.since(self.snd_una);
             let acked = ack.since(self.snd_una);
@@ -679,6 +758,7 @@ impl Conn {
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
             }
+            self.trim_sacked();
             match self.rtt_probe {
                 Some((s, t)) if ack.ge(s) => {
                     self.rtt.sample(micros_since(now, t));
@@ -690,8 +770,10 @@ impl Conn {
             if self.cc.on_ack(ack, acked, flight, self.smss) == AckAction::RetransmitFirst {
                 self.flags.retransmit_one = true;
                 self.rtt_probe = None;
+                self.retransmits = self.retransmits.wrapping_add(1);
                 ctr.fast_retransmits += 1;
             }
+            self.maybe_enter_sack_recovery(ctr);
             self.rto_at = (self.snd_una != self.snd_max).then(|| at(now, self.rtt.rto_us()));
             if fin_acked {
                 match self.state {
@@ -713,10 +795,18 @@ impl Conn {
             ctr.dup_acks += 1;
             let flight = self.snd_max.since(self.snd_una);
             if self.cc.on_dupack(self.snd_max, flight, self.smss) == DupAckAction::FastRetransmit {
-                self.flags.retransmit_one = true;
                 self.rtt_probe = None;
-                ctr.fast_retransmits += 1;
+                if self.flags.sack_ok {
+                    // The holes are resent by the scoreboard (next_data_segment).
+                    self.high_rxt = self.snd_una;
+                } else {
+                    self.flags.retransmit_one = true;
+                    self.retransmits = self.retransmits.wrapping_add(1);
+                    ctr.fast_retransmits += 1;
+                }
             }
+        } else {
+            self.maybe_enter_sack_recovery(ctr);
         }
         // Window update (RFC 9293 3.10.7.4, fifth check).
         if self.snd_wl1.lt(seg.seq) || (self.snd_wl1 == seg.seq && self.snd_wl2.le(ack)) {
@@ -727,6 +817,21 @@ impl Conn {
             if wnd > 0 {
                 self.persist_at = None;
             }
+        }
+    }
+
+    /// RFC 6675's other way into recovery: the peer holds three segments' worth above a
+    /// hole, whether or not three duplicate ACKs said so (a SACK can ride on data).
+    fn maybe_enter_sack_recovery(&mut self, ctr: &mut TcpCounters) {
+        if !self.flags.sack_ok || self.cc.in_recovery {
+            return;
+        }
+        if self.sacked_bytes() >= 3 * u32::from(self.smss) && self.next_hole().is_some() {
+            let flight = self.snd_max.since(self.snd_una);
+            self.cc.enter_recovery(self.snd_max, flight, self.smss);
+            self.high_rxt = self.snd_una;
+            self.rtt_probe = None;
+            ctr.sack_recoveries += 1;
         }
     }
 
@@ -744,8 +849,9 @@ impl Conn {
         let mut len = seg.len;
         if start.lt(self.rcv_nxt) {
             let skip = self.rcv_nxt.since(start).min(len);
-            pool.set_off(b, pool.off(b) + skip as u16);
-            pool.set_len(b, pool.len(b) - skip as u16);
+            // Both from the header as it is: a pool may clamp `len` when `off` moves.
+            let (off, l) = (usize::from(pool.off(b)), usize::from(pool.len(b)));
+            set_window(pool, b, off + skip as usize, l - skip as usize);
             start = self.rcv_nxt;
             len -= skip;
         }
@@ -771,6 +877,9 @@ impl Conn {
                 self.rx.link(pool, h, t, n, bufs);
                 self.rcv_nxt = self.rcv_nxt.add(n);
             }
+            if had_ooo {
+                self.update_sack_out(pool, None);
+            }
             self.unacked_segs = self.unacked_segs.saturating_add(1);
             if had_ooo || self.unacked_segs >= 2 {
                 self.flags.ack_now = true;
@@ -784,6 +893,7 @@ impl Conn {
                 OooInsert::Duplicate => {}
                 OooInsert::Dropped => ctr.ooo_dropped += 1,
             }
+            self.update_sack_out(pool, Some(start));
             // A duplicate ACK tells the sender of the hole.
             self.flags.ack_now = true;
         }
@@ -897,6 +1007,10 @@ impl Conn {
             self.rtt_probe = None;
             self.snd_nxt = self.snd_una;
             self.flags.retransmit_one = false;
+            // RFC 2018: after a timeout the receiver may have discarded what it SACKed.
+            self.sacked_n = 0;
+            self.high_rxt = self.snd_una;
+            self.retransmits = self.retransmits.wrapping_add(1);
         }
     }
 
@@ -914,7 +1028,10 @@ impl Conn {
     fn window_field(&mut self, syn: bool) -> u16 {
         let wnd = self.rcv_window();
         if syn {
-            return wnd.min(0xffff) as u16;
+            // Never scaled on a SYN; what it offers is a promise like any other.
+            let field = wnd.min(0xffff);
+            self.rcv_adv = self.rcv_adv.max(self.rcv_nxt.add(field));
+            return field as u16;
         }
         // Never move the right edge back, and move it forward only by a useful amount:
         // a full segment or half the buffer (the receiver's silly-window avoidance, RFC
@@ -968,8 +1085,17 @@ impl Conn {
                     syn: true,
                     mss: Some(cfg.mss),
                     wscale: self.flags.ws_offered.then_some(self.rcv_wscale),
+                    sack_perm: if synack { self.flags.sack_ok } else { cfg.sack },
+                    ts: if synack {
+                        self.flags.ts_ok.then(|| (self.tsval(now), self.ts_recent))
+                    } else {
+                        cfg.timestamps.then(|| (self.tsval(now), 0))
+                    },
                     ..SegOut::default()
                 };
+                if synack {
+                    self.last_ack_sent = self.rcv_nxt;
+                }
                 self.snd_nxt = self.iss.add(1);
                 self.snd_max = self.snd_max.max(self.snd_nxt);
                 if self.rtt_probe.is_none() && self.retries == 0 {
@@ -983,12 +1109,163 @@ impl Conn {
                 }
                 Some(seg)
             }
-            _ => self.next_data_segment(now),
+            _ => {
+                let mut seg = self.next_data_segment(now)?;
+                if !seg.rst {
+                    self.decorate(&mut seg, now);
+                }
+                Some(seg)
+            }
         }
     }
 
+    /// Our timestamp clock: milliseconds, offset per connection.
+    fn tsval(&self, now: Instant) -> u32 {
+        ((now.nanos() / 1_000_000) as u32).wrapping_add(self.ts_offset)
+    }
+
+    /// Bytes of options a segment we send now carries (timestamps, SACK blocks), padded to
+    /// a multiple of four: a data segment carries that much less payload than the MSS.
+    fn option_bytes(&self) -> u32 {
+        let mut n = 0;
+        if self.flags.ts_ok {
+            n += 10;
+        }
+        if self.flags.sack_ok && self.sack_out_n > 0 {
+            n += 2 + 8 * u32::from(self.sack_out_n);
+        }
+        n.div_ceil(4) * 4
+    }
+
+    /// Put the options on a segment of a synchronized connection.
+    fn decorate(&mut self, seg: &mut SegOut, now: Instant) {
+        if self.flags.ts_ok {
+            seg.ts = Some((self.tsval(now), self.ts_recent));
+        }
+        if self.flags.sack_ok {
+            for (i, b) in self.sack_out[..usize::from(self.sack_out_n)]
+                .iter()
+                .enumerate()
+            {
+                seg.sack[i] = Some(*b);
+            }
+        }
+        if let Some(a) = seg.ack {
+            self.last_ack_sent = a;
+        }
+    }
+
+    /// Recompute the SACK blocks our ACKs carry: the run holding `latest` first (RFC 2018:
+    /// the most recent arrival), then the others, highest first.
+    fn update_sack_out<P: BufferPool + ?Sized>(&mut self, pool: &P, latest: Option<Seq>) {
+        if !self.flags.sack_ok {
+            return;
+        }
+        let mut runs = [(Seq(0), Seq(0)); 8];
+        let n = self.ooo.ranges_into(pool, &mut runs);
+        let runs = &mut runs[..n];
+        runs.reverse();
+        if let Some(l) = latest {
+            if let Some(i) = runs.iter().position(|r| l.in_range(r.0, r.1)) {
+                runs[..=i].rotate_right(1);
+            }
+        }
+        let k = runs.len().min(3);
+        self.sack_out[..k].copy_from_slice(&runs[..k]);
+        self.sack_out_n = k as u8;
+    }
+
+    /// Record the peer's SACK blocks on the scoreboard (blocks outside what is in flight are
+    /// ignored, as RFC 2018 allows), merging and keeping the highest when full.
+    fn take_sacks(&mut self, seg: &SegIn, ctr: &mut TcpCounters) {
+        for &(s, e) in seg.sack.iter().flatten() {
+            if !(s.lt(e) && s.ge(self.snd_una) && e.le(self.snd_max)) {
+                continue;
+            }
+            ctr.sack_blocks += 1;
+            let mut runs = [(Seq(0), Seq(0)); 5];
+            let n = usize::from(self.sacked_n);
+            runs[..n].copy_from_slice(&self.sacked[..n]);
+            runs[n] = (s, e);
+            let runs = &mut runs[..=n];
+            // Sort by start (sequence order from snd_una), then merge.
+            runs.sort_by_key(|r| r.0.since(self.snd_una));
+            let mut merged = 0;
+            for i in 0..runs.len() {
+                if merged > 0 && runs[i].0.le(runs[merged - 1].1) {
+                    runs[merged - 1].1 = runs[merged - 1].1.max(runs[i].1);
+                } else {
+                    runs[merged] = runs[i];
+                    merged += 1;
+                }
+            }
+            // Full: drop the lowest (the cumulative ACK reaches it first).
+            let skip = merged.saturating_sub(self.sacked.len());
+            let keep = merged - skip;
+            self.sacked[..keep].copy_from_slice(&runs[skip..merged]);
+            self.sacked_n = keep as u8;
+        }
+    }
+
+    /// Forget scoreboard ranges at or below `snd_una`.
+    fn trim_sacked(&mut self) {
+        let una = self.snd_una;
+        let mut k = 0;
+        for i in 0..usize::from(self.sacked_n) {
+            let (s, e) = self.sacked[i];
+            if e.gt(una) {
+                self.sacked[k] = (s.max(una), e);
+                k += 1;
+            }
+        }
+        self.sacked_n = k as u8;
+    }
+
+    fn sacked_bytes(&self) -> u32 {
+        self.sacked[..usize::from(self.sacked_n)]
+            .iter()
+            .map(|r| r.1.since(r.0))
+            .sum()
+    }
+
+    /// The next hole to resend in SACK recovery: the first range from `high_rxt` (or
+    /// `snd_una`) below the highest SACKed byte that the peer does not hold.
+    fn next_hole(&self) -> Option<(Seq, Seq)> {
+        let mut cur = self.high_rxt.max(self.snd_una);
+        for &(s, e) in &self.sacked[..usize::from(self.sacked_n)] {
+            if e.le(cur) {
+                continue;
+            }
+            if s.gt(cur) {
+                return Some((cur, s));
+            }
+            cur = e;
+        }
+        None
+    }
+
+    /// Bytes in flight by RFC 6675's reckoning: sent and not acknowledged, less what the
+    /// peer holds and what is lost (holes below the highest SACK not yet resent).
+    fn pipe(&self) -> u32 {
+        let out = self.snd_max.since(self.snd_una);
+        let mut lost = 0;
+        let mut cur = self.high_rxt.max(self.snd_una);
+        for &(s, e) in &self.sacked[..usize::from(self.sacked_n)] {
+            if e.le(cur) {
+                continue;
+            }
+            if s.gt(cur) {
+                lost += s.since(cur);
+            }
+            cur = e;
+        }
+        out.saturating_sub(self.sacked_bytes() + lost)
+    }
+
     fn next_data_segment(&mut self, now: Instant) -> Option<SegOut> {
-        let smss = u32::from(self.smss);
+        let smss = u32::from(self.smss)
+            .saturating_sub(self.option_bytes())
+            .max(1);
         let base = self.tx_base();
         let queued = self.tx.bytes();
         let fin_seq = base.add(queued);
@@ -1015,9 +1292,40 @@ impl Conn {
                 return Some(seg);
             }
         }
+        let sack_recovery = self.flags.sack_ok && self.cc.in_recovery;
+        if sack_recovery && self.pipe() < self.cc.cwnd {
+            // RFC 6675: resend the next hole below the highest SACKed byte.
+            if let Some((hs, he)) = self.next_hole() {
+                let off = hs.since(base);
+                let len = he.since(hs).min(smss).min(queued.saturating_sub(off));
+                if len > 0 {
+                    self.high_rxt = hs.add(len);
+                    self.rtt_probe = None;
+                    let seg = SegOut {
+                        seq: hs,
+                        ack: Some(self.rcv_nxt),
+                        wnd: self.window_field(false),
+                        data_off: off,
+                        data_len: len,
+                        rexmit: true,
+                        ..SegOut::default()
+                    };
+                    self.retransmits = self.retransmits.wrapping_add(1);
+                    self.ack_sent();
+                    if self.rto_at.is_none() {
+                        self.rto_at = Some(at(now, self.rtt.rto_us()));
+                    }
+                    return Some(seg);
+                }
+            }
+        }
         let off = self.snd_nxt.since(base).min(queued);
         let unsent = queued - off;
-        let flight = self.snd_nxt.since(self.snd_una);
+        let flight = if sack_recovery {
+            self.pipe()
+        } else {
+            self.snd_nxt.since(self.snd_una)
+        };
         let wnd = self.snd_wnd.min(self.cc.cwnd);
         let mut usable = wnd.saturating_sub(flight);
         let probe = std::mem::take(&mut self.flags.probe);
@@ -1132,4 +1440,84 @@ fn at(now: Instant, us: u32) -> Instant {
 
 fn micros_since(now: Instant, then: Instant) -> u32 {
     (now.nanos().saturating_sub(then.nanos()) / 1_000).min(u64::from(u32::MAX)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buf::HeapPool;
+    use std::net::Ipv4Addr;
+
+    const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+    const REMOTE: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 4000);
+
+    /// An established connection whose peer's next byte is sequence number 1001.
+    fn established(pool: &mut HeapPool) -> (Conn, TcpConfig, TcpCounters) {
+        let cfg = TcpConfig::default();
+        let mut ctr = TcpCounters::default();
+        let syn = SegIn {
+            seq: Seq(1000),
+            syn: true,
+            wnd: 65535,
+            mss: Some(1460),
+            ..SegIn::default()
+        };
+        let mut c = Conn::passive(LOCAL, REMOTE, &syn, Seq(5000), &cfg);
+        assert!(c.next_segment(Instant::ZERO, &cfg).is_some_and(|s| s.syn));
+        let ack = SegIn {
+            seq: Seq(1001),
+            ack: Some(Seq(5001)),
+            wnd: 65535,
+            ..SegIn::default()
+        };
+        c.on_segment(pool, &ack, None, Instant::ZERO, &cfg, &mut ctr);
+        assert_eq!(c.state(), State::Established);
+        (c, cfg, ctr)
+    }
+
+    /// A segment's payload in a buffer, placed at `off`.
+    fn payload(pool: &mut HeapPool, bytes: &[u8], off: usize) -> BufIdx {
+        pool.alloc_with(off, bytes).expect("room in the pool")
+    }
+
+    #[test]
+    fn a_segment_overlapping_what_was_received_is_trimmed_whatever_room_its_buffer_has() {
+        // A retransmission that collapses segments overlaps the stream already received;
+        // its buffer may have no room after the payload (the pools then cut `len` when
+        // `off` moves, so the trim must set both at once).
+        let mut pool = HeapPool::new(16, 2048);
+        let (mut c, cfg, mut ctr) = established(&mut pool);
+        let stream: Vec<u8> = (0..3000u32).map(|i| (i * 7 + 1) as u8).collect();
+        let first = payload(&mut pool, &stream[..1000], 100);
+        let seg = |seq: u32, len: u32| SegIn {
+            seq: Seq(1001 + seq),
+            ack: Some(Seq(5001)),
+            wnd: 65535,
+            len,
+            ..SegIn::default()
+        };
+        c.on_segment(
+            &mut pool,
+            &seg(0, 1000),
+            Some(first),
+            Instant::ZERO,
+            &cfg,
+            &mut ctr,
+        );
+        let tail = 2048 - 2000;
+        let second = payload(&mut pool, &stream[500..2500], tail);
+        c.on_segment(
+            &mut pool,
+            &seg(500, 2000),
+            Some(second),
+            Instant::ZERO,
+            &cfg,
+            &mut ctr,
+        );
+        let mut out = vec![0u8; 4000];
+        let n = c.recv(&mut pool, &mut out);
+        assert_eq!(&out[..n], &stream[..2500]);
+        c.clear(&mut pool);
+        assert_eq!(pool.free_count(), pool.total());
+    }
 }

@@ -53,6 +53,10 @@ pub struct TcpConfig {
     pub snd_buf: u32,
     /// Connections start with Nagle off.
     pub nodelay: bool,
+    /// Offer and accept SACK (RFC 2018).
+    pub sack: bool,
+    /// Offer and accept timestamps (RFC 7323).
+    pub timestamps: bool,
     /// TIME-WAIT duration (2·MSL), microseconds. Linux waits 60 s.
     pub time_wait_us: u32,
     /// The secret of RFC 6528's initial sequence numbers.
@@ -70,6 +74,8 @@ impl Default for TcpConfig {
             rcv_buf: 256 * 1024,
             snd_buf: 256 * 1024,
             nodelay: false,
+            sack: true,
+            timestamps: true,
             time_wait_us: 60_000_000,
             isn_secret: 0x5eed_7c9f_0000_0000_0000_0000_0000_0001,
             rx_checksum: true,
@@ -189,6 +195,12 @@ tcp_counters! {
     timeouts,
     /// Challenge ACKs sent (RFC 5961).
     challenge_acks,
+    /// Valid SACK blocks received.
+    sack_blocks,
+    /// Recoveries entered on SACK information.
+    sack_recoveries,
+    /// Holes resent in SACK recovery.
+    sack_retransmits,
     /// Segments held out of order.
     ooo_held,
     // ---- refusals
@@ -208,6 +220,8 @@ tcp_counters! {
     ack_unsent,
     /// No ACK flag in a synchronized state.
     no_ack,
+    /// Older timestamp than the last one echoed (RFC 7323 PAWS), answered with an ACK.
+    paws_rejected,
     /// Out-of-order segment the queue had no room for.
     ooo_dropped,
     /// SYN refused: the listener's queue was full.
@@ -251,6 +265,12 @@ pub struct TcpInfo {
     pub ooo_bytes: u32,
     /// Bytes sent and not yet acknowledged.
     pub in_flight: u32,
+    /// Segments sent again.
+    pub retransmits: u32,
+    /// SACK agreed.
+    pub sack: bool,
+    /// Timestamps agreed.
+    pub timestamps: bool,
 }
 
 #[derive(Debug)]

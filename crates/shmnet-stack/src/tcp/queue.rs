@@ -150,8 +150,8 @@ impl ChainQueue {
                 left -= l;
                 self.pop_head(pool, h);
             } else {
-                pool.set_off(h, pool.off(h) + left as u16);
-                pool.set_len(h, (l - left) as u16);
+                let off = usize::from(pool.off(h));
+                set_window(pool, h, off + left as usize, (l - left) as usize);
                 self.bytes -= left;
                 left = 0;
             }
@@ -326,21 +326,26 @@ impl Ooo {
         self.head.is_none()
     }
 
-    /// The contiguous runs held, as `(start, end)`, in sequence order (what SACK reports).
-    pub fn ranges<P: BufferPool + ?Sized>(&self, pool: &P) -> Vec<(Seq, Seq)> {
-        let mut out: Vec<(Seq, Seq)> = Vec::new();
+    /// The contiguous runs held, as `(start, end)`, in sequence order (what SACK reports),
+    /// written to `out`; returns how many (at most `out.len()`: the lowest runs).
+    pub fn ranges_into<P: BufferPool + ?Sized>(&self, pool: &P, out: &mut [(Seq, Seq)]) -> usize {
+        let mut n = 0;
         let mut cur = self.head;
         let mut links = self.bufs;
         while let Some(b) = cur.filter(|_| links > 0) {
             let (s, e) = (seq_of(pool, b), end_of(pool, b));
-            match out.last_mut() {
-                Some(last) if last.1 == s => last.1 = e,
-                _ => out.push((s, e)),
+            if n > 0 && out[n - 1].1 == s {
+                out[n - 1].1 = e;
+            } else if n < out.len() {
+                out[n] = (s, e);
+                n += 1;
+            } else {
+                break;
             }
             cur = pool.next(b);
             links -= 1;
         }
-        out
+        n
     }
 
     /// Offer buffer `idx`, whose valid bytes are sequence numbers `start .. start + len`;
@@ -460,9 +465,8 @@ impl Ooo {
         // Trim the first, then take every buffer that follows without a gap.
         let skip = rcv_nxt.since(hs) as u16;
         if skip > 0 {
-            let (off, len) = (pool.off(h), pool.len(h));
-            pool.set_off(h, off + skip);
-            pool.set_len(h, len - skip);
+            let (off, len) = (usize::from(pool.off(h)), usize::from(pool.len(h)));
+            set_window(pool, h, off + usize::from(skip), len - usize::from(skip));
             self.bytes -= u32::from(skip);
         }
         let (mut tail, mut bytes, mut bufs) = (h, u32::from(pool.len(h)), 1u32);
