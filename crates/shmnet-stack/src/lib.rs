@@ -1,5 +1,6 @@
 //! shmnet-stack: the protocol server's stack — Ethernet II, ARP, IPv4 with fragmentation and
-//! reassembly, ICMP (echo, port unreachable) and UDP sockets — over buffer chains.
+//! reassembly, ICMP (echo, port unreachable), UDP sockets and TCP ([`tcp`], docs/tcp.md) —
+//! over buffer chains.
 //!
 //! # Shape
 //!
@@ -13,7 +14,10 @@
 //! * [`Interface::poll`] runs the timers (reassembly timeouts, ARP retries and expiry);
 //!   [`Interface::poll_at`] says when it next has work;
 //! * [`Interface::udp_bind`], [`Interface::udp_recv`], [`Interface::udp_recv_chain`] and
-//!   [`Interface::udp_send_to`] are the socket calls.
+//!   [`Interface::udp_send_to`] are UDP's socket calls; [`Interface::tcp_listen`],
+//!   [`Interface::tcp_accept`], [`Interface::tcp_connect`], [`Interface::tcp_send`],
+//!   [`Interface::tcp_recv`], [`Interface::tcp_shutdown`] and [`Interface::tcp_close`]
+//!   TCP's (its answers to received segments go out at the next `poll`).
 //!
 //! # Memory
 //!

@@ -7,6 +7,7 @@
 //! - every foreground command exits 0 (`ping -c 3` only does if it was answered; we also
 //!   want no loss);
 //! - the Python one-liner prints `N bytes echoed` for the N it sends;
+//! - the TCP check exits 0 only if `cmp` found the echo equal to what `nc` sent;
 //! - `shmnet stats` prints the server's counters;
 //! - a background command (`… &`) is up once it has printed its first line on stderr (every
 //!   `shmnet serve` and `shmnet app` says what it serves once it serves it), and still alive;
@@ -439,7 +440,7 @@ fn cannot_run() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("needs root (network namespaces, AF_PACKET)".into());
     }
-    for tool in ["ip", "ping", "python3", "cargo"] {
+    for tool in ["ip", "ping", "python3", "nc", "cmp", "cargo"] {
         let found = Command::new("bash")
             .args(["-c", &format!("command -v {tool}")])
             .stdout(Stdio::null())
