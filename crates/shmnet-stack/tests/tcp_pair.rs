@@ -463,3 +463,89 @@ fn netem_style_reordering_with_delay_keeps_the_stream_whole() {
         transfer(seed, impair, 2_000_000, 2_000_000);
     }
 }
+
+#[test]
+fn syn_cookies_make_working_connections_without_half_open_state() {
+    // B answers every SYN with a cookie (Linux's tcp_syncookies = 2), as it would under a
+    // flood that fills its half-open queue.
+    let mut w = Wire::configured(7, Impair::default(), &|c| {
+        c.tcp.syn_cookies = shmnet_stack::tcp::SynCookies::Always;
+    });
+    let l = w.b.ifc.tcp_listen(5001, 4).unwrap();
+    let connect = |w: &mut Wire| {
+        w.with(true, |s, now, out| {
+            s.ifc
+                .tcp_connect(&mut s.pool, SocketAddrV4::new(B_IP, 5001), now, out)
+        })
+        .unwrap()
+    };
+    let first = connect(&mut w);
+    for _ in 0..200 {
+        w.step();
+    }
+    assert_eq!(w.a.ifc.tcp_state(first).unwrap(), State::Established);
+    let second = connect(&mut w);
+    for _ in 0..200 {
+        w.step();
+    }
+    assert_eq!(w.a.ifc.tcp_state(second).unwrap(), State::Established);
+    let c = w.b.ifc.tcp_counters();
+    assert_eq!(
+        (c.syn_cookies_sent, c.syn_cookies_accepted),
+        (2, 2),
+        "{c:?}"
+    );
+    assert_eq!(w.b.ifc.tcp_connections(), 2, "no half-open state was kept");
+    let cb1 = w.b.ifc.tcp_accept(l).unwrap().unwrap();
+    let (got_a, got_b) = {
+        let payload = data(100_000, 9);
+        let mut sent = 0;
+        for _ in 0..10_000 {
+            w.with(true, |s, now, out| {
+                if sent < payload.len() {
+                    if let Ok(n) = s
+                        .ifc
+                        .tcp_send(&mut s.pool, second, &payload[sent..], now, out)
+                    {
+                        sent += n;
+                    }
+                }
+            });
+            w.step();
+            if sent == payload.len() {
+                break;
+            }
+        }
+        let cb2 = loop {
+            if let Some(h) = w.b.ifc.tcp_accept(l).unwrap() {
+                break h;
+            }
+            w.step();
+        };
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        for _ in 0..100_000 {
+            if got.len() == payload.len() {
+                break;
+            }
+            if let Ok(n) = w.with(false, |s, now, out| {
+                s.ifc.tcp_recv(&mut s.pool, cb2, &mut buf, now, out)
+            }) {
+                got.extend_from_slice(&buf[..n]);
+            }
+            w.step();
+        }
+        (payload, got)
+    };
+    assert!(
+        got_a == got_b,
+        "the cookie connection carried {} of {} bytes",
+        got_b.len(),
+        got_a.len()
+    );
+    let info = w.b.ifc.tcp_info(cb1).unwrap();
+    assert!(
+        !info.sack && !info.timestamps,
+        "a cookie remembers no options: {info:?}"
+    );
+}

@@ -15,6 +15,7 @@ use crate::tcp::{
     CloseReason, Conn, ListenHandle, SegIn, SegOut, State, TcpCounters, TcpError, TcpHandle,
     TcpInfo,
 };
+use crate::tcp::{SynAnswer, SynCookies};
 use crate::{Instant, eth};
 
 /// Where the TCP header starts in a frame we build.
@@ -128,19 +129,30 @@ impl Interface {
             self.tcp.mark(idx);
             return;
         }
-        if let Some(b) = payload {
-            // Data on a SYN, or for no connection: the sender will send it again.
-            pool.free(b);
-        }
         let listener = self.tcp.listener_on(dst_port);
         match listener {
             Some(l) if seg.syn && seg.ack.is_none() && !seg.rst => {
-                if !self.tcp.listener_has_room(l) {
-                    self.tcp.counters.listen_overflow += 1;
-                    return;
+                if let Some(b) = payload {
+                    // Data on a SYN: the sender will send it again once we are synchronized.
+                    pool.free(b);
                 }
                 self.cap_mss(pool);
                 let local = SocketAddrV4::new(self.cfg.ipv4, dst_port);
+                match self.tcp.on_syn(l) {
+                    SynAnswer::HalfOpen => {}
+                    SynAnswer::Cookie => {
+                        // RFC 4987: answer without keeping state; the cookie in our ISN
+                        // makes the connection when the peer's ACK brings it back.
+                        let synack = self.tcp.cookie_synack(local, remote, &seg, now);
+                        self.tcp.counters.syn_cookies_sent += 1;
+                        self.tcp_send_bare(pool, &synack, dst_port, remote, now, tx);
+                        return;
+                    }
+                    SynAnswer::Drop => {
+                        self.tcp.counters.listen_overflow += 1;
+                        return;
+                    }
+                }
                 let iss = self.tcp.isn(local, remote, now);
                 let mut c = Conn::passive(local, remote, &seg, iss, &self.tcp.cfg);
                 c.accept = Accept::HalfOpen(l);
@@ -149,7 +161,44 @@ impl Interface {
                     None => self.tcp.counters.table_full += 1,
                 }
             }
+            Some(l)
+                if self.tcp.cfg.syn_cookies != SynCookies::Never
+                    && !seg.syn
+                    && !seg.rst
+                    && seg.ack.is_some() =>
+            {
+                let local = SocketAddrV4::new(self.cfg.ipv4, dst_port);
+                let failed_before = self.tcp.counters.syn_cookies_failed;
+                match self.tcp.accept_cookie(l, local, remote, &seg, now) {
+                    Some(idx) => {
+                        self.tcp.counters.syn_cookies_accepted += 1;
+                        if let Some((c, cfg, ctr)) = self.tcp.parts(idx) {
+                            // The ACK may carry data already.
+                            if let Some(rst) = c.on_segment(pool, &seg, payload, now, cfg, ctr) {
+                                self.tcp_send_bare(pool, &rst, dst_port, remote, now, tx);
+                            }
+                        }
+                        self.tcp.mark(idx);
+                    }
+                    None => {
+                        if let Some(b) = payload {
+                            pool.free(b);
+                        }
+                        // A bad cookie is a segment for no connection: a RST. A good one
+                        // with the accept queue full is dropped (counted), as Linux does.
+                        if self.tcp.counters.syn_cookies_failed > failed_before {
+                            self.tcp.counters.no_socket += 1;
+                            let rst = rst_for(&seg);
+                            self.tcp_send_bare(pool, &rst, dst_port, remote, now, tx);
+                        }
+                    }
+                }
+            }
             _ => {
+                if let Some(b) = payload {
+                    // For no connection: the sender will send it again, or give up.
+                    pool.free(b);
+                }
                 self.tcp.counters.no_socket += 1;
                 if !seg.rst {
                     let rst = rst_for(&seg);

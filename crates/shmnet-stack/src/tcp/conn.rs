@@ -336,6 +336,37 @@ impl Conn {
         c
     }
 
+    /// A connection made from a returning SYN cookie (RFC 4987): ESTABLISHED at once, our
+    /// ISN the cookie, the peer's `peer_isn`, the MSS the cookie encoded; no window
+    /// scaling, SACK or timestamps (a cookie cannot remember them). `ack` is the peer's
+    /// segment that brought the cookie back.
+    pub(crate) fn from_cookie(
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        iss: Seq,
+        peer_isn: Seq,
+        mss: u16,
+        ack: &SegIn,
+        cfg: &TcpConfig,
+    ) -> Conn {
+        let mut c = Conn::new(local, remote, iss, State::Established, cfg);
+        c.smss = mss;
+        c.cc = NewReno::new(mss);
+        c.snd_una = iss.add(1);
+        c.snd_nxt = c.snd_una;
+        c.snd_max = c.snd_una;
+        c.snd_wnd = u32::from(ack.wnd);
+        c.max_snd_wnd = c.snd_wnd;
+        c.snd_wl1 = ack.seq;
+        c.snd_wl2 = c.snd_una;
+        c.irs = peer_isn;
+        c.rcv_nxt = peer_isn.add(1);
+        // The window our cookie SYN-ACK offered.
+        c.rcv_adv = c.rcv_nxt.add(cfg.rcv_buf.min(0xffff));
+        c.high_rxt = c.snd_una;
+        c
+    }
+
     fn take_syn_options(&mut self, seg: &SegIn, cfg: &TcpConfig) {
         let ours = cfg.mss;
         self.smss = seg.mss.map_or(536, |m| m.max(64)).min(ours);

@@ -65,6 +65,8 @@ pub struct TcpConfig {
     pub rx_checksum: bool,
     /// Most connections the table holds (established, half-open and closing).
     pub max_connections: usize,
+    /// When a listener answers SYNs with SYN cookies (RFC 4987) instead of keeping state.
+    pub syn_cookies: SynCookies,
 }
 
 impl Default for TcpConfig {
@@ -80,8 +82,23 @@ impl Default for TcpConfig {
             isn_secret: 0x5eed_7c9f_0000_0000_0000_0000_0000_0001,
             rx_checksum: true,
             max_connections: 1 << 20,
+            syn_cookies: SynCookies::WhenFull,
         }
     }
+}
+
+/// When a listener answers a SYN with a cookie instead of a half-open connection (Linux's
+/// `tcp_syncookies` 0, 1, 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SynCookies {
+    /// Never: a SYN beyond the backlog of half-open connections is dropped.
+    Never,
+    /// When the listener already holds `backlog` half-open connections (a SYN flood).
+    #[default]
+    WhenFull,
+    /// For every SYN (no half-open state at all).
+    Always,
 }
 
 /// Why a connection ended other than by both sides closing.
@@ -195,6 +212,10 @@ tcp_counters! {
     timeouts,
     /// Challenge ACKs sent (RFC 5961).
     challenge_acks,
+    /// SYN-ACKs sent with a cookie (a listener's queue was full).
+    syn_cookies_sent,
+    /// Connections made from a returning cookie.
+    syn_cookies_accepted,
     /// Valid SACK blocks received.
     sack_blocks,
     /// Recoveries entered on SACK information.
@@ -224,8 +245,10 @@ tcp_counters! {
     paws_rejected,
     /// Out-of-order segment the queue had no room for.
     ooo_dropped,
-    /// SYN refused: the listener's queue was full.
+    /// SYN refused: the listener's queue was full (and SYN cookies are off).
     listen_overflow,
+    /// ACKs to a listener whose cookie did not check out (answered with a RST).
+    syn_cookies_failed,
     /// SYN refused: the connection table was full.
     table_full,
     /// No buffer for a segment to send.
@@ -313,6 +336,27 @@ pub struct Tcp {
 
 const EPHEMERAL_FIRST: u16 = 49152;
 
+/// What a listener does with a SYN ([`Tcp::on_syn`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SynAnswer {
+    /// A half-open connection and a SYN-ACK.
+    HalfOpen,
+    /// A cookie SYN-ACK and no state.
+    Cookie,
+    /// Nothing (counted as a listen overflow).
+    Drop,
+}
+
+/// The MSS values a SYN cookie can encode (3 bits), as Linux's table: the largest at or
+/// under the peer's is used.
+pub const COOKIE_MSS: [u16; 8] = [536, 1200, 1360, 1440, 1460, 4312, 8940, 8960];
+
+/// The 64-second time slot a cookie carries (5 bits: a cookie is good in its slot and the
+/// next).
+fn cookie_slot(now: Instant) -> u32 {
+    ((now.nanos() / 64_000_000_000) & 31) as u32
+}
+
 /// The demultiplexing key of a connection: the peer's address and port, and our port (our
 /// address is the interface's one).
 fn key(remote: SocketAddrV4, local_port: u16) -> u64 {
@@ -361,6 +405,87 @@ impl Tcp {
         Seq(((now.nanos() / 4_000) as u32).wrapping_add(f))
     }
 
+    /// The SYN-ACK that answers `syn` from `remote` without keeping state: its sequence
+    /// number is a cookie (RFC 4987) encoding a 64-second time slot (5 bits), our choice
+    /// among [`COOKIE_MSS`] for the peer's MSS (3 bits) and a keyed hash of the 4-tuple, the
+    /// slot and the peer's ISN (24 bits). Options that need state (window scaling, SACK,
+    /// timestamps) are not offered on it.
+    pub(crate) fn cookie_synack(
+        &self,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        syn: &SegIn,
+        now: Instant,
+    ) -> SegOut {
+        let peer_mss = syn.mss.unwrap_or(536).min(self.cfg.mss);
+        let mss_idx = COOKIE_MSS.iter().rposition(|&m| m <= peer_mss).unwrap_or(0) as u32;
+        let slot = cookie_slot(now);
+        let hash = self.cookie_hash(local, remote, syn.seq, slot);
+        let cookie = (slot << 27) | (mss_idx << 24) | hash;
+        SegOut {
+            seq: Seq(cookie),
+            ack: Some(syn.seq.add(1)),
+            wnd: self.cfg.rcv_buf.min(0xffff) as u16,
+            syn: true,
+            mss: Some(self.cfg.mss),
+            ..SegOut::default()
+        }
+    }
+
+    fn cookie_hash(
+        &self,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        peer_isn: Seq,
+        slot: u32,
+    ) -> u32 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (self.cfg.isn_secret, 0x0c00_c1e5_u32).hash(&mut h);
+        (local, remote, peer_isn.0, slot).hash(&mut h);
+        (h.finish() as u32) & 0x00ff_ffff
+    }
+
+    /// The connection a returning cookie makes: `ack` (the peer's ACK of our cookie
+    /// SYN-ACK) checks out for this slot or the previous one, and listener `l` has room in
+    /// its accept queue. The connection is ESTABLISHED and waits in the queue.
+    pub(crate) fn accept_cookie(
+        &mut self,
+        l: u32,
+        local: SocketAddrV4,
+        remote: SocketAddrV4,
+        ack: &SegIn,
+        now: Instant,
+    ) -> Option<u32> {
+        let cookie = ack.ack?.sub(1).0;
+        let peer_isn = ack.seq.sub(1);
+        let (slot, mss_idx, hash) = (cookie >> 27, (cookie >> 24) & 7, cookie & 0x00ff_ffff);
+        let age = cookie_slot(now).wrapping_sub(slot) & 31;
+        let ok = age <= 1
+            && (mss_idx as usize) < COOKIE_MSS.len()
+            && self.cookie_hash(local, remote, peer_isn, slot) == hash;
+        let room = self
+            .listeners
+            .get(l as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|li| (li.ready.len() as u32) < li.backlog);
+        if !ok {
+            self.counters.syn_cookies_failed += 1;
+            return None;
+        }
+        if !room {
+            self.counters.listen_overflow += 1;
+            return None;
+        }
+        let mss = COOKIE_MSS[mss_idx as usize].min(self.cfg.mss);
+        let mut c = Conn::from_cookie(local, remote, Seq(cookie), peer_isn, mss, ack, &self.cfg);
+        c.accept = conn::Accept::Ready(l);
+        let idx = self.insert(c)?;
+        if let Some(Some(li)) = self.listeners.get_mut(l as usize) {
+            li.ready.push_back(idx);
+        }
+        Some(idx)
+    }
+
     /// The connection behind `h`.
     pub fn get(&self, h: TcpHandle) -> Result<&Conn, TcpError> {
         self.slots
@@ -406,12 +531,22 @@ impl Tcp {
         self.listen_ports.get(&port).copied()
     }
 
-    /// Whether listener `l` has room for another handshake.
-    pub(crate) fn listener_has_room(&self, l: u32) -> bool {
-        self.listeners
-            .get(l as usize)
-            .and_then(Option::as_ref)
-            .is_some_and(|l| l.half_open + (l.ready.len() as u32) < l.backlog)
+    /// What listener `l` does with a SYN now.
+    pub(crate) fn on_syn(&self, l: u32) -> SynAnswer {
+        let Some(li) = self.listeners.get(l as usize).and_then(Option::as_ref) else {
+            return SynAnswer::Drop;
+        };
+        if li.ready.len() as u32 >= li.backlog {
+            // Nobody could take the connection: as Linux does, the SYN is dropped (and
+            // sent again by the peer later).
+            return SynAnswer::Drop;
+        }
+        match self.cfg.syn_cookies {
+            SynCookies::Always => SynAnswer::Cookie,
+            SynCookies::WhenFull if li.half_open >= li.backlog => SynAnswer::Cookie,
+            SynCookies::Never if li.half_open >= li.backlog => SynAnswer::Drop,
+            _ => SynAnswer::HalfOpen,
+        }
     }
 
     /// Put `conn` in the table; `None` when it is full.
