@@ -1,12 +1,16 @@
-//! Congestion control: slow start, congestion avoidance, fast retransmit and NewReno fast
-//! recovery (RFC 5681, RFC 6582), with the initial window of RFC 6928 (ten segments).
+//! Congestion control: slow start, fast retransmit and NewReno fast recovery (RFC 5681, RFC
+//! 6582), the initial window of RFC 6928 (ten segments), and two ways to grow the window in
+//! congestion avoidance: CUBIC (RFC 9438, the default, as on Linux) or Reno's one segment per
+//! round trip.
 //!
 //! The controller sees only events (bytes newly acknowledged, a duplicate ACK, a timeout)
-//! and answers with the window; the connection decides what to send. The controller is a
-//! trait-free struct for now; CUBIC (RFC 9438) will be the second implementation behind the
-//! same events.
+//! and answers with the window; the connection decides what to send. Both algorithms share
+//! the recovery machinery and differ in two places: the window after a loss (CUBIC keeps
+//! β = 0.7 of it, Reno half) and its growth afterwards (CUBIC's cubic curve towards the
+//! window at the last loss, bounded below by Reno's rate as RFC 9438 §4.3 says).
 
 use super::seq::Seq;
+use crate::Instant;
 
 /// Duplicate ACKs that trigger fast retransmit (RFC 5681 section 3.2).
 pub const DUPACK_THRESHOLD: u8 = 3;
@@ -30,11 +34,42 @@ pub enum AckAction {
     RetransmitFirst,
 }
 
-/// NewReno state.
+/// How the window grows in congestion avoidance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// RFC 9438.
+    #[default]
+    Cubic,
+    /// RFC 5681's one segment per window acknowledged.
+    Reno,
+}
+
+/// CUBIC's constant C (segments per second cubed).
+const CUBIC_C: f32 = 0.4;
+/// CUBIC's multiplicative decrease.
+const CUBIC_BETA: f32 = 0.7;
+
+/// CUBIC's state between losses (RFC 9438 §4), in segments and seconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Cubic {
+    /// The window just before the last reduction.
+    w_max: f32,
+    /// Time from the epoch's start until the curve reaches `w_max` again.
+    k: f32,
+    /// When the current growth epoch began (the first ACK after a reduction).
+    epoch: Option<Instant>,
+    /// The window at the epoch's start.
+    w_epoch: f32,
+    /// Reno's window over the same time (the TCP-friendly bound).
+    w_est: f32,
+}
+
+/// The congestion controller (named for its recovery, which both algorithms share).
 ///
 /// Invariant: `cwnd >= smss` (one segment can always be sent); `recover` is meaningful only
 /// while `in_recovery`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct NewReno {
     /// Congestion window in bytes.
     pub cwnd: u32,
@@ -51,6 +86,9 @@ pub struct NewReno {
     /// SACK is in use: recovery keeps `cwnd = ssthresh` and the scoreboard decides what to
     /// resend (RFC 6675), instead of NewReno's inflation and partial-ACK retransmission.
     pub sack: bool,
+    /// How congestion avoidance grows the window.
+    pub algorithm: Algorithm,
+    cubic: Cubic,
 }
 
 impl NewReno {
@@ -65,12 +103,22 @@ impl NewReno {
             recover: Seq(0),
             acked_in_ca: 0,
             sack: false,
+            algorithm: Algorithm::default(),
+            cubic: Cubic::default(),
         }
     }
 
-    /// `acked` bytes of new data were acknowledged up to `ack`; `flight` bytes were in
-    /// flight before this ACK.
-    pub fn on_ack(&mut self, ack: Seq, acked: u32, flight: u32, smss: u16) -> AckAction {
+    /// `acked` bytes of new data were acknowledged up to `ack` at `now`; `flight` bytes
+    /// were in flight before this ACK; `srtt_us` is the smoothed round trip (0: none yet).
+    pub fn on_ack(
+        &mut self,
+        ack: Seq,
+        acked: u32,
+        flight: u32,
+        smss: u16,
+        now: Instant,
+        srtt_us: u32,
+    ) -> AckAction {
         let smss = u32::from(smss.max(1));
         self.dupacks = 0;
         if self.in_recovery {
@@ -97,6 +145,8 @@ impl NewReno {
         if self.cwnd < self.ssthresh {
             // Slow start, with appropriate byte counting (RFC 3465, L = 2 segments).
             self.cwnd = self.cwnd.saturating_add(acked.min(2 * smss));
+        } else if self.algorithm == Algorithm::Cubic {
+            self.cubic_grow(acked, smss, now, srtt_us);
         } else {
             // Congestion avoidance: one segment per window of data acknowledged.
             self.acked_in_ca = self.acked_in_ca.saturating_add(acked);
@@ -106,6 +156,60 @@ impl NewReno {
             }
         }
         AckAction::None
+    }
+
+    /// RFC 9438 §4.2–4.4: the window follows W(t) = C·(t − K)³ + W_max, looking one round
+    /// trip ahead, never below Reno's estimate and never more than half again per round
+    /// trip.
+    fn cubic_grow(&mut self, acked: u32, smss: u32, now: Instant, srtt_us: u32) {
+        let seg = smss as f32;
+        let cwnd = self.cwnd as f32 / seg;
+        let c = &mut self.cubic;
+        let epoch = *c.epoch.get_or_insert(now);
+        if c.w_epoch == 0.0 {
+            c.w_epoch = cwnd;
+            c.w_est = cwnd;
+            if c.w_max < cwnd {
+                // No loss seen yet (or the window passed it): the curve starts here.
+                c.w_max = cwnd;
+                c.k = 0.0;
+            }
+        }
+        let rtt = srtt_us as f32 / 1e6;
+        let t = now.nanos().saturating_sub(epoch.nanos()) as f32 / 1e9 + rtt;
+        let target = (CUBIC_C * (t - c.k).powi(3) + c.w_max).clamp(cwnd, 1.5 * cwnd);
+        // Reno's window over the same time, at the rate RFC 9438 §4.3 gives (α_cubic).
+        let alpha = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA);
+        c.w_est += alpha * (acked as f32 / seg) / cwnd;
+        let next = if target < c.w_est {
+            c.w_est
+        } else {
+            cwnd + (target - cwnd) / cwnd * (acked as f32 / seg)
+        };
+        let bytes = (next * seg) as u32;
+        self.cwnd = bytes.clamp(smss, u32::MAX / 2);
+    }
+
+    /// A loss: remember the window for CUBIC's curve and return the threshold to fall to.
+    fn reduce(&mut self, flight: u32, smss: u32) -> u32 {
+        match self.algorithm {
+            Algorithm::Reno => (flight / 2).max(2 * smss),
+            Algorithm::Cubic => {
+                let seg = smss as f32;
+                let w = self.cwnd.max(flight) as f32 / seg;
+                let c = &mut self.cubic;
+                // Fast convergence (RFC 9438 §4.7): a loss before the last peak releases room.
+                c.w_max = if w < c.w_max {
+                    w * (1.0 + CUBIC_BETA) / 2.0
+                } else {
+                    w
+                };
+                c.k = (c.w_max * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
+                c.epoch = None;
+                c.w_epoch = 0.0;
+                ((flight as f32 * CUBIC_BETA) as u32).max(2 * smss)
+            }
+        }
     }
 
     /// A duplicate ACK arrived; `snd_max` is the highest sequence number sent and `flight`
@@ -131,7 +235,7 @@ impl NewReno {
     /// Loss detected with `flight` bytes out and `snd_max` the highest sent: halve.
     pub fn enter_recovery(&mut self, snd_max: Seq, flight: u32, smss: u16) {
         let smss = u32::from(smss.max(1));
-        self.ssthresh = (flight / 2).max(2 * smss);
+        self.ssthresh = self.reduce(flight, smss);
         self.cwnd = if self.sack {
             self.ssthresh
         } else {
@@ -145,7 +249,7 @@ impl NewReno {
     /// The retransmission timer fired with `flight` bytes outstanding (RFC 5681 (4)).
     pub fn on_timeout(&mut self, flight: u32, smss: u16) {
         let smss = u32::from(smss.max(1));
-        self.ssthresh = (flight / 2).max(2 * smss);
+        self.ssthresh = self.reduce(flight, smss);
         self.cwnd = smss;
         self.dupacks = 0;
         self.in_recovery = false;
@@ -170,29 +274,35 @@ mod tests {
 
     const MSS: u16 = 1000;
 
+    fn reno() -> NewReno {
+        let mut c = NewReno::new(MSS);
+        c.algorithm = Algorithm::Reno;
+        c
+    }
+
     #[test]
     fn slow_start_grows_by_at_most_two_segments_per_ack() {
-        let mut c = NewReno::new(MSS);
+        let mut c = reno();
         assert_eq!(c.cwnd, 10_000);
-        c.on_ack(Seq(1000), 1000, 10_000, MSS);
+        c.on_ack(Seq(1000), 1000, 10_000, MSS, Instant::ZERO, 0);
         assert_eq!(c.cwnd, 11_000);
-        c.on_ack(Seq(9000), 8000, 10_000, MSS);
+        c.on_ack(Seq(9000), 8000, 10_000, MSS, Instant::ZERO, 0);
         assert_eq!(c.cwnd, 13_000);
     }
 
     #[test]
     fn congestion_avoidance_adds_one_segment_per_window() {
-        let mut c = NewReno::new(MSS);
+        let mut c = reno();
         c.ssthresh = 10_000;
         for i in 0..10 {
-            c.on_ack(Seq(1000 * (i + 1)), 1000, 10_000, MSS);
+            c.on_ack(Seq(1000 * (i + 1)), 1000, 10_000, MSS, Instant::ZERO, 0);
         }
         assert_eq!(c.cwnd, 11_000);
     }
 
     #[test]
     fn three_dupacks_enter_recovery_and_a_full_ack_leaves_it() {
-        let mut c = NewReno::new(MSS);
+        let mut c = reno();
         let flight = 10_000;
         assert_eq!(c.on_dupack(Seq(10_000), flight, MSS), DupAckAction::None);
         assert_eq!(c.on_dupack(Seq(10_000), flight, MSS), DupAckAction::None);
@@ -206,19 +316,64 @@ mod tests {
         assert_eq!(c.cwnd, 9_000);
         // A partial ACK asks for the next hole.
         assert_eq!(
-            c.on_ack(Seq(3_000), 3_000, flight, MSS),
+            c.on_ack(Seq(3_000), 3_000, flight, MSS, Instant::ZERO, 0),
             AckAction::RetransmitFirst
         );
         assert!(c.in_recovery);
         // The full ACK ends recovery with cwnd <= ssthresh.
-        assert_eq!(c.on_ack(Seq(10_000), 7_000, 7_000, MSS), AckAction::None);
+        assert_eq!(
+            c.on_ack(Seq(10_000), 7_000, 7_000, MSS, Instant::ZERO, 0),
+            AckAction::None
+        );
         assert!(!c.in_recovery);
         assert!(c.cwnd <= c.ssthresh && c.cwnd >= u32::from(MSS));
     }
 
     #[test]
-    fn a_timeout_collapses_the_window_to_one_segment() {
+    fn cubic_keeps_seven_tenths_and_climbs_back_to_the_old_window_in_about_k_seconds() {
         let mut c = NewReno::new(MSS);
+        assert_eq!(c.algorithm, Algorithm::Cubic);
+        c.cwnd = 100_000;
+        c.ssthresh = 100_000;
+        let flight = 100_000;
+        for _ in 0..3 {
+            c.on_dupack(Seq(100_000), flight, MSS);
+        }
+        assert_eq!(c.ssthresh, 70_000, "β = 0.7");
+        // Leave recovery, then ACK a window every 100 ms round trip (long enough that the
+        // cubic curve, not the Reno-friendly bound, sets the pace).
+        c.on_ack(Seq(100_000), 1000, flight, MSS, Instant::ZERO, 100_000);
+        let k = (100.0f32 * 0.3 / 0.4).cbrt();
+        let mut at_k = 0;
+        let mut ms = 0u64;
+        while ms < 20_000 {
+            ms += 100;
+            let now = Instant::from_millis(ms);
+            let window = c.cwnd;
+            let mut acked = 0;
+            while acked < window {
+                c.on_ack(Seq(0), 1000, window, MSS, now, 100_000);
+                acked += 1000;
+            }
+            if at_k == 0 && c.cwnd >= 99_000 {
+                at_k = ms;
+            }
+        }
+        let secs = at_k as f32 / 1000.0;
+        assert!(
+            (secs - k).abs() < 0.35 * k,
+            "back near W_max after {secs} s, K = {k} s"
+        );
+        assert!(
+            c.cwnd > 100_000,
+            "and beyond it afterwards (probing): {}",
+            c.cwnd
+        );
+    }
+
+    #[test]
+    fn a_timeout_collapses_the_window_to_one_segment() {
+        let mut c = reno();
         c.on_timeout(20_000, MSS);
         assert_eq!(c.cwnd, 1000);
         assert_eq!(c.ssthresh, 10_000);

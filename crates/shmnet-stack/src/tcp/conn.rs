@@ -352,6 +352,7 @@ impl Conn {
         let mut c = Conn::new(local, remote, iss, State::Established, cfg);
         c.smss = mss;
         c.cc = NewReno::new(mss);
+        c.cc.algorithm = cfg.congestion;
         c.snd_una = iss.add(1);
         c.snd_nxt = c.snd_una;
         c.snd_max = c.snd_una;
@@ -371,6 +372,7 @@ impl Conn {
         let ours = cfg.mss;
         self.smss = seg.mss.map_or(536, |m| m.max(64)).min(ours);
         self.cc = NewReno::new(self.smss);
+        self.cc.algorithm = cfg.congestion;
         // Offered on every SYN we send when configured; agreed when the peer's SYN has it.
         self.flags.sack_ok = cfg.sack && seg.sack_perm;
         self.cc.sack = self.flags.sack_ok;
@@ -798,7 +800,11 @@ impl Conn {
                 _ => self.rtt.reset_backoff(),
             }
             self.retries = 0;
-            if self.cc.on_ack(ack, acked, flight, self.smss) == AckAction::RetransmitFirst {
+            if self
+                .cc
+                .on_ack(ack, acked, flight, self.smss, now, self.rtt.srtt_us())
+                == AckAction::RetransmitFirst
+            {
                 self.flags.retransmit_one = true;
                 self.rtt_probe = None;
                 self.retransmits = self.retransmits.wrapping_add(1);

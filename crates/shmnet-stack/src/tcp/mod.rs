@@ -53,6 +53,8 @@ pub struct TcpConfig {
     pub snd_buf: u32,
     /// Connections start with Nagle off.
     pub nodelay: bool,
+    /// Congestion avoidance: CUBIC (the default, as on Linux) or Reno.
+    pub congestion: cc::Algorithm,
     /// Offer and accept SACK (RFC 2018).
     pub sack: bool,
     /// Offer and accept timestamps (RFC 7323).
@@ -76,6 +78,7 @@ impl Default for TcpConfig {
             rcv_buf: 256 * 1024,
             snd_buf: 256 * 1024,
             nodelay: false,
+            congestion: cc::Algorithm::Cubic,
             sack: true,
             timestamps: true,
             time_wait_us: 60_000_000,
