@@ -549,3 +549,39 @@ fn syn_cookies_make_working_connections_without_half_open_state() {
         "a cookie remembers no options: {info:?}"
     );
 }
+
+#[test]
+fn keepalive_probes_a_silent_peer_and_ends_the_connection_when_it_is_gone() {
+    // Keepalive after 1 s of silence, a probe every 0.5 s, three unanswered end it.
+    let mut w = Wire::configured(8, Impair::default(), &|_| {});
+    let tweak = |c: &mut Config| {
+        c.tcp.keepalive_idle_us = 1_000_000;
+        c.tcp.keepalive_interval_us = 500_000;
+        c.tcp.keepalive_probes = 3;
+    };
+    w.a = side(1, A_IP, &tweak);
+    let (ca, cb) = connect(&mut w, 5001);
+    w.with(true, |s, now, _| {
+        s.ifc.tcp_set_keepalive(&mut s.pool, ca, true, now)
+    })
+    .unwrap();
+    let run_for = |w: &mut Wire, us: u64| {
+        let end = w.now_us + us;
+        while w.now_us < end {
+            w.step();
+        }
+    };
+    // A live peer answers every probe: the connection stays up however long it is quiet.
+    run_for(&mut w, 5_000_000);
+    assert_eq!(w.a.ifc.tcp_state(ca).unwrap(), State::Established);
+    let probes = w.a.ifc.tcp_counters().keepalive_probes;
+    assert!(probes >= 3, "a probe each idle second: {probes}");
+    // The peer vanishes: every frame is lost from now on.
+    w.impair.loss = 1.0;
+    run_for(&mut w, 5_000_000);
+    assert_eq!(w.a.ifc.tcp_state(ca).unwrap(), State::Closed);
+    assert_eq!(w.a.ifc.tcp_error(ca).unwrap(), Some(CloseReason::TimedOut));
+    assert_eq!(w.a.ifc.tcp_counters().keepalive_timeouts, 1);
+    w.impair.loss = 0.0;
+    close_and_drain(&mut w, ca, Some(cb));
+}

@@ -377,8 +377,8 @@ impl Interface {
     ) {
         self.flush(pool, now, tx);
         while let Some(idx) = self.tcp.due(now) {
-            if let Some((c, _, ctr)) = self.tcp.parts(idx) {
-                c.on_timer(pool, now, ctr);
+            if let Some((c, cfg, ctr)) = self.tcp.parts(idx) {
+                c.on_timer(pool, now, cfg, ctr);
             }
             self.tcp_after(pool, idx, now, tx);
         }
@@ -535,6 +535,21 @@ impl Interface {
     /// Turn Nagle's algorithm off (`true`) or on.
     pub fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
         self.tcp.get_mut(h)?.set_nodelay(on);
+        Ok(())
+    }
+
+    /// Turn keepalive on or off (`SO_KEEPALIVE`), with the interface's
+    /// [`crate::tcp::TcpConfig`] times and probe count.
+    pub fn tcp_set_keepalive<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        on: bool,
+        now: Instant,
+    ) -> Result<(), TcpError> {
+        let cfg = self.tcp.cfg.clone();
+        self.tcp.get_mut(h)?.set_keepalive(on, now, &cfg);
+        self.tcp.finish(pool, h_idx(h));
         Ok(())
     }
 

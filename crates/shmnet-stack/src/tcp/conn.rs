@@ -190,6 +190,10 @@ pub struct Conn {
     rto_at: Option<Instant>,
     ack_at: Option<Instant>,
     persist_at: Option<Instant>,
+    /// Keepalive (RFC 1122 4.2.3.6): when the next probe is due, if keepalive is on.
+    keepalive_at: Option<Instant>,
+    /// Keepalive probes sent since the peer was last heard from.
+    keepalive_probes: u8,
     tw_at: Option<Instant>,
     retries: u8,
     /// Segments sent again (timer, duplicate ACKs, SACK holes), for `tcp_info`.
@@ -231,6 +235,10 @@ struct Flags {
     retransmit_one: bool,
     /// Send one byte beyond a zero window (the persist timer fired).
     probe: bool,
+    /// Keepalive is on.
+    keepalive: bool,
+    /// Send a keepalive probe.
+    keepalive_probe: bool,
     /// Send a RST and close.
     rst: bool,
     /// Nagle off.
@@ -292,6 +300,8 @@ impl Conn {
             rto_at: None,
             ack_at: None,
             persist_at: None,
+            keepalive_at: None,
+            keepalive_probes: 0,
             tw_at: None,
             retries: 0,
             retransmits: 0,
@@ -434,6 +444,24 @@ impl Conn {
     /// Set Nagle's algorithm off (`true`) or on.
     pub fn set_nodelay(&mut self, on: bool) {
         self.flags.nodelay = on;
+    }
+
+    /// Turn keepalive on or off at `now`: after `keepalive_idle_us` without hearing from
+    /// the peer, probe every `keepalive_interval_us`; after `keepalive_probes` unanswered,
+    /// the connection ends as timed out.
+    pub fn set_keepalive(&mut self, on: bool, now: Instant, cfg: &TcpConfig) {
+        self.flags.keepalive = on;
+        self.keepalive_probes = 0;
+        self.keepalive_at =
+            (on && self.state.synchronized()).then(|| at(now, cfg.keepalive_idle_us));
+    }
+
+    /// The peer was heard from: the keepalive clock starts again.
+    fn heard(&mut self, now: Instant, cfg: &TcpConfig) {
+        if self.flags.keepalive {
+            self.keepalive_probes = 0;
+            self.keepalive_at = Some(at(now, cfg.keepalive_idle_us));
+        }
     }
 
     /// What `shmnet sockets` and tests show of the connection.
@@ -615,6 +643,7 @@ impl Conn {
             }
             return None;
         }
+        self.heard(now, cfg);
         // The timestamp to echo: from a segment that covers the last ACK we sent (RFC 7323
         // 4.3).
         if let (true, Some((tsval, _))) = (self.flags.ts_ok, seg.ts) {
@@ -982,6 +1011,7 @@ impl Conn {
         self.ack_at = None;
         self.persist_at = None;
         self.tw_at = None;
+        self.keepalive_at = None;
         self.flags.ack_now = false;
         self.flags.retransmit_one = false;
     }
@@ -997,10 +1027,16 @@ impl Conn {
 
     /// The earliest deadline of the connection's timers.
     pub fn next_timer(&self) -> Option<Instant> {
-        [self.rto_at, self.ack_at, self.persist_at, self.tw_at]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.rto_at,
+            self.ack_at,
+            self.persist_at,
+            self.tw_at,
+            self.keepalive_at,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Run the timers due at `now`.
@@ -1008,12 +1044,24 @@ impl Conn {
         &mut self,
         pool: &mut P,
         now: Instant,
+        cfg: &TcpConfig,
         ctr: &mut TcpCounters,
     ) {
         if self.tw_at.is_some_and(|t| t <= now) {
             self.tw_at = None;
             self.enter_closed(pool, None);
             return;
+        }
+        if self.keepalive_at.is_some_and(|t| t <= now) {
+            if self.keepalive_probes >= cfg.keepalive_probes {
+                ctr.keepalive_timeouts += 1;
+                self.enter_closed(pool, Some(CloseReason::TimedOut));
+                return;
+            }
+            self.keepalive_probes += 1;
+            self.flags.keepalive_probe = true;
+            self.keepalive_at = Some(at(now, cfg.keepalive_interval_us));
+            ctr.keepalive_probes += 1;
         }
         if self.ack_at.is_some_and(|t| t <= now) {
             self.ack_at = None;
@@ -1300,6 +1348,18 @@ impl Conn {
     }
 
     fn next_data_segment(&mut self, now: Instant) -> Option<SegOut> {
+        if std::mem::take(&mut self.flags.keepalive_probe) {
+            // RFC 1122: an old sequence number (one below SND.UNA), no data; the peer
+            // answers with an ACK of where it is.
+            let seg = SegOut {
+                seq: self.snd_una.sub(1),
+                ack: Some(self.rcv_nxt),
+                wnd: self.window_field(false),
+                ..SegOut::default()
+            };
+            self.ack_sent();
+            return Some(seg);
+        }
         let smss = u32::from(self.smss)
             .saturating_sub(self.option_bytes())
             .max(1);
@@ -1471,8 +1531,8 @@ fn window_shift(buf: u32) -> u8 {
     s
 }
 
-fn at(now: Instant, us: u32) -> Instant {
-    Instant::from_nanos(now.nanos().saturating_add(u64::from(us) * 1_000))
+fn at(now: Instant, us: impl Into<u64>) -> Instant {
+    Instant::from_nanos(now.nanos().saturating_add(us.into().saturating_mul(1_000)))
 }
 
 fn micros_since(now: Instant, then: Instant) -> u32 {

@@ -67,6 +67,12 @@ pub struct TcpConfig {
     pub rx_checksum: bool,
     /// Most connections the table holds (established, half-open and closing).
     pub max_connections: usize,
+    /// Keepalive: silence before the first probe, microseconds (Linux: 2 hours).
+    pub keepalive_idle_us: u64,
+    /// Keepalive: between probes, microseconds (Linux: 75 s).
+    pub keepalive_interval_us: u64,
+    /// Keepalive: unanswered probes before the connection ends (Linux: 9).
+    pub keepalive_probes: u8,
     /// When a listener answers SYNs with SYN cookies (RFC 4987) instead of keeping state.
     pub syn_cookies: SynCookies,
 }
@@ -85,6 +91,9 @@ impl Default for TcpConfig {
             isn_secret: 0x5eed_7c9f_0000_0000_0000_0000_0000_0001,
             rx_checksum: true,
             max_connections: 1 << 20,
+            keepalive_idle_us: 7_200_000_000,
+            keepalive_interval_us: 75_000_000,
+            keepalive_probes: 9,
             syn_cookies: SynCookies::WhenFull,
         }
     }
@@ -211,6 +220,10 @@ tcp_counters! {
     dup_acks,
     /// Zero-window probes sent.
     window_probes,
+    /// Keepalive probes sent.
+    keepalive_probes,
+    /// Connections ended by unanswered keepalive probes.
+    keepalive_timeouts,
     /// Connections dropped after unanswered retransmissions.
     timeouts,
     /// Challenge ACKs sent (RFC 5961).
