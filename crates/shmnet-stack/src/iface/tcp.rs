@@ -163,6 +163,7 @@ impl Interface {
             }
             Some(l)
                 if self.tcp.cfg.syn_cookies != SynCookies::Never
+                    && self.tcp.cookies_recent(now)
                     && !seg.syn
                     && !seg.rst
                     && seg.ack.is_some() =>

@@ -634,11 +634,20 @@ impl Conn {
                 self.snd_nxt = self.iss;
                 return None;
             }
-            if !seg.rst {
-                ctr.out_of_window += 1;
-                self.flags.ack_now = true;
-                if self.state == State::TimeWait && seg.fin {
-                    self.tw_at = Some(at(now, cfg.time_wait_us));
+            ctr.out_of_window += 1;
+            if seg.rst {
+                return None;
+            }
+            self.flags.ack_now = true;
+            if self.state == State::TimeWait && seg.fin {
+                self.tw_at = Some(at(now, cfg.time_wait_us));
+            }
+            // RFC 9293 3.10.7.4: with a zero receive window a segment's data is refused,
+            // but its ACK still counts (a probe acknowledging what we sent, say).
+            if wnd == 0 && seg.seq == self.rcv_nxt && !seg.syn && self.state.synchronized() {
+                if let Some(ack) = seg.ack.filter(|a| a.ge(self.snd_una) && a.le(self.snd_max)) {
+                    self.heard(now, cfg);
+                    self.process_ack(pool, seg, ack, now, cfg, ctr);
                 }
             }
             return None;
@@ -852,6 +861,10 @@ impl Conn {
                     _ => {}
                 }
             }
+        } else if ack == self.snd_una && wnd == 0 {
+            // The peer is alive and its window still shut: the persist probe was answered,
+            // so the probes' timer must not count towards giving up (RFC 1122 4.2.2.17).
+            self.retries = 0;
         } else if ack == self.snd_una
             && seg.len == 0
             && !seg.fin
@@ -1087,7 +1100,10 @@ impl Conn {
             }
             ctr.rto_retransmits += 1;
             let flight = self.snd_max.since(self.snd_una);
-            self.cc.on_timeout(flight, self.smss);
+            if self.snd_wnd > 0 {
+                // A probe into a zero window that times out says nothing of congestion.
+                self.cc.on_timeout(flight, self.smss);
+            }
             self.rtt.back_off();
             self.rtt_probe = None;
             self.snd_nxt = self.snd_una;
@@ -1160,6 +1176,18 @@ impl Conn {
             State::Closed => None,
             State::SynSent | State::SynReceived => {
                 if self.snd_nxt != self.iss {
+                    // An ACK owed in SYN-RECEIVED (a challenge ACK, or the answer to an
+                    // unacceptable segment): <SEQ=SND.NXT><ACK=RCV.NXT>.
+                    if self.state == State::SynReceived && self.flags.ack_now {
+                        let seg = SegOut {
+                            seq: self.snd_nxt,
+                            ack: Some(self.rcv_nxt),
+                            wnd: self.window_field(true),
+                            ..SegOut::default()
+                        };
+                        self.ack_sent();
+                        return Some(seg);
+                    }
                     return None;
                 }
                 let synack = self.state == State::SynReceived;

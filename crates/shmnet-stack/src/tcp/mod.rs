@@ -343,6 +343,9 @@ pub struct Tcp {
     listeners: Vec<Option<Listener>>,
     listen_ports: HashMap<u16, u32>,
     timers: BinaryHeap<Reverse<(Instant, u32, u32)>>,
+    /// When the last cookie SYN-ACK went out: only then is an ACK to a listener checked
+    /// as a cookie.
+    last_cookie: Option<Instant>,
     /// Connections that received segments since the last flush (their answers wait for
     /// it, so a burst of segments is answered by one ACK).
     pending_out: Vec<u32>,
@@ -394,6 +397,7 @@ impl Tcp {
             listen_ports: HashMap::new(),
             timers: BinaryHeap::new(),
             pending_out: Vec::new(),
+            last_cookie: None,
             next_ephemeral: EPHEMERAL_FIRST,
             live: 0,
         }
@@ -427,7 +431,7 @@ impl Tcp {
     /// slot and the peer's ISN (24 bits). Options that need state (window scaling, SACK,
     /// timestamps) are not offered on it.
     pub(crate) fn cookie_synack(
-        &self,
+        &mut self,
         local: SocketAddrV4,
         remote: SocketAddrV4,
         syn: &SegIn,
@@ -438,6 +442,7 @@ impl Tcp {
         let slot = cookie_slot(now);
         let hash = self.cookie_hash(local, remote, syn.seq, slot);
         let cookie = (slot << 27) | (mss_idx << 24) | hash;
+        self.last_cookie = Some(now);
         SegOut {
             seq: Seq(cookie),
             ack: Some(syn.seq.add(1)),
@@ -500,6 +505,14 @@ impl Tcp {
             li.ready.push_back(idx);
         }
         Some(idx)
+    }
+
+    /// Whether a cookie went out recently enough for an ACK to be carrying one back (the
+    /// two slots a cookie is good for, and one more so that a late one is counted as
+    /// failed rather than taken for a stray ACK).
+    pub(crate) fn cookies_recent(&self, now: Instant) -> bool {
+        self.last_cookie
+            .is_some_and(|t| now.nanos().saturating_sub(t.nanos()) < 192_000_000_000)
     }
 
     /// The connection behind `h`.
@@ -640,9 +653,17 @@ impl Tcp {
         };
         let generation = slot.generation;
         let Some(c) = slot.conn.as_mut() else { return };
-        if c.state() == State::Closed && c.orphaned() {
-            self.free(pool, idx);
-            return;
+        if c.state() == State::Closed {
+            if c.orphaned() {
+                self.free(pool, idx);
+                return;
+            }
+            // Closed but its handle still held: segments for its 4-tuple are for no
+            // connection now (answered with a RST, or a listener's new SYN).
+            let k = key(c.remote, c.local.port());
+            if self.demux.get(&k) == Some(&idx) {
+                self.demux.remove(&k);
+            }
         }
         if let Some(t) = c.next_timer() {
             if c.timer_armed.is_none_or(|a| t < a) {
