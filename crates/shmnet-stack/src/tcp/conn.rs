@@ -13,6 +13,7 @@ use std::net::SocketAddrV4;
 use super::cc::{AckAction, DupAckAction, NewReno};
 use super::queue::{ChainQueue, Cursor, Ooo, OooInsert};
 use super::rtt::Rtt;
+use super::sack::Scoreboard;
 use super::seq::Seq;
 use super::{CloseReason, TcpConfig, TcpCounters};
 use crate::Instant;
@@ -178,9 +179,8 @@ pub struct Conn {
     ts_offset: u32,
     /// The acknowledgement number of the last ACK we sent.
     last_ack_sent: Seq,
-    /// The scoreboard: ranges above `snd_una` the peer reported holding (sorted, disjoint).
-    sacked: [(Seq, Seq); 4],
-    sacked_n: u8,
+    /// The scoreboard: ranges above `snd_una` the peer reported holding.
+    sacked: Scoreboard,
     /// In SACK recovery, where the search for the next hole to resend starts.
     high_rxt: Seq,
     // ---- control
@@ -291,8 +291,7 @@ impl Conn {
             ts_recent: 0,
             ts_offset: iss.0.wrapping_mul(0x9e37_79b9).rotate_left(16),
             last_ack_sent: Seq(0),
-            sacked: [(Seq(0), Seq(0)); 4],
-            sacked_n: 0,
+            sacked: Scoreboard::default(),
             high_rxt: iss,
             rtt: Rtt::default(),
             cc: NewReno::new(536),
@@ -808,7 +807,7 @@ impl Conn {
     ) {
         let wnd = u32::from(seg.wnd) << self.snd_wscale;
         if self.flags.sack_ok {
-            self.take_sacks(seg, ctr);
+            ctr.sack_blocks += u64::from(self.sacked.take(&seg.sack, self.snd_una, self.snd_max));
         }
         if ack.gt(self.snd_una) {
             let flight = self.snd_max.since(self.snd_una);
@@ -829,7 +828,7 @@ impl Conn {
             if self.snd_nxt.lt(ack) {
                 self.snd_nxt = ack;
             }
-            self.trim_sacked();
+            self.sacked.trim(self.snd_una);
             match self.rtt_probe {
                 Some((s, t)) if ack.ge(s) => {
                     self.rtt.sample(micros_since(now, t));
@@ -905,7 +904,7 @@ impl Conn {
         if !self.flags.sack_ok || self.cc.in_recovery {
             return;
         }
-        if self.sacked_bytes() >= 3 * u32::from(self.smss) && self.next_hole().is_some() {
+        if self.sacked.bytes() >= 3 * u32::from(self.smss) && self.next_hole().is_some() {
             let flight = self.snd_max.since(self.snd_una);
             self.cc.enter_recovery(self.snd_max, flight, self.smss);
             self.high_rxt = self.snd_una;
@@ -1109,7 +1108,7 @@ impl Conn {
             self.snd_nxt = self.snd_una;
             self.flags.retransmit_one = false;
             // RFC 2018: after a timeout the receiver may have discarded what it SACKed.
-            self.sacked_n = 0;
+            self.sacked.clear();
             self.high_rxt = self.snd_una;
             self.retransmits = self.retransmits.wrapping_add(1);
         }
@@ -1288,91 +1287,17 @@ impl Conn {
         self.sack_out_n = k as u8;
     }
 
-    /// Record the peer's SACK blocks on the scoreboard (blocks outside what is in flight are
-    /// ignored, as RFC 2018 allows), merging and keeping the highest when full.
-    fn take_sacks(&mut self, seg: &SegIn, ctr: &mut TcpCounters) {
-        for &(s, e) in seg.sack.iter().flatten() {
-            if !(s.lt(e) && s.ge(self.snd_una) && e.le(self.snd_max)) {
-                continue;
-            }
-            ctr.sack_blocks += 1;
-            let mut runs = [(Seq(0), Seq(0)); 5];
-            let n = usize::from(self.sacked_n);
-            runs[..n].copy_from_slice(&self.sacked[..n]);
-            runs[n] = (s, e);
-            let runs = &mut runs[..=n];
-            // Sort by start (sequence order from snd_una), then merge.
-            runs.sort_by_key(|r| r.0.since(self.snd_una));
-            let mut merged = 0;
-            for i in 0..runs.len() {
-                if merged > 0 && runs[i].0.le(runs[merged - 1].1) {
-                    runs[merged - 1].1 = runs[merged - 1].1.max(runs[i].1);
-                } else {
-                    runs[merged] = runs[i];
-                    merged += 1;
-                }
-            }
-            // Full: drop the lowest (the cumulative ACK reaches it first).
-            let skip = merged.saturating_sub(self.sacked.len());
-            let keep = merged - skip;
-            self.sacked[..keep].copy_from_slice(&runs[skip..merged]);
-            self.sacked_n = keep as u8;
-        }
-    }
-
-    /// Forget scoreboard ranges at or below `snd_una`.
-    fn trim_sacked(&mut self) {
-        let una = self.snd_una;
-        let mut k = 0;
-        for i in 0..usize::from(self.sacked_n) {
-            let (s, e) = self.sacked[i];
-            if e.gt(una) {
-                self.sacked[k] = (s.max(una), e);
-                k += 1;
-            }
-        }
-        self.sacked_n = k as u8;
-    }
-
-    fn sacked_bytes(&self) -> u32 {
-        self.sacked[..usize::from(self.sacked_n)]
-            .iter()
-            .map(|r| r.1.since(r.0))
-            .sum()
-    }
-
-    /// The next hole to resend in SACK recovery: the first range from `high_rxt` (or
-    /// `snd_una`) below the highest SACKed byte that the peer does not hold.
+    /// The next hole to resend in SACK recovery: from `high_rxt` (or `snd_una`).
     fn next_hole(&self) -> Option<(Seq, Seq)> {
-        let mut cur = self.high_rxt.max(self.snd_una);
-        for &(s, e) in &self.sacked[..usize::from(self.sacked_n)] {
-            if e.le(cur) {
-                continue;
-            }
-            if s.gt(cur) {
-                return Some((cur, s));
-            }
-            cur = e;
-        }
-        None
+        self.sacked.next_hole(self.high_rxt.max(self.snd_una))
     }
 
     /// Bytes in flight by RFC 6675's reckoning: sent and not acknowledged, less what the
     /// peer holds and what is lost (holes below the highest SACK not yet resent).
     fn pipe(&self) -> u32 {
         let out = self.snd_max.since(self.snd_una);
-        let mut lost = 0;
-        let mut cur = self.high_rxt.max(self.snd_una);
-        for &(s, e) in &self.sacked[..usize::from(self.sacked_n)] {
-            if e.le(cur) {
-                continue;
-            }
-            if s.gt(cur) {
-                lost += s.since(cur);
-            }
-            cur = e;
-        }
-        out.saturating_sub(self.sacked_bytes() + lost)
+        let lost = self.sacked.lost_after(self.high_rxt.max(self.snd_una));
+        out.saturating_sub(self.sacked.bytes() + lost)
     }
 
     fn next_data_segment(&mut self, now: Instant) -> Option<SegOut> {

@@ -29,6 +29,7 @@ pub mod cc;
 pub mod conn;
 pub mod queue;
 pub mod rtt;
+pub mod sack;
 pub mod seq;
 
 use std::cmp::Reverse;
