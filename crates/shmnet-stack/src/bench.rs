@@ -128,7 +128,11 @@ fn batch_len(size: usize) -> usize {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (NaN for none).
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }

@@ -20,6 +20,7 @@ use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Instant as WallClock;
 
+use crate::bench::median;
 use crate::buf::{BufIdx, BufferPool, HeapPool, valid};
 use crate::iface::{Config, Interface};
 use crate::tcp::TcpHandle;
@@ -249,14 +250,6 @@ impl std::fmt::Display for TcpBenchReport {
         }
         Ok(())
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 fn memcpy_window(user: &mut [u8], windows: usize) -> f64 {

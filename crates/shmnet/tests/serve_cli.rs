@@ -8,6 +8,10 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "common/netns.rs"]
+mod netns;
+use netns::Netns;
+
 /// How long a party may take to start or to stop (only a hang reaches it).
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -252,44 +256,13 @@ fn an_application_binding_port_0_is_told_its_port() {
     let _ = std::fs::remove_dir_all(runtime);
 }
 
-/// A network namespace holding a veth pair, removed when dropped.
-struct Netns(String);
-
 impl Netns {
-    fn new(tag: &str) -> Option<Netns> {
-        let name = format!("shmnet-cli-{}-{tag}", std::process::id());
-        let ip = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let _ = ip(&["netns", "del", &name]);
-        if !ip(&["netns", "add", &name]) {
-            return None;
-        }
-        let ns = Netns(name);
-        let ok = ip(&[
-            "-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-        ]) && ip(&["-n", &ns.0, "link", "set", "v0", "up"])
-            && ip(&["-n", &ns.0, "link", "set", "v1", "up"]);
-        ok.then_some(ns)
-    }
-
     fn shmnet(&self, args: &[&str], runtime: &std::path::Path) -> Party {
         Party::spawn(
-            Command::new("ip")
-                .args(["netns", "exec", &self.0, env!("CARGO_BIN_EXE_shmnet")])
+            self.cmd(env!("CARGO_BIN_EXE_shmnet"))
                 .args(args)
                 .env("SHMNET_RUNTIME_DIR", runtime),
         )
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
 
@@ -301,7 +274,7 @@ fn on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused() {
         shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
         return;
     }
-    let Some(ns) = Netns::new("iface") else {
+    let Some(ns) = Netns::new("shmnet-cli", "iface") else {
         shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
         return;
     };
@@ -527,7 +500,7 @@ fn a_server_whose_interface_goes_away_reports_it_and_exits_non_zero_when_it_give
         return;
     }
     for placement in ["polled", "thread", "process"] {
-        let Some(ns) = Netns::new(&format!("gone-{placement}")) else {
+        let Some(ns) = Netns::new("shmnet-cli", &format!("gone-{placement}")) else {
             shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
             return;
         };
@@ -553,8 +526,8 @@ fn a_server_whose_interface_goes_away_reports_it_and_exits_non_zero_when_it_give
         );
         server.wait_for("shmnet server structure");
         let stats = || -> Option<serde_json::Value> {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_shmnet")])
+            let out = ns
+                .cmd(env!("CARGO_BIN_EXE_shmnet"))
                 .args(["stats", "--json", "--socket", socket.to_str().unwrap()])
                 .env("SHMNET_RUNTIME_DIR", &runtime)
                 .output()
@@ -690,7 +663,7 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
         ("ipc", "thread"),
     ] {
         let what = format!("{structure}/{placement}");
-        let Some(ns) = Netns::new(&format!("impair-{structure}-{placement}")) else {
+        let Some(ns) = Netns::new("shmnet-cli", &format!("impair-{structure}-{placement}")) else {
             shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
             return;
         };
@@ -748,8 +721,9 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
         );
         server.wait_for("impairing the frames both ways: loss=20%,delay=20ms,seed=1");
         let ping = |args: &[&str]| {
-            let out = Command::new("ip")
-                .args(["netns", "exec", &ns.0, "ping", "-q", "-n"])
+            let out = ns
+                .cmd("ping")
+                .args(["-q", "-n"])
                 .args(args)
                 .arg("10.80.0.1")
                 .output()

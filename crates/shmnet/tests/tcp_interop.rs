@@ -11,6 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "common/netns.rs"]
+mod netns;
+use netns::Netns;
+
 /// The echo client: sends N random bytes while reading the echo in a thread, then checks
 /// the echo byte for byte. Prints `ok <bytes>`; exits non-zero on a mismatch or a timeout.
 const ECHO_CLIENT: &str = r#"
@@ -40,44 +44,11 @@ fn root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// A network namespace with a veth pair: `v0` for shmnet (no kernel address), `v1` with
-/// 10.93.0.2/24 for Linux. Removed when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new(tag: &str) -> Option<Netns> {
-        let name = format!("shmnet-tcp-{}-{tag}", std::process::id());
-        let ip = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        let _ = ip(&["netns", "del", &name]);
-        if !ip(&["netns", "add", &name]) {
-            return None;
-        }
-        let ns = Netns(name);
-        let ok = ip(&[
-            "-n", &ns.0, "link", "add", "v0", "type", "veth", "peer", "name", "v1",
-        ]) && ip(&["-n", &ns.0, "link", "set", "v0", "up"])
-            && ip(&["-n", &ns.0, "link", "set", "v1", "up"])
-            && ip(&["-n", &ns.0, "addr", "add", "10.93.0.2/24", "dev", "v1"]);
-        ok.then_some(ns)
-    }
-
-    fn cmd(&self, prog: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0, prog]);
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// The test bed: a veth pair in a namespace, `v0` for shmnet (no kernel address), `v1` with
+/// 10.93.0.2/24 for Linux.
+fn netns(tag: &str) -> Option<Netns> {
+    let ns = Netns::new("shmnet-tcp", tag)?;
+    netns::ip(&["-n", &ns.0, "addr", "add", "10.93.0.2/24", "dev", "v1"]).then_some(ns)
 }
 
 /// A running `shmnet serve`, its stdout collected.
@@ -207,7 +178,7 @@ fn linux_clients_reach_shmnets_tcp_echo_and_sink() {
         shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
         return;
     }
-    let Some(ns) = Netns::new("clients") else {
+    let Some(ns) = netns("clients") else {
         shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
         return;
     };
@@ -305,7 +276,7 @@ fn a_linux_client_streams_through_every_impairment_profile_intact() {
         shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
         return;
     }
-    let Some(ns) = Netns::new("profiles") else {
+    let Some(ns) = netns("profiles") else {
         shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
         return;
     };
@@ -360,7 +331,7 @@ fn tshark_finds_no_malformed_segment_in_shmnets_tcp() {
         shmnet_testkit::skip(TEST, "tshark is not installed (scripts/setup installs it)");
         return;
     }
-    let Some(ns) = Netns::new("tshark") else {
+    let Some(ns) = netns("tshark") else {
         shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
         return;
     };
