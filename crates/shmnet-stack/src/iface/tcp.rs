@@ -15,7 +15,7 @@ use crate::tcp::{
     CloseReason, Conn, ListenHandle, SegIn, SegOut, State, TcpCounters, TcpError, TcpHandle,
     TcpInfo,
 };
-use crate::tcp::{SynAnswer, SynCookies};
+use crate::tcp::{CookieOutcome, SynAnswer, SynCookies};
 use crate::{Instant, eth};
 
 /// Where the TCP header starts in a frame we build.
@@ -169,10 +169,8 @@ impl Interface {
                     && seg.ack.is_some() =>
             {
                 let local = SocketAddrV4::new(self.cfg.ipv4, dst_port);
-                let failed_before = self.tcp.counters.syn_cookies_failed;
                 match self.tcp.accept_cookie(l, local, remote, &seg, now) {
-                    Some(idx) => {
-                        self.tcp.counters.syn_cookies_accepted += 1;
+                    CookieOutcome::Accepted(idx) => {
                         if let Some((c, cfg, ctr)) = self.tcp.parts(idx) {
                             // The ACK may carry data already.
                             if let Some(rst) = c.on_segment(pool, &seg, payload, now, cfg, ctr) {
@@ -181,13 +179,13 @@ impl Interface {
                         }
                         self.tcp.mark(idx);
                     }
-                    None => {
+                    refused => {
                         if let Some(b) = payload {
                             pool.free(b);
                         }
                         // A bad cookie is a segment for no connection: a RST. A good one
-                        // with the accept queue full is dropped (counted), as Linux does.
-                        if self.tcp.counters.syn_cookies_failed > failed_before {
+                        // that finds no room is dropped (counted), as Linux does.
+                        if refused == CookieOutcome::Invalid {
                             self.tcp.counters.no_socket += 1;
                             let rst = rst_for(&seg);
                             self.tcp_send_bare(pool, &rst, dst_port, remote, now, tx);

@@ -356,6 +356,18 @@ pub struct Tcp {
 
 const EPHEMERAL_FIRST: u16 = 49152;
 
+/// What became of an ACK checked as a returning cookie ([`Tcp::accept_cookie`]); each
+/// refusal is counted where it is decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CookieOutcome {
+    /// A connection, established and waiting in the accept queue.
+    Accepted(u32),
+    /// Not a cookie of ours (or too old): a segment for no connection.
+    Invalid,
+    /// A good cookie, but the accept queue or the table is full: dropped.
+    NoRoom,
+}
+
 /// What a listener does with a SYN ([`Tcp::on_syn`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SynAnswer {
@@ -477,35 +489,42 @@ impl Tcp {
         remote: SocketAddrV4,
         ack: &SegIn,
         now: Instant,
-    ) -> Option<u32> {
-        let cookie = ack.ack?.sub(1).0;
+    ) -> CookieOutcome {
+        let Some(cookie) = ack.ack.map(|a| a.sub(1).0) else {
+            self.counters.syn_cookies_failed += 1;
+            return CookieOutcome::Invalid;
+        };
         let peer_isn = ack.seq.sub(1);
         let (slot, mss_idx, hash) = (cookie >> 27, (cookie >> 24) & 7, cookie & 0x00ff_ffff);
         let age = cookie_slot(now).wrapping_sub(slot) & 31;
         let ok = age <= 1
             && (mss_idx as usize) < COOKIE_MSS.len()
             && self.cookie_hash(local, remote, peer_isn, slot) == hash;
+        if !ok {
+            self.counters.syn_cookies_failed += 1;
+            return CookieOutcome::Invalid;
+        }
         let room = self
             .listeners
             .get(l as usize)
             .and_then(Option::as_ref)
             .is_some_and(|li| (li.ready.len() as u32) < li.backlog);
-        if !ok {
-            self.counters.syn_cookies_failed += 1;
-            return None;
-        }
         if !room {
             self.counters.listen_overflow += 1;
-            return None;
+            return CookieOutcome::NoRoom;
         }
         let mss = COOKIE_MSS[mss_idx as usize].min(self.cfg.mss);
         let mut c = Conn::from_cookie(local, remote, Seq(cookie), peer_isn, mss, ack, &self.cfg);
         c.accept = conn::Accept::Ready(l);
-        let idx = self.insert(c)?;
+        let Some(idx) = self.insert(c) else {
+            self.counters.table_full += 1;
+            return CookieOutcome::NoRoom;
+        };
         if let Some(Some(li)) = self.listeners.get_mut(l as usize) {
             li.ready.push_back(idx);
         }
-        Some(idx)
+        self.counters.syn_cookies_accepted += 1;
+        CookieOutcome::Accepted(idx)
     }
 
     /// Whether a cookie went out recently enough for an ACK to be carrying one back (the
