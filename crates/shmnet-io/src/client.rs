@@ -44,8 +44,10 @@ use std::time::{Duration, Instant};
 
 mod lent;
 mod regions;
+mod tcp;
 
 pub use lent::Lent;
+pub use tcp::{TcpListener, TcpStream};
 
 /// What went wrong, in terms an application can act on.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,9 @@ pub enum ClientError {
     /// The control socket failed.
     #[error(transparent)]
     Control(ControlError),
+    /// A TCP connection failed: refused, reset, or timed out.
+    #[error("the connection {0}")]
+    Connection(windows::TcpFailure),
 }
 
 impl From<ControlError> for ClientError {
@@ -108,6 +113,8 @@ struct Inner {
     /// first use).
     lend_scratch: Vec<u8>,
     gone: bool,
+    /// The TCP sockets.
+    tcp: tcp::Book,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
     alive_checked: Duration,
 }
@@ -267,6 +274,7 @@ impl Client {
             ipc_pending: HashMap::new(),
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
             gone: false,
+            tcp: tcp::Book::default(),
             alive_checked: Duration::ZERO,
             lend_scratch: Vec::new(),
         };
@@ -476,8 +484,36 @@ impl Inner {
         }
     }
 
-    /// Sets aside an `ipc` delivery of `n` bytes in `self.packet`.
+    /// Counts a delivery that made no sense (under `--isolation regions`, where the count
+    /// is kept).
+    fn count_bad_delivery(&mut self) {
+        if let Some(Mode::Regions(own)) = self.shm.as_mut().map(|s| &mut s.mode) {
+            own.bad_deliveries += 1;
+        }
+    }
+
+    /// Sets aside an `ipc` packet of `n` bytes in `self.packet`: a datagram for its UDP
+    /// socket, stream bytes or an event for its TCP socket.
     fn stash_ipc(&mut self, n: usize) {
+        if let Some(d) = control::parse_ipc_event(&self.packet[..n]) {
+            if let Some((sock, ev)) = windows::event_of(&d)
+                && self.note_tcp(sock, Some(ev))
+            {
+                let q = self.tcp.ipc_items.entry(sock).or_default();
+                q.push_back(tcp::IpcItem::Event(d));
+            }
+            return;
+        }
+        if let Some((control::TAG_DELIVER, sock, _)) = control::parse_ipc_header(&self.packet[..n])
+            && self.tcp.ids.contains(&sock)
+        {
+            if self.note_tcp(sock, None) {
+                let bytes = self.packet[control::IPC_HEADER..n].to_vec();
+                let q = self.tcp.ipc_items.entry(sock).or_default();
+                q.push_back(tcp::IpcItem::Data(bytes));
+            }
+            return;
+        }
         if let Some((_, sock, src)) = control::parse_ipc_header(&self.packet[..n]) {
             let payload = self.packet[control::IPC_HEADER..n].to_vec();
             self.ipc_pending
@@ -504,14 +540,16 @@ impl Inner {
                 return Ok(None);
             };
             match control::parse_ipc_header(&self.packet[..n]) {
-                Some((control::TAG_DELIVER, sock, src)) if sock == id => {
+                Some((control::TAG_DELIVER, sock, src))
+                    if sock == id && !self.tcp.ids.contains(&sock) =>
+                {
                     let len = (n - control::IPC_HEADER).min(buf.len());
                     buf[..len].copy_from_slice(
                         &self.packet[control::IPC_HEADER..control::IPC_HEADER + len],
                     );
                     return Ok(Some((len, src)));
                 }
-                Some((control::TAG_DELIVER, ..)) => self.stash_ipc(n),
+                Some((control::TAG_DELIVER | control::TAG_EVENT, ..)) => self.stash_ipc(n),
                 _ => {}
             }
         }
@@ -584,6 +622,20 @@ impl Inner {
             self.done.push_back(d);
             return None;
         }
+        if d.len & windows::RX_EVENT != 0 {
+            let Some((sock, ev)) = windows::event_of(&d) else {
+                self.count_bad_delivery();
+                return None;
+            };
+            if !self.note_tcp(sock, Some(ev)) {
+                return None;
+            }
+            if Some(sock) == wanted {
+                return Some(d);
+            }
+            self.pending.entry(sock).or_default().push_back(d);
+            return None;
+        }
         let held: usize = self.pending.values().map(VecDeque::len).sum();
         let sock = match self.shm.as_mut().map(|s| &mut s.mode) {
             Some(Mode::Regions(own)) => {
@@ -599,6 +651,11 @@ impl Inner {
             }
             _ => windows::rx_meta(&d).0,
         };
+        if !self.note_tcp(sock, None) {
+            // For a TCP socket we closed: nobody will read it.
+            self.discard(d);
+            return None;
+        }
         if Some(sock) == wanted {
             return Some(d);
         }
@@ -852,6 +909,107 @@ fn send_staged(
     }
 }
 
+impl Inner {
+    /// Sends `data` on socket `id` (to `to`: a UDP socket's destination; a TCP socket's is
+    /// ignored), waiting up to `wait` for send memory (`None`: not at all).
+    fn send_message(
+        &mut self,
+        id: u16,
+        data: &[u8],
+        to: SocketAddrV4,
+        wait: Option<Duration>,
+    ) -> Result<(), ClientError> {
+        if data.len() > MAX_DATAGRAM {
+            return Err(ClientError::MessageTooLarge(data.len()));
+        }
+        let i = self;
+        i.check_alive_now_and_then()?;
+        if i.shm.is_none() {
+            let hdr = control::ipc_header(control::TAG_SEND, id, to);
+            let deadline = wait.map(|w| Instant::now() + w);
+            let sock = i.data_sock.as_ref().unwrap_or(&i.ctl);
+            loop {
+                match control::send_raw(sock, &[&hdr, data]) {
+                    Ok(true) => return Ok(()),
+                    Ok(false) if deadline.is_some_and(|d| Instant::now() < d) => {
+                        let mut fds = [PollFd::new(sock, PollFlags::OUT)];
+                        let ts = Timespec {
+                            tv_sec: 0,
+                            tv_nsec: 10_000_000,
+                        };
+                        let _ = rustix::event::poll(&mut fds, Some(&ts));
+                    }
+                    Ok(false) => return Err(ClientError::TimedOut),
+                    Err(e) => return Err(i.fail(e)),
+                }
+            }
+        }
+        if matches!(i.shm.as_ref().map(|s| &s.mode), Some(Mode::Regions(_))) {
+            return send_staged(i, id, data, to, wait);
+        }
+        let Some(Mode::Shared { send_bufs, .. }) = i.shm.as_mut().map(|s| &mut s.mode) else {
+            unreachable!("checked above");
+        };
+        // Send chains the server has finished with come back through the deferred queue.
+        send_bufs.drain_deferred(usize::MAX);
+        let size = send_bufs.buffers().geometry().data_size as usize;
+        let need = (SEND_HEADER + data.len()).div_ceil(size);
+        // A chain on the stack, not the heap: a send allocates nothing.
+        if need > MAX_SEND_CHAIN {
+            return Err(ClientError::Protocol(format!(
+                "the server's send buffers ({size} B) are too small for a {}-byte datagram",
+                data.len()
+            )));
+        }
+        let mut held = [0u32; MAX_SEND_CHAIN];
+        for k in 0..need {
+            let b = match wait {
+                Some(t) => send_bufs.alloc_wait(Some(t)),
+                None => send_bufs.alloc(),
+            };
+            match b {
+                Some(b) => held[k] = b,
+                None => {
+                    for &b in &held[..k] {
+                        send_bufs.release(b);
+                    }
+                    return Err(ClientError::TimedOut);
+                }
+            }
+        }
+        let chain = &held[..need];
+        let bufs = send_bufs.buffers();
+        let hdr = windows::encode_dst(to);
+        let mut rest = data;
+        for (k, &b) in chain.iter().enumerate() {
+            let mut at = 0;
+            if k == 0 {
+                bufs.write(b, 0, &hdr).expect("buffer holds the header");
+                at = SEND_HEADER;
+            }
+            let take = rest.len().min(size - at);
+            bufs.write(b, at, &rest[..take]).expect("sized to fit");
+            bufs.set_off_len(b, 0, (at + take) as u16)
+                .expect("sized to fit");
+            rest = &rest[take..];
+        }
+        bufs.chain(chain).expect("our own buffers");
+        let d = Desc {
+            buf: chain[0],
+            len: data.len() as u32,
+            flags: 0,
+            aux: u32::from(id),
+        };
+        while i.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
+            // The request queue is deeper than the send pool, so this only happens if the
+            // server stopped serving us.
+            i.check_alive()?;
+            i.sleep_for_room(Ring::Req);
+        }
+        Ok(())
+    }
+}
+
 impl UdpSocket {
     /// The bound port (for a bind of port 0, the one the server picked).
     pub fn port(&self) -> u16 {
@@ -988,96 +1146,9 @@ impl UdpSocket {
         to: SocketAddrV4,
         wait: Option<Duration>,
     ) -> Result<(), ClientError> {
-        if data.len() > MAX_DATAGRAM {
-            return Err(ClientError::MessageTooLarge(data.len()));
-        }
-        let mut i = self.inner.borrow_mut();
-        i.check_alive_now_and_then()?;
-        let id = self.id;
-        if i.shm.is_none() {
-            let hdr = control::ipc_header(control::TAG_SEND, id, to);
-            let deadline = wait.map(|w| Instant::now() + w);
-            let sock = i.data_sock.as_ref().unwrap_or(&i.ctl);
-            loop {
-                match control::send_raw(sock, &[&hdr, data]) {
-                    Ok(true) => return Ok(()),
-                    Ok(false) if deadline.is_some_and(|d| Instant::now() < d) => {
-                        let mut fds = [PollFd::new(sock, PollFlags::OUT)];
-                        let ts = Timespec {
-                            tv_sec: 0,
-                            tv_nsec: 10_000_000,
-                        };
-                        let _ = rustix::event::poll(&mut fds, Some(&ts));
-                    }
-                    Ok(false) => return Err(ClientError::TimedOut),
-                    Err(e) => return Err(i.fail(e)),
-                }
-            }
-        }
-        let i = &mut *i;
-        if matches!(i.shm.as_ref().map(|s| &s.mode), Some(Mode::Regions(_))) {
-            return send_staged(i, id, data, to, wait);
-        }
-        let Some(Mode::Shared { send_bufs, .. }) = i.shm.as_mut().map(|s| &mut s.mode) else {
-            unreachable!("checked above");
-        };
-        // Send chains the server has finished with come back through the deferred queue.
-        send_bufs.drain_deferred(usize::MAX);
-        let size = send_bufs.buffers().geometry().data_size as usize;
-        let need = (SEND_HEADER + data.len()).div_ceil(size);
-        // A chain on the stack, not the heap: a send allocates nothing.
-        if need > MAX_SEND_CHAIN {
-            return Err(ClientError::Protocol(format!(
-                "the server's send buffers ({size} B) are too small for a {}-byte datagram",
-                data.len()
-            )));
-        }
-        let mut held = [0u32; MAX_SEND_CHAIN];
-        for k in 0..need {
-            let b = match wait {
-                Some(t) => send_bufs.alloc_wait(Some(t)),
-                None => send_bufs.alloc(),
-            };
-            match b {
-                Some(b) => held[k] = b,
-                None => {
-                    for &b in &held[..k] {
-                        send_bufs.release(b);
-                    }
-                    return Err(ClientError::TimedOut);
-                }
-            }
-        }
-        let chain = &held[..need];
-        let bufs = send_bufs.buffers();
-        let hdr = windows::encode_dst(to);
-        let mut rest = data;
-        for (k, &b) in chain.iter().enumerate() {
-            let mut at = 0;
-            if k == 0 {
-                bufs.write(b, 0, &hdr).expect("buffer holds the header");
-                at = SEND_HEADER;
-            }
-            let take = rest.len().min(size - at);
-            bufs.write(b, at, &rest[..take]).expect("sized to fit");
-            bufs.set_off_len(b, 0, (at + take) as u16)
-                .expect("sized to fit");
-            rest = &rest[take..];
-        }
-        bufs.chain(chain).expect("our own buffers");
-        let d = Desc {
-            buf: chain[0],
-            len: data.len() as u32,
-            flags: 0,
-            aux: u32::from(id),
-        };
-        while i.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
-            // The request queue is deeper than the send pool, so this only happens if the
-            // server stopped serving us.
-            i.check_alive()?;
-            i.sleep_for_room(Ring::Req);
-        }
-        Ok(())
+        self.inner
+            .borrow_mut()
+            .send_message(self.id, data, to, wait)
     }
 
     /// Sends the `len` bytes at `off` of `region` (registered readable as `id`, see

@@ -32,7 +32,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// The control protocol's version. Both sides must agree.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest control message, in bytes (JSON text). Big enough for every request and for a
 /// server's counters; a larger message is refused whole ([`ControlError::TooLarge`]), never
@@ -190,6 +190,20 @@ pub enum Request {
         /// The socket.
         socket: u32,
     },
+    /// Listen for TCP connections on a port (0: a free ephemeral port). Accepted
+    /// connections are announced on the listener's socket (`windows::TcpEvent::Accepted`).
+    TcpListen {
+        /// The port.
+        port: u16,
+        /// Connections in the handshake or waiting to be announced, at most.
+        backlog: u32,
+    },
+    /// Open a TCP connection; the answer comes at once, `windows::TcpEvent::Connected` (or
+    /// `Failed`) on the new socket when the handshake ends.
+    TcpConnect {
+        /// Where to.
+        to: std::net::SocketAddrV4,
+    },
     /// Register a memory region of the application's own: the memfd travels with this
     /// message (`SCM_RIGHTS`). It must be sealed against shrinking and a whole number of
     /// 4 KiB pages. The server maps it whole, readable if `read` (the application will send
@@ -243,6 +257,13 @@ pub enum Response {
         /// The port it was bound to: the one asked for, or the ephemeral port the stack
         /// picked for a `Bind` of port 0 (0 from a server older than this field).
         #[serde(default)]
+        port: u16,
+    },
+    /// A TCP socket was made (a listener, or a connection being opened).
+    TcpSocket {
+        /// Its number, used in descriptors.
+        socket: u32,
+        /// Its local port.
         port: u16,
     },
     /// A socket was closed.
@@ -394,6 +415,44 @@ pub const TAG_DELIVER: u8 = 0x01;
 pub const TAG_SEND: u8 = 0x02;
 /// Bytes in front of an `ipc` data packet's payload.
 pub const IPC_HEADER: usize = 9;
+/// In the `ipc` structure: a TCP event, server → application: `[TAG_EVENT, socket (u16
+/// LE), aux (4, as an address), 0 (2)]` + the event descriptor's `buf` and `len` (u32 LE
+/// each); see [`crate::windows::event_desc`].
+pub const TAG_EVENT: u8 = 0x03;
+/// In the `ipc` structure: a TCP operation, application → server: `[TAG_OP, socket (u16
+/// LE), 0 (6)]` + the operation's code (u32 LE); see [`crate::windows::TcpOp`].
+pub const TAG_OP: u8 = 0x04;
+
+/// The `ipc` packet of event descriptor `d`.
+pub fn ipc_event(d: &shmnet_chan::Desc) -> [u8; IPC_HEADER + 8] {
+    let mut p = [0u8; IPC_HEADER + 8];
+    let addr = std::net::SocketAddrV4::new(d.aux.into(), 0);
+    p[..IPC_HEADER].copy_from_slice(&ipc_header(TAG_EVENT, d.flags as u16, addr));
+    p[IPC_HEADER..IPC_HEADER + 4].copy_from_slice(&d.buf.to_le_bytes());
+    p[IPC_HEADER + 4..].copy_from_slice(&d.len.to_le_bytes());
+    p
+}
+
+/// The event descriptor an `ipc` `TAG_EVENT` packet carries (`None` if it is not one).
+pub fn parse_ipc_event(p: &[u8]) -> Option<shmnet_chan::Desc> {
+    let (tag, socket, addr) = parse_ipc_header(p)?;
+    let rest = p.get(IPC_HEADER..IPC_HEADER + 8)?;
+    (tag == TAG_EVENT).then(|| shmnet_chan::Desc {
+        buf: u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")),
+        len: u32::from_le_bytes(rest[4..].try_into().expect("4 bytes")),
+        flags: u32::from(socket),
+        aux: u32::from(*addr.ip()),
+    })
+}
+
+/// The `ipc` packet of operation `op` on `socket`.
+pub fn ipc_op(socket: u16, op: crate::windows::TcpOp) -> [u8; IPC_HEADER + 4] {
+    let mut p = [0u8; IPC_HEADER + 4];
+    let none = std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
+    p[..IPC_HEADER].copy_from_slice(&ipc_header(TAG_OP, socket, none));
+    p[IPC_HEADER..].copy_from_slice(&(op as u32).to_le_bytes());
+    p
+}
 
 /// Builds the header of an `ipc` data packet.
 pub fn ipc_header(tag: u8, socket: u16, addr: std::net::SocketAddrV4) -> [u8; IPC_HEADER] {

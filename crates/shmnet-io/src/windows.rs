@@ -233,3 +233,200 @@ pub fn region_rx_desc(post: &Desc, len: u32, socket: u16) -> Desc {
         aux: u32::from(socket),
     }
 }
+
+// ---------------------------------------------------------------------------------- TCP
+//
+// A TCP socket of an application (docs/tcp.md, "In the server") uses the rings as a UDP
+// socket does — its bytes go out as sends and come in as deliveries — plus two kinds of
+// descriptor of its own: operations on `REQ`, ordered with the sends before them (a close
+// after a write closes after the write), and events on `RX`, ordered with the deliveries
+// before them (end of stream after the last byte).
+
+/// `REQ` flag: the descriptor is an operation on socket `aux` ([`TcpOp`] in `len`), not a
+/// send. Never set with [`REQ_HANDLE`].
+pub const REQ_OP: u32 = 1 << 30;
+
+/// An operation on a TCP socket, carried on `REQ` (or, in `ipc`, in a `TAG_OP` packet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum TcpOp {
+    /// No more data from us: a FIN follows what was sent (`shutdown(SHUT_WR)`).
+    Shutdown = 1,
+    /// Let go of the socket: the connection closes in order after what was sent (a
+    /// listener stops listening). The server answers with [`TcpEvent::Released`].
+    Close = 2,
+    /// Let go of the socket with a reset (`SO_LINGER` of zero). Answered by `Released`.
+    Abort = 3,
+    /// Nagle's algorithm off (`TCP_NODELAY`).
+    NoDelayOn = 4,
+    /// Nagle's algorithm on.
+    NoDelayOff = 5,
+    /// Keepalive probes on (`SO_KEEPALIVE`).
+    KeepaliveOn = 6,
+    /// Keepalive probes off.
+    KeepaliveOff = 7,
+}
+
+impl TcpOp {
+    /// The operation a descriptor's `len` names, if it names one.
+    pub fn from_code(code: u32) -> Option<Self> {
+        Some(match code {
+            1 => Self::Shutdown,
+            2 => Self::Close,
+            3 => Self::Abort,
+            4 => Self::NoDelayOn,
+            5 => Self::NoDelayOff,
+            6 => Self::KeepaliveOn,
+            7 => Self::KeepaliveOff,
+            _ => return None,
+        })
+    }
+}
+
+/// A `REQ` descriptor for operation `op` on `socket`.
+pub fn op_desc(socket: u16, op: TcpOp) -> Desc {
+    Desc {
+        buf: 0,
+        len: op as u32,
+        flags: REQ_OP,
+        aux: u32::from(socket),
+    }
+}
+
+/// `RX` length bit: the descriptor is an event of socket `flags` (see [`TcpEvent`]), not a
+/// delivery or a completion.
+pub const RX_EVENT: u32 = 1 << 30;
+
+/// Why a connection ended other than in order, as an event carries it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum TcpFailure {
+    /// The peer reset it (`ECONNRESET`).
+    Reset = 1,
+    /// The peer refused to connect (`ECONNREFUSED`).
+    Refused = 2,
+    /// Retransmissions or keepalive probes went unanswered (`ETIMEDOUT`).
+    TimedOut = 3,
+    /// The server's stack could not carry it (no buffer, no route).
+    Failed = 4,
+}
+
+impl std::fmt::Display for TcpFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Reset => "was reset by the peer",
+            Self::Refused => "was refused: nothing listens there",
+            Self::TimedOut => "timed out: the peer stopped answering",
+            Self::Failed => "failed in the server's stack",
+        })
+    }
+}
+
+/// Something that happened to a TCP socket, delivered on `RX` in order with its data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TcpEvent {
+    /// A connection the application opened is established.
+    Connected,
+    /// A listener has a new connection: socket number `socket`, from `peer`.
+    Accepted {
+        /// The new connection's socket number.
+        socket: u16,
+        /// Who connected.
+        peer: SocketAddrV4,
+    },
+    /// The peer sent its last byte (every byte before it was delivered).
+    Eof,
+    /// The connection ended badly; nothing more comes.
+    Failed(TcpFailure),
+    /// The server has let go of the socket after a `Close` or `Abort`: nothing more comes
+    /// for this number, and the server may give it to a new socket.
+    Released,
+}
+
+const EV_CONNECTED: u32 = 1;
+const EV_ACCEPTED: u32 = 2;
+const EV_EOF: u32 = 3;
+const EV_FAILED: u32 = 4;
+const EV_RELEASED: u32 = 5;
+
+/// The `RX` descriptor of `ev` on `socket`: the kind in the low byte of `len` (beside
+/// [`RX_EVENT`]), a port in its bits 8–23, a socket number in `buf`, an address or reason
+/// in `aux`.
+pub fn event_desc(socket: u16, ev: TcpEvent) -> Desc {
+    let (kind, port, buf, aux) = match ev {
+        TcpEvent::Connected => (EV_CONNECTED, 0, 0, 0),
+        TcpEvent::Accepted { socket, peer } => (
+            EV_ACCEPTED,
+            peer.port(),
+            u32::from(socket),
+            u32::from(*peer.ip()),
+        ),
+        TcpEvent::Eof => (EV_EOF, 0, 0, 0),
+        TcpEvent::Failed(f) => (EV_FAILED, 0, 0, f as u32),
+        TcpEvent::Released => (EV_RELEASED, 0, 0, 0),
+    };
+    Desc {
+        buf,
+        len: RX_EVENT | u32::from(port) << 8 | kind,
+        flags: u32::from(socket),
+        aux,
+    }
+}
+
+/// The socket and event of an event descriptor; `None` if `d` is not one, or is malformed
+/// (the server is not trusted either).
+pub fn event_of(d: &Desc) -> Option<(u16, TcpEvent)> {
+    if d.len & (RX_EVENT | RX_DONE) != RX_EVENT || d.flags > u32::from(u16::MAX) {
+        return None;
+    }
+    let port = (d.len >> 8) as u16;
+    let ev = match d.len & 0xff {
+        EV_CONNECTED => TcpEvent::Connected,
+        EV_ACCEPTED => TcpEvent::Accepted {
+            socket: u16::try_from(d.buf).ok()?,
+            peer: SocketAddrV4::new(Ipv4Addr::from(d.aux), port),
+        },
+        EV_EOF => TcpEvent::Eof,
+        EV_FAILED => TcpEvent::Failed(match d.aux {
+            1 => TcpFailure::Reset,
+            2 => TcpFailure::Refused,
+            3 => TcpFailure::TimedOut,
+            _ => TcpFailure::Failed,
+        }),
+        EV_RELEASED => TcpEvent::Released,
+        _ => return None,
+    };
+    Some((d.flags as u16, ev))
+}
+
+#[cfg(test)]
+mod tcp_tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_and_junk_is_refused() {
+        let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 40_000);
+        for ev in [
+            TcpEvent::Connected,
+            TcpEvent::Accepted { socket: 77, peer },
+            TcpEvent::Eof,
+            TcpEvent::Failed(TcpFailure::Reset),
+            TcpEvent::Failed(TcpFailure::TimedOut),
+            TcpEvent::Released,
+        ] {
+            assert_eq!(event_of(&event_desc(513, ev)), Some((513, ev)));
+        }
+        let junk = Desc {
+            buf: 0,
+            len: RX_EVENT | 99,
+            flags: 1,
+            aux: 0,
+        };
+        assert_eq!(event_of(&junk), None);
+        assert_eq!(event_of(&Desc::new(3, 100)), None);
+        for op in 1..=7 {
+            assert_eq!(TcpOp::from_code(op).map(|o| o as u32), Some(op));
+        }
+        assert_eq!(TcpOp::from_code(0), None);
+    }
+}

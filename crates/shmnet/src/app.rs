@@ -13,6 +13,12 @@ pub enum AppCmd {
     Sink(AppArgs),
     /// Send every datagram back to its sender.
     Echo(AppArgs),
+    /// Send a file over TCP (seed 002's ftp) to ADDR:PORT — another shmnet, `nc -l`,
+    /// `socat` — showing progress, then the rate.
+    SendFile(crate::app_file::SendFileArgs),
+    /// Listen on a TCP port and write the first connection's bytes to a file, showing
+    /// progress, then the rate (`nc HOST PORT < FILE` sends one).
+    RecvFile(crate::app_file::RecvFileArgs),
 }
 
 #[derive(Args)]
@@ -39,6 +45,8 @@ pub fn run(cmd: AppCmd) -> Result<()> {
     let (echo, a) = match cmd {
         AppCmd::Sink(a) => (false, a),
         AppCmd::Echo(a) => (true, a),
+        AppCmd::SendFile(a) => return crate::app_file::send_file(a),
+        AppCmd::RecvFile(a) => return crate::app_file::recv_file(a),
     };
     let client = Client::connect(&a.socket).context("attaching to the server")?;
     let sock = client

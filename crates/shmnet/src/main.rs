@@ -5,6 +5,7 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 mod app;
+mod app_file;
 mod iface_lock;
 mod lab;
 mod netbench;

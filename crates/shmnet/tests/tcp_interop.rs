@@ -85,15 +85,15 @@ impl Server {
         });
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
+        // The inline structure's banner, or the server structure's.
+        let started = |l: &str| l.contains("Ctrl-C to stop") || l.contains("control socket");
         while err.read_line(&mut line).unwrap_or(0) > 0 {
-            if line.contains("Ctrl-C to stop") {
+            if started(&line) {
                 break;
             }
+            line.clear();
         }
-        assert!(
-            line.contains("Ctrl-C to stop"),
-            "shmnet serve did not start: {line}"
-        );
+        assert!(started(&line), "shmnet serve did not start: {line}");
         std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
         Server { child, stdout }
     }
@@ -376,4 +376,131 @@ fn tshark_finds_no_malformed_segment_in_shmnets_tcp() {
         "shmnet's segments with a bad checksum"
     );
     let _ = std::fs::remove_file(&pcap);
+}
+
+/// Waits for `child` within `limit`; panics with its output if it fails. Returns stdout.
+fn wait_ok(mut child: Child, what: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            let mut out = String::new();
+            let mut err = String::new();
+            if let Some(mut o) = child.stdout.take() {
+                let _ = o.read_to_string(&mut out);
+            }
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            assert!(st.success(), "{what} failed ({st}): {out} {err}");
+            return out;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Seed 002's ftp through the `server` and `ipc` structures: `shmnet app recv-file` takes a
+/// file from Linux's `nc`, `shmnet app send-file` gives one to Linux's `nc -l`, every byte
+/// compared.
+#[test]
+fn files_cross_the_server_structures_to_and_from_linux() {
+    const TEST: &str = "files_cross_the_server_structures_to_and_from_linux";
+    if !root() {
+        shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    const BYTES: usize = 48 << 20;
+    let file = random_file(BYTES, "ftp");
+    for structure in ["server", "ipc"] {
+        let Some(ns) = netns(&format!("ftp-{structure}")) else {
+            shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+            return;
+        };
+        let sock = std::env::temp_dir().join(format!(
+            "shmnet-ftp-{}-{structure}.sock",
+            std::process::id()
+        ));
+        let sock_arg = sock.to_str().unwrap().to_string();
+        let server = Server::start(&ns, &["--structure", structure, "--socket", &sock_arg]);
+        let shmnet = env!("CARGO_BIN_EXE_shmnet");
+
+        // Linux → shmnet.
+        let got = std::env::temp_dir().join(format!("shmnet-ftp-{}-in", std::process::id()));
+        let mut recv = Command::new(shmnet);
+        recv.args(["app", "recv-file", "5001"])
+            .arg(&got)
+            .args(["--socket", &sock_arg, "--json", "--timeout", "30"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let recv = recv.spawn().expect("start recv-file");
+        // Until it listens, nc's connection is refused: try again.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut nc = ns.cmd("nc");
+            nc.args(["-N", "10.93.0.1", "5001"])
+                .stdin(std::fs::File::open(&file).unwrap())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            if nc.status().expect("run nc").success() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{structure}: nc never connected");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let out = wait_ok(recv, "recv-file", limit(BYTES));
+        let report: serde_json::Value = serde_json::from_str(out.trim()).expect("its report");
+        assert_eq!(
+            u(&report, &["bytes"]),
+            BYTES as u64,
+            "{structure}: {report}"
+        );
+        assert!(
+            std::fs::read(&got).unwrap() == std::fs::read(&file).unwrap(),
+            "{structure}: the file nc sent arrived changed"
+        );
+
+        // shmnet → Linux.
+        let mut listen = ns.cmd("nc");
+        listen
+            .args(["-l", "10.93.0.2", "5002"])
+            .stdout(std::fs::File::create(&got).unwrap())
+            .stderr(Stdio::null());
+        let listen = listen.spawn().expect("start nc -l");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut send = Command::new(shmnet);
+            send.args(["app", "send-file", "10.93.0.2:5002"])
+                .arg(&file)
+                .args(["--socket", &sock_arg, "--json", "--connect-timeout", "2"]);
+            let out = send.output().expect("run send-file");
+            if out.status.success() {
+                let report: serde_json::Value =
+                    serde_json::from_slice(&out.stdout).expect("its report");
+                assert_eq!(
+                    u(&report, &["bytes"]),
+                    BYTES as u64,
+                    "{structure}: {report}"
+                );
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{structure}: send-file failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        wait_ok(listen, "nc -l", limit(BYTES));
+        assert!(
+            std::fs::read(&got).unwrap() == std::fs::read(&file).unwrap(),
+            "{structure}: the file send-file sent arrived changed"
+        );
+        let _ = std::fs::remove_file(&got);
+        drop(server);
+        let _ = std::fs::remove_file(&sock);
+    }
+    let _ = std::fs::remove_file(&file);
 }

@@ -89,6 +89,19 @@ pub(crate) enum Command {
         port: u16,
         reply: mpsc::SyncSender<Response>,
     },
+    /// Listen on a TCP port for an application.
+    TcpListen {
+        id: u64,
+        port: u16,
+        backlog: u32,
+        reply: mpsc::SyncSender<Response>,
+    },
+    /// Open a TCP connection for an application.
+    TcpConnect {
+        id: u64,
+        to: std::net::SocketAddrV4,
+        reply: mpsc::SyncSender<Response>,
+    },
     /// Close one of its sockets.
     Close {
         id: u64,
@@ -688,6 +701,23 @@ impl ControlPlane {
                     .ask(|reply| Command::Bind { id, port, reply })
                     .unwrap_or_else(gone),
             ),
+            Request::TcpListen { port, backlog } if attached => Some(
+                self.spec
+                    .outbox
+                    .ask(|reply| Command::TcpListen {
+                        id,
+                        port,
+                        backlog,
+                        reply,
+                    })
+                    .unwrap_or_else(gone),
+            ),
+            Request::TcpConnect { to } if attached => Some(
+                self.spec
+                    .outbox
+                    .ask(|reply| Command::TcpConnect { id, to, reply })
+                    .unwrap_or_else(gone),
+            ),
             Request::Close { socket } if attached => Some(
                 self.spec
                     .outbox
@@ -708,7 +738,11 @@ impl ControlPlane {
                 })
             }
             Request::Register { .. } => unreachable!("served by `register`"),
-            Request::Bind { .. } | Request::Close { .. } | Request::Unregister { .. } => {
+            Request::Bind { .. }
+            | Request::Close { .. }
+            | Request::Unregister { .. }
+            | Request::TcpListen { .. }
+            | Request::TcpConnect { .. } => {
                 self.count(|c| c.bad_messages += 1);
                 Some(Response::Error("say Hello first".into()))
             }

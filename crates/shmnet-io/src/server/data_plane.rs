@@ -14,20 +14,27 @@
 
 use super::control_plane::{Command, Inbox};
 use super::handles::HandleCtx;
+use super::sockets::{AppSocket, Sockets};
 use super::stats::{AppCounters, AppStats, DataPlaneCounters, MemoryStats, ServerStats};
 use super::transport::{AppTransport, BURST, Round};
 use crate::control::{self, Response};
 use crate::driver::{Driver, RxFrame};
 use crate::driver_host::DriverThreadStats;
 use crate::pool::ChanPool;
+use crate::windows;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::OwnedFd;
 use shmnet_chan::handles::Pch;
 use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
-use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
+use shmnet_stack::{BufIdx, BufferPool, Interface};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// How long the data plane waits, when an application goes, for the lines its parked TCP
+/// sends missed on (the one wait of the data plane outside `idle`: it happens only when an
+/// application dies with bytes still parked behind a miss).
+const DETACH_MISS_PATIENCE: Duration = Duration::from_millis(200);
 
 /// `ipc`: frames the server holds for a driver socket that is full, at most.
 const IPC_TX_PENDING: usize = 1024;
@@ -80,7 +87,7 @@ struct AppSlot {
     uid: u32,
     transport: Box<dyn AppTransport>,
     /// Socket number → stack socket.
-    sockets: Vec<Option<SocketHandle>>,
+    sockets: Sockets,
     counters: AppCounters,
 }
 
@@ -179,17 +186,20 @@ impl DataPlane {
             scratch: &mut self.scratch,
             handles: &mut self.handles,
             copy_probe: self.copy_probe.as_deref_mut(),
+            last_call: false,
         };
         // Lines the miss thread served while we slept go in before the sends that wait for them.
         r.handles.install_served();
         for app in &mut self.apps {
-            work += app.transport.take(&mut r, &app.sockets, &mut app.counters);
+            work += app
+                .transport
+                .take(&mut r, &mut app.sockets, &mut app.counters);
         }
         r.handles.kick();
         for app in &mut self.apps {
             work += app
                 .transport
-                .deliver(&mut r, &app.sockets, &mut app.counters);
+                .deliver(&mut r, &mut app.sockets, &mut app.counters);
         }
         self.iface.poll(&mut self.pool, now, &mut self.tx);
         work += self.transmit_frames();
@@ -349,11 +359,24 @@ impl DataPlane {
                     pid,
                     uid,
                     transport,
-                    sockets: Vec::new(),
+                    sockets: Sockets::default(),
                     counters: AppCounters::default(),
                 }),
                 Command::Bind { id, port, reply } => {
                     let resp = self.bind(id, port);
+                    let _ = reply.send(resp);
+                }
+                Command::TcpListen {
+                    id,
+                    port,
+                    backlog,
+                    reply,
+                } => {
+                    let resp = self.tcp_listen(id, port, backlog);
+                    let _ = reply.send(resp);
+                }
+                Command::TcpConnect { id, to, reply } => {
+                    let resp = self.tcp_connect(id, to);
                     let _ = reply.send(resp);
                 }
                 Command::Close { id, socket, reply } => {
@@ -394,15 +417,66 @@ impl DataPlane {
             return Response::Error("say Hello first".into());
         };
         match self.iface.udp_bind_port(port) {
-            Ok(h) => {
-                app.sockets.push(Some(h));
-                Response::Bound {
-                    socket: (app.sockets.len() - 1) as u32,
+            Ok(h) => match app.sockets.insert(AppSocket::Udp(h)) {
+                Some(socket) => Response::Bound {
+                    socket: u32::from(socket),
                     // Port 0 asked for any free port: say which one it got.
                     port: self.iface.udp_local_addr(h).map_or(port, |a| a.port()),
+                },
+                None => {
+                    let _ = self.iface.udp_close(&mut self.pool, h);
+                    Response::Error("65,536 sockets are open: close some first".into())
+                }
+            },
+            Err(e) => Response::Error(format!("cannot bind UDP port {port}: {e}")),
+        }
+    }
+
+    fn tcp_listen(&mut self, id: u64, port: u16, backlog: u32) -> Response {
+        let Some(app) = self.apps.iter_mut().find(|a| a.id == id) else {
+            return Response::Error("say Hello first".into());
+        };
+        match self.iface.tcp_listen(port, backlog.clamp(1, 65_535)) {
+            Ok(l) => match app.sockets.insert(AppSocket::Listener { l, owed: None }) {
+                Some(socket) => Response::TcpSocket {
+                    socket: u32::from(socket),
+                    port: self.iface.tcp_listen_port(l).unwrap_or(port),
+                },
+                None => {
+                    let now = self.now();
+                    let _ = self
+                        .iface
+                        .tcp_unlisten(&mut self.pool, l, now, &mut self.tx);
+                    Response::Error("65,536 sockets are open: close some first".into())
+                }
+            },
+            Err(e) => Response::Error(format!("cannot listen on TCP port {port}: {e}")),
+        }
+    }
+
+    fn tcp_connect(&mut self, id: u64, to: std::net::SocketAddrV4) -> Response {
+        let now = self.now();
+        let Some(app) = self.apps.iter_mut().find(|a| a.id == id) else {
+            return Response::Error("say Hello first".into());
+        };
+        match self
+            .iface
+            .tcp_connect(&mut self.pool, to, now, &mut self.tx)
+        {
+            Ok(h) => {
+                let port = self.iface.tcp_info(h).map_or(0, |i| i.local.port());
+                match app.sockets.insert_tcp(h, false) {
+                    Some(socket) => Response::TcpSocket {
+                        socket: u32::from(socket),
+                        port,
+                    },
+                    None => {
+                        let _ = self.iface.tcp_abort(&mut self.pool, h, now, &mut self.tx);
+                        Response::Error("65,536 sockets are open: close some first".into())
+                    }
                 }
             }
-            Err(e) => Response::Error(format!("cannot bind UDP port {port}: {e}")),
+            Err(e) => Response::Error(format!("cannot connect to {to}: {e}")),
         }
     }
 
@@ -410,7 +484,7 @@ impl DataPlane {
         let Some(app) = self.app_mut(id) else {
             return Response::Error("say Hello first".into());
         };
-        match app.sockets.get_mut(socket as usize).and_then(Option::take) {
+        match app.sockets.take_udp(socket as usize) {
             Some(h) => {
                 let _ = self.iface.udp_close(&mut self.pool, h);
                 Response::Closed { socket }
@@ -435,10 +509,31 @@ impl DataPlane {
             scratch: &mut self.scratch,
             handles: &mut self.handles,
             copy_probe: self.copy_probe.as_deref_mut(),
+            last_call: false,
         };
-        app.transport.take(&mut r, &app.sockets, &mut app.counters);
+        // Everything it wrote and the server still holds goes out before its sockets close
+        // (as the kernel sends what a process wrote before it exited): its rings are
+        // drained to the end, bounded by their size.
+        // A TCP send waiting for a line (`--isolation regions`) is waited for a little:
+        // the miss thread serves it while the application's regions are still mapped.
+        r.last_call = true;
+        let patience = Instant::now() + DETACH_MISS_PATIENCE;
+        for _ in 0..4 * windows::APP_RING {
+            r.handles.install_served();
+            let work = app
+                .transport
+                .take(&mut r, &mut app.sockets, &mut app.counters);
+            r.handles.kick();
+            if work == 0 {
+                if app.transport.parked() == 0 || Instant::now() > patience {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        let udp = app.sockets.close_all(&mut r);
         app.transport.reclaim(&mut self.pool);
-        for h in app.sockets.into_iter().flatten() {
+        for h in udp {
             let _ = self.iface.udp_close(&mut self.pool, h);
         }
         // Its registrations are unmapped once this returns: nothing may point there.
@@ -580,10 +675,7 @@ impl DataPlane {
 
     /// Sockets bound by attached applications.
     pub(crate) fn sockets_bound(&self) -> usize {
-        self.apps
-            .iter()
-            .map(|a| a.sockets.iter().flatten().count())
-            .sum()
+        self.apps.iter().map(|a| a.sockets.count()).sum()
     }
 
     /// Whether the driver has stopped.
@@ -621,7 +713,7 @@ impl DataPlane {
                 pid: a.pid,
                 uid: a.uid,
                 transport: a.transport.kind().into(),
-                sockets: a.sockets.iter().flatten().count(),
+                sockets: a.sockets.count(),
                 holding: a.transport.holding(),
                 window_bytes: a.transport.window().map_or(0, Window::size),
                 rings: a.transport.window().map_or(Vec::new(), |w| w.stats().rings),

@@ -33,6 +33,7 @@ mod data_plane;
 mod handles;
 mod held;
 mod region_app;
+mod sockets;
 mod stats;
 mod transport;
 

@@ -21,14 +21,18 @@
 //! application's memory or a pool buffer: the rings are checked for their indices only, and
 //! the handles by the cache.
 
+use super::sockets::{Backlog, Parked, Progress, Sockets, TcpItem, send_parts};
 use super::stats::AppCounters;
-use super::transport::{AppTransport, BURST, BURSTS_PER_ROUND, Round, send_by_handle};
+use super::transport::{
+    AppTransport, BURST, BURSTS_PER_ROUND, Round, TCP_CHAIN_BYTES, counted, handle_bytes,
+    send_by_handle,
+};
 use crate::spec::OnMiss;
 use crate::windows::{self, RECV_HEADER, SendStatus};
 use rustix::event::{PollFd, PollFlags};
 use shmnet_chan::handles::{Access, Handle, LookupError, Pch, RegionId};
 use shmnet_chan::{Consumer, Desc, DescLimits, Producer, Window};
-use shmnet_stack::{BufferPool, Message, SocketHandle};
+use shmnet_stack::{BufferPool, Message};
 
 /// The two classes of posted receive buffers, in the order of `POST_SMALL`, `POST_LARGE`.
 const CLASSES: usize = 2;
@@ -59,6 +63,10 @@ pub(crate) struct RegionApp {
     starved: bool,
     /// Whether the post rings were armed by the last `prepare_sleep`.
     posts_armed: bool,
+    /// TCP requests waiting for send-buffer room or a line, in order.
+    backlog: Backlog,
+    /// A TCP request waits for a line (not for the peer): keep polling, as for a held send.
+    tcp_missed: bool,
     batch: [Desc; BURST],
 }
 
@@ -87,6 +95,8 @@ impl RegionApp {
             recv_stalled_fills: None,
             starved: false,
             posts_armed: false,
+            backlog: Backlog::default(),
+            tcp_missed: false,
             batch: [Desc::default(); BURST],
             win,
         })
@@ -103,13 +113,42 @@ impl RegionApp {
     fn send_batch(
         &mut self,
         r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
+        sockets: &mut Sockets,
         c: &mut AppCounters,
         n: usize,
         done: &mut [Desc; BURST],
     ) -> (usize, usize) {
         let mut k = 0;
         for (j, d) in self.batch[..n].iter().enumerate() {
+            if d.flags & windows::REQ_OP != 0 || sockets.tcp(d.aux as usize).is_some() {
+                // TCP: in order behind what is parked, parked itself if it cannot be
+                // carried out whole now (no room in the send buffer, a line that missed —
+                // a TCP send is never dropped on a miss, or its bytes would come out of
+                // order).
+                let p = Parked { d: *d, done: 0 };
+                let progress = if self.backlog.holds(d.aux) {
+                    Progress::Blocked(0)
+                } else {
+                    region_tcp_request(r, self.pch, sockets, &p, c)
+                };
+                match progress {
+                    Progress::Done(status) if d.flags & windows::REQ_OP == 0 => {
+                        done[k] = windows::done_desc(d, status);
+                        k += 1;
+                    }
+                    Progress::Done(_) => {}
+                    Progress::Blocked(sent) => {
+                        if !self.backlog.park(*d, sent) {
+                            c.bad_sends += 1;
+                            if d.flags & windows::REQ_OP == 0 {
+                                done[k] = windows::done_desc(d, SendStatus::Failed);
+                                k += 1;
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
             let status = if d.flags & windows::REQ_HANDLE == 0 {
                 // Only sends by handle exist here: a chain index names nothing of ours.
                 SendStatus::Refused
@@ -138,6 +177,78 @@ impl RegionApp {
         self.post_held[class]
             .take()
             .or_else(|| self.posts[class].dequeue())
+    }
+
+    /// Copies up to `readable` bytes of connection `h` into a posted buffer (a small one if
+    /// they fit, else a large one): returns the post and the bytes, or `None` if no post is
+    /// there or its line missed (the bytes stay queued; the post is held for next time).
+    fn tcp_into_post(
+        &mut self,
+        r: &mut Round<'_>,
+        h: shmnet_stack::tcp::TcpHandle,
+        readable: u32,
+        c: &mut AppCounters,
+    ) -> Option<(Desc, u32)> {
+        let want = readable.min(TCP_CHAIN_BYTES) as usize;
+        let class = usize::from(windows::post_ring_for(want) == windows::POST_LARGE);
+        let Some(post) = self.next_post(class) else {
+            self.starved = true;
+            return None;
+        };
+        let cap = (post.len as usize).saturating_sub(RECV_HEADER);
+        if cap == 0 {
+            c.bad_posts += 1;
+            return None;
+        }
+        let want = want.min(cap);
+        let (region, off) = windows::posted_handle(&post);
+        let handle = Handle {
+            app: self.pch,
+            region: RegionId(region),
+            off,
+            len: (RECV_HEADER + want) as u32,
+        };
+        r.handles.note(&handle, Access::Write);
+        let at = match r.handles.cache.translate(&handle, Access::Write) {
+            Ok(at) => at,
+            Err(LookupError::Miss(key)) => {
+                c.recv_misses += 1;
+                let generation = r.handles.generation(self.pch);
+                r.handles.misses.report(key, Access::Write, generation);
+                self.post_held[class] = Some(post);
+                self.recv_stalled_fills = Some(r.handles.fills());
+                return None;
+            }
+            Err(LookupError::Refused(_)) => {
+                c.bad_posts += 1;
+                return None;
+            }
+        };
+        // SAFETY: the cache translated exactly `RECV_HEADER + want` bytes of a region this
+        // application registered writable, mapped until its lines are dropped (between
+        // rounds, not during this one). The application may scribble on them meanwhile:
+        // that changes only what it will read.
+        let dst = unsafe { std::slice::from_raw_parts_mut(at.as_ptr(), RECV_HEADER + want) };
+        let k = match r
+            .iface
+            .tcp_recv(r.pool, h, &mut dst[RECV_HEADER..], r.now, r.tx)
+        {
+            Ok(k) if k > 0 => k,
+            _ => {
+                self.post_held[class] = Some(post);
+                return None;
+            }
+        };
+        let src = r
+            .iface
+            .tcp_info(h)
+            .map(|i| i.remote)
+            .unwrap_or(std::net::SocketAddrV4::new(
+                std::net::Ipv4Addr::UNSPECIFIED,
+                0,
+            ));
+        dst[..RECV_HEADER].copy_from_slice(&windows::encode_dst(src));
+        Some((post, k as u32))
     }
 
     fn flush_deliveries(&mut self, n: usize, c: &mut AppCounters) {
@@ -192,18 +303,59 @@ unsafe fn copy_into(
     copied
 }
 
+/// Carries out TCP request `p` of an application under `--isolation regions`: an
+/// operation, or a send by handle (bytes past `p.done`; a miss leaves it blocked until the
+/// line arrives).
+fn region_tcp_request(
+    r: &mut Round<'_>,
+    pch: Pch,
+    sockets: &mut Sockets,
+    p: &Parked,
+    c: &mut AppCounters,
+) -> Progress {
+    let d = &p.d;
+    if d.flags & windows::REQ_OP != 0 {
+        match windows::TcpOp::from_code(d.len) {
+            Some(op) => sockets.apply(r, d.aux as u16, op),
+            None => c.bad_sends += 1,
+        }
+        return Progress::Done(SendStatus::Sent);
+    }
+    if d.flags & windows::REQ_HANDLE == 0 {
+        return counted(Some(Progress::Done(SendStatus::Refused)), c);
+    }
+    let bytes = match handle_bytes(r, pch, d) {
+        Ok(b) => b,
+        Err(SendStatus::Miss) => {
+            c.send_misses += 1;
+            return Progress::Blocked(p.done);
+        }
+        Err(status) => return counted(Some(Progress::Done(status)), c),
+    };
+    let sent = sockets
+        .tcp(d.aux as usize)
+        .and_then(|h| send_parts(r, h, &[&bytes[windows::SEND_HEADER..]], p.done));
+    counted(sent, c)
+}
+
 impl AppTransport for RegionApp {
     fn kind(&self) -> &'static str {
         "regions"
     }
 
-    fn take(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize {
+    fn take(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         let mut work = 0;
+        let misses = c.send_misses;
+        if !self.backlog.is_empty() {
+            let (pch, rx) = (self.pch, &mut self.rx);
+            work += self.backlog.retry(
+                |p| region_tcp_request(r, pch, sockets, p, c),
+                |d, status| {
+                    d.flags & windows::REQ_OP != 0
+                        || rx.enqueue(windows::done_desc(d, status)).is_ok()
+                },
+            );
+        }
         let mut done = [Desc::default(); BURST];
         // A budget per round, so an application that keeps its ring full (or fakes it)
         // cannot keep the data plane from everyone else.
@@ -247,15 +399,11 @@ impl AppTransport for RegionApp {
                 self.stalled_fills = None;
             }
         }
+        self.tcp_missed = c.send_misses != misses && !self.backlog.is_empty();
         work
     }
 
-    fn deliver(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize {
+    fn deliver(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         self.starved = false;
         if self
             .recv_stalled_fills
@@ -265,20 +413,43 @@ impl AppTransport for RegionApp {
             return 0;
         }
         self.recv_stalled_fills = None;
-        if !sockets
-            .iter()
-            .flatten()
-            .any(|&h| matches!(r.iface.udp_peek(h), Ok(Some(_))))
-        {
+        let mut item = sockets.next_item(r.iface);
+        if item.is_none() && !sockets.any_udp_waiting(r.iface) {
             return 0;
         }
         let mut room = self.rx.free_slots() as usize;
         let (mut n, mut work) = (0, 0);
+        // TCP first: events, and bytes copied into posted buffers (never dropped: a miss
+        // holds them in the connection's queue, closing its window, until the line comes).
+        while let Some(it) = item.filter(|_| room > 0) {
+            let d = match it {
+                TcpItem::Event(socket, ev) => {
+                    sockets.delivered(socket, ev);
+                    windows::event_desc(socket, ev)
+                }
+                TcpItem::Data {
+                    socket,
+                    h,
+                    readable,
+                } => match self.tcp_into_post(r, h, readable, c) {
+                    Some((post, len)) => windows::region_rx_desc(&post, len, socket),
+                    None => break,
+                },
+            };
+            self.batch[n] = d;
+            n += 1;
+            room -= 1;
+            work += 1;
+            if n == BURST {
+                self.flush_deliveries(n, c);
+                n = 0;
+            }
+            item = sockets.next_item(r.iface);
+        }
         // Refused posts cost a round no more than a burst: a ring of junk posts is worked
         // through a burst per round, beside everyone else's traffic.
         let mut refusals = BURST;
-        'sockets: for (sock, h) in sockets.iter().enumerate() {
-            let Some(h) = *h else { continue };
+        'sockets: for (sock, h) in sockets.udp_sockets() {
             while room > 0 {
                 let Ok(Some(msg)) = r.iface.udp_peek(h) else {
                     break;
@@ -373,7 +544,7 @@ impl AppTransport for RegionApp {
 
     fn prepare_sleep(&mut self) -> bool {
         // A request held on a miss is retried as soon as the line arrives: keep polling.
-        if self.stalled_n > 0 || self.recv_stalled_fills.is_some() {
+        if self.stalled_n > 0 || self.recv_stalled_fills.is_some() || self.tcp_missed {
             return false;
         }
         if !self.req.prepare_wait() {
@@ -434,5 +605,9 @@ impl AppTransport for RegionApp {
 
     fn wakeups(&self) -> u64 {
         self.rx.stats().wakeups_sent
+    }
+
+    fn parked(&self) -> usize {
+        self.backlog.len()
     }
 }

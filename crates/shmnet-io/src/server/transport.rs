@@ -13,6 +13,7 @@
 //! ring, chains are walked with a bound, returns are checked against what was delivered.
 
 use super::held::Held;
+use super::sockets::{Backlog, Parked, Progress, Sockets, TcpItem, send_parts};
 use super::stats::AppCounters;
 use crate::control;
 use crate::pool::ChanPool;
@@ -22,7 +23,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::fd::OwnedFd;
 use shmnet_chan::handles::{Access, Handle, LookupError, Pch, RegionId};
 use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
-use shmnet_stack::{BufIdx, BufferPool, Interface, SocketHandle};
+use shmnet_stack::{BufIdx, BufferPool, Interface};
 
 /// Descriptors moved per ring operation.
 pub(crate) const BURST: usize = 32;
@@ -43,6 +44,9 @@ pub(crate) struct Round<'a> {
     /// The instrument around the server's copies into posted buffers, if one is installed
     /// ([`super::Server::probe_copies`]).
     pub copy_probe: Option<&'a mut dyn super::CopyProbe>,
+    /// The application is going away: TCP bytes it wrote go into the connections' send
+    /// queues past their limit (they have nowhere else to wait), so none is lost.
+    pub last_call: bool,
 }
 
 /// One application's side of the data plane.
@@ -51,19 +55,9 @@ pub(crate) trait AppTransport: Send {
     fn kind(&self) -> &'static str;
     /// Takes back the chains the application returned and carries out its sends on
     /// `sockets` (socket number → stack socket). Returns how much it did.
-    fn take(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize;
+    fn take(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize;
     /// Delivers the queued messages of `sockets`, as many as the application can take now.
-    fn deliver(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize;
+    fn deliver(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize;
     /// Announces sleep on everything this transport consumes; `false` (nothing left armed)
     /// if there is work already.
     fn prepare_sleep(&mut self) -> bool;
@@ -83,6 +77,8 @@ pub(crate) trait AppTransport: Send {
     fn blocked(&self) -> bool {
         false
     }
+    /// TCP requests it has made that wait for the stack (or a line).
+    fn parked(&self) -> usize;
 }
 
 /// An application of the `server` structure.
@@ -97,8 +93,19 @@ pub(crate) struct ShmApp {
     ret: Consumer,
     send_bufs: DriverPools,
     held: Held,
+    /// The chains in `held` that carry TCP bytes: at most [`TCP_CHAINS_LENT`] at once.
+    tcp_held: Held,
+    /// TCP requests waiting for send-buffer room, in order.
+    backlog: Backlog,
     batch: [Desc; BURST],
 }
+
+/// Chains of TCP bytes an application may hold at once (each at most [`TCP_CHAIN_BYTES`]):
+/// the window a connection advertises opens when its bytes are lent, so this, not the
+/// window, bounds the pool buffers a slow reader keeps.
+const TCP_CHAINS_LENT: usize = 64;
+/// Bytes of one lent chain of TCP bytes, at most.
+pub(crate) const TCP_CHAIN_BYTES: u32 = 65_536;
 
 impl ShmApp {
     /// Takes the server's ends of a fresh application window `win`, for a data window of
@@ -118,6 +125,8 @@ impl ShmApp {
             ret: win.consumer_with_limits(windows::RET, data_limits)?,
             send_bufs: win.driver_pools()?,
             held: Held::new(total),
+            tcp_held: Held::new(total),
+            backlog: Backlog::default(),
             batch: [Desc::default(); BURST],
             bufs: win.buffers(),
             win,
@@ -129,8 +138,11 @@ impl ShmApp {
         c.delivered += placed as u64;
         // Cannot happen (room was counted); never leak a chain if it does.
         for d in &self.batch[placed..n] {
-            self.held.remove(d.buf);
-            pool.free_chain(BufIdx(d.buf));
+            if windows::event_of(d).is_none() {
+                self.held.remove(d.buf);
+                self.tcp_held.remove(d.buf);
+                pool.free_chain(BufIdx(d.buf));
+            }
         }
     }
 }
@@ -140,12 +152,7 @@ impl AppTransport for ShmApp {
         "shm"
     }
 
-    fn take(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize {
+    fn take(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         let mut work = 0;
         // Budgets per round (returns, then sends), so an application that keeps its rings
         // full — or fakes it by writing their indices — cannot keep the data plane from
@@ -158,6 +165,7 @@ impl AppTransport for ShmApp {
             work += n;
             for d in &self.batch[..n] {
                 if self.held.remove(d.buf) {
+                    self.tcp_held.remove(d.buf);
                     c.returned += 1;
                     r.pool.free_chain(BufIdx(d.buf));
                 } else {
@@ -167,6 +175,18 @@ impl AppTransport for ShmApp {
         }
         let bufs = &self.bufs;
         let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
+        let send_bufs = &mut self.send_bufs;
+        if !self.backlog.is_empty() {
+            work += self.backlog.retry(
+                |p| shm_tcp_request(r, sockets, bufs, p, c),
+                |d, _| {
+                    if d.flags & windows::REQ_OP == 0 {
+                        send_bufs.release(d.buf);
+                    }
+                    true
+                },
+            );
+        }
         let mut done = [Desc::default(); BURST];
         for _ in 0..BURSTS_PER_ROUND {
             // A send by handle answers on RX: take no more than RX has room for (known
@@ -182,6 +202,31 @@ impl AppTransport for ShmApp {
             work += n;
             let mut k = 0;
             for d in &self.batch[..n] {
+                if d.flags & windows::REQ_OP != 0 || sockets.tcp(d.aux as usize).is_some() {
+                    // TCP: in order behind what is parked, parked itself if the stack
+                    // cannot take it whole now.
+                    let p = Parked { d: *d, done: 0 };
+                    let parked = if self.backlog.holds(d.aux) {
+                        self.backlog.park(*d, 0)
+                    } else {
+                        match shm_tcp_request(r, sockets, bufs, &p, c) {
+                            Progress::Done(_) => {
+                                if d.flags & windows::REQ_OP == 0 {
+                                    self.send_bufs.release(d.buf);
+                                }
+                                continue;
+                            }
+                            Progress::Blocked(sent) => self.backlog.park(*d, sent),
+                        }
+                    };
+                    if !parked {
+                        c.bad_sends += 1;
+                        if d.flags & windows::REQ_OP == 0 {
+                            self.send_bufs.release(d.buf);
+                        }
+                    }
+                    continue;
+                }
                 if d.flags & windows::REQ_HANDLE != 0 {
                     let status = send_by_handle(r, self.pch, sockets, d);
                     match status {
@@ -194,7 +239,7 @@ impl AppTransport for ShmApp {
                     continue;
                 }
                 let sent = gather_send(bufs, d, &mut parts).and_then(|(dst, k)| {
-                    let h = sockets.get(d.aux as usize).copied().flatten()?;
+                    let h = sockets.udp(d.aux as usize)?;
                     r.iface
                         .udp_send_gather(r.pool, h, &parts[..k], dst, r.now, r.tx)
                         .ok()
@@ -214,26 +259,49 @@ impl AppTransport for ShmApp {
         work
     }
 
-    fn deliver(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize {
+    fn deliver(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         // The ring's tail is the application's to write: read it (a cache line that moves
         // between cores) only when there is something to deliver.
-        if !sockets
-            .iter()
-            .flatten()
-            .any(|&h| matches!(r.iface.udp_peek(h), Ok(Some(_))))
-        {
+        let mut item = sockets.next_item(r.iface);
+        if item.is_none() && !sockets.any_udp_waiting(r.iface) {
             return 0;
         }
         let mut room = self.rx.free_slots() as usize;
         let mut n = 0;
         let mut work = 0;
-        for (sock, h) in sockets.iter().enumerate() {
-            let Some(h) = *h else { continue };
+        // TCP first: its events and bytes, lent as chains where the driver wrote them.
+        while let Some(it) = item.filter(|_| room > 0) {
+            let d = match it {
+                TcpItem::Event(socket, ev) => {
+                    sockets.delivered(socket, ev);
+                    windows::event_desc(socket, ev)
+                }
+                TcpItem::Data { socket, h, .. } => {
+                    if self.tcp_held.len() >= TCP_CHAINS_LENT {
+                        break;
+                    }
+                    let Ok(Some(msg)) =
+                        r.iface
+                            .tcp_recv_chain(r.pool, h, TCP_CHAIN_BYTES, r.now, r.tx)
+                    else {
+                        break;
+                    };
+                    self.held.insert(msg.head.0);
+                    self.tcp_held.insert(msg.head.0);
+                    windows::rx_desc(msg.head.0, msg.len as u32, socket, msg.src)
+                }
+            };
+            self.batch[n] = d;
+            n += 1;
+            room -= 1;
+            work += 1;
+            if n == BURST {
+                self.flush_deliveries(n, r.pool, c);
+                n = 0;
+            }
+            item = sockets.next_item(r.iface);
+        }
+        for (sock, h) in sockets.udp_sockets() {
             while room > 0 {
                 let Ok(Some(msg)) = r.iface.udp_recv_chain(h) else {
                     break;
@@ -297,6 +365,56 @@ impl AppTransport for ShmApp {
     fn wakeups(&self) -> u64 {
         self.rx.stats().wakeups_sent
     }
+
+    fn parked(&self) -> usize {
+        self.backlog.len()
+    }
+}
+
+/// Carries out TCP request `p` of an application of the `server` structure: an operation,
+/// or a send chain in its window (bytes past `p.done`).
+fn shm_tcp_request(
+    r: &mut Round<'_>,
+    sockets: &mut Sockets,
+    bufs: &shmnet_chan::Buffers,
+    p: &Parked,
+    c: &mut AppCounters,
+) -> Progress {
+    let d = &p.d;
+    let socket = d.aux as u16;
+    if d.flags & windows::REQ_OP != 0 {
+        match windows::TcpOp::from_code(d.len) {
+            Some(op) => sockets.apply(r, socket, op),
+            None => c.bad_sends += 1,
+        }
+        return Progress::Done(SendStatus::Sent);
+    }
+    let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
+    let sent = gather_send(bufs, d, &mut parts).and_then(|(_, k)| {
+        let h = sockets.tcp(d.aux as usize)?;
+        send_parts(r, h, &parts[..k], p.done)
+    });
+    counted(sent, c)
+}
+
+/// `progress` of a TCP request, counted: `None` (the connection can send no more, or the
+/// request was malformed) finishes it as `Failed`.
+pub(crate) fn counted(progress: Option<Progress>, c: &mut AppCounters) -> Progress {
+    match progress {
+        Some(Progress::Done(SendStatus::Sent)) => {
+            c.sent += 1;
+            Progress::Done(SendStatus::Sent)
+        }
+        Some(Progress::Done(status)) => {
+            c.bad_sends += 1;
+            Progress::Done(status)
+        }
+        Some(blocked) => blocked,
+        None => {
+            c.bad_sends += 1;
+            Progress::Done(SendStatus::Failed)
+        }
+    }
 }
 
 /// Most buffers one send can span: the largest datagram and its header in the app window's
@@ -308,18 +426,19 @@ const MAX_SEND_PARTS: usize = 64;
 /// (the stack copies them once, into the frames — no scratch copy). Returns the
 /// destination and how many slices; `None` if the chain is malformed or shorter than
 /// `d.len`.
-/// Sends the datagram a `REQ_HANDLE` descriptor names: translated through the lookup cache
-/// (a miss is reported to the miss thread and the send dropped), its destination read from
-/// its first 8 bytes, its payload gathered where it lies into frames.
-pub(crate) fn send_by_handle(
-    r: &mut Round<'_>,
+/// The bytes a `REQ_HANDLE` descriptor names, translated through the lookup cache (a miss
+/// is reported to the miss thread): `Err(Miss)` or `Err(Refused)` when they cannot be read.
+///
+/// The application may write them concurrently: that changes only its own bytes, which the
+/// stack copies once (into frames, or a connection's send queue) and checksums there.
+pub(crate) fn handle_bytes<'r>(
+    r: &mut Round<'r>,
     pch: Pch,
-    sockets: &[Option<SocketHandle>],
     d: &Desc,
-) -> SendStatus {
+) -> Result<&'r [u8], SendStatus> {
     let (region, off) = windows::handle_of(d);
     if (d.len as usize) < SEND_HEADER {
-        return SendStatus::Refused;
+        return Err(SendStatus::Refused);
     }
     let handle = Handle {
         app: pch,
@@ -333,18 +452,32 @@ pub(crate) fn send_by_handle(
         Err(LookupError::Miss(key)) => {
             let generation = r.handles.generation(pch);
             r.handles.misses.report(key, Access::Read, generation);
-            return SendStatus::Miss;
+            return Err(SendStatus::Miss);
         }
-        Err(LookupError::Refused(_)) => return SendStatus::Refused,
-    };
-    let Some(h) = sockets.get(d.aux as usize).copied().flatten() else {
-        return SendStatus::Failed;
+        Err(LookupError::Refused(_)) => return Err(SendStatus::Refused),
     };
     // SAFETY: the lookup cache translated exactly these `len` bytes, all inside a region
     // this application registered readable and the server has mapped (lines are dropped
-    // before a region is unmapped). The application may write them concurrently: that only
-    // changes its own datagram, which the stack copies once into frames and checksums there.
-    let bytes = unsafe { std::slice::from_raw_parts(at.as_ptr(), d.len as usize) };
+    // before a region is unmapped, which happens only between rounds, never while a
+    // round holds this slice).
+    Ok(unsafe { std::slice::from_raw_parts(at.as_ptr(), d.len as usize) })
+}
+
+/// Sends the datagram a `REQ_HANDLE` descriptor names: its destination read from its first
+/// 8 bytes, its payload gathered where it lies into frames.
+pub(crate) fn send_by_handle(
+    r: &mut Round<'_>,
+    pch: Pch,
+    sockets: &Sockets,
+    d: &Desc,
+) -> SendStatus {
+    let bytes = match handle_bytes(r, pch, d) {
+        Ok(b) => b,
+        Err(status) => return status,
+    };
+    let Some(h) = sockets.udp(d.aux as usize) else {
+        return SendStatus::Failed;
+    };
     let mut hdr = [0u8; SEND_HEADER];
     hdr.copy_from_slice(&bytes[..SEND_HEADER]);
     let dst = windows::decode_dst(&hdr);
@@ -394,6 +527,11 @@ pub(crate) struct IpcApp {
     failed: bool,
     /// Datagrams lost because the socket failed or the datagram could not be read.
     pub(crate) drops: u64,
+    /// The rest of a TCP send the connection's send buffer could not take (socket, bytes):
+    /// no packet is read until it has gone, so the application's requests stay in order.
+    stash: Option<(u16, Vec<u8>)>,
+    /// An event or delivery the socket could not take, sent before anything else.
+    unsent: Vec<u8>,
 }
 
 impl IpcApp {
@@ -404,6 +542,31 @@ impl IpcApp {
             blocked: false,
             failed: false,
             drops: 0,
+            stash: None,
+            unsent: Vec::new(),
+        }
+    }
+}
+
+impl IpcApp {
+    /// Sends the packet waiting in `unsent`: `false` if the socket cannot take it now (or
+    /// failed).
+    fn flush_unsent(&mut self) -> bool {
+        match control::send_raw(&self.sock, &[&self.unsent]) {
+            Ok(true) => {
+                self.unsent.clear();
+                true
+            }
+            Ok(false) => {
+                self.blocked = true;
+                false
+            }
+            Err(_) => {
+                self.failed = true;
+                self.drops += 1;
+                self.unsent.clear();
+                false
+            }
         }
     }
 }
@@ -413,13 +576,25 @@ impl AppTransport for IpcApp {
         "ipc"
     }
 
-    fn take(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize {
+    fn take(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         let mut work = 0;
+        if let Some((sock, rest)) = self.stash.as_mut() {
+            let Some(h) = sockets.tcp(usize::from(*sock)) else {
+                self.stash = None;
+                c.bad_sends += 1;
+                return 1;
+            };
+            match send_parts(r, h, &[rest], 0) {
+                Some(Progress::Blocked(n)) => {
+                    rest.drain(..n as usize);
+                    return n as usize;
+                }
+                Some(Progress::Done(_)) => c.sent += 1,
+                None => c.bad_sends += 1,
+            }
+            self.stash = None;
+            work += 1;
+        }
         while !self.failed && work < BURST {
             let n = match control::recv_raw(&self.sock, r.scratch) {
                 Ok(Some(n)) => n,
@@ -430,11 +605,40 @@ impl AppTransport for IpcApp {
                 }
             };
             work += 1;
+            match control::parse_ipc_header(&r.scratch[..n]) {
+                Some((control::TAG_OP, sock, _)) => {
+                    let code = r.scratch.get(control::IPC_HEADER..control::IPC_HEADER + 4);
+                    match code.and_then(|b| {
+                        windows::TcpOp::from_code(u32::from_le_bytes(b.try_into().ok()?))
+                    }) {
+                        Some(op) => sockets.apply(r, sock, op),
+                        None => c.bad_sends += 1,
+                    }
+                    continue;
+                }
+                Some((control::TAG_SEND, sock, _)) if sockets.tcp(usize::from(sock)).is_some() => {
+                    let h = sockets.tcp(usize::from(sock)).expect("checked");
+                    let scratch = std::mem::take(&mut r.scratch);
+                    let sent = send_parts(r, h, &[&scratch[control::IPC_HEADER..n]], 0);
+                    if let Some(Progress::Blocked(k)) = sent {
+                        let rest = scratch[control::IPC_HEADER + k as usize..n].to_vec();
+                        self.stash = Some((sock, rest));
+                    }
+                    r.scratch = scratch;
+                    match sent {
+                        Some(Progress::Done(_)) => c.sent += 1,
+                        Some(Progress::Blocked(_)) => break,
+                        None => c.bad_sends += 1,
+                    }
+                    continue;
+                }
+                _ => {}
+            }
             let ok = control::parse_ipc_header(&r.scratch[..n]).and_then(|(tag, sock, dst)| {
                 if tag != control::TAG_SEND {
                     return None;
                 }
-                let h = sockets.get(usize::from(sock)).copied().flatten()?;
+                let h = sockets.udp(usize::from(sock))?;
                 r.iface
                     .udp_send_to(
                         r.pool,
@@ -454,16 +658,52 @@ impl AppTransport for IpcApp {
         work
     }
 
-    fn deliver(
-        &mut self,
-        r: &mut Round<'_>,
-        sockets: &[Option<SocketHandle>],
-        c: &mut AppCounters,
-    ) -> usize {
+    fn deliver(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         let mut work = 0;
         self.blocked = false;
-        for (sock, h) in sockets.iter().enumerate() {
-            let Some(h) = *h else { continue };
+        if !self.unsent.is_empty() && !self.flush_unsent() {
+            return work;
+        }
+        // TCP: its events, and its bytes copied into packets.
+        while !self.failed
+            && let Some(item) = sockets.next_item(r.iface)
+        {
+            match item {
+                TcpItem::Event(socket, ev) => {
+                    sockets.delivered(socket, ev);
+                    let d = windows::event_desc(socket, ev);
+                    self.unsent.extend_from_slice(&control::ipc_event(&d));
+                }
+                TcpItem::Data {
+                    socket,
+                    h,
+                    readable,
+                } => {
+                    let room = r.scratch.len() - control::IPC_HEADER;
+                    let want = (readable as usize).min(room);
+                    let Ok(k) = r.iface.tcp_recv(
+                        r.pool,
+                        h,
+                        &mut r.scratch[control::IPC_HEADER..control::IPC_HEADER + want],
+                        r.now,
+                        r.tx,
+                    ) else {
+                        break;
+                    };
+                    let src = std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
+                    let hdr = control::ipc_header(control::TAG_DELIVER, socket, src);
+                    r.scratch[..control::IPC_HEADER].copy_from_slice(&hdr);
+                    self.unsent
+                        .extend_from_slice(&r.scratch[..control::IPC_HEADER + k]);
+                    c.delivered += 1;
+                }
+            }
+            work += 1;
+            if !self.flush_unsent() {
+                return work;
+            }
+        }
+        for (sock, h) in sockets.udp_sockets() {
             while !self.failed {
                 let Ok(Some(msg)) = r.iface.udp_peek(h) else {
                     break;
@@ -532,6 +772,10 @@ impl AppTransport for IpcApp {
 
     fn blocked(&self) -> bool {
         self.blocked && !self.failed
+    }
+
+    fn parked(&self) -> usize {
+        usize::from(self.stash.is_some())
     }
 }
 

@@ -447,6 +447,31 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) -> Result<usize, TcpError> {
+        self.tcp_send_inner(pool, h, data, now, tx, false)
+    }
+
+    /// As [`Interface::tcp_send`], past the send buffer's limit (bounded by the pool): the
+    /// bytes an application wrote before it went away, which its server must not drop.
+    pub fn tcp_send_beyond_limit<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        data: &[u8],
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<usize, TcpError> {
+        self.tcp_send_inner(pool, h, data, now, tx, true)
+    }
+
+    fn tcp_send_inner<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        data: &[u8],
+        now: Instant,
+        tx: &mut T,
+        beyond_limit: bool,
+    ) -> Result<usize, TcpError> {
         let c = self.tcp.get_mut(h)?;
         match c.state() {
             State::SynSent | State::SynReceived | State::Established | State::CloseWait => {}
@@ -455,7 +480,11 @@ impl Interface {
             }
             _ => return Err(TcpError::NotConnected),
         }
-        let n = c.send(pool, data);
+        let n = if beyond_limit {
+            c.send_beyond_limit(pool, data)
+        } else {
+            c.send(pool, data)
+        };
         if n == 0 && !data.is_empty() {
             return Err(TcpError::WouldBlock);
         }
@@ -488,6 +517,47 @@ impl Interface {
             (State::Closed, None) => Ok(0),
             _ => Err(TcpError::WouldBlock),
         }
+    }
+
+    /// Take up to `max` received bytes out as a chain of whole buffers (at least one), the
+    /// caller's to free: the zero-copy receive. `None` when nothing is readable.
+    pub fn tcp_recv_chain<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        max: u32,
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<Option<crate::Message>, TcpError> {
+        let c = self.tcp.get_mut(h)?;
+        let Some((head, len, bufs)) = c.recv_chain(pool, max) else {
+            return Ok(None);
+        };
+        let src = c.remote();
+        self.tcp.counters.bytes_in += u64::from(len);
+        self.tcp_after(pool, h_idx(h), now, tx);
+        Ok(Some(crate::Message {
+            head,
+            len: len as usize,
+            bufs: bufs as usize,
+            src,
+        }))
+    }
+
+    /// What an application of the connection needs to know now, cheaply.
+    pub fn tcp_status(&self, h: TcpHandle) -> Result<crate::tcp::TcpStatus, TcpError> {
+        let c = self.tcp.get(h)?;
+        Ok(crate::tcp::TcpStatus {
+            state: c.state(),
+            readable: c.readable(),
+            eof: c.at_eof(),
+            error: c.error(),
+        })
+    }
+
+    /// The local port of listener `l`.
+    pub fn tcp_listen_port(&self, l: ListenHandle) -> Result<u16, TcpError> {
+        self.tcp.listen_port(l)
     }
 
     /// No more data from us: a FIN follows what is queued.

@@ -410,6 +410,11 @@ impl Conn {
         self.state
     }
 
+    /// The peer's address.
+    pub fn remote(&self) -> SocketAddrV4 {
+        self.remote
+    }
+
     /// Why the connection ended, if it ended badly.
     pub fn error(&self) -> Option<CloseReason> {
         self.error
@@ -494,6 +499,17 @@ impl Conn {
         self.tx.write(pool, data, self.snd_buf, 0)
     }
 
+    /// Queue `data` past the send buffer's limit (as many bytes as the pool has buffers
+    /// for): for the bytes an application wrote before it went away, which have nowhere
+    /// else to wait.
+    pub fn send_beyond_limit<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        data: &[u8],
+    ) -> usize {
+        self.tx.write(pool, data, u32::MAX, 0)
+    }
+
     /// Copy received bytes into `dst`; returns how many. Opens the window: a window that
     /// grew by two segments or half the buffer is announced at once.
     pub fn recv<P: BufferPool + ?Sized>(&mut self, pool: &mut P, dst: &mut [u8]) -> usize {
@@ -508,6 +524,27 @@ impl Conn {
             }
         }
         n
+    }
+
+    /// Take received bytes out as a chain of whole buffers, at most `max` bytes (but always
+    /// at least one buffer): the receive of the server structure, which hands the chain to
+    /// the application where the driver wrote it. Opens the window as [`Conn::recv`] does.
+    pub fn recv_chain<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        max: u32,
+    ) -> Option<(BufIdx, u32, u32)> {
+        let before = self.rcv_window();
+        let got = self.rx.detach(pool, max)?;
+        if self.state.synchronized() && !self.flags.rx_fin {
+            let grown = self
+                .rcv_window()
+                .saturating_sub(before.max(self.rcv_adv.since(self.rcv_nxt)));
+            if grown >= (2 * u32::from(self.smss)).min(self.rcv_buf / 2) {
+                self.flags.ack_now = true;
+            }
+        }
+        Some(got)
     }
 
     /// The application will send nothing more: queue a FIN after the data.

@@ -272,6 +272,19 @@ tcp_counters! {
     no_buffers,
 }
 
+/// What an application of a connection polls for: readable bytes, end of stream, failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpStatus {
+    /// State.
+    pub state: State,
+    /// Bytes ready to read.
+    pub readable: u32,
+    /// The peer's FIN is in and every byte before it has been read.
+    pub eof: bool,
+    /// Why the connection ended, if it ended badly.
+    pub error: Option<CloseReason>,
+}
+
 /// A connection's state as tools and tests see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TcpInfo {
@@ -768,11 +781,16 @@ impl Tcp {
         self.timers.peek().map(|r| r.0.0)
     }
 
-    /// Listen on `port` with an accept queue of `backlog`.
+    /// Listen on `port` (0: a free ephemeral port, which [`Tcp::listen_port`] names) with an
+    /// accept queue of `backlog`.
     pub fn listen(&mut self, port: u16, backlog: u32) -> Result<ListenHandle, TcpError> {
-        if port == 0 {
-            return Err(TcpError::AddressNotAvailable);
-        }
+        let port = if port == 0 {
+            let unspecified = SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
+            self.ephemeral_port(unspecified)
+                .ok_or(TcpError::NoPortsLeft)?
+        } else {
+            port
+        };
         if self.listen_ports.contains_key(&port) {
             return Err(TcpError::AddressInUse);
         }

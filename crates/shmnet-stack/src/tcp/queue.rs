@@ -253,6 +253,35 @@ impl ChainQueue {
         done
     }
 
+    /// Unlink whole buffers from the front, as many as hold at most `max` bytes (always at
+    /// least one): returns the detached chain's head, bytes and buffers, the caller's now. The
+    /// zero-copy receive of the server structure hands this chain to the application.
+    pub fn detach<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        max: u32,
+    ) -> Option<(BufIdx, u32, u32)> {
+        let head = self.head?;
+        let (mut last, mut bytes, mut bufs) = (head, u32::from(pool.len(head)), 1u32);
+        while bufs < self.bufs {
+            let Some(n) = pool.next(last) else { break };
+            let l = u32::from(pool.len(n));
+            if bytes + l > max {
+                break;
+            }
+            (last, bytes, bufs) = (n, bytes + l, bufs + 1);
+        }
+        self.head = pool.next(last);
+        pool.set_next(last, None);
+        if self.head.is_none() {
+            *self = ChainQueue::default();
+        } else {
+            self.bytes -= bytes;
+            self.bufs -= bufs;
+        }
+        Some((head, bytes, bufs))
+    }
+
     /// Free every buffer.
     pub fn clear<P: BufferPool + ?Sized>(&mut self, pool: &mut P) {
         if let Some(h) = self.head {

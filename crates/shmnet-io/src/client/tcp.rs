@@ -1,0 +1,555 @@
+//! TCP for applications of the `server` and `ipc` structures: [`TcpListener`] and
+//! [`TcpStream`], blocking and non-blocking.
+//!
+//! A TCP socket travels the same rings as a UDP socket (docs/tcp.md, "In the server"):
+//! - bytes written are sends on `REQ` — staged in the send region or send buffers — which
+//!   the server holds, in order, until the connection's send buffer takes them: a writer
+//!   that outruns the network runs out of send memory and waits, which is its flow control;
+//! - bytes read are deliveries on `RX`: a chain of the driver's buffers lent where they lie
+//!   (`--isolation shared`), a posted buffer the server copied them into (`regions`), a
+//!   packet (`ipc`). What a `read` cannot take stays for the next one;
+//! - shutdown, close and the socket options are operations on `REQ`, behind the writes
+//!   before them; connected, accepted, end of stream and failure are events on `RX`, behind
+//!   the bytes before them.
+//!
+//! A closed socket's number comes back to the server only when the application has read
+//! its `Released` event: whatever the ring still held for it is given back unread.
+
+use super::{ClientError, Inner};
+use crate::control::{self, Request, Response};
+use crate::windows::{self, TcpEvent, TcpFailure, TcpOp};
+use shmnet_chan::Desc;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// What the library keeps of its TCP sockets.
+#[derive(Default)]
+pub(super) struct Book {
+    /// Numbers that are TCP sockets (an `ipc` delivery for one is stream bytes).
+    pub(super) ids: HashSet<u16>,
+    /// Closed by us; anything for them until `Released` is given back unread.
+    pub(super) closing: HashSet<u16>,
+    /// Bytes delivered that a `read` could not take: (bytes, how many were read).
+    leftover: HashMap<u16, (Vec<u8>, usize)>,
+    /// Connections that failed (the event is queued too, in order).
+    pub(super) failed: HashMap<u16, TcpFailure>,
+    /// `ipc`: events and stream bytes for TCP sockets, in order.
+    pub(super) ipc_items: HashMap<u16, VecDeque<IpcItem>>,
+}
+
+/// An `ipc` item of a TCP socket.
+pub(super) enum IpcItem {
+    /// Stream bytes.
+    Data(Vec<u8>),
+    /// An event (its descriptor).
+    Event(Desc),
+}
+
+/// The next thing that came for a TCP socket.
+enum Item {
+    /// Bytes, in a delivery of the rings.
+    Delivery(Desc),
+    /// Bytes, copied out of an `ipc` packet.
+    Bytes(Vec<u8>),
+    Event(TcpEvent),
+}
+
+/// How long one wait for send memory lasts before the library looks whether the
+/// connection failed (a write blocks for as long as the peer keeps its window shut).
+const WRITE_PATIENCE: Duration = Duration::from_millis(200);
+
+/// Bytes one send request carries at most (one UDP datagram's worth: the rings' limit).
+const WRITE_CHUNK: usize = super::MAX_DATAGRAM;
+
+impl Inner {
+    /// Notes what a descriptor read off `RX` means for the TCP sockets: an accepted
+    /// connection's number is TCP from now on, a failure is remembered. Returns `false` if
+    /// the item is for a socket being closed (the caller gives it back unread).
+    pub(super) fn note_tcp(&mut self, socket: u16, ev: Option<TcpEvent>) -> bool {
+        match ev {
+            Some(TcpEvent::Accepted { socket: new, .. }) => {
+                self.tcp.ids.insert(new);
+            }
+            Some(TcpEvent::Failed(f)) => {
+                self.tcp.failed.insert(socket, f);
+            }
+            Some(TcpEvent::Released) if self.tcp.closing.remove(&socket) => {
+                self.tcp.ids.remove(&socket);
+                self.tcp.failed.remove(&socket);
+                return false;
+            }
+            _ => {}
+        }
+        !self.tcp.closing.contains(&socket)
+    }
+
+    /// Gives back the memory of a delivery nobody will read (its socket was closed).
+    pub(super) fn discard(&mut self, d: Desc) {
+        if windows::event_of(&d).is_none() {
+            let _ = self.lend(d, |_| ());
+        }
+    }
+
+    /// The next item for TCP socket `id`, waiting until `deadline` (`Some(now)`: do not
+    /// wait). `Ok(None)` on timeout.
+    fn tcp_next(
+        &mut self,
+        id: u16,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Item>, ClientError> {
+        if self.shm.is_none() {
+            return self.ipc_tcp_next(id, deadline);
+        }
+        let d = match self.wait_delivery(id, deadline) {
+            Ok(d) => d,
+            Err(ClientError::TimedOut) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(Some(match windows::event_of(&d) {
+            Some((_, ev)) => Item::Event(ev),
+            None => Item::Delivery(d),
+        }))
+    }
+
+    fn ipc_tcp_next(
+        &mut self,
+        id: u16,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Item>, ClientError> {
+        loop {
+            if let Some(item) = self
+                .tcp
+                .ipc_items
+                .get_mut(&id)
+                .and_then(VecDeque::pop_front)
+            {
+                return Ok(Some(match item {
+                    IpcItem::Data(v) => Item::Bytes(v),
+                    IpcItem::Event(d) => match windows::event_of(&d) {
+                        Some((_, ev)) => Item::Event(ev),
+                        None => continue,
+                    },
+                }));
+            }
+            let Some(n) = self.read_packet(true, deadline)? else {
+                return Ok(None);
+            };
+            self.stash_ipc(n);
+        }
+    }
+
+    /// Sends operation `op` on socket `id`, behind everything sent before it.
+    fn tcp_op(&mut self, id: u16, op: TcpOp) -> Result<(), ClientError> {
+        if self.gone {
+            return Err(ClientError::ServerGone);
+        }
+        if self.shm.is_none() {
+            let p = control::ipc_op(id, op);
+            loop {
+                let sock = self.data_sock.as_ref().unwrap_or(&self.ctl);
+                match control::send_raw(sock, &[&p]) {
+                    Ok(true) => return Ok(()),
+                    Ok(false) => std::thread::sleep(Duration::from_micros(100)),
+                    Err(e) => return Err(self.fail(e)),
+                }
+                self.check_alive()?;
+            }
+        }
+        let d = windows::op_desc(id, op);
+        while self.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
+            self.check_alive()?;
+            self.sleep_for_room(super::Ring::Req);
+            self.reap();
+        }
+        Ok(())
+    }
+
+    /// Makes a TCP socket on the server (`TcpListen` or `TcpConnect`).
+    fn tcp_socket(&mut self, req: Request) -> Result<(u16, u16), ClientError> {
+        match self.call(req)? {
+            Response::TcpSocket { socket, port } => {
+                let id = u16::try_from(socket)
+                    .map_err(|_| ClientError::Protocol(format!("socket number {socket}")))?;
+                self.tcp.ids.insert(id);
+                Ok((id, port))
+            }
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected TcpSocket, got {other:?}"
+            ))),
+        }
+    }
+
+    /// Lets go of socket `id`: `Close` (or `Abort`) goes behind what was written, and what
+    /// is queued for it here is given back unread.
+    fn tcp_release(&mut self, id: u16, op: TcpOp) -> Result<(), ClientError> {
+        self.tcp.leftover.remove(&id);
+        self.tcp.ipc_items.remove(&id);
+        if let Some(q) = self.pending.remove(&id) {
+            for d in q {
+                self.discard(d);
+            }
+        }
+        self.tcp.closing.insert(id);
+        self.tcp_op(id, op)
+    }
+}
+
+/// A TCP socket listening for connections.
+pub struct TcpListener {
+    inner: Rc<RefCell<Inner>>,
+    id: u16,
+    port: u16,
+    closed: bool,
+}
+
+/// A TCP connection. Reads and writes block unless named `try_`; [`std::io::Read`] and
+/// [`std::io::Write`] are implemented too.
+pub struct TcpStream {
+    inner: Rc<RefCell<Inner>>,
+    id: u16,
+    local_port: u16,
+    peer: SocketAddrV4,
+    eof: bool,
+    closed: bool,
+}
+
+impl super::Client {
+    /// Listens for TCP connections on `port` of the server's address (0: a free ephemeral
+    /// port, which [`TcpListener::port`] names), with room for `backlog` connections not yet
+    /// accepted.
+    pub fn tcp_listen(&self, port: u16, backlog: u32) -> Result<TcpListener, ClientError> {
+        let (id, port) = self
+            .inner
+            .borrow_mut()
+            .tcp_socket(Request::TcpListen { port, backlog })?;
+        Ok(TcpListener {
+            inner: self.inner.clone(),
+            id,
+            port,
+            closed: false,
+        })
+    }
+
+    /// Opens a TCP connection to `to`, waiting up to `timeout` for the handshake.
+    pub fn tcp_connect(
+        &self,
+        to: SocketAddrV4,
+        timeout: Duration,
+    ) -> Result<TcpStream, ClientError> {
+        let deadline = Instant::now() + timeout;
+        let mut i = self.inner.borrow_mut();
+        let (id, local_port) = i.tcp_socket(Request::TcpConnect { to })?;
+        let mut stream = TcpStream {
+            inner: self.inner.clone(),
+            id,
+            local_port,
+            peer: to,
+            eof: false,
+            closed: false,
+        };
+        loop {
+            match i.tcp_next(id, Some(deadline)) {
+                Ok(Some(Item::Event(TcpEvent::Connected))) => break,
+                Ok(Some(Item::Event(TcpEvent::Failed(f)))) => {
+                    drop(i);
+                    stream.closed = true;
+                    let _ = stream.inner.borrow_mut().tcp_release(id, TcpOp::Close);
+                    return Err(ClientError::Connection(f));
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(ClientError::TimedOut) => {
+                    drop(i);
+                    stream.closed = true;
+                    let _ = stream.inner.borrow_mut().tcp_release(id, TcpOp::Abort);
+                    return Err(ClientError::TimedOut);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        drop(i);
+        Ok(stream)
+    }
+}
+
+impl TcpListener {
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The next connection, waiting for one.
+    pub fn accept(&self) -> Result<TcpStream, ClientError> {
+        self.accept_until(None)?.ok_or(ClientError::TimedOut)
+    }
+
+    /// The next connection, waiting up to `timeout` (`Ok(None)` if none came).
+    pub fn accept_timeout(&self, timeout: Duration) -> Result<Option<TcpStream>, ClientError> {
+        self.accept_until(Some(Instant::now() + timeout))
+    }
+
+    /// The next connection if one is there now.
+    pub fn try_accept(&self) -> Result<Option<TcpStream>, ClientError> {
+        self.accept_until(Some(Instant::now()))
+    }
+
+    fn accept_until(&self, deadline: Option<Instant>) -> Result<Option<TcpStream>, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        loop {
+            match i.tcp_next(self.id, deadline)? {
+                Some(Item::Event(TcpEvent::Accepted { socket, peer })) => {
+                    i.tcp.ids.insert(socket);
+                    return Ok(Some(TcpStream {
+                        inner: self.inner.clone(),
+                        id: socket,
+                        local_port: self.port,
+                        peer,
+                        eof: false,
+                        closed: false,
+                    }));
+                }
+                Some(Item::Delivery(d)) => i.discard(d),
+                Some(_) => {}
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Stops listening; connections not yet accepted are reset.
+    pub fn close(mut self) -> Result<(), ClientError> {
+        self.closed = true;
+        self.inner.borrow_mut().tcp_release(self.id, TcpOp::Close)
+    }
+}
+
+impl Drop for TcpListener {
+    fn drop(&mut self) {
+        if !self.closed
+            && let Ok(mut i) = self.inner.try_borrow_mut()
+        {
+            let _ = i.tcp_release(self.id, TcpOp::Close);
+        }
+    }
+}
+
+impl TcpStream {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddrV4 {
+        self.peer
+    }
+
+    /// Our port.
+    pub fn local_port(&self) -> u16 {
+        self.local_port
+    }
+
+    /// Reads what has arrived into `buf`, waiting for at least one byte; `Ok(0)` at the
+    /// end of the stream (the peer shut down its side, every byte read).
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, ClientError> {
+        self.read_until(buf, None)?.ok_or(ClientError::TimedOut)
+    }
+
+    /// As [`TcpStream::read`], waiting at most `timeout` (`Ok(None)`: nothing came).
+    pub fn read_timeout(
+        &mut self,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> Result<Option<usize>, ClientError> {
+        self.read_until(buf, Some(Instant::now() + timeout))
+    }
+
+    /// Reads what is there now, without waiting (`Ok(None)`: nothing yet).
+    pub fn try_read(&mut self, buf: &mut [u8]) -> Result<Option<usize>, ClientError> {
+        self.read_until(buf, Some(Instant::now()))
+    }
+
+    fn read_until(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> Result<Option<usize>, ClientError> {
+        if buf.is_empty() {
+            return Ok(Some(0));
+        }
+        let mut i = self.inner.borrow_mut();
+        loop {
+            if let Some((bytes, at)) = i.tcp.leftover.get_mut(&self.id) {
+                let n = (bytes.len() - *at).min(buf.len());
+                buf[..n].copy_from_slice(&bytes[*at..*at + n]);
+                *at += n;
+                if *at == bytes.len() {
+                    i.tcp.leftover.remove(&self.id);
+                }
+                return Ok(Some(n));
+            }
+            if self.eof {
+                return Ok(Some(0));
+            }
+            if self.closed {
+                return Err(ClientError::Refused("the stream is closed".into()));
+            }
+            let Some(item) = i.tcp_next(self.id, deadline)? else {
+                return Ok(None);
+            };
+            match item {
+                Item::Delivery(d) => {
+                    let (n, rest) = i.lend(d, |l| {
+                        let n = l.copy_to(buf);
+                        let mut rest = Vec::new();
+                        if l.len() > n {
+                            let mut skip = n;
+                            for seg in l.segments() {
+                                let k = skip.min(seg.len());
+                                skip -= k;
+                                rest.extend_from_slice(&seg[k..]);
+                            }
+                        }
+                        (n, rest)
+                    })?;
+                    if !rest.is_empty() {
+                        i.tcp.leftover.insert(self.id, (rest, 0));
+                    }
+                    if n > 0 {
+                        return Ok(Some(n));
+                    }
+                }
+                Item::Bytes(v) => {
+                    i.tcp.leftover.insert(self.id, (v, 0));
+                }
+                Item::Event(TcpEvent::Eof) => self.eof = true,
+                Item::Event(TcpEvent::Failed(f)) => return Err(ClientError::Connection(f)),
+                Item::Event(_) => {}
+            }
+        }
+    }
+
+    /// Writes all of `data`, waiting for send memory while the connection's send buffer is
+    /// full (for as long as the peer keeps its window shut).
+    pub fn write_all(&mut self, data: &[u8]) -> Result<(), ClientError> {
+        for chunk in data.chunks(WRITE_CHUNK) {
+            loop {
+                match self.send_chunk(chunk, Some(WRITE_PATIENCE)) {
+                    Ok(()) => break,
+                    Err(ClientError::TimedOut) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes as much of `data` as send memory takes now, without waiting; returns how
+    /// many bytes (0: none, try later).
+    pub fn try_write(&mut self, data: &[u8]) -> Result<usize, ClientError> {
+        let mut done = 0;
+        for chunk in data.chunks(WRITE_CHUNK) {
+            match self.send_chunk(chunk, None) {
+                Ok(()) => done += chunk.len(),
+                Err(ClientError::TimedOut) => break,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+
+    fn send_chunk(&mut self, chunk: &[u8], wait: Option<Duration>) -> Result<(), ClientError> {
+        if self.closed {
+            return Err(ClientError::Refused("the stream is closed".into()));
+        }
+        let mut i = self.inner.borrow_mut();
+        i.reap();
+        if let Some(&f) = i.tcp.failed.get(&self.id) {
+            return Err(ClientError::Connection(f));
+        }
+        let nowhere = SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0);
+        i.send_message(self.id, chunk, nowhere, wait)
+    }
+
+    /// No more writes: the peer reads the end of the stream after the bytes written.
+    pub fn shutdown(&mut self) -> Result<(), ClientError> {
+        self.inner.borrow_mut().tcp_op(self.id, TcpOp::Shutdown)
+    }
+
+    /// Turns Nagle's algorithm off (`true`: every write goes out at once) or on.
+    pub fn set_nodelay(&mut self, on: bool) -> Result<(), ClientError> {
+        let op = if on {
+            TcpOp::NoDelayOn
+        } else {
+            TcpOp::NoDelayOff
+        };
+        self.inner.borrow_mut().tcp_op(self.id, op)
+    }
+
+    /// Turns keepalive probes on or off.
+    pub fn set_keepalive(&mut self, on: bool) -> Result<(), ClientError> {
+        let op = if on {
+            TcpOp::KeepaliveOn
+        } else {
+            TcpOp::KeepaliveOff
+        };
+        self.inner.borrow_mut().tcp_op(self.id, op)
+    }
+
+    /// Closes the connection in order after what was written (the default when dropped).
+    pub fn close(mut self) -> Result<(), ClientError> {
+        self.closed = true;
+        self.inner.borrow_mut().tcp_release(self.id, TcpOp::Close)
+    }
+
+    /// Resets the connection (`SO_LINGER` of zero): unsent bytes are dropped.
+    pub fn abort(mut self) -> Result<(), ClientError> {
+        self.closed = true;
+        self.inner.borrow_mut().tcp_release(self.id, TcpOp::Abort)
+    }
+}
+
+impl std::fmt::Debug for TcpStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpStream")
+            .field("socket", &self.id)
+            .field("local_port", &self.local_port)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for TcpListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpListener")
+            .field("socket", &self.id)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for TcpStream {
+    fn drop(&mut self) {
+        if !self.closed
+            && let Ok(mut i) = self.inner.try_borrow_mut()
+        {
+            let _ = i.tcp_release(self.id, TcpOp::Close);
+        }
+    }
+}
+
+impl std::io::Read for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        TcpStream::read(self, buf).map_err(std::io::Error::other)
+    }
+}
+
+impl std::io::Write for TcpStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let chunk = &buf[..buf.len().min(WRITE_CHUNK)];
+        self.write_all(chunk).map_err(std::io::Error::other)?;
+        Ok(chunk.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

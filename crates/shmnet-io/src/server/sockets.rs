@@ -1,0 +1,455 @@
+//! One application's sockets on the server: socket number → UDP socket, TCP listener or
+//! TCP connection, and what each TCP socket has told its application so far.
+//!
+//! TCP crosses the transports as UDP does — bytes out as sends, bytes in as deliveries —
+//! with operations and events beside them ([`crate::windows::TcpOp`],
+//! [`crate::windows::TcpEvent`]). This module holds what is the same for every transport:
+//! which socket has something to say ([`Sockets::next_item`]), carrying out an operation,
+//! and sending bytes. The transports only move the results.
+//!
+//! Socket numbers are reused only after the application was told [`TcpEvent::Released`]:
+//! rings are in order, so anything it reads for a number after that event belongs to the
+//! socket that took the number next.
+
+use crate::windows::{TcpEvent, TcpFailure, TcpOp};
+use shmnet_stack::tcp::{CloseReason, ListenHandle, State, TcpHandle};
+use shmnet_stack::{Interface, SocketHandle};
+
+use super::transport::Round;
+
+/// One socket of an application.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum AppSocket {
+    /// A bound UDP socket.
+    Udp(SocketHandle),
+    /// A TCP listener, and the number of an accepted connection not yet announced.
+    Listener { l: ListenHandle, owed: Option<u16> },
+    /// A TCP connection.
+    Tcp(TcpSock),
+    /// Closed by the application; its `Released` event is still to be delivered.
+    Releasing,
+}
+
+/// A TCP connection of an application, and which of its events were delivered.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TcpSock {
+    pub(crate) h: TcpHandle,
+    said_connected: bool,
+    said_eof: bool,
+    said_failed: bool,
+}
+
+/// Something a TCP socket has for its application.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum TcpItem {
+    /// An event to deliver.
+    Event(u16, TcpEvent),
+    /// Bytes to deliver: `readable` of them are ready on connection `h`.
+    Data {
+        socket: u16,
+        h: TcpHandle,
+        readable: u32,
+    },
+}
+
+/// Counted refusals of TCP requests (bad numbers, operations on the wrong kind).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Refusals {
+    pub(crate) bad_ops: u64,
+}
+
+/// An application's socket table.
+#[derive(Default)]
+pub(crate) struct Sockets {
+    slots: Vec<Option<AppSocket>>,
+    /// Numbers whose `Released` was delivered: free for new sockets.
+    free: Vec<u16>,
+    /// Where the last [`Sockets::next_item`] scan stopped, so that no socket starves.
+    scan_from: usize,
+    /// Whether any TCP socket exists (UDP-only applications skip the TCP scan).
+    tcp: usize,
+    pub(crate) refusals: Refusals,
+}
+
+/// Socket numbers fit the 16 bits descriptors carry.
+const MAX_SOCKETS: usize = 1 << 16;
+
+impl Sockets {
+    /// Takes a number for `s`: a released one if any, else a new one.
+    pub(crate) fn insert(&mut self, s: AppSocket) -> Option<u16> {
+        if !matches!(s, AppSocket::Udp(_)) {
+            self.tcp += 1;
+        }
+        if let Some(n) = self.free.pop() {
+            self.slots[usize::from(n)] = Some(s);
+            return Some(n);
+        }
+        if self.slots.len() >= MAX_SOCKETS {
+            return None;
+        }
+        self.slots.push(Some(s));
+        Some((self.slots.len() - 1) as u16)
+    }
+
+    /// The socket numbered `n`.
+    pub(crate) fn get(&self, n: usize) -> Option<AppSocket> {
+        self.slots.get(n).copied().flatten()
+    }
+
+    /// The UDP socket numbered `n`.
+    pub(crate) fn udp(&self, n: usize) -> Option<SocketHandle> {
+        match self.get(n) {
+            Some(AppSocket::Udp(h)) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The TCP connection numbered `n`.
+    pub(crate) fn tcp(&self, n: usize) -> Option<TcpHandle> {
+        match self.get(n) {
+            Some(AppSocket::Tcp(t)) => Some(t.h),
+            _ => None,
+        }
+    }
+
+    /// Every UDP socket, with its number.
+    pub(crate) fn udp_sockets(&self) -> impl Iterator<Item = (usize, SocketHandle)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, s)| match s {
+            Some(AppSocket::Udp(h)) => Some((i, *h)),
+            _ => None,
+        })
+    }
+
+    /// Whether any UDP socket has a datagram waiting.
+    pub(crate) fn any_udp_waiting(&self, iface: &Interface) -> bool {
+        self.udp_sockets()
+            .any(|(_, h)| matches!(iface.udp_peek(h), Ok(Some(_))))
+    }
+
+    /// How many sockets are open.
+    pub(crate) fn count(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(|s| !matches!(s, AppSocket::Releasing))
+            .count()
+    }
+
+    /// Removes UDP socket `n` (the control plane's `Close`); its number is not reused.
+    pub(crate) fn take_udp(&mut self, n: usize) -> Option<SocketHandle> {
+        let slot = self.slots.get_mut(n)?;
+        match *slot {
+            Some(AppSocket::Udp(h)) => {
+                *slot = None;
+                Some(h)
+            }
+            _ => None,
+        }
+    }
+
+    /// A new TCP connection (opened by the application, or accepted).
+    pub(crate) fn insert_tcp(&mut self, h: TcpHandle, accepted: bool) -> Option<u16> {
+        self.insert(AppSocket::Tcp(TcpSock {
+            h,
+            said_connected: accepted,
+            said_eof: false,
+            said_failed: false,
+        }))
+    }
+
+    /// The next thing a TCP socket has for the application, round-robin from where the
+    /// last call stopped. Accepting a connection (to announce it) happens here. Nothing is
+    /// marked delivered: call [`Sockets::delivered`] once the transport has placed it.
+    pub(crate) fn next_item(&mut self, iface: &mut Interface) -> Option<TcpItem> {
+        if self.tcp == 0 {
+            return None;
+        }
+        let n = self.slots.len();
+        for k in 0..n {
+            let i = (self.scan_from + k) % n;
+            if let Some(item) = self.item_of(iface, i) {
+                self.scan_from = i;
+                return Some(item);
+            }
+        }
+        None
+    }
+
+    fn item_of(&mut self, iface: &mut Interface, i: usize) -> Option<TcpItem> {
+        let socket = i as u16;
+        match self.slots[i]? {
+            AppSocket::Udp(_) => None,
+            AppSocket::Releasing => Some(TcpItem::Event(socket, TcpEvent::Released)),
+            AppSocket::Listener { l, owed } => {
+                let new = match owed {
+                    Some(n) => n,
+                    None => {
+                        let h = iface.tcp_accept(l).ok()??;
+                        let Some(n) = self.insert_tcp(h, true) else {
+                            // 65,536 sockets open: refuse the connection (a reset).
+                            self.refusals.bad_ops += 1;
+                            return None;
+                        };
+                        self.slots[i] = Some(AppSocket::Listener { l, owed: Some(n) });
+                        n
+                    }
+                };
+                let peer = self
+                    .tcp(usize::from(new))
+                    .and_then(|h| iface.tcp_info(h).ok())
+                    .map(|info| info.remote)?;
+                Some(TcpItem::Event(
+                    socket,
+                    TcpEvent::Accepted { socket: new, peer },
+                ))
+            }
+            AppSocket::Tcp(t) => {
+                let st = iface.tcp_status(t.h).ok()?;
+                if !t.said_connected && st.state.synchronized() {
+                    return Some(TcpItem::Event(socket, TcpEvent::Connected));
+                }
+                if st.readable > 0 {
+                    return Some(TcpItem::Data {
+                        socket,
+                        h: t.h,
+                        readable: st.readable,
+                    });
+                }
+                if let Some(e) = st.error.filter(|_| !t.said_failed && !t.said_eof) {
+                    return Some(TcpItem::Event(socket, TcpEvent::Failed(failure(e))));
+                }
+                if !t.said_eof && !t.said_failed && (st.eof || st.state == State::Closed) {
+                    return Some(TcpItem::Event(socket, TcpEvent::Eof));
+                }
+                None
+            }
+        }
+    }
+
+    /// Event `ev` of socket `socket` was placed for the application.
+    pub(crate) fn delivered(&mut self, socket: u16, ev: TcpEvent) {
+        let i = usize::from(socket);
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
+        match (slot.as_mut(), ev) {
+            (Some(AppSocket::Tcp(t)), TcpEvent::Connected) => t.said_connected = true,
+            (Some(AppSocket::Tcp(t)), TcpEvent::Eof) => t.said_eof = true,
+            (Some(AppSocket::Tcp(t)), TcpEvent::Failed(_)) => t.said_failed = true,
+            (Some(AppSocket::Listener { owed, .. }), TcpEvent::Accepted { .. }) => *owed = None,
+            (Some(AppSocket::Releasing), TcpEvent::Released) => {
+                *slot = None;
+                self.tcp -= 1;
+                self.free.push(socket);
+            }
+            _ => {}
+        }
+    }
+
+    /// Carries out operation `op` on socket `socket`.
+    pub(crate) fn apply(&mut self, r: &mut Round<'_>, socket: u16, op: TcpOp) {
+        let i = usize::from(socket);
+        let Some(s) = self.get(i) else {
+            self.refusals.bad_ops += 1;
+            return;
+        };
+        let ok = match (s, op) {
+            (AppSocket::Tcp(t), TcpOp::Shutdown) => {
+                r.iface.tcp_shutdown(r.pool, t.h, r.now, r.tx).is_ok()
+            }
+            (AppSocket::Tcp(t), TcpOp::NoDelayOn | TcpOp::NoDelayOff) => {
+                r.iface.tcp_set_nodelay(t.h, op == TcpOp::NoDelayOn).is_ok()
+            }
+            (AppSocket::Tcp(t), TcpOp::KeepaliveOn | TcpOp::KeepaliveOff) => r
+                .iface
+                .tcp_set_keepalive(r.pool, t.h, op == TcpOp::KeepaliveOn, r.now)
+                .is_ok(),
+            (AppSocket::Tcp(_) | AppSocket::Listener { .. }, TcpOp::Close | TcpOp::Abort) => {
+                release(r, s, op == TcpOp::Abort);
+                self.slots[i] = Some(AppSocket::Releasing);
+                true
+            }
+            _ => false,
+        };
+        if !ok {
+            self.refusals.bad_ops += 1;
+        }
+    }
+
+    /// The application has gone: every TCP socket closes (in order, as the kernel closes
+    /// the sockets of a process that exits), every UDP socket is returned.
+    pub(crate) fn close_all(&mut self, r: &mut Round<'_>) -> Vec<SocketHandle> {
+        let mut udp = Vec::new();
+        for s in self.slots.drain(..).flatten() {
+            match s {
+                AppSocket::Udp(h) => udp.push(h),
+                AppSocket::Releasing => {}
+                other => release(r, other, false),
+            }
+        }
+        self.tcp = 0;
+        self.free.clear();
+        udp
+    }
+}
+
+/// Lets go of a TCP socket in the stack: a listener stops (its unaccepted connections are
+/// reset), a connection closes in order or is reset.
+fn release(r: &mut Round<'_>, s: AppSocket, abort: bool) {
+    match s {
+        AppSocket::Listener { l, .. } => {
+            let _ = r.iface.tcp_unlisten(r.pool, l, r.now, r.tx);
+        }
+        AppSocket::Tcp(t) if abort => {
+            let _ = r.iface.tcp_abort(r.pool, t.h, r.now, r.tx);
+        }
+        AppSocket::Tcp(t) => {
+            let _ = r.iface.tcp_close(r.pool, t.h, r.now, r.tx);
+        }
+        AppSocket::Udp(_) | AppSocket::Releasing => {}
+    }
+}
+
+/// The failure an event reports for the stack's `reason`.
+fn failure(reason: CloseReason) -> TcpFailure {
+    match reason {
+        CloseReason::Reset | CloseReason::Aborted => TcpFailure::Reset,
+        CloseReason::Refused => TcpFailure::Refused,
+        CloseReason::TimedOut => TcpFailure::TimedOut,
+    }
+}
+
+/// Queues up to all of `data` on connection `h`; returns how many bytes the send buffer
+/// took (0 when it is full), or `None` if the connection cannot send any more.
+pub(crate) fn tcp_send(r: &mut Round<'_>, h: TcpHandle, data: &[u8]) -> Option<usize> {
+    let sent = if r.last_call {
+        r.iface.tcp_send_beyond_limit(r.pool, h, data, r.now, r.tx)
+    } else {
+        r.iface.tcp_send(r.pool, h, data, r.now, r.tx)
+    };
+    match sent {
+        Ok(n) => Some(n),
+        Err(shmnet_stack::tcp::TcpError::WouldBlock) => Some(0),
+        Err(_) => None,
+    }
+}
+
+/// Requests on TCP sockets that could not be carried out whole yet — a send the stack's
+/// send buffer has no room for, a handle whose line missed — and the requests of the same
+/// socket behind them, in order. Nothing else of the application waits: its other sockets
+/// go on. Bounded by what the application can have outstanding (its send buffers or send
+/// region), and by [`MAX_PARKED`] besides.
+#[derive(Default)]
+pub(crate) struct Backlog {
+    q: std::collections::VecDeque<Parked>,
+}
+
+/// A parked request and how many of its bytes were sent.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Parked {
+    pub(crate) d: shmnet_chan::Desc,
+    pub(crate) done: u32,
+}
+
+/// What became of a parked request when it was tried again.
+pub(crate) enum Progress {
+    /// Finished (sent, or refused as its status says): it leaves the backlog.
+    Done(crate::windows::SendStatus),
+    /// Not finished: `done` bytes of it are sent now.
+    Blocked(u32),
+}
+
+/// Parked requests at most; beyond, a request is refused (an application can have no more
+/// outstanding than its rings and send memory hold).
+pub(crate) const MAX_PARKED: usize = 4096;
+
+impl Backlog {
+    /// Whether socket `socket` has a request parked (a new one must queue behind it).
+    pub(crate) fn holds(&self, socket: u32) -> bool {
+        !self.q.is_empty() && self.q.iter().any(|p| p.d.aux == socket)
+    }
+
+    /// Parks `d` with `done` bytes sent; `false` if the backlog is full.
+    pub(crate) fn park(&mut self, d: shmnet_chan::Desc, done: u32) -> bool {
+        if self.q.len() >= MAX_PARKED {
+            return false;
+        }
+        self.q.push_back(Parked { d, done });
+        true
+    }
+
+    /// How many requests are parked.
+    pub(crate) fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    /// Whether anything is parked.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    /// Tries the parked requests again in order, each socket's stopping at its first that
+    /// stays blocked; `finished` is called with each that finishes and may refuse to take
+    /// it (no room for its completion): it then stays. Returns how many finished.
+    pub(crate) fn retry(
+        &mut self,
+        mut attempt: impl FnMut(&Parked) -> Progress,
+        mut finished: impl FnMut(&shmnet_chan::Desc, crate::windows::SendStatus) -> bool,
+    ) -> usize {
+        let mut blocked: [u32; 16] = [u32::MAX; 16];
+        let mut nb = 0;
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.q.len() {
+            let p = self.q[i];
+            if blocked[..nb].contains(&p.d.aux) {
+                i += 1;
+                continue;
+            }
+            match attempt(&p) {
+                Progress::Done(status) if finished(&p.d, status) => {
+                    self.q.remove(i);
+                    n += 1;
+                    continue;
+                }
+                Progress::Done(_) => self.q[i].done = p.d.len,
+                Progress::Blocked(done) => self.q[i].done = done,
+            }
+            if nb == blocked.len() {
+                // Many sockets blocked at once: the rest wait for the next round.
+                break;
+            }
+            blocked[nb] = p.d.aux;
+            nb += 1;
+            i += 1;
+        }
+        n
+    }
+}
+
+/// Sends the bytes of `parts` past the first `done` on connection `h`: `Done` when all are
+/// queued, `Blocked` with the new count when the send buffer filled first, `None` if the
+/// connection can send no more (the request is dropped).
+pub(crate) fn send_parts(
+    r: &mut Round<'_>,
+    h: TcpHandle,
+    parts: &[&[u8]],
+    done: u32,
+) -> Option<Progress> {
+    let mut skip = done as usize;
+    let mut sent = done as usize;
+    for part in parts {
+        if skip >= part.len() {
+            skip -= part.len();
+            continue;
+        }
+        let rest = &part[skip..];
+        skip = 0;
+        let n = tcp_send(r, h, rest)?;
+        sent += n;
+        if n < rest.len() {
+            return Some(Progress::Blocked(sent as u32));
+        }
+    }
+    Some(Progress::Done(crate::windows::SendStatus::Sent))
+}
