@@ -299,6 +299,35 @@ over {r0['rows'][0]['windows']:,} windows per run:
     return s
 
 
+def tcpsetup(runs, quick):
+    names = [x["structure"] for x in runs[0]["rows"]]
+
+    def get(run, name, k):
+        return next((x[k] for x in run["rows"] if x["structure"] == name and x["error"] is None), None)
+
+    rows = []
+    for name in names:
+        rows.append([name, fig([get(r, name, "per_s") for r in runs], 0),
+                     fig(ratios_over_runs(runs, lambda r, n=name: get(r, n, "per_s"),
+                                          lambda r: get(r, "kernel", "per_s")), 2)])
+    n = runs[0]["rows"][0]["connections"]
+    s = f"""## TCP connection setup (`shmnet bench tcp-setup`)
+
+Command: `shmnet bench tcp-setup{' --quick' if quick else ''} --json` ([tcp.md](tcp.md)). {n:,} connections per cell, one at
+a time: the connector connects, writes a byte and reads the end of the stream; the listener
+accepts, reads the byte and closes; both close in order. The kernel over 127.0.0.1 (two
+threads); shmnet's server structure stepped on a thread over a loopback softnic, the
+listener and the connector applications on threads of their own, under `--isolation regions`
+and `shared`:
+
+"""
+    s += table(["structure", "connections/s", "÷ kernel"], rows)
+    oks = [all((get(r, n, "per_s") or 0) >= 2 * (get(r, "kernel", "per_s") or float("inf"))
+               for n in names if n != "kernel") for r in runs]
+    s += f"\nTarget (issue 16): connection setup ≥ 2× the kernel's rate: **{verdict(oks)}**.\n"
+    return s
+
+
 def labhandles(runs, quick):
     r0 = runs[0]
     sh = r0["shape"]
@@ -706,7 +735,7 @@ def main():
     parts = [header(meta, seconds)] + [
         render(load_runs(d, name), quick)
         for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
-                             ("handles", handles), ("tcp", tcp), ("labhandles", labhandles), ("ttcp", ttcp), ("rr", rr),
+                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("labhandles", labhandles), ("ttcp", ttcp), ("rr", rr),
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     print("\n".join(parts), end="")

@@ -283,6 +283,35 @@ impl TcpOp {
     }
 }
 
+/// The socket number the application's own events come on ([`TcpEvent::Opened`]): never
+/// a socket's.
+pub const APP_EVENTS: u16 = u16::MAX;
+
+/// The operation code of a connect (its port shares `len`): see [`connect_desc`].
+const OP_CONNECT: u32 = 0xc0;
+
+/// A `REQ` descriptor opening a connection to `to`, named `ticket` until the server answers
+/// with [`TcpEvent::Opened`] on [`APP_EVENTS`] (the ticket in `aux`, the address in `buf`,
+/// the port beside the code in `len`).
+pub fn connect_desc(ticket: u32, to: SocketAddrV4) -> Desc {
+    Desc {
+        buf: u32::from(*to.ip()),
+        len: OP_CONNECT | u32::from(to.port()) << 16,
+        flags: REQ_OP,
+        aux: ticket,
+    }
+}
+
+/// The ticket and address of a connect descriptor (`None`: not one).
+pub fn connect_of(d: &Desc) -> Option<(u32, SocketAddrV4)> {
+    (d.flags & REQ_OP != 0 && d.len & 0xffff == OP_CONNECT).then(|| {
+        (
+            d.aux,
+            SocketAddrV4::new(Ipv4Addr::from(d.buf), (d.len >> 16) as u16),
+        )
+    })
+}
+
 /// A `REQ` descriptor for operation `op` on `socket`.
 pub fn op_desc(socket: u16, op: TcpOp) -> Desc {
     Desc {
@@ -341,6 +370,17 @@ pub enum TcpEvent {
     /// The server has let go of the socket after a `Close` or `Abort`: nothing more comes
     /// for this number, and the server may give it to a new socket.
     Released,
+    /// On [`APP_EVENTS`]: the connect named `ticket` has socket number `socket` and local
+    /// port `port` (its `Connected` or `Failed` follows on the socket), or (`socket` of
+    /// [`APP_EVENTS`]) could not be opened at all.
+    Opened {
+        /// The connect's ticket.
+        ticket: u32,
+        /// Its socket number ([`APP_EVENTS`]: none, it failed).
+        socket: u16,
+        /// Its local port.
+        port: u16,
+    },
 }
 
 const EV_CONNECTED: u32 = 1;
@@ -348,6 +388,7 @@ const EV_ACCEPTED: u32 = 2;
 const EV_EOF: u32 = 3;
 const EV_FAILED: u32 = 4;
 const EV_RELEASED: u32 = 5;
+const EV_OPENED: u32 = 6;
 
 /// The `RX` descriptor of `ev` on `socket`: the kind in the low byte of `len` (beside
 /// [`RX_EVENT`]), a port in its bits 8–23, a socket number in `buf`, an address or reason
@@ -364,6 +405,11 @@ pub fn event_desc(socket: u16, ev: TcpEvent) -> Desc {
         TcpEvent::Eof => (EV_EOF, 0, 0, 0),
         TcpEvent::Failed(f) => (EV_FAILED, 0, 0, f as u32),
         TcpEvent::Released => (EV_RELEASED, 0, 0, 0),
+        TcpEvent::Opened {
+            ticket,
+            socket,
+            port,
+        } => (EV_OPENED, port, u32::from(socket), ticket),
     };
     Desc {
         buf,
@@ -394,6 +440,11 @@ pub fn event_of(d: &Desc) -> Option<(u16, TcpEvent)> {
             _ => TcpFailure::Failed,
         }),
         EV_RELEASED => TcpEvent::Released,
+        EV_OPENED => TcpEvent::Opened {
+            ticket: d.aux,
+            socket: u16::try_from(d.buf).ok()?,
+            port,
+        },
         _ => return None,
     };
     Some((d.flags as u16, ev))
@@ -413,6 +464,11 @@ mod tcp_tests {
             TcpEvent::Failed(TcpFailure::Reset),
             TcpEvent::Failed(TcpFailure::TimedOut),
             TcpEvent::Released,
+            TcpEvent::Opened {
+                ticket: 0xdead_beef,
+                socket: 4,
+                port: 50_000,
+            },
         ] {
             assert_eq!(event_of(&event_desc(513, ev)), Some((513, ev)));
         }
@@ -428,5 +484,10 @@ mod tcp_tests {
             assert_eq!(TcpOp::from_code(op).map(|o| o as u32), Some(op));
         }
         assert_eq!(TcpOp::from_code(0), None);
+        let to = SocketAddrV4::new(Ipv4Addr::new(192, 168, 1, 2), 443);
+        let d = connect_desc(77, to);
+        assert_eq!(connect_of(&d), Some((77, to)));
+        assert_eq!(TcpOp::from_code(d.len), None);
+        assert_eq!(connect_of(&op_desc(3, TcpOp::Close)), None);
     }
 }

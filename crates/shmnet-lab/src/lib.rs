@@ -24,4 +24,5 @@ pub mod residency;
 pub mod scoreboard;
 pub mod softnic_roles;
 pub mod suite;
+pub mod tcp_setup;
 pub mod tsc;

@@ -206,6 +206,10 @@ enum Bench {
     /// connection, from the frames in pool buffers to the bytes in the application's buffer
     /// (checksum off and on), beside a memcpy of the same 64 KiB in the same run.
     Tcp(QuickArgs),
+    /// TCP connections set up and torn down per second (connect + accept + close, both ends
+    /// closing in order) through the server structure — a listener and a connector
+    /// application — beside the kernel over 127.0.0.1, in the same run.
+    TcpSetup(QuickArgs),
 }
 
 /// The options of a benchmark that runs in one process.
@@ -348,6 +352,23 @@ fn bench_tcp(a: QuickArgs) -> Result<()> {
     Ok(())
 }
 
+fn bench_tcp_setup(a: QuickArgs) -> Result<()> {
+    let mut failed = Vec::new();
+    emit(a.json, |progress| {
+        let report = shmnet_lab::tcp_setup::run(a.quick, progress);
+        failed = report
+            .rows
+            .iter()
+            .filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.structure)))
+            .collect();
+        report
+    })?;
+    if !failed.is_empty() {
+        bail!("cells failed: {}", failed.join("; "));
+    }
+    Ok(())
+}
+
 /// Runs a benchmark with a progress spinner on stderr, then prints its report: one JSON
 /// object with `json`, else the human tables.
 pub(crate) fn emit<R: serde::Serialize + std::fmt::Display>(
@@ -413,6 +434,7 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::Handoff(a)) => netbench::bench_handoff(a),
         Command::Bench(Bench::Handles(a)) => bench_handles(a),
         Command::Bench(Bench::Tcp(a)) => bench_tcp(a),
+        Command::Bench(Bench::TcpSetup(a)) => bench_tcp_setup(a),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
         Command::Stats(a) => app::stats(a),

@@ -38,6 +38,8 @@ pub(super) struct Book {
     pub(super) failed: HashMap<u16, TcpFailure>,
     /// `ipc`: events and stream bytes for TCP sockets, in order.
     pub(super) ipc_items: HashMap<u16, VecDeque<IpcItem>>,
+    /// The ticket of the next connect.
+    next_ticket: u32,
 }
 
 /// An `ipc` item of a TCP socket.
@@ -167,6 +169,50 @@ impl Inner {
         Ok(())
     }
 
+    /// Opens a connection to `to` on the server: a connect on `REQ` (no control message:
+    /// the data plane answers on [`windows::APP_EVENTS`]), or in `ipc` a `TcpConnect`.
+    /// Returns its socket number and local port once the server has made the socket.
+    fn tcp_open(&mut self, to: SocketAddrV4, deadline: Instant) -> Result<(u16, u16), ClientError> {
+        if self.shm.is_none() {
+            return self.tcp_socket(Request::TcpConnect { to });
+        }
+        let ticket = self.tcp.next_ticket;
+        self.tcp.next_ticket = ticket.wrapping_add(1);
+        let d = windows::connect_desc(ticket, to);
+        while self.shm.as_mut().is_some_and(|s| s.req.enqueue(d).is_err()) {
+            self.check_alive()?;
+            self.sleep_for_room(super::Ring::Req);
+            self.reap();
+        }
+        loop {
+            let d = self.wait_delivery(windows::APP_EVENTS, Some(deadline))?;
+            match windows::event_of(&d) {
+                Some((
+                    _,
+                    TcpEvent::Opened {
+                        ticket: t,
+                        socket,
+                        port,
+                    },
+                )) if t == ticket => {
+                    if socket == windows::APP_EVENTS {
+                        return Err(ClientError::Refused(format!(
+                            "the server could not open a connection to {to} (no port or table room)"
+                        )));
+                    }
+                    self.tcp.ids.insert(socket);
+                    return Ok((socket, port));
+                }
+                // An answer to a connect that gave up waiting: let its socket go.
+                Some((_, TcpEvent::Opened { socket, .. })) if socket != windows::APP_EVENTS => {
+                    self.tcp.ids.insert(socket);
+                    self.tcp_release(socket, TcpOp::Abort)?;
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Makes a TCP socket on the server (`TcpListen` or `TcpConnect`).
     fn tcp_socket(&mut self, req: Request) -> Result<(u16, u16), ClientError> {
         match self.call(req)? {
@@ -242,7 +288,7 @@ impl super::Client {
     ) -> Result<TcpStream, ClientError> {
         let deadline = Instant::now() + timeout;
         let mut i = self.inner.borrow_mut();
-        let (id, local_port) = i.tcp_socket(Request::TcpConnect { to })?;
+        let (id, local_port) = i.tcp_open(to, deadline)?;
         let mut stream = TcpStream {
             inner: self.inner.clone(),
             id,

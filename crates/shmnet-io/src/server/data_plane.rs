@@ -719,6 +719,8 @@ impl DataPlane {
                 rings: a.transport.window().map_or(Vec::new(), |w| w.stats().rings),
                 counters: AppCounters {
                     wakeups: a.transport.wakeups(),
+                    tcp_bad_ops: a.sockets.refusals.bad_ops,
+                    tcp_parked: a.transport.parked() as u64,
                     ..a.counters.clone()
                 },
                 ..AppStats::default()

@@ -126,7 +126,7 @@ impl RegionApp {
                 // a TCP send is never dropped on a miss, or its bytes would come out of
                 // order).
                 let p = Parked { d: *d, done: 0 };
-                let progress = if self.backlog.holds(d.aux) {
+                let progress = if windows::connect_of(d).is_none() && self.backlog.holds(d.aux) {
                     Progress::Blocked(0)
                 } else {
                     region_tcp_request(r, self.pch, sockets, &p, c)
@@ -315,10 +315,7 @@ fn region_tcp_request(
 ) -> Progress {
     let d = &p.d;
     if d.flags & windows::REQ_OP != 0 {
-        match windows::TcpOp::from_code(d.len) {
-            Some(op) => sockets.apply(r, d.aux as u16, op),
-            None => c.bad_sends += 1,
-        }
+        sockets.request(r, d);
         return Progress::Done(SendStatus::Sent);
     }
     if d.flags & windows::REQ_HANDLE == 0 {

@@ -11,7 +11,7 @@
 //! rings are in order, so anything it reads for a number after that event belongs to the
 //! socket that took the number next.
 
-use crate::windows::{TcpEvent, TcpFailure, TcpOp};
+use crate::windows::{APP_EVENTS, TcpEvent, TcpFailure, TcpOp};
 use shmnet_stack::tcp::{CloseReason, ListenHandle, State, TcpHandle};
 use shmnet_stack::{Interface, SocketHandle};
 
@@ -64,6 +64,9 @@ pub(crate) struct Sockets {
     slots: Vec<Option<AppSocket>>,
     /// Numbers whose `Released` was delivered: free for new sockets.
     free: Vec<u16>,
+    /// Connects carried out and not yet announced: (ticket, socket and local port, or
+    /// `None` if it could not be opened).
+    opened: std::collections::VecDeque<(u32, Option<(u16, u16)>)>,
     /// Where the last [`Sockets::next_item`] scan stopped, so that no socket starves.
     scan_from: usize,
     /// Whether any TCP socket exists (UDP-only applications skip the TCP scan).
@@ -71,8 +74,12 @@ pub(crate) struct Sockets {
     pub(crate) refusals: Refusals,
 }
 
-/// Socket numbers fit the 16 bits descriptors carry.
-const MAX_SOCKETS: usize = 1 << 16;
+/// Socket numbers fit the 16 bits descriptors carry, [`APP_EVENTS`] excluded.
+const MAX_SOCKETS: usize = APP_EVENTS as usize;
+
+/// Connects not yet announced, at most (more are refused: an application has one blocking
+/// connect outstanding, a few if it opens them without waiting).
+const MAX_OPENING: usize = 256;
 
 impl Sockets {
     /// Takes a number for `s`: a released one if any, else a new one.
@@ -161,6 +168,17 @@ impl Sockets {
     /// last call stopped. Accepting a connection (to announce it) happens here. Nothing is
     /// marked delivered: call [`Sockets::delivered`] once the transport has placed it.
     pub(crate) fn next_item(&mut self, iface: &mut Interface) -> Option<TcpItem> {
+        if let Some(&(ticket, opened)) = self.opened.front() {
+            let (socket, port) = opened.unwrap_or((APP_EVENTS, 0));
+            return Some(TcpItem::Event(
+                APP_EVENTS,
+                TcpEvent::Opened {
+                    ticket,
+                    socket,
+                    port,
+                },
+            ));
+        }
         if self.tcp == 0 {
             return None;
         }
@@ -168,7 +186,12 @@ impl Sockets {
         for k in 0..n {
             let i = (self.scan_from + k) % n;
             if let Some(item) = self.item_of(iface, i) {
-                self.scan_from = i;
+                // After bytes, the next socket's turn: one busy connection cannot keep the
+                // others' bytes and events waiting. After an event, this socket's bytes.
+                self.scan_from = match item {
+                    TcpItem::Data { .. } => i + 1,
+                    TcpItem::Event(..) => i,
+                };
                 return Some(item);
             }
         }
@@ -228,6 +251,10 @@ impl Sockets {
 
     /// Event `ev` of socket `socket` was placed for the application.
     pub(crate) fn delivered(&mut self, socket: u16, ev: TcpEvent) {
+        if socket == APP_EVENTS {
+            self.opened.pop_front();
+            return;
+        }
         let i = usize::from(socket);
         let Some(slot) = self.slots.get_mut(i) else {
             return;
@@ -244,6 +271,43 @@ impl Sockets {
             }
             _ => {}
         }
+    }
+
+    /// Carries out the operation `d` names — a connect, or a [`TcpOp`] on socket `d.aux` —
+    /// counting it refused if it names none.
+    pub(crate) fn request(&mut self, r: &mut Round<'_>, d: &shmnet_chan::Desc) {
+        if let Some((ticket, to)) = crate::windows::connect_of(d) {
+            self.connect(r, ticket, to);
+            return;
+        }
+        match TcpOp::from_code(d.len) {
+            Some(op) if d.aux < u32::from(APP_EVENTS) => self.apply(r, d.aux as u16, op),
+            _ => self.refusals.bad_ops += 1,
+        }
+    }
+
+    /// Opens a connection to `to` for the connect named `ticket`; the answer is announced
+    /// on [`APP_EVENTS`].
+    fn connect(&mut self, r: &mut Round<'_>, ticket: u32, to: std::net::SocketAddrV4) {
+        if self.opened.len() >= MAX_OPENING {
+            self.refusals.bad_ops += 1;
+            return;
+        }
+        let opened = r
+            .iface
+            .tcp_connect(r.pool, to, r.now, r.tx)
+            .ok()
+            .and_then(|h| {
+                let port = r.iface.tcp_info(h).map_or(0, |i| i.local.port());
+                match self.insert_tcp(h, false) {
+                    Some(n) => Some((n, port)),
+                    None => {
+                        let _ = r.iface.tcp_abort(r.pool, h, r.now, r.tx);
+                        None
+                    }
+                }
+            });
+        self.opened.push_back((ticket, opened));
     }
 
     /// Carries out operation `op` on socket `socket`.
@@ -267,6 +331,16 @@ impl Sockets {
             (AppSocket::Tcp(_) | AppSocket::Listener { .. }, TcpOp::Close | TcpOp::Abort) => {
                 release(r, s, op == TcpOp::Abort);
                 self.slots[i] = Some(AppSocket::Releasing);
+                if let AppSocket::Listener { owed: Some(n), .. } = s {
+                    // Accepted but never announced: the application does not know its
+                    // number, so it is reset and its number free at once.
+                    if let Some(AppSocket::Tcp(t)) = self.get(usize::from(n)) {
+                        release(r, AppSocket::Tcp(t), true);
+                    }
+                    self.slots[usize::from(n)] = None;
+                    self.tcp -= 1;
+                    self.free.push(n);
+                }
                 true
             }
             _ => false,

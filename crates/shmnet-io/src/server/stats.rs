@@ -121,6 +121,12 @@ pub struct AppCounters {
     pub recv_dropped: u64,
     /// Wake-ups sent to it (one per batch of deliveries at most).
     pub wakeups: u64,
+    /// TCP operations refused (an unknown code, a socket it does not have or of the wrong
+    /// kind, too many connects outstanding).
+    pub tcp_bad_ops: u64,
+    /// TCP sends it has made that wait for room in their connection's send buffer (or a
+    /// line), now.
+    pub tcp_parked: u64,
 }
 
 /// What the data plane loop did.

@@ -206,7 +206,7 @@ impl AppTransport for ShmApp {
                     // TCP: in order behind what is parked, parked itself if the stack
                     // cannot take it whole now.
                     let p = Parked { d: *d, done: 0 };
-                    let parked = if self.backlog.holds(d.aux) {
+                    let parked = if windows::connect_of(d).is_none() && self.backlog.holds(d.aux) {
                         self.backlog.park(*d, 0)
                     } else {
                         match shm_tcp_request(r, sockets, bufs, &p, c) {
@@ -381,12 +381,8 @@ fn shm_tcp_request(
     c: &mut AppCounters,
 ) -> Progress {
     let d = &p.d;
-    let socket = d.aux as u16;
     if d.flags & windows::REQ_OP != 0 {
-        match windows::TcpOp::from_code(d.len) {
-            Some(op) => sockets.apply(r, socket, op),
-            None => c.bad_sends += 1,
-        }
+        sockets.request(r, d);
         return Progress::Done(SendStatus::Sent);
     }
     let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
