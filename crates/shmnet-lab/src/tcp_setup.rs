@@ -76,11 +76,14 @@ pub fn connections(quick: bool) -> u32 {
     if quick { 300 } else { 3_000 }
 }
 
+/// A cell: sets up and tears down this many connections, returning the time it took.
+type Cell = fn(u32) -> Result<Duration, SetupError>;
+
 /// Runs every cell.
 pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> SetupReport {
     let n = connections(quick);
     let mut rows = Vec::new();
-    let cells: [(&str, fn(u32) -> Result<Duration, SetupError>); 3] = [
+    let cells: [(&str, Cell); 3] = [
         ("kernel", kernel),
         ("server", |n| shmnet(n, Isolation::Regions)),
         ("server-shared", |n| shmnet(n, Isolation::Shared)),
