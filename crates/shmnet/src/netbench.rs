@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 use shmnet_lab::netbench::rr::{RrOptions, RrReport};
 use shmnet_lab::netbench::ttcp::{Dir, TtcpOptions, TtcpReport};
 use shmnet_lab::netbench::worker::{self, InlineJob, WorkerJob, WorkerSpec};
-use shmnet_lab::netbench::{Launch, Structure};
+use shmnet_lab::netbench::{Launch, Proto, Structure};
 use shmnet_lab::plot::{Bar, Group, Panel};
 use std::path::PathBuf;
 
@@ -25,6 +25,24 @@ fn sizes(s: &str) -> Result<Vec<usize>, String> {
     Ok(v)
 }
 
+/// The most bytes of one ttcp write over TCP.
+const MAX_TCP_WRITE: usize = 16 << 20;
+
+/// ttcp's `--size`: any positive sizes here; the range is the protocol's (checked in
+/// [`ttcp`]).
+fn write_sizes(s: &str) -> Result<Vec<usize>, String> {
+    let v: Vec<usize> = s
+        .split(',')
+        .map(|x| x.trim().parse().map_err(|_| format!("bad size {x:?}")))
+        .collect::<Result<_, _>>()?;
+    if let Some(bad) = v.iter().find(|&&z| z == 0 || z > MAX_TCP_WRITE) {
+        return Err(format!(
+            "a message (a UDP datagram, or one TCP write) holds 1 to {MAX_TCP_WRITE} bytes, not {bad}"
+        ));
+    }
+    Ok(v)
+}
+
 /// Every structure, each placement of the server's driver included.
 const DEFAULT_STRUCTURES: &str =
     "kernel,ipc,server,server-thread,server-process,server-regions,inline";
@@ -38,10 +56,19 @@ pub struct TtcpArgs {
     /// application maps only its own memory), inline (one process).
     #[arg(long, default_value = DEFAULT_STRUCTURES, value_parser = list::<Structure>)]
     structure: std::vec::Vec<Structure>,
-    /// UDP payload bytes per message (comma-separated).
-    #[arg(long, default_value = "10,1024,8192,14792", value_parser = sizes)]
-    size: std::vec::Vec<usize>,
-    /// Directions: tx (application → wire), rx (wire → application).
+    /// The transport: udp (each message one datagram; a cell per direction, the shmnet
+    /// structures' wire a softnic that sends or sinks) or tcp (each message one write of
+    /// --size bytes on one TCP connection from a sender application to a receiver
+    /// application, both on this host over a loopback wire — the kernel's over 127.0.0.1,
+    /// shmnet's a loopback softnic — so every structure runs both ends' protocol work;
+    /// --dir and --window do not apply: TCP's flow control is the window).
+    #[arg(long, default_value = "udp", value_parser = |s: &str| s.parse::<Proto>())]
+    proto: Proto,
+    /// Bytes per message (comma-separated): UDP payloads of 1 to 65,507 bytes (default
+    /// 10,1024,8192,14792), or TCP writes (default 8192,65536).
+    #[arg(long, value_parser = write_sizes)]
+    size: Option<std::vec::Vec<usize>>,
+    /// Directions: tx (application → wire), rx (wire → application). UDP only.
     #[arg(long, default_value = "tx,rx", value_parser = list::<Dir>)]
     dir: std::vec::Vec<Dir>,
     /// Messages per cell (instead of --seconds).
@@ -104,9 +131,16 @@ pub struct RrArgs {
     /// server-process, server-regions, inline).
     #[arg(long, default_value = DEFAULT_STRUCTURES, value_parser = list::<Structure>)]
     structure: std::vec::Vec<Structure>,
-    /// Requests in flight (comma-separated; each is a cell).
-    #[arg(long, default_value = "1,16")]
-    outstanding: String,
+    /// The transport: udp (each request and reply one datagram) or tcp (one connection per
+    /// cell with TCP_NODELAY, requests and replies --size-byte pieces of its two streams;
+    /// the kernel over 127.0.0.1, shmnet over a loopback softnic, requester and echo both
+    /// applications).
+    #[arg(long, default_value = "udp", value_parser = |s: &str| s.parse::<Proto>())]
+    proto: Proto,
+    /// Requests in flight (comma-separated; each is a cell). Default 1,16 over UDP, 1 over
+    /// TCP.
+    #[arg(long)]
+    outstanding: Option<String>,
     /// Request and reply bytes.
     #[arg(long, default_value_t = 32)]
     size: usize,
@@ -127,7 +161,7 @@ pub struct RrArgs {
     json: bool,
 }
 
-fn launch(checksum: bool) -> Result<Launch> {
+fn launch(checksum: bool, proto: Proto) -> Result<Launch> {
     // The parties sleep in short waits (a sender held back by its window looks again every
     // few microseconds); the default 50 µs timer slack would stretch every one of them. The
     // children inherit it.
@@ -136,6 +170,7 @@ fn launch(checksum: bool) -> Result<Launch> {
     Ok(Launch {
         exe: std::env::current_exe().context("finding this program to start the parties")?,
         checksum,
+        proto,
     })
 }
 
@@ -153,10 +188,23 @@ pub fn ttcp(a: TtcpArgs) -> Result<()> {
             "note: --window 0 lets the sender run unchecked: expect losses, each counted where it happened"
         );
     }
+    let sizes = match (a.proto, a.size) {
+        (Proto::Udp, None) => vec![10, 1024, 8192, 14_792],
+        (Proto::Tcp, None) => vec![8192, 65_536],
+        (Proto::Udp, Some(v)) => {
+            if let Some(bad) = v.iter().find(|&&z| z > 65_507) {
+                bail!(
+                    "a UDP message holds 1 to 65,507 bytes, not {bad} (over TCP, use --proto tcp)"
+                );
+            }
+            v
+        }
+        (Proto::Tcp, Some(v)) => v,
+    };
     let opts = TtcpOptions {
-        launch: launch(a.checksum)?,
+        launch: launch(a.checksum, a.proto)?,
         structures: a.structure,
-        sizes: a.size,
+        sizes,
         dirs: a.dir,
         count: a.count,
         seconds: seconds(a.seconds, a.quick)?,
@@ -185,7 +233,7 @@ pub fn ttcp(a: TtcpArgs) -> Result<()> {
 }
 
 fn draw_ttcp(report: &TtcpReport, path: &std::path::Path) -> Result<()> {
-    let panels: Vec<Panel> = [Dir::Tx, Dir::Rx]
+    let panels: Vec<Panel> = [Dir::Tx, Dir::Rx, Dir::Stream]
         .into_iter()
         .filter(|d| report.rows.iter().any(|r| r.dir == *d))
         .map(|d| {
@@ -200,6 +248,7 @@ fn draw_ttcp(report: &TtcpReport, path: &std::path::Path) -> Result<()> {
                 title: match d {
                     Dir::Tx => "ttcp transmit".into(),
                     Dir::Rx => "ttcp receive".into(),
+                    Dir::Stream => "ttcp over TCP".into(),
                 },
                 groups: sizes
                     .into_iter()
@@ -242,6 +291,11 @@ const MAX_OUTSTANDING: u32 = (shmnet_io::driver::softnic::LOOPBACK_BACKLOG / 2) 
 pub fn rr(a: RrArgs) -> Result<()> {
     let outstanding: Vec<u32> = a
         .outstanding
+        .as_deref()
+        .unwrap_or(match a.proto {
+            Proto::Udp => "1,16",
+            Proto::Tcp => "1",
+        })
         .split(',')
         .map(|x| x.trim().parse::<u32>())
         .collect::<Result<_, _>>()
@@ -257,7 +311,7 @@ pub fn rr(a: RrArgs) -> Result<()> {
         bail!("--size must be 8 to 1,472 bytes (the sequence number takes 8; one frame)");
     }
     let opts = RrOptions {
-        launch: launch(a.checksum)?,
+        launch: launch(a.checksum, a.proto)?,
         structures: a.structure,
         outstanding,
         size: a.size,

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 mod party;
 mod requester;
 pub mod rr;
+pub mod tcp;
 pub mod ttcp;
 pub mod worker;
 
@@ -130,6 +131,40 @@ impl std::str::FromStr for Structure {
     }
 }
 
+/// The transport a run compares the structures over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    /// Datagrams: every message is one UDP datagram (the default).
+    #[default]
+    Udp,
+    /// One TCP connection per cell: a byte stream of `size`-byte writes (ttcp) or of
+    /// requests and replies (rr), every structure running both ends' protocol work over a
+    /// loopback wire (see [`tcp`]).
+    Tcp,
+}
+
+impl Proto {
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
+
+impl std::str::FromStr for Proto {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "udp" => Ok(Self::Udp),
+            "tcp" => Ok(Self::Tcp),
+            _ => Err(format!("unknown protocol {s:?}: use udp or tcp")),
+        }
+    }
+}
+
 /// Why a cell could not run: one line for the report, quoting what a failed party said.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CellError {
@@ -179,9 +214,12 @@ pub struct Launch {
     pub exe: PathBuf,
     /// UDP checksums in the shmnet structures (the kernel computes none over loopback).
     pub checksum: bool,
+    /// The transport every cell runs over.
+    pub proto: Proto,
 }
 
 /// The parties' part of a cell: what each structure starts, and how each starts it.
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Roles {
     /// ttcp, messages from the wire to the application.
     Receive,
@@ -189,6 +227,9 @@ pub(crate) enum Roles {
     Transmit,
     /// rr with this many requests in flight.
     RequestResponse(u32),
+    /// ttcp over TCP: a sender application streams to a receiver application over one
+    /// connection through a loopback wire (both ends' work in the cell).
+    Stream,
 }
 
 /// A cell's running parties and its board.
@@ -232,6 +273,7 @@ pub(crate) fn start(
     limit: u64,
     rx_queue: usize,
 ) -> Result<Running, CellError> {
+    let proto = launch.proto;
     let board_path = crate::scoreboard::temp_path(structure.name());
     let samples = if matches!(roles, Roles::RequestResponse(_)) {
         4 << 20
@@ -253,8 +295,16 @@ pub(crate) fn start(
     };
     let ready_wanted = match structure.serve() {
         None if structure == Structure::Kernel => {
-            let (first, second) = match *roles {
-                Roles::RequestResponse(outstanding) => (
+            let (first, second) = match (*roles, proto) {
+                (Roles::RequestResponse(outstanding), Proto::Tcp) => (
+                    worker(WorkerJob::KernelTcpEcho),
+                    worker(WorkerJob::KernelTcpRr { size, outstanding }),
+                ),
+                (Roles::Stream, _) | (_, Proto::Tcp) => (
+                    worker(WorkerJob::KernelTcpRecv { size }),
+                    worker(WorkerJob::KernelTcpSend { size }),
+                ),
+                (Roles::RequestResponse(outstanding), Proto::Udp) => (
                     worker(WorkerJob::KernelEcho),
                     worker(WorkerJob::KernelRr { size, outstanding }),
                 ),
@@ -271,13 +321,22 @@ pub(crate) fn start(
             let job = match *roles {
                 Roles::Receive => InlineJob::Receive,
                 Roles::Transmit => InlineJob::Transmit,
+                Roles::Stream => InlineJob::Stream,
                 Roles::RequestResponse(outstanding) => InlineJob::RequestResponse { outstanding },
             };
-            let inline = worker(WorkerJob::Inline {
-                job,
-                size,
-                checksum: launch.checksum,
-                rx_queue,
+            let inline = worker(if proto == Proto::Tcp || job == InlineJob::Stream {
+                WorkerJob::InlineTcp {
+                    job,
+                    size,
+                    checksum: launch.checksum,
+                }
+            } else {
+                WorkerJob::Inline {
+                    job,
+                    size,
+                    checksum: launch.checksum,
+                    rx_queue,
+                }
             });
             run.parties.push(spawn("inline", launch, inline)?);
             1
@@ -288,16 +347,43 @@ pub(crate) fn start(
             // The applications, in the order they start: rr's echo binds before its
             // requester.
             let s = socket.clone();
-            let (role, apps) = match *roles {
-                Roles::Receive => (
+            let (role, apps) = match (*roles, proto) {
+                (Roles::RequestResponse(outstanding), Proto::Tcp) => (
+                    BenchRole::Loopback,
+                    vec![
+                        ("app", WorkerJob::ShmTcpEcho { socket: s.clone() }),
+                        (
+                            "requester",
+                            WorkerJob::ShmTcpRr {
+                                socket: s,
+                                size,
+                                outstanding,
+                            },
+                        ),
+                    ],
+                ),
+                (Roles::Stream, _) | (_, Proto::Tcp) => (
+                    BenchRole::Loopback,
+                    vec![
+                        (
+                            "receiver",
+                            WorkerJob::ShmTcpRecv {
+                                socket: s.clone(),
+                                size,
+                            },
+                        ),
+                        ("sender", WorkerJob::ShmTcpSend { socket: s, size }),
+                    ],
+                ),
+                (Roles::Receive, Proto::Udp) => (
                     BenchRole::Send,
                     vec![("app", WorkerJob::ShmRecv { socket: s })],
                 ),
-                Roles::Transmit => (
+                (Roles::Transmit, Proto::Udp) => (
                     BenchRole::Sink,
                     vec![("app", WorkerJob::ShmSend { socket: s, size })],
                 ),
-                Roles::RequestResponse(outstanding) => (
+                (Roles::RequestResponse(outstanding), Proto::Udp) => (
                     BenchRole::Loopback,
                     vec![
                         ("app", WorkerJob::ShmEcho { socket: s.clone() }),
@@ -316,7 +402,12 @@ pub(crate) fn start(
                 structure: serve_structure,
                 placement,
                 driver: DriverSpec::Softnic(SoftnicSpec {
-                    size,
+                    // A loopback generates nothing: over TCP its message size does not
+                    // apply (and a TCP write may be larger than a datagram).
+                    size: match proto {
+                        Proto::Udp => size,
+                        Proto::Tcp => SoftnicSpec::default().size,
+                    },
                     port: worker::APP_PORT,
                     bench: Some(BenchPart {
                         board: board_path.clone(),

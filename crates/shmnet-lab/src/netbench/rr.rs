@@ -16,7 +16,7 @@
 //! So a request goes requester → stack (UDP/IP out) → wire → stack (in) → echo, and the
 //! reply the same way back, in every structure: each pays its stack twice per direction.
 
-use super::{CellError, Launch, Roles, Structure, cpu_by_party, losses, start};
+use super::{CellError, Launch, Proto, Roles, Structure, cpu_by_party, losses, start};
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,7 +34,8 @@ pub struct RrOptions {
     pub size: usize,
     /// Transactions per cell (else `seconds`).
     pub count: Option<u64>,
-    /// Seconds per cell.
+    /// Seconds per cell. Over TCP (`launch.proto`) one connection per cell, no Nagle:
+    /// requests and replies are `size`-byte pieces of its two streams.
     pub seconds: f64,
 }
 
@@ -43,6 +44,8 @@ pub struct RrOptions {
 pub struct RrRow {
     /// Structure.
     pub structure: Structure,
+    /// UDP or TCP.
+    pub proto: Proto,
     /// Requests in flight.
     pub outstanding: u32,
     /// Request bytes.
@@ -74,6 +77,11 @@ pub struct RrRow {
     pub unaccounted: u64,
     /// Transactions timed (every reply, unless the sample area filled).
     pub samples: usize,
+    /// This cell's transactions/s ÷ the `kernel` cell's at the same requests in flight,
+    /// same run (0 without a kernel cell).
+    pub txn_over_kernel: f64,
+    /// This cell's p50 ÷ the `kernel` cell's (0 without a kernel cell).
+    pub p50_over_kernel: f64,
 }
 
 /// Everything one `shmnet rr` run measured.
@@ -85,6 +93,8 @@ pub struct RrReport {
     pub targets: Vec<RrTarget>,
     /// Cells that failed to run, with why.
     pub failed: Vec<String>,
+    /// UDP or TCP.
+    pub proto: Proto,
     /// Where it ran.
     pub machine: crate::machine::Machine,
 }
@@ -95,7 +105,12 @@ pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
     let mut failed = Vec::new();
     for &outstanding in &o.outstanding {
         for &structure in &o.structures {
-            let label = format!("rr {} in flight {}", outstanding, structure.name());
+            let label = format!(
+                "rr {} {} in flight {}",
+                o.launch.proto.name(),
+                outstanding,
+                structure.name()
+            );
             progress(&label);
             match cell(o, structure, outstanding, &mut |n, t| {
                 progress(&format!(
@@ -108,10 +123,26 @@ pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
             }
         }
     }
+    let kernel: Vec<(u32, f64, f64)> = rows
+        .iter()
+        .filter(|r| r.structure == Structure::Kernel)
+        .map(|r| (r.outstanding, r.transactions_per_s, r.p50_us))
+        .collect();
+    for r in &mut rows {
+        if let Some(&(_, t, p)) = kernel.iter().find(|k| k.0 == r.outstanding) {
+            r.txn_over_kernel = r.transactions_per_s / t.max(1e-12);
+            r.p50_over_kernel = r.p50_us / p.max(1e-12);
+        }
+    }
     RrReport {
-        targets: targets(&rows),
+        // The issues' targets are UDP's.
+        targets: match o.launch.proto {
+            Proto::Udp => targets(&rows),
+            Proto::Tcp => Vec::new(),
+        },
         rows,
         failed,
+        proto: o.launch.proto,
         machine: crate::machine::Machine::this(),
     }
 }
@@ -236,6 +267,7 @@ fn cell(
     let n = out.received.max(1) as f64;
     Ok(RrRow {
         structure,
+        proto: o.launch.proto,
         outstanding,
         size: o.size,
         transactions_per_s: out.received as f64 / out.seconds,
@@ -260,25 +292,51 @@ fn cell(
         unaccounted: lost.saturating_sub(lost_where.values().sum()),
         lost_where,
         samples: out.samples.len(),
+        txn_over_kernel: 0.0,
+        p50_over_kernel: 0.0,
     })
 }
 
 impl fmt::Display for RrReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "rr on {} ({} CPUs)", self.machine.cpu, self.machine.cpus)?;
         writeln!(
             f,
-            "{:>9} {:<14} {:>10} {:>9} {:>9} {:>11} {:>7} {:>6}  CPU µs/txn by party",
-            "in flight", "struct", "txn/s", "p50 µs", "p99 µs", "CPU µs/txn", "sleeps", "lost"
+            "rr over {} on {} ({} CPUs){}",
+            match self.proto {
+                Proto::Udp => "UDP",
+                Proto::Tcp => "TCP",
+            },
+            self.machine.cpu,
+            self.machine.cpus,
+            match self.proto {
+                Proto::Udp => "",
+                Proto::Tcp => ": one connection per cell, TCP_NODELAY, both ends on this host",
+            }
+        )?;
+        writeln!(
+            f,
+            "{:>9} {:<14} {:>10} {:>8} {:>9} {:>8} {:>9} {:>11} {:>7} {:>6}  CPU µs/txn by party",
+            "in flight",
+            "struct",
+            "txn/s",
+            "÷kernel",
+            "p50 µs",
+            "÷kernel",
+            "p99 µs",
+            "CPU µs/txn",
+            "sleeps",
+            "lost"
         )?;
         for r in &self.rows {
             writeln!(
                 f,
-                "{:>9} {:<14} {:>10.0} {:>9.1} {:>9.1} {:>11.2} {:>7.2} {:>6}  {}",
+                "{:>9} {:<14} {:>10.0} {:>8.2} {:>9.1} {:>8.2} {:>9.1} {:>11.2} {:>7.2} {:>6}  {}",
                 r.outstanding,
                 r.structure.name(),
                 r.transactions_per_s,
+                r.txn_over_kernel,
                 r.p50_us,
+                r.p50_over_kernel,
                 r.p99_us,
                 r.cpu_s_per_txn * 1e6,
                 r.sleeps_per_txn,

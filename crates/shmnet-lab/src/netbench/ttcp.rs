@@ -14,7 +14,7 @@
 //! (softnic's half of the wire is nearly free), which the report says beside the figures.
 
 use super::{
-    CellError, Launch, Roles, Structure, cpu_by_party, losses, memcpy_cold_gbit_per_s,
+    CellError, Launch, Proto, Roles, Structure, cpu_by_party, losses, memcpy_cold_gbit_per_s,
     memcpy_gbit_per_s, start,
 };
 use crate::bench::handoff::{self, HandoffOptions, HandoffReport};
@@ -30,6 +30,9 @@ pub enum Dir {
     Tx,
     /// Wire → application.
     Rx,
+    /// TCP: a sender application → a receiver application over one connection through a
+    /// loopback wire (both ends' work in the cell).
+    Stream,
 }
 
 impl std::str::FromStr for Dir {
@@ -48,6 +51,7 @@ impl Dir {
         match self {
             Self::Tx => "tx",
             Self::Rx => "rx",
+            Self::Stream => "stream",
         }
     }
 }
@@ -70,6 +74,9 @@ pub struct TtcpOptions {
     /// The sender's window in messages (default: [`default_window`]).
     pub window: Option<u64>,
     /// The cross-core hand-off probe's quick mode (about a second, else about 5 s).
+    ///
+    /// Over TCP (`launch.proto`) a cell per size and structure, [`Dir::Stream`]: `dirs`
+    /// and `window` are not used, TCP's flow control is the window.
     pub quick: bool,
 }
 
@@ -85,6 +92,8 @@ pub fn default_window(size: usize) -> u64 {
 pub struct TtcpRow {
     /// Structure.
     pub structure: Structure,
+    /// UDP or TCP.
+    pub proto: Proto,
     /// UDP payload bytes per message.
     pub size: usize,
     /// Direction.
@@ -107,8 +116,17 @@ pub struct TtcpRow {
     pub received: u64,
     /// Seconds from the start to the last arrival.
     pub seconds: f64,
-    /// The sender's window, messages.
+    /// The sender's window, messages (0 over TCP: the connection's own flow control).
     pub window: u64,
+    /// Payload bytes the sender sent (its own count where it reports one, else
+    /// `sent × size`).
+    pub sent_bytes: u64,
+    /// Payload bytes the receiver counted (its own count where it reports one, else
+    /// `received × size`).
+    pub received_bytes: u64,
+    /// This cell's Gbit/s ÷ the `kernel` cell's at the same size and direction, same run
+    /// (0 without a kernel cell).
+    pub over_kernel: f64,
     /// CPU microseconds per message, by party (server, driver, app, …; `shmnet serve`'s
     /// time split into its server loop, its driver — a thread or a process; a driver polled
     /// by the server is the server's work and has no entry — and the rest).
@@ -173,6 +191,8 @@ pub struct TtcpReport {
     pub targets: Vec<Target>,
     /// UDP checksums in the shmnet structures.
     pub checksum: bool,
+    /// UDP or TCP.
+    pub proto: Proto,
     /// Where it ran.
     pub machine: crate::machine::Machine,
 }
@@ -181,10 +201,19 @@ pub struct TtcpReport {
 pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
     let mut rows = Vec::new();
     let mut failed = Vec::new();
-    for &dir in &o.dirs {
+    let dirs = match o.launch.proto {
+        Proto::Udp => o.dirs.clone(),
+        Proto::Tcp => vec![Dir::Stream],
+    };
+    for &dir in &dirs {
         for &size in &o.sizes {
             for &structure in &o.structures {
-                let label = format!("{} {size} B {}", dir.name(), structure.name());
+                let label = format!(
+                    "{} {} {size} B {}",
+                    o.launch.proto.name(),
+                    dir.name(),
+                    structure.name()
+                );
                 progress(&label);
                 match cell(o, structure, dir, size, &mut |n, t| {
                     progress(&format!(
@@ -216,7 +245,21 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
             r.over_handoff = r.gbit_per_s / h.gbit_per_s.max(1e-12);
         }
     }
-    let targets = targets(&rows, &memcpy);
+    let kernel: Vec<(usize, Dir, f64)> = rows
+        .iter()
+        .filter(|r| r.structure == Structure::Kernel)
+        .map(|r| (r.size, r.dir, r.gbit_per_s))
+        .collect();
+    for r in &mut rows {
+        if let Some(&(_, _, k)) = kernel.iter().find(|k| k.0 == r.size && k.1 == r.dir) {
+            r.over_kernel = r.gbit_per_s / k.max(1e-12);
+        }
+    }
+    // The issues' targets are UDP's.
+    let targets = match o.launch.proto {
+        Proto::Udp => targets(&rows, &memcpy),
+        Proto::Tcp => Vec::new(),
+    };
     TtcpReport {
         rows,
         failed,
@@ -224,6 +267,7 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
         handoff,
         targets,
         checksum: o.launch.checksum,
+        proto: o.launch.proto,
         machine: crate::machine::Machine::this(),
     }
 }
@@ -248,10 +292,14 @@ fn cell(
     size: usize,
     progress: &mut dyn FnMut(u64, f64),
 ) -> Result<TtcpRow, CellError> {
-    let window = o.window.unwrap_or_else(|| default_window(size));
+    let window = match o.launch.proto {
+        Proto::Udp => o.window.unwrap_or_else(|| default_window(size)),
+        Proto::Tcp => 0,
+    };
     let roles = match dir {
         Dir::Tx => Roles::Transmit,
         Dir::Rx => Roles::Receive,
+        Dir::Stream => Roles::Stream,
     };
     let rx_queue = (window as usize).max(64);
     let running = start(
@@ -271,12 +319,21 @@ fn cell(
     let n = out.received.max(1) as f64;
     let cpu: f64 = out.parties.iter().map(|p| p.cpu_s).sum();
     let by_party = cpu_by_party(&out.parties, n);
+    let reported = |field: &str| {
+        out.parties
+            .iter()
+            .filter_map(|p| p.json()?[field].as_u64())
+            .max()
+    };
+    let sent_bytes = reported("sent_bytes").unwrap_or(out.sent * size as u64);
+    let received_bytes = reported("received_bytes").unwrap_or(out.received * size as u64);
     Ok(TtcpRow {
         structure,
+        proto: o.launch.proto,
         size,
         dir,
         msgs_per_s: out.received as f64 / out.seconds,
-        gbit_per_s: (out.received * size as u64 * 8) as f64 / out.seconds / 1e9,
+        gbit_per_s: (received_bytes * 8) as f64 / out.seconds / 1e9,
         cpu_s_per_msg: cpu / n,
         lost,
         unaccounted: lost.saturating_sub(counted),
@@ -285,6 +342,9 @@ fn cell(
         received: out.received,
         seconds: out.seconds,
         window,
+        sent_bytes,
+        received_bytes,
+        over_kernel: 0.0,
         cpu_us_per_msg_by_party: by_party,
         sleeps_per_msg: out
             .parties
@@ -430,21 +490,29 @@ fn si(x: f64) -> String {
 
 impl fmt::Display for TtcpReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.proto {
+            Proto::Udp => writeln!(
+                f,
+                "ttcp over UDP on {} ({} CPUs); UDP checksums {} in shmnet (loopback computes none)",
+                self.machine.cpu,
+                self.machine.cpus,
+                if self.checksum { "on" } else { "off" }
+            )?,
+            Proto::Tcp => writeln!(
+                f,
+                "ttcp over TCP on {} ({} CPUs): one connection per cell, a message is one write of its size; both ends on this host over a loopback wire",
+                self.machine.cpu, self.machine.cpus,
+            )?,
+        }
         writeln!(
             f,
-            "ttcp on {} ({} CPUs); UDP checksums {} in shmnet (loopback computes none)",
-            self.machine.cpu,
-            self.machine.cpus,
-            if self.checksum { "on" } else { "off" }
-        )?;
-        writeln!(
-            f,
-            "{:<3} {:>6}  {:<14} {:>10} {:>8} {:>9} {:>11} {:>7} {:>7}  where lost",
+            "{:<6} {:>6}  {:<14} {:>10} {:>8} {:>8} {:>9} {:>11} {:>7} {:>7}  where lost",
             "dir",
             "size",
             "struct",
             "msgs/s",
             "Gbit/s",
+            "÷kernel",
             "÷hand-off",
             "CPU µs/msg",
             "sleeps",
@@ -458,12 +526,13 @@ impl fmt::Display for TtcpReport {
                 .collect();
             writeln!(
                 f,
-                "{:<3} {:>6}  {:<14} {:>10} {:>8.2} {:>9.3} {:>11.3} {:>7.2} {:>7}  {}",
+                "{:<6} {:>6}  {:<14} {:>10} {:>8.2} {:>8.2} {:>9.3} {:>11.3} {:>7.2} {:>7}  {}",
                 r.dir.name(),
                 r.size,
                 r.structure.name(),
                 si(r.msgs_per_s),
                 r.gbit_per_s,
+                r.over_kernel,
                 r.over_handoff,
                 r.cpu_s_per_msg * 1e6,
                 r.sleeps_per_msg,
@@ -546,9 +615,15 @@ impl fmt::Display for TtcpReport {
                 }
             }
         }
-        writeln!(
-            f,
-            "kernel tx and rx are one loopback pair quoted at the sender and at the receiver: it runs both directions' protocol work."
-        )
+        match self.proto {
+            Proto::Udp => writeln!(
+                f,
+                "kernel tx and rx are one loopback pair quoted at the sender and at the receiver: it runs both directions' protocol work."
+            ),
+            Proto::Tcp => writeln!(
+                f,
+                "over TCP every structure runs both ends of the connection (sender and receiver, data and ACKs) on this host, as the kernel does over lo; CPU µs/msg is every party's."
+            ),
+        }
     }
 }

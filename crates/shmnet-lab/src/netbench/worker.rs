@@ -9,6 +9,7 @@
 //! the tests of each structure do that; this measures.
 
 use super::requester::Requester;
+use super::tcp;
 use crate::scoreboard::{Permit, Scoreboard, ScoreboardError};
 use crate::softnic_roles::{BenchSoftnic, bench_softnic};
 use serde_json::{Value, json};
@@ -32,7 +33,7 @@ pub const PEER: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2), 400
 pub const SOURCE_PORT: u16 = 40001;
 
 /// How long a receiver waits for a message before looking at the board again.
-const POLL: Duration = Duration::from_millis(20);
+pub(super) const POLL: Duration = Duration::from_millis(20);
 
 /// What went wrong in a worker: one line for the harness to quote, naming the step that
 /// failed.
@@ -87,6 +88,28 @@ pub enum WorkerError {
     /// The cell's scoreboard could not be opened.
     #[error("opening the scoreboard: {0}")]
     Board(#[from] ScoreboardError),
+    /// A TCP call through the server failed.
+    #[error("TCP {what}: {source}")]
+    ShmTcp {
+        /// The step: "connect", "read", ….
+        what: &'static str,
+        /// Why.
+        source: ClientError,
+    },
+    /// A TCP call on the inline worker's stack failed.
+    #[error("TCP {what}: {source}")]
+    InlineTcp {
+        /// The step.
+        what: &'static str,
+        /// Why.
+        source: shmnet_stack::tcp::TcpError,
+    },
+    /// The peer closed the connection while replies were still due.
+    #[error("the connection ended while replies were due")]
+    Closed,
+    /// The inline worker's window would not hand out its pools.
+    #[error("opening the window's pools: {0}")]
+    Pools(shmnet_chan::window::HandleError),
 }
 
 /// One party of a cell other than `shmnet serve`: its board and its job.
@@ -145,6 +168,62 @@ pub enum WorkerJob {
         /// Requests in flight.
         outstanding: u32,
     },
+    /// [`super::tcp::kernel_tcp_recv`].
+    KernelTcpRecv {
+        /// Message bytes (a whole message is counted received when its last byte is).
+        size: usize,
+    },
+    /// [`super::tcp::kernel_tcp_send`].
+    KernelTcpSend {
+        /// Message bytes.
+        size: usize,
+    },
+    /// [`super::tcp::kernel_tcp_echo`].
+    KernelTcpEcho,
+    /// [`super::tcp::kernel_tcp_rr`].
+    KernelTcpRr {
+        /// Request bytes.
+        size: usize,
+        /// Requests in flight.
+        outstanding: u32,
+    },
+    /// [`super::tcp::shm_tcp_recv`].
+    ShmTcpRecv {
+        /// The server's control socket.
+        socket: PathBuf,
+        /// Message bytes.
+        size: usize,
+    },
+    /// [`super::tcp::shm_tcp_send`].
+    ShmTcpSend {
+        /// The server's control socket.
+        socket: PathBuf,
+        /// Message bytes.
+        size: usize,
+    },
+    /// [`super::tcp::shm_tcp_echo`].
+    ShmTcpEcho {
+        /// The server's control socket.
+        socket: PathBuf,
+    },
+    /// [`super::tcp::shm_tcp_rr`].
+    ShmTcpRr {
+        /// The server's control socket.
+        socket: PathBuf,
+        /// Request bytes.
+        size: usize,
+        /// Requests in flight.
+        outstanding: u32,
+    },
+    /// [`super::tcp::inline_tcp`].
+    InlineTcp {
+        /// Which workload ([`InlineJob::Stream`] or [`InlineJob::RequestResponse`]).
+        job: InlineJob,
+        /// Message bytes.
+        size: usize,
+        /// UDP checksums (TCP's are always on).
+        checksum: bool,
+    },
     /// [`inline`].
     Inline {
         /// Which workload.
@@ -182,6 +261,25 @@ pub fn run(spec: &WorkerSpec) -> Result<Value> {
             checksum,
             rx_queue,
         } => inline(board.clone(), *job, *size, *checksum, *rx_queue),
+        WorkerJob::KernelTcpRecv { size } => tcp::kernel_tcp_recv(&board, *size),
+        WorkerJob::KernelTcpSend { size } => tcp::kernel_tcp_send(&board, *size),
+        WorkerJob::KernelTcpEcho => tcp::kernel_tcp_echo(&board),
+        WorkerJob::KernelTcpRr { size, outstanding } => {
+            tcp::kernel_tcp_rr(&board, *size, *outstanding)
+        }
+        WorkerJob::ShmTcpRecv { socket, size } => tcp::shm_tcp_recv(&board, socket, *size),
+        WorkerJob::ShmTcpSend { socket, size } => tcp::shm_tcp_send(&board, socket, *size),
+        WorkerJob::ShmTcpEcho { socket } => tcp::shm_tcp_echo(&board, socket),
+        WorkerJob::ShmTcpRr {
+            socket,
+            size,
+            outstanding,
+        } => tcp::shm_tcp_rr(&board, socket, *size, *outstanding),
+        WorkerJob::InlineTcp {
+            job,
+            size,
+            checksum,
+        } => tcp::inline_tcp(board.clone(), *job, *size, *checksum),
     };
     if out.is_err() {
         // Let the others leave too: the harness reports this party's error.
@@ -194,16 +292,16 @@ pub fn run(spec: &WorkerSpec) -> Result<Value> {
 pub type Result<T> = std::result::Result<T, WorkerError>;
 
 /// The error of step `what` on a kernel socket.
-fn socket_error(what: &'static str) -> impl FnOnce(std::io::Error) -> WorkerError {
+pub(super) fn socket_error(what: &'static str) -> impl FnOnce(std::io::Error) -> WorkerError {
     move |source| WorkerError::Socket { what, source }
 }
 
 /// A sender held back by the window: spin briefly, then yield, then sleep a little (the
 /// receiver's progress has no file descriptor to wait on).
-struct Backoff(u32);
+pub(super) struct Backoff(pub(super) u32);
 
 impl Backoff {
-    fn wait(&mut self) {
+    pub(super) fn wait(&mut self) {
         self.0 += 1;
         if self.0 < 64 {
             std::hint::spin_loop();
@@ -216,12 +314,12 @@ impl Backoff {
 }
 
 /// A message of `size` bytes for sequence number `seq`.
-fn stamp(buf: &mut [u8], seq: u64) {
+pub(super) fn stamp(buf: &mut [u8], seq: u64) {
     let n = buf.len().min(8);
     buf[..n].copy_from_slice(&seq.to_le_bytes()[..n]);
 }
 
-fn wait_for_quit(board: &Scoreboard) {
+pub(super) fn wait_for_quit(board: &Scoreboard) {
     while !board.quitting() {
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -345,7 +443,7 @@ pub fn kernel_send(board: &Scoreboard, size: usize) -> Result<Value> {
     Ok(json!({"sent": sent, "lost": {"kernel: send failed": errors}}))
 }
 
-fn wait_port(board: &Scoreboard) -> Result<u16> {
+pub(super) fn wait_port(board: &Scoreboard) -> Result<u16> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let p = board.port();
@@ -387,7 +485,7 @@ pub fn kernel_echo(board: &Scoreboard) -> Result<Value> {
 }
 
 /// Waits for the harness's `go` (or `quit`).
-fn wait_for_go(board: &Scoreboard) {
+pub(super) fn wait_for_go(board: &Scoreboard) {
     while !board.go() && !board.quitting() {
         std::thread::sleep(Duration::from_micros(100));
     }
@@ -416,7 +514,7 @@ pub fn kernel_rr(board: &Scoreboard, size: usize, outstanding: u32) -> Result<Va
 
 /// Attaches to the server, trying again for a while: its control socket exists before its
 /// driver process has attached, and until then it turns applications away.
-fn connect(socket: &Path) -> Result<Client> {
+pub(super) fn connect(socket: &Path) -> Result<Client> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match Client::connect(socket) {
@@ -579,6 +677,9 @@ pub enum InlineJob {
         /// Requests in flight.
         outstanding: u32,
     },
+    /// TCP only: a sender in this thread streams to a receiver in this thread over one
+    /// connection through a loopback softnic (ttcp `--proto tcp`).
+    Stream,
 }
 
 /// `inline`: driver, stack and application in this one thread.
@@ -590,6 +691,7 @@ pub fn inline(
     rx_queue: usize,
 ) -> Result<Value> {
     let (role, apps) = match job {
+        InlineJob::Stream => return tcp::inline_tcp(board, job, size, checksum),
         InlineJob::Receive => (BenchRole::Send, vec![App::Sink(APP_PORT)]),
         InlineJob::Transmit => (BenchRole::Sink, vec![App::Sink(SOURCE_PORT)]),
         InlineJob::RequestResponse { .. } => (
