@@ -312,6 +312,12 @@ pub fn connect_of(d: &Desc) -> Option<(u32, SocketAddrV4)> {
     })
 }
 
+/// Whether `d` is an `Abort` (which does not wait behind the socket's parked sends: it
+/// drops them).
+pub fn is_abort(d: &Desc) -> bool {
+    d.flags & REQ_OP != 0 && TcpOp::from_code(d.len) == Some(TcpOp::Abort)
+}
+
 /// A `REQ` descriptor for operation `op` on `socket`.
 pub fn op_desc(socket: u16, op: TcpOp) -> Desc {
     Desc {

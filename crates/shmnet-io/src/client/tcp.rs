@@ -63,6 +63,10 @@ enum Item {
 /// connection failed (a write blocks for as long as the peer keeps its window shut).
 const WRITE_PATIENCE: Duration = Duration::from_millis(200);
 
+/// `ipc`: how long an operation waits for room on the data socket (full while the server
+/// holds a send the peer has no window for) before it gives up.
+const OP_PATIENCE: Duration = Duration::from_secs(10);
+
 /// Bytes one send request carries at most (one UDP datagram's worth: the rings' limit).
 const WRITE_CHUNK: usize = super::MAX_DATAGRAM;
 
@@ -149,12 +153,18 @@ impl Inner {
             return Err(ClientError::ServerGone);
         }
         if self.shm.is_none() {
+            // The server reads no packet of ours while it holds a send the connection has no
+            // room for: an operation behind it waits, at most OP_PATIENCE.
             let p = control::ipc_op(id, op);
+            let deadline = Instant::now() + OP_PATIENCE;
             loop {
                 let sock = self.data_sock.as_ref().unwrap_or(&self.ctl);
                 match control::send_raw(sock, &[&p]) {
                     Ok(true) => return Ok(()),
-                    Ok(false) => std::thread::sleep(Duration::from_micros(100)),
+                    Ok(false) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_micros(100))
+                    }
+                    Ok(false) => return Err(ClientError::TimedOut),
                     Err(e) => return Err(self.fail(e)),
                 }
                 self.check_alive()?;

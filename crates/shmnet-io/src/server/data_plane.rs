@@ -16,7 +16,7 @@ use super::control_plane::{Command, Inbox};
 use super::handles::HandleCtx;
 use super::sockets::{AppSocket, Sockets};
 use super::stats::{AppCounters, AppStats, DataPlaneCounters, MemoryStats, ServerStats};
-use super::transport::{AppTransport, BURST, Round};
+use super::transport::{AppTransport, BURST, Round, TcpLent};
 use crate::control::{self, Response};
 use crate::driver::{Driver, RxFrame};
 use crate::driver_host::DriverThreadStats;
@@ -124,6 +124,8 @@ pub(crate) struct DataPlane {
     handles: HandleCtx,
     /// The instrument around copies into posted buffers ([`super::Server::probe_copies`]).
     copy_probe: Option<Box<dyn super::CopyProbe>>,
+    /// Pool buffers lent to applications as TCP chains, and their bound.
+    tcp_lent: TcpLent,
 }
 
 impl DataPlane {
@@ -138,8 +140,11 @@ impl DataPlane {
         control: Arc<Mutex<super::stats::ControlCounters>>,
         handles: HandleCtx,
     ) -> Self {
+        let pool = ChanPool::new(data.server_pools().expect("a fresh data window"));
+        let geo = pool.buffers().geometry();
+        let pool_total = geo.pools * geo.per_pool;
         Self {
-            pool: ChanPool::new(data.server_pools().expect("a fresh data window")),
+            pool,
             data,
             iface,
             link,
@@ -159,6 +164,10 @@ impl DataPlane {
             control,
             handles,
             copy_probe: None,
+            tcp_lent: TcpLent {
+                bufs: 0,
+                cap: pool_total / 2,
+            },
         }
     }
 
@@ -186,6 +195,7 @@ impl DataPlane {
             scratch: &mut self.scratch,
             handles: &mut self.handles,
             copy_probe: self.copy_probe.as_deref_mut(),
+            tcp_lent: &mut self.tcp_lent,
             last_call: false,
         };
         // Lines the miss thread served while we slept go in before the sends that wait for them.
@@ -509,6 +519,7 @@ impl DataPlane {
             scratch: &mut self.scratch,
             handles: &mut self.handles,
             copy_probe: self.copy_probe.as_deref_mut(),
+            tcp_lent: &mut self.tcp_lent,
             last_call: false,
         };
         // Everything it wrote and the server still holds goes out before its sockets close
@@ -532,7 +543,7 @@ impl DataPlane {
             }
         }
         let udp = app.sockets.close_all(&mut r);
-        app.transport.reclaim(&mut self.pool);
+        app.transport.reclaim(&mut self.pool, &mut self.tcp_lent);
         for h in udp {
             let _ = self.iface.udp_close(&mut self.pool, h);
         }

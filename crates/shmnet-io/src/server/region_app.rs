@@ -125,6 +125,16 @@ impl RegionApp {
                 // carried out whole now (no room in the send buffer, a line that missed —
                 // a TCP send is never dropped on a miss, or its bytes would come out of
                 // order).
+                if windows::is_abort(d) {
+                    // Sends it drops complete as failed, so the application frees their
+                    // extents (a completion RX has no room for is lost: the extent with it).
+                    let rx = &mut self.rx;
+                    self.backlog.drop_socket(d.aux, |x| {
+                        if x.flags & windows::REQ_OP == 0 {
+                            let _ = rx.enqueue(windows::done_desc(x, SendStatus::Failed));
+                        }
+                    });
+                }
                 let p = Parked { d: *d, done: 0 };
                 let progress = if windows::connect_of(d).is_none() && self.backlog.holds(d.aux) {
                     Progress::Blocked(0)
@@ -586,7 +596,11 @@ impl AppTransport for RegionApp {
         }
     }
 
-    fn reclaim(&mut self, _pool: &mut crate::pool::ChanPool) {
+    fn reclaim(
+        &mut self,
+        _pool: &mut crate::pool::ChanPool,
+        _lent: &mut super::transport::TcpLent,
+    ) {
         // Nothing of the server's is ever lent to it: every pool buffer was freed after its
         // copy. Its regions are unmapped by the control plane after the data plane has
         // dropped their lines.

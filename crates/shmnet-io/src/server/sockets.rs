@@ -84,18 +84,21 @@ const MAX_OPENING: usize = 256;
 impl Sockets {
     /// Takes a number for `s`: a released one if any, else a new one.
     pub(crate) fn insert(&mut self, s: AppSocket) -> Option<u16> {
+        let n = match self.free.pop() {
+            Some(n) => {
+                self.slots[usize::from(n)] = Some(s);
+                n
+            }
+            None if self.slots.len() >= MAX_SOCKETS => return None,
+            None => {
+                self.slots.push(Some(s));
+                (self.slots.len() - 1) as u16
+            }
+        };
         if !matches!(s, AppSocket::Udp(_)) {
             self.tcp += 1;
         }
-        if let Some(n) = self.free.pop() {
-            self.slots[usize::from(n)] = Some(s);
-            return Some(n);
-        }
-        if self.slots.len() >= MAX_SOCKETS {
-            return None;
-        }
-        self.slots.push(Some(s));
-        Some((self.slots.len() - 1) as u16)
+        Some(n)
     }
 
     /// The socket numbered `n`.
@@ -450,6 +453,29 @@ impl Backlog {
         }
         self.q.push_back(Parked { d, done });
         true
+    }
+
+    /// Takes every parked request of `socket` out (an `Abort` drops what was not sent):
+    /// `each` gets them, to give their memory back.
+    /// Nothing is dropped if the socket's `Close` (or an earlier `Abort`) is parked: the
+    /// application let go of it before, so this `Abort` names a socket it no longer has,
+    /// and waits its turn to be refused.
+    pub(crate) fn drop_socket(&mut self, socket: u32, mut each: impl FnMut(&shmnet_chan::Desc)) {
+        let closed = self.q.iter().any(|p| {
+            p.d.aux == socket
+                && p.d.flags & crate::windows::REQ_OP != 0
+                && matches!(TcpOp::from_code(p.d.len), Some(TcpOp::Close | TcpOp::Abort))
+        });
+        if closed {
+            return;
+        }
+        self.q.retain(|p| {
+            let mine = p.d.aux == socket && crate::windows::connect_of(&p.d).is_none();
+            if mine {
+                each(&p.d);
+            }
+            !mine
+        });
     }
 
     /// How many requests are parked.

@@ -44,6 +44,8 @@ pub(crate) struct Round<'a> {
     /// The instrument around the server's copies into posted buffers, if one is installed
     /// ([`super::Server::probe_copies`]).
     pub copy_probe: Option<&'a mut dyn super::CopyProbe>,
+    /// Pool buffers lent out as TCP chains (`--isolation shared`), and their bound.
+    pub tcp_lent: &'a mut TcpLent,
     /// The application is going away: TCP bytes it wrote go into the connections' send
     /// queues past their limit (they have nowhere else to wait), so none is lost.
     pub last_call: bool,
@@ -66,7 +68,7 @@ pub(crate) trait AppTransport: Send {
     /// The fds that wake the data plane for this application.
     fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>);
     /// The application has gone: frees every chain it held.
-    fn reclaim(&mut self, pool: &mut ChanPool);
+    fn reclaim(&mut self, pool: &mut ChanPool, lent: &mut TcpLent);
     /// Chains held by the application now.
     fn holding(&self) -> usize;
     /// Its window, if it has one.
@@ -93,17 +95,39 @@ pub(crate) struct ShmApp {
     ret: Consumer,
     send_bufs: DriverPools,
     held: Held,
-    /// The chains in `held` that carry TCP bytes: at most [`TCP_CHAINS_LENT`] at once.
-    tcp_held: Held,
+    /// Per buffer index: the buffers of the TCP chain headed there that the application
+    /// holds (0: none, or not a TCP chain).
+    tcp_chains: Vec<u16>,
+    /// Buffers of TCP chains it holds, in all.
+    tcp_lent: u32,
     /// TCP requests waiting for send-buffer room, in order.
     backlog: Backlog,
     batch: [Desc; BURST],
 }
 
-/// Chains of TCP bytes an application may hold at once (each at most [`TCP_CHAIN_BYTES`]):
-/// the window a connection advertises opens when its bytes are lent, so this, not the
-/// window, bounds the pool buffers a slow reader keeps.
-const TCP_CHAINS_LENT: usize = 64;
+/// Pool buffers lent out as TCP chains, by every application together and by each.
+///
+/// A connection's window opens when its bytes are lent (they left its queue), so this, not
+/// the window, bounds the pool buffers slow readers keep: past `cap` (half the pool) for
+/// everyone, or a quarter of that for one application, bytes wait in their connections'
+/// queues (whose windows then close) until chains come back. Below [`TCP_LENT_FLOOR`] an
+/// application may always borrow, so readers that never read cannot starve one that does.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct TcpLent {
+    pub(crate) bufs: u32,
+    pub(crate) cap: u32,
+}
+
+/// Buffers any application may hold as TCP chains whatever the others hold (about one
+/// 64 KiB chain of full-sized segments, and some).
+const TCP_LENT_FLOOR: u32 = 64;
+
+impl TcpLent {
+    /// Whether an application holding `mine` buffers may be lent another chain.
+    fn may_lend(&self, mine: u32) -> bool {
+        mine < TCP_LENT_FLOOR || (self.bufs < self.cap && mine < self.cap / 4)
+    }
+}
 /// Bytes of one lent chain of TCP bytes, at most.
 pub(crate) const TCP_CHAIN_BYTES: u32 = 65_536;
 
@@ -125,7 +149,8 @@ impl ShmApp {
             ret: win.consumer_with_limits(windows::RET, data_limits)?,
             send_bufs: win.driver_pools()?,
             held: Held::new(total),
-            tcp_held: Held::new(total),
+            tcp_chains: vec![0; total as usize],
+            tcp_lent: 0,
             backlog: Backlog::default(),
             batch: [Desc::default(); BURST],
             bufs: win.buffers(),
@@ -133,14 +158,31 @@ impl ShmApp {
         })
     }
 
-    fn flush_deliveries(&mut self, n: usize, pool: &mut ChanPool, c: &mut AppCounters) {
+    /// Chain `head` is back (or was never placed): if it carried TCP bytes, its buffers no
+    /// longer count as lent.
+    fn forget_tcp_chain(&mut self, head: u32, lent: &mut TcpLent) {
+        if let Some(b) = self.tcp_chains.get_mut(head as usize) {
+            let n = u32::from(std::mem::take(b));
+            self.tcp_lent -= n;
+            lent.bufs -= n;
+        }
+    }
+
+    fn flush_deliveries(
+        &mut self,
+        n: usize,
+        pool: &mut ChanPool,
+        lent: &mut TcpLent,
+        c: &mut AppCounters,
+    ) {
         let placed = self.rx.enqueue_burst(&self.batch[..n]);
         c.delivered += placed as u64;
         // Cannot happen (room was counted); never leak a chain if it does.
-        for d in &self.batch[placed..n] {
-            if windows::event_of(d).is_none() {
+        for k in placed..n {
+            let d = self.batch[k];
+            if windows::event_of(&d).is_none() {
                 self.held.remove(d.buf);
-                self.tcp_held.remove(d.buf);
+                self.forget_tcp_chain(d.buf, lent);
                 pool.free_chain(BufIdx(d.buf));
             }
         }
@@ -163,9 +205,10 @@ impl AppTransport for ShmApp {
                 break;
             }
             work += n;
-            for d in &self.batch[..n] {
+            for k in 0..n {
+                let d = self.batch[k];
                 if self.held.remove(d.buf) {
-                    self.tcp_held.remove(d.buf);
+                    self.forget_tcp_chain(d.buf, r.tcp_lent);
                     c.returned += 1;
                     r.pool.free_chain(BufIdx(d.buf));
                 } else {
@@ -205,6 +248,14 @@ impl AppTransport for ShmApp {
                 if d.flags & windows::REQ_OP != 0 || sockets.tcp(d.aux as usize).is_some() {
                     // TCP: in order behind what is parked, parked itself if the stack
                     // cannot take it whole now.
+                    if windows::is_abort(d) {
+                        let send_bufs = &mut self.send_bufs;
+                        self.backlog.drop_socket(d.aux, |x| {
+                            if x.flags & windows::REQ_OP == 0 {
+                                send_bufs.release(x.buf);
+                            }
+                        });
+                    }
                     let p = Parked { d: *d, done: 0 };
                     let parked = if windows::connect_of(d).is_none() && self.backlog.holds(d.aux) {
                         self.backlog.park(*d, 0)
@@ -277,7 +328,7 @@ impl AppTransport for ShmApp {
                     windows::event_desc(socket, ev)
                 }
                 TcpItem::Data { socket, h, .. } => {
-                    if self.tcp_held.len() >= TCP_CHAINS_LENT {
+                    if !r.tcp_lent.may_lend(self.tcp_lent) {
                         break;
                     }
                     let Ok(Some(msg)) =
@@ -287,7 +338,12 @@ impl AppTransport for ShmApp {
                         break;
                     };
                     self.held.insert(msg.head.0);
-                    self.tcp_held.insert(msg.head.0);
+                    let bufs = msg.bufs.min(usize::from(u16::MAX)) as u16;
+                    if let Some(b) = self.tcp_chains.get_mut(msg.head.0 as usize) {
+                        *b = bufs;
+                        self.tcp_lent += u32::from(bufs);
+                        r.tcp_lent.bufs += u32::from(bufs);
+                    }
                     windows::rx_desc(msg.head.0, msg.len as u32, socket, msg.src)
                 }
             };
@@ -296,7 +352,7 @@ impl AppTransport for ShmApp {
             room -= 1;
             work += 1;
             if n == BURST {
-                self.flush_deliveries(n, r.pool, c);
+                self.flush_deliveries(n, r.pool, r.tcp_lent, c);
                 n = 0;
             }
             item = sockets.next_item(r.iface);
@@ -312,14 +368,14 @@ impl AppTransport for ShmApp {
                 room -= 1;
                 work += 1;
                 if n == BURST {
-                    self.flush_deliveries(n, r.pool, c);
+                    self.flush_deliveries(n, r.pool, r.tcp_lent, c);
                     n = 0;
                 }
             }
         }
         if n > 0 {
             // One publish (and at most one wake-up) for the whole batch.
-            self.flush_deliveries(n, r.pool, c);
+            self.flush_deliveries(n, r.pool, r.tcp_lent, c);
         }
         work
     }
@@ -348,7 +404,9 @@ impl AppTransport for ShmApp {
         }
     }
 
-    fn reclaim(&mut self, pool: &mut ChanPool) {
+    fn reclaim(&mut self, pool: &mut ChanPool, lent: &mut TcpLent) {
+        lent.bufs -= std::mem::take(&mut self.tcp_lent);
+        self.tcp_chains.fill(0);
         for head in self.held.take_all() {
             pool.free_chain(BufIdx(head));
         }
@@ -603,7 +661,7 @@ impl AppTransport for IpcApp {
             work += 1;
             match control::parse_ipc_header(&r.scratch[..n]) {
                 Some((control::TAG_OP, sock, _)) => {
-                    let code = r.scratch.get(control::IPC_HEADER..control::IPC_HEADER + 4);
+                    let code = r.scratch[..n].get(control::IPC_HEADER..control::IPC_HEADER + 4);
                     match code.and_then(|b| {
                         windows::TcpOp::from_code(u32::from_le_bytes(b.try_into().ok()?))
                     }) {
@@ -745,14 +803,20 @@ impl AppTransport for IpcApp {
         if self.failed {
             return;
         }
-        let mut flags = PollFlags::IN;
+        // While a TCP send is stashed no packet is read (ACKs, through the device, wake us
+        // to send more): polling the socket for input would only spin.
+        let mut flags = if self.stash.is_some() {
+            PollFlags::empty()
+        } else {
+            PollFlags::IN
+        };
         if self.blocked {
             flags |= PollFlags::OUT;
         }
         out.push(PollFd::new(&self.sock, flags));
     }
 
-    fn reclaim(&mut self, _pool: &mut ChanPool) {}
+    fn reclaim(&mut self, _pool: &mut ChanPool, _lent: &mut TcpLent) {}
 
     fn holding(&self) -> usize {
         0
