@@ -212,7 +212,9 @@ impl Sockets {
                     None => {
                         let h = iface.tcp_accept(l).ok()??;
                         let Some(n) = self.insert_tcp(h, true) else {
-                            // 65,536 sockets open: refuse the connection (a reset).
+                            // 65,535 sockets open: nobody will own the connection. It
+                            // stays in the stack, unannounced, until its peer or the
+                            // keepalive ends it (no pool here to reset it with): counted.
                             self.refusals.bad_ops += 1;
                             return None;
                         };
