@@ -10,14 +10,12 @@
 
 mod common;
 
-use common::stepped::{self, US, raw_attach, stats_until};
+use common::stepped::{self, Kind, US, raw_attach, stats_until};
 use shmnet_chan::handles::Region;
-use shmnet_chan::{Desc, DescLimits, PageSize, Window};
+use shmnet_chan::{Desc, DescLimits, Window};
 use shmnet_io::client::{Client, ClientError, TcpStream};
 use shmnet_io::control::{self, PROTOCOL_VERSION, Request, Response};
-use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Placement, ServerOptions, ServerStats};
-use shmnet_io::spec::{Isolation, OnMiss};
+use shmnet_io::server::ServerStats;
 use shmnet_io::windows::{self, TcpEvent, TcpOp};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddrV4;
@@ -26,51 +24,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The structures under test.
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Regions,
-    Shared,
-    Ipc,
-}
-
 fn server(tag: &str, kind: Kind, idle: Duration) -> stepped::Stepped {
-    let (isolation, ipc) = match kind {
-        Kind::Regions => (Isolation::Regions, false),
-        Kind::Shared => (Isolation::Shared, false),
-        Kind::Ipc => (Isolation::Shared, true),
-    };
-    stepped::Stepped::start(
-        &format!("tcp-hostile-{tag}-{kind:?}"),
-        shmnet_io::driver::softnic::SoftnicConfig {
-            loopback: true,
-            ..Default::default()
-        },
-        idle,
-        |socket| ServerOptions {
-            serve: ServeConfig {
-                ip: US,
-                loopback: true,
-                ..ServeConfig::default()
-            },
-            socket,
-            page: PageSize::Small,
-            ipc,
-            isolation,
-            on_miss: OnMiss::Buffer,
-            placement: if ipc {
-                Placement::Thread
-            } else {
-                Placement::Polled
-            },
-            limits: Default::default(),
-        },
-    )
+    stepped::tcp_loopback(&format!("tcp-hostile-{tag}"), kind, idle)
 }
 
 /// Byte `i` of the stream named `seed`.
 fn byte(seed: u64, i: u64) -> u8 {
-    (i.wrapping_mul(2_654_435_761) >> 7 ^ seed) as u8
+    stepped::stream_byte(seed, i)
 }
 
 fn chunk(seed: u64, at: u64, n: usize) -> Vec<u8> {

@@ -5,61 +5,19 @@
 
 mod common;
 
-use common::stepped::{self, US};
-use shmnet_chan::PageSize;
+use common::stepped::{self, Kind, US};
 use shmnet_io::client::{Client, ClientError, TcpStream};
-use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Placement, ServerOptions};
-use shmnet_io::spec::{Isolation, OnMiss};
 use shmnet_io::windows::TcpFailure;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
-/// The structures under test.
-#[derive(Clone, Copy, Debug)]
-enum Kind {
-    Regions,
-    Shared,
-    Ipc,
-}
-
 fn server(tag: &str, kind: Kind) -> stepped::Stepped {
-    let (isolation, ipc) = match kind {
-        Kind::Regions => (Isolation::Regions, false),
-        Kind::Shared => (Isolation::Shared, false),
-        Kind::Ipc => (Isolation::Shared, true),
-    };
-    stepped::Stepped::start(
-        &format!("{tag}-{kind:?}"),
-        shmnet_io::driver::softnic::SoftnicConfig {
-            loopback: true,
-            ..Default::default()
-        },
-        Duration::from_millis(2),
-        |socket| ServerOptions {
-            serve: ServeConfig {
-                ip: US,
-                loopback: true,
-                ..ServeConfig::default()
-            },
-            socket,
-            page: PageSize::Small,
-            ipc,
-            isolation,
-            on_miss: OnMiss::Buffer,
-            placement: if ipc {
-                Placement::Thread
-            } else {
-                Placement::Polled
-            },
-            limits: Default::default(),
-        },
-    )
+    stepped::tcp_loopback(tag, kind, Duration::from_millis(2))
 }
 
 /// Byte `i` of the stream named `seed`.
 fn byte(seed: u64, i: u64) -> u8 {
-    (i.wrapping_mul(2_654_435_761) >> 7 ^ seed) as u8
+    stepped::stream_byte(seed, i)
 }
 
 /// Writes `len` bytes of stream `seed` in writes of varied sizes, then shuts down.

@@ -10,8 +10,8 @@
 //! ([`HandleCtx::forget_lines`], through the command queue with a reply).
 
 use shmnet_chan::handles::{
-    Access, CacheGeometry, Handle, LookupCache, LookupStats, MissPort, MissPortStats, Pch,
-    RegionTable, miss_channel,
+    Access, CacheGeometry, Handle, LookupCache, LookupError, LookupStats, MissPort, MissPortStats,
+    Pch, RegionTable, miss_channel,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -140,6 +140,24 @@ impl HandleCtx {
                 t.dropped += 1;
             }
         }
+    }
+
+    /// Translates `h` for `access` as the data plane does every handle: recorded (if
+    /// recording), looked up in the cache, and on a miss reported to the miss thread (the
+    /// line is then on its way; the caller drops or holds the request).
+    #[inline]
+    pub(crate) fn translate(
+        &mut self,
+        h: &Handle,
+        access: Access,
+    ) -> Result<std::ptr::NonNull<u8>, LookupError> {
+        self.note(h, access);
+        let r = self.cache.translate(h, access);
+        if let Err(LookupError::Miss(key)) = &r {
+            let generation = self.generation(h.app);
+            self.misses.report(*key, access, generation);
+        }
+        r
     }
 
     /// Fills installed so far (moves whenever a line arrives).

@@ -218,13 +218,10 @@ impl RegionApp {
             off,
             len: (RECV_HEADER + want) as u32,
         };
-        r.handles.note(&handle, Access::Write);
-        let at = match r.handles.cache.translate(&handle, Access::Write) {
+        let at = match r.handles.translate(&handle, Access::Write) {
             Ok(at) => at,
-            Err(LookupError::Miss(key)) => {
+            Err(LookupError::Miss(_)) => {
                 c.recv_misses += 1;
-                let generation = r.handles.generation(self.pch);
-                r.handles.misses.report(key, Access::Write, generation);
                 self.post_held[class] = Some(post);
                 self.recv_stalled_fills = Some(r.handles.fills());
                 return None;
@@ -483,13 +480,10 @@ impl AppTransport for RegionApp {
                     off,
                     len: need as u32,
                 };
-                r.handles.note(&handle, Access::Write);
-                let at = match r.handles.cache.translate(&handle, Access::Write) {
+                let at = match r.handles.translate(&handle, Access::Write) {
                     Ok(at) => at,
-                    Err(LookupError::Miss(key)) => {
+                    Err(LookupError::Miss(_)) => {
                         c.recv_misses += 1;
-                        let generation = r.handles.generation(self.pch);
-                        r.handles.misses.report(key, Access::Write, generation);
                         self.post_held[class] = Some(post);
                         match self.on_miss {
                             OnMiss::Drop => {

@@ -500,14 +500,9 @@ pub(crate) fn handle_bytes<'r>(
         off,
         len: d.len,
     };
-    r.handles.note(&handle, Access::Read);
-    let at = match r.handles.cache.translate(&handle, Access::Read) {
+    let at = match r.handles.translate(&handle, Access::Read) {
         Ok(p) => p,
-        Err(LookupError::Miss(key)) => {
-            let generation = r.handles.generation(pch);
-            r.handles.misses.report(key, Access::Read, generation);
-            return Err(SendStatus::Miss);
-        }
+        Err(LookupError::Miss(_)) => return Err(SendStatus::Miss),
         Err(LookupError::Refused(_)) => return Err(SendStatus::Refused),
     };
     // SAFETY: the lookup cache translated exactly these `len` bytes, all inside a region

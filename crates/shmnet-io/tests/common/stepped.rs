@@ -136,3 +136,54 @@ pub fn raw_attach(path: &Path) -> (OwnedFd, Window, u16, u16) {
     };
     (ctl, win, socket, port)
 }
+
+/// The structures the TCP tests run under.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// `server`, `--isolation regions`.
+    Regions,
+    /// `server`, `--isolation shared`.
+    Shared,
+    /// `ipc` (its driver on a thread).
+    Ipc,
+}
+
+/// A loopback server at [`US`] of structure `kind`, sleeping at most `idle` when idle.
+pub fn tcp_loopback(tag: &str, kind: Kind, idle: Duration) -> Stepped {
+    let (isolation, ipc) = match kind {
+        Kind::Regions => (Isolation::Regions, false),
+        Kind::Shared => (Isolation::Shared, false),
+        Kind::Ipc => (Isolation::Shared, true),
+    };
+    Stepped::start(
+        &format!("{tag}-{kind:?}"),
+        SoftnicConfig {
+            loopback: true,
+            ..SoftnicConfig::default()
+        },
+        idle,
+        |socket| ServerOptions {
+            serve: ServeConfig {
+                ip: US,
+                loopback: true,
+                ..ServeConfig::default()
+            },
+            socket,
+            page: PageSize::Small,
+            ipc,
+            isolation,
+            on_miss: OnMiss::Buffer,
+            placement: if ipc {
+                Placement::Thread
+            } else {
+                Placement::Polled
+            },
+            limits: Default::default(),
+        },
+    )
+}
+
+/// Byte `i` of the test stream named `seed`.
+pub fn stream_byte(seed: u64, i: u64) -> u8 {
+    (i.wrapping_mul(2_654_435_761) >> 7 ^ seed) as u8
+}
