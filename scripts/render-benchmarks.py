@@ -328,7 +328,7 @@ and `shared`:
     return s
 
 
-def ttcptcp(runs, quick):
+def ttcptcp(runs, quick, ethernet=None):
     r0 = runs[0]
     sizes = sorted({x["size"] for x in r0["rows"]})
     structures = list(dict.fromkeys(x["structure"] for x in r0["rows"]))
@@ -345,19 +345,40 @@ def ttcptcp(runs, quick):
                                          lambda r, size=size: get(r, "kernel", size, "gbit_per_s")), 2)]
         rows.append(row)
     head = ["structure"] + [h for size in sizes for h in (f"{size:,} B Gbit/s", "÷ kernel")]
+    mtu = r0.get("mtu", 1500)
+    checks = "on" if r0.get("checksum") else "off, as `lo` offloads them"
     s = f"""## TCP stream (`shmnet ttcp --proto tcp`)
 
 Command: `shmnet ttcp --proto tcp{' --quick' if quick else ''} --json` ([netbench.md](netbench.md), [tcp.md](tcp.md)). One TCP
 connection from a sender application to a receiver application on this host, each message
 one write of the size shown: the kernel over 127.0.0.1 (two processes); shmnet over a
 loopback softnic, both applications attached to one server (every structure runs both
-ends' protocol work, as the kernel does over `lo`). Every byte written was read:
+ends' protocol work, as the kernel does over `lo`). The loopback softnic's MTU is {mtu:,}
+(`lo`'s is 65,536, with TSO/GSO), TCP checksums {checks}
+([netbench.md](netbench.md#over-tcp---proto-tcp)). Every byte written was read:
 
 """
     s += table(head, rows)
     oks = [all((get(r, "server", size, "gbit_per_s") or 0) >= 2 * (get(r, "kernel", size, "gbit_per_s") or float("inf"))
                for size in sizes) for r in runs]
     s += f"\nTarget (issue 16): the server structure's TCP stream ≥ 2× the kernel's Gbit/s at 8 KiB and 64 KiB writes: **{verdict(oks)}**.\n"
+    if ethernet:
+        e0 = ethernet[0]
+        es = list(dict.fromkeys(x["structure"] for x in e0["rows"]))
+        erows = []
+        for st in es:
+            row = [st]
+            for size in sizes:
+                row += [fig([get(r, st, size, "gbit_per_s") for r in ethernet], 2),
+                        fig(ratios_over_runs(ethernet, lambda r, st=st, size=size: get(r, st, size, "gbit_per_s"),
+                                             lambda r, size=size: get(r, "kernel", size, "gbit_per_s")), 2)]
+            erows.append(row)
+        s += f"""
+The same at an Ethernet MTU, in the same runs (`shmnet ttcp --proto tcp --mtu {e0.get("mtu", 1500):,}
+--structure {",".join(es)}{' --quick' if quick else ''} --json`): segments of 1,460 bytes, about eleven times as many:
+
+"""
+        s += table(head, erows)
     return s
 
 
@@ -790,10 +811,14 @@ def main():
     meta = json.loads((d / "meta.json").read_text())
     seconds = float((d / "seconds").read_text()) if (d / "seconds").exists() else 0.0
     quick = meta["quick"]
+    # The TCP stream's table carries its Ethernet-MTU runs too.
+    def tcp_stream(runs, quick):
+        return ttcptcp(runs, quick, load_runs(d, "ttcptcp1500"))
+
     parts = [header(meta, seconds)] + [
         render(load_runs(d, name), quick)
         for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
-                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("labhandles", labhandles), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", ttcptcp), ("rrtcp", rrtcp),
+                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("labhandles", labhandles), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     print("\n".join(parts), end="")

@@ -723,16 +723,50 @@ impl Buffers {
         freed
     }
 
-    /// Wakes a server waiting for buffers, if one said it is waiting.
-    fn notify_want(&self, signal: Option<&Arc<dyn Signal>>) {
+    /// Counts `freed` buffers against what a waiting party wants, and wakes it when they
+    /// bring the count to zero. The `want` word is a countdown: 0 when nobody waits, else the
+    /// buffers still to come back before the waiter is woken (1: at the first). Waking a
+    /// writer only when a batch has come back, as Linux wakes a blocked writer only when a
+    /// third of its send buffer is free, keeps a writer that outruns the network from being
+    /// woken (a system call for the releaser, two context switches) per freed buffer.
+    fn notify_want(&self, freed: u32, signal: Option<&Arc<dyn Signal>>) {
         fence(Ordering::SeqCst);
         let want = &self.set().want;
-        if want.load(Ordering::Relaxed) != 0 && want.swap(0, Ordering::Relaxed) != 0 {
-            if let Some(s) = signal {
-                s.raise();
+        let mut cur = want.load(Ordering::Relaxed);
+        while cur != 0 {
+            let next = cur.saturating_sub(freed.max(1));
+            match want.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    if next == 0 {
+                        if let Some(s) = signal {
+                            s.raise();
+                        }
+                        Self::bump(&self.set().counters.want_wakeups);
+                    }
+                    return;
+                }
+                Err(seen) => cur = seen,
             }
-            Self::bump(&self.set().counters.want_wakeups);
         }
+    }
+
+    /// Whether a party waits for buffers (the `want` word is set).
+    fn wanted(&self) -> bool {
+        self.set().want.load(Ordering::Relaxed) != 0
+    }
+
+    /// The buffers of the chain headed by `head`, counted along its links (at most every
+    /// buffer of the set: a loop in untrusted links ends the count).
+    fn chain_len(&self, head: u32) -> u32 {
+        let total = self.mem.geo.total();
+        let mut n = 0;
+        let mut cur = head;
+        while cur != NO_BUF && n < total {
+            let Some(h) = self.hdr(cur) else { break };
+            n += 1;
+            cur = h.next.load(Ordering::Relaxed);
+        }
+        n
     }
 }
 
@@ -814,6 +848,36 @@ impl ServerPools {
         }
     }
 
+    /// Waits until `n` buffers are free (draining the deferred-free queue), sleeping until
+    /// the releasers have given back what was missing — one wake-up for the lot, not one per
+    /// buffer — or `timeout` passes. Returns whether `n` are free; `n` beyond the whole set
+    /// is never reached, so ask for no more than the set holds ([`PoolGeometry::total`]).
+    pub fn wait_for_free(&mut self, n: u32, timeout: Option<Duration>) -> bool {
+        loop {
+            self.drain_deferred(usize::MAX);
+            let free = self.bufs.free_count();
+            if free >= n {
+                return true;
+            }
+            self.set_want(n - free);
+            fence(Ordering::SeqCst);
+            // Re-check after announcing, so a free that ran before the announcement is seen.
+            if self.drain_deferred(usize::MAX) > 0 || self.bufs.free_count() >= n {
+                self.set_want(0);
+                continue;
+            }
+            let Some(signal) = self.want_signal.clone() else {
+                self.set_want(0);
+                return false;
+            };
+            if signal.wait(timeout) == crate::signal::WaitOutcome::TimedOut {
+                self.set_want(0);
+                self.drain_deferred(usize::MAX);
+                return self.bufs.free_count() >= n;
+            }
+        }
+    }
+
     fn set_want(&self, v: u32) {
         self.bufs.set().want.store(v, Ordering::Relaxed);
     }
@@ -826,7 +890,7 @@ impl ServerPools {
             return 0;
         };
         let freed = self.bufs.free_chain_server(h);
-        self.bufs.notify_want(self.want_signal.as_ref());
+        self.bufs.notify_want(freed, self.want_signal.as_ref());
         freed
     }
 
@@ -853,7 +917,7 @@ impl ServerPools {
             left -= n;
         }
         if freed > 0 {
-            self.bufs.notify_want(self.want_signal.as_ref());
+            self.bufs.notify_want(freed, self.want_signal.as_ref());
         }
         freed
     }
@@ -899,7 +963,7 @@ impl ServerPools {
             free_total += n;
         }
         self.deferred.resync();
-        self.bufs.notify_want(self.want_signal.as_ref());
+        self.bufs.notify_want(free_total, self.want_signal.as_ref());
         free_total
     }
 }
@@ -915,8 +979,8 @@ impl Releaser {
     /// As [`ServerPools::release`].
     pub fn release(&self, head: u32) {
         if let Some(h) = self.bufs.unref(head) {
-            self.bufs.free_chain_server(h);
-            self.bufs.notify_want(self.want_signal.as_ref());
+            let freed = self.bufs.free_chain_server(h);
+            self.bufs.notify_want(freed, self.want_signal.as_ref());
         }
     }
 
@@ -992,15 +1056,21 @@ impl DriverPools {
             if self.bufs.try_lock(pool, DRIVER) {
                 self.bufs.push_locked(pool, h);
                 self.bufs.unlock(pool);
-                self.bufs.notify_want(self.want_signal.as_ref());
+                self.bufs.notify_want(1, self.want_signal.as_ref());
                 return;
             }
             Buffers::bump(&self.bufs.ctl(pool).counters.trylock_failures);
         }
         let c = &self.bufs.set().counters;
+        // The buffers a deferred chain will give back, counted only for a waiter.
+        let freed = if self.bufs.wanted() {
+            self.bufs.chain_len(h)
+        } else {
+            1
+        };
         if self.deferred.enqueue(Desc::new(h, 0)).is_ok() {
             Buffers::bump(&c.deferred);
-            self.bufs.notify_want(self.want_signal.as_ref());
+            self.bufs.notify_want(freed, self.want_signal.as_ref());
         } else {
             Buffers::bump(&c.deferred_lost);
         }

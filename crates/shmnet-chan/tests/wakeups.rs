@@ -263,3 +263,56 @@ fn a_multi_wait_for_room_is_woken_through_the_fd() {
     assert_eq!(rx.dequeue(), Some(Desc::new(1, 0)));
     assert!(!tx.prepare_wait_room());
 }
+
+/// A writer waiting for 16 buffers is woken once, when the 16th comes back — by single
+/// releases and by deferred chains (counted by their length) alike — not at every release.
+#[test]
+fn a_buffer_waiter_is_woken_once_for_the_lot_it_waits_for() {
+    use shmnet_chan::heap::heap_pools;
+    use shmnet_chan::{AllocPolicy, PoolGeometry};
+    let signal: Arc<dyn Signal> = Arc::new(EventFd::new().unwrap());
+    let geo = PoolGeometry {
+        pools: 1,
+        per_pool: 32,
+        data_size: 64,
+        free_cap: 32,
+        policy: AllocPolicy::Lifo,
+    };
+    let (mut waiter, mut releaser) = heap_pools(geo, Some(signal));
+    let held: Vec<u32> = (0..32).map(|_| waiter.alloc().unwrap()).collect();
+    // Released in this order: 8 single buffers, then two chains of 4.
+    let singles = held[..8].to_vec();
+    let chains = [held[8..12].to_vec(), held[12..16].to_vec()];
+    for c in &chains {
+        waiter.buffers().chain(c).unwrap();
+    }
+    let woken = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Let the waiter announce and sleep first (if it has not, it finds the buffers
+            // free and is never woken at all).
+            std::thread::sleep(Duration::from_millis(50));
+            for &b in &singles {
+                releaser.release(b);
+                std::thread::sleep(Duration::from_millis(2));
+                assert!(
+                    !woken.load(Ordering::SeqCst),
+                    "woken before its 16 came back"
+                );
+            }
+            releaser.release(chains[0][0]);
+            std::thread::sleep(Duration::from_millis(2));
+            assert!(!woken.load(Ordering::SeqCst), "woken at 12 of 16");
+            releaser.release(chains[1][0]);
+        });
+        assert!(waiter.wait_for_free(16, LONG), "the 16 buffers came back");
+        woken.store(true, Ordering::SeqCst);
+    });
+    let st = waiter.buffers().stats();
+    assert!(
+        st.want_wakeups <= 1,
+        "one wake-up for the lot, not {}",
+        st.want_wakeups
+    );
+    assert_eq!(waiter.buffers().free_count(), 16);
+}

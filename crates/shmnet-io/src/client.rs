@@ -135,6 +135,47 @@ const SEND_FROM_PATIENCE: Duration = Duration::from_secs(10);
 /// `send_from` awaits, and a few the server made up (dropped beyond this).
 const MAX_STRAY_COMPLETIONS: usize = 64;
 
+/// How many send buffers a writer short of memory waits for at once: a quarter of its pool,
+/// so that a writer that outruns the network is woken once per batch — as Linux wakes a
+/// blocked writer only when a third of its send buffer is free — instead of at every
+/// buffer the server gives back (a system call for the server, two context switches).
+///
+/// A batch may never come: the server may hold most of the pool for a connection whose peer
+/// stopped reading while another socket's sends trickle back. So a batch is waited for at
+/// most [`SendBatch::PATIENCE`], and one that did not come halves the next (down to what the
+/// send needs); one that came doubles it again, up to the quarter.
+#[derive(Debug)]
+struct SendBatch {
+    /// What the next wait asks for (before the send's own need).
+    size: u32,
+    /// A quarter of the pool.
+    most: u32,
+}
+
+impl SendBatch {
+    /// The longest wait for a batch before taking what is there.
+    const PATIENCE: Duration = Duration::from_millis(2);
+
+    fn new(pool: u32) -> Self {
+        let most = (pool / 4).max(1);
+        Self { size: most, most }
+    }
+
+    /// The buffers to wait for, for a send that needs `need`.
+    fn target(&self, need: u32) -> u32 {
+        self.size.max(need)
+    }
+
+    /// Whether the last batch came.
+    fn learn(&mut self, came: bool) {
+        self.size = if came {
+            (self.size * 2).min(self.most)
+        } else {
+            (self.size / 2).max(1)
+        };
+    }
+}
+
 /// Most send buffers one datagram may take: the largest datagram and its header in buffers
 /// of 1,040 bytes or more (the server's app window has 2,048).
 const MAX_SEND_CHAIN: usize = 64;
@@ -176,6 +217,8 @@ enum Mode {
         data: Window,
         ret: Producer,
         send_bufs: ServerPools,
+        /// Buffers a writer short of send memory waits for at once (see [`SendBatch`]).
+        batch: SendBatch,
     },
     /// `--isolation regions`: only memory of its own, registered ([`regions`]).
     Regions(regions::Own),
@@ -230,11 +273,15 @@ impl Client {
             };
             let app = recv_window(&ctl).map_err(|e| proto(&e))?;
             let mode = match data {
-                Some(data) => Mode::Shared {
-                    ret: app.producer(RET).map_err(|e| proto(&e))?,
-                    send_bufs: app.server_pools().map_err(|e| proto(&e))?,
-                    data,
-                },
+                Some(data) => {
+                    let send_bufs = app.server_pools().map_err(|e| proto(&e))?;
+                    Mode::Shared {
+                        ret: app.producer(RET).map_err(|e| proto(&e))?,
+                        batch: SendBatch::new(send_bufs.buffers().geometry().total()),
+                        send_bufs,
+                        data,
+                    }
+                }
                 None => Mode::Regions(regions::Own {
                     send: Region::create("shmnet-send", regions::SEND_REGION)
                         .map_err(|e| proto(&e))?,
@@ -947,7 +994,10 @@ impl Inner {
         if matches!(i.shm.as_ref().map(|s| &s.mode), Some(Mode::Regions(_))) {
             return send_staged(i, id, data, to, wait);
         }
-        let Some(Mode::Shared { send_bufs, .. }) = i.shm.as_mut().map(|s| &mut s.mode) else {
+        let Some(Mode::Shared {
+            send_bufs, batch, ..
+        }) = i.shm.as_mut().map(|s| &mut s.mode)
+        else {
             unreachable!("checked above");
         };
         // Send chains the server has finished with come back through the deferred queue.
@@ -960,6 +1010,16 @@ impl Inner {
                 "the server's send buffers ({size} B) are too small for a {}-byte datagram",
                 data.len()
             )));
+        }
+        // A writer short of send memory first waits for a batch to come back (one wake-up
+        // for the lot); the buffers are then taken below, waiting per buffer only if the
+        // batch did not come.
+        if let Some(t) = wait
+            && send_bufs.buffers().free_count() < need as u32
+        {
+            let target = batch.target(need as u32);
+            let came = send_bufs.wait_for_free(target, Some(t.min(SendBatch::PATIENCE)));
+            batch.learn(came);
         }
         let mut held = [0u32; MAX_SEND_CHAIN];
         for k in 0..need {

@@ -69,6 +69,37 @@ pub struct ServeConfig {
     /// The device is a loopback (see [`shmnet_stack::Config::loopback`]): our own address
     /// is a destination, reached without ARP.
     pub loopback: bool,
+    /// The largest IP packet per frame; `pools` must hold a frame of it (see
+    /// [`frame_buffer_size`]).
+    pub mtu: usize,
+}
+
+/// The pool buffer size that holds one frame of `mtu` (the Ethernet header and the stack's
+/// room for TCP options beyond the 40 bytes of headers the MSS leaves out; at least the
+/// 2,048 bytes every pool had before the MTU could be raised).
+pub fn frame_buffer_size(mtu: usize) -> u32 {
+    let need = mtu + shmnet_stack::eth::HEADER_LEN + 60;
+    (need.div_ceil(64) * 64).max(2048) as u32
+}
+
+impl ServeConfig {
+    /// The stack's configuration for a device with Ethernet address `mac`. TCP checksums
+    /// follow `checksum` only on a loopback (whose frames never reach a wire, as Linux's `lo`
+    /// offloads them); on any other device they are always made and checked — a zero UDP
+    /// checksum is legal, a wrong TCP one is a dropped segment.
+    pub fn stack_config(&self, mac: [u8; 6]) -> Config {
+        let mut cfg = Config::new(EthernetAddress(mac), self.ip, self.prefix);
+        cfg.udp_rx_checksum = self.checksum;
+        cfg.udp_tx_checksum = self.checksum;
+        cfg.rx_queue_limit = self.rx_queue_limit;
+        cfg.loopback = self.loopback;
+        cfg.set_mtu(self.mtu);
+        let tcp_checksum = self.checksum || !self.loopback;
+        cfg.tcp.rx_checksum = tcp_checksum;
+        cfg.tcp.tx_checksum = tcp_checksum;
+        cfg.tcp.isn_secret = isn_secret();
+        cfg
+    }
 }
 
 impl Default for ServeConfig {
@@ -81,6 +112,7 @@ impl Default for ServeConfig {
             rx_queue_limit: 64,
             apps: Vec::new(),
             loopback: false,
+            mtu: 1500,
         }
     }
 }
@@ -186,13 +218,7 @@ impl<D: Driver> Inline<D> {
         })?;
         let dpools = window.driver_pools().expect("fresh window");
         let pool = ChanPool::new(window.server_pools().expect("fresh window"));
-        let mut scfg = Config::new(EthernetAddress(driver.mac()), cfg.ip, cfg.prefix);
-        scfg.udp_rx_checksum = cfg.checksum;
-        scfg.udp_tx_checksum = cfg.checksum;
-        scfg.rx_queue_limit = cfg.rx_queue_limit;
-        scfg.loopback = cfg.loopback;
-        scfg.tcp.isn_secret = isn_secret();
-        let mut iface = Interface::new(scfg);
+        let mut iface = Interface::new(cfg.stack_config(driver.mac()));
         let mut sockets = Vec::new();
         let mut tcp_apps = Vec::new();
         for app in &cfg.apps {
@@ -491,6 +517,8 @@ const TCP_BACKLOG: u32 = 128;
 
 /// A fresh secret for RFC 6528's initial sequence numbers: std's `RandomState` draws its
 /// keys from the operating system.
+/// A secret for RFC 6528's initial sequence numbers, fresh in every process (std's
+/// `RandomState` is seeded from the OS's randomness).
 fn isn_secret() -> u128 {
     use std::hash::BuildHasher;
     let s = std::collections::hash_map::RandomState::new();

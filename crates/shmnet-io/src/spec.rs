@@ -40,7 +40,21 @@ pub enum SpecError {
     /// `--softnic-role` names no part of a benchmark run.
     #[error("unknown softnic role {0:?}: use send, sink or loopback")]
     UnknownRole(String),
+    /// `--mtu` is outside what the stack and the pool buffers carry.
+    #[error("--mtu {0} is out of range: use {MIN_MTU} to {MAX_MTU} bytes")]
+    Mtu(usize),
+    /// `--mtu` above 1,500 with af_packet, whose rings hold 2,048-byte frames.
+    #[error(
+        "--mtu above 1500 needs softnic: af_packet's rings hold 2,048-byte frames (and the interface's MTU would have to match)"
+    )]
+    MtuWithAfPacket,
 }
+
+/// The smallest MTU `shmnet serve` takes (IPv4's minimum datagram every host must accept).
+pub const MIN_MTU: usize = 576;
+/// The largest MTU `shmnet serve` takes: one frame per pool buffer, and a pool buffer holds
+/// at most [`shmnet_chan::layout::MAX_DATA_SIZE`] bytes.
+pub const MAX_MTU: usize = shmnet_chan::layout::MAX_DATA_SIZE as usize - 14 - 60;
 
 /// How `shmnet serve` places its parties.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -386,8 +400,11 @@ pub struct ServeSpec {
     pub ip: Ipv4Addr,
     /// Its prefix length (at most 32).
     pub prefix: u8,
-    /// Verify and generate UDP checksums.
+    /// Verify and generate UDP checksums (and TCP's on a loopback; see
+    /// [`crate::inline::ServeConfig::stack_config`]).
     pub checksum: bool,
+    /// The largest IP packet per frame (1,500). The pool buffers grow to hold a frame of it.
+    pub mtu: usize,
     /// Messages a socket's receive queue holds before the stack drops more.
     pub rx_queue: usize,
     /// The pages the packet buffers live on.
@@ -453,6 +470,7 @@ impl Default for ServeSpec {
             ip: Ipv4Addr::new(10, 0, 0, 1),
             prefix: 24,
             checksum: true,
+            mtu: 1500,
             rx_queue: 64,
             page: PageSize::default(),
             alloc: AllocPolicy::default(),
@@ -476,12 +494,24 @@ impl Default for ServeSpec {
 }
 
 impl ServeSpec {
-    /// The buffer pools it asks for.
+    /// The buffer pools it asks for: each buffer holds one frame of the MTU.
     pub fn pools(&self) -> PoolSpec {
         PoolSpec {
             policy: self.alloc,
+            data_size: crate::inline::frame_buffer_size(self.mtu),
             ..PoolSpec::default()
         }
+    }
+
+    /// Refuses an MTU the stack, the pools or the driver cannot carry.
+    pub fn check_mtu(&self) -> Result<(), SpecError> {
+        if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
+            return Err(SpecError::Mtu(self.mtu));
+        }
+        if self.mtu > 1500 && matches!(self.driver, DriverSpec::AfPacket { .. }) {
+            return Err(SpecError::MtuWithAfPacket);
+        }
+        Ok(())
     }
 
     /// Where the driver actually runs: the ipc structure always runs it on a thread.
@@ -504,6 +534,7 @@ impl ServeSpec {
             rx_queue_limit: self.rx_queue,
             pools: self.pools(),
             loopback: self.driver.loopback(),
+            mtu: self.mtu,
         }
     }
 
@@ -626,6 +657,32 @@ mod tests {
             "sunk".parse::<BenchRole>(),
             Err(SpecError::UnknownRole("sunk".into()))
         );
+    }
+
+    #[test]
+    fn the_mtu_sizes_the_buffers_and_is_refused_where_it_cannot_be_carried() {
+        let mut spec = ServeSpec::default();
+        assert_eq!(spec.check_mtu(), Ok(()));
+        assert_eq!(
+            spec.pools().data_size,
+            2048,
+            "an Ethernet MTU keeps 2 KiB buffers"
+        );
+        spec.mtu = 16_384;
+        assert_eq!(spec.check_mtu(), Ok(()));
+        let size = spec.pools().data_size as usize;
+        assert!(size >= 16_384 + 14 + 60 && size % 64 == 0, "{size}");
+        spec.mtu = MAX_MTU;
+        assert!(spec.pools().data_size <= shmnet_chan::layout::MAX_DATA_SIZE);
+        for bad in [0, MIN_MTU - 1, MAX_MTU + 1] {
+            spec.mtu = bad;
+            assert_eq!(spec.check_mtu(), Err(SpecError::Mtu(bad)));
+        }
+        spec.driver = DriverSpec::parse("af_packet:v0", SoftnicSpec::default(), None).unwrap();
+        spec.mtu = 1500;
+        assert_eq!(spec.check_mtu(), Ok(()));
+        spec.mtu = 9000;
+        assert_eq!(spec.check_mtu(), Err(SpecError::MtuWithAfPacket));
     }
 
     /// `--impair` travels with the device's spec (to a driver process too), and leaves the

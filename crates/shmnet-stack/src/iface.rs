@@ -111,7 +111,7 @@ pub struct Config {
     /// ourselves is `Unaddressable`, and a datagram claiming our address as its source is
     /// spoofed (counted in `bad_address`).
     pub loopback: bool,
-    /// TCP's settings (its MSS is set from `mtu` by [`Config::new`]).
+    /// TCP's settings (its MSS follows `mtu` when set with [`Config::set_mtu`]).
     pub tcp: TcpConfig,
 }
 
@@ -145,6 +145,15 @@ impl Config {
             loopback: false,
             tcp: TcpConfig::default(),
         }
+    }
+
+    /// Sets the MTU and the MSS TCP announces with it (the MTU less the IPv4 and TCP
+    /// headers). The MSS is still capped by what one pool buffer holds when a connection
+    /// starts.
+    pub fn set_mtu(&mut self, mtu: usize) {
+        self.mtu = mtu;
+        let mss = mtu.saturating_sub(crate::ipv4::HEADER_LEN + 20);
+        self.tcp.mss = mss.clamp(64, usize::from(u16::MAX)) as u16;
     }
 }
 

@@ -352,6 +352,36 @@ fn heavy_loss_still_completes() {
     );
 }
 
+/// A loopback offloads checksums as Linux's `lo` does: both ends sending none and checking
+/// none carry the stream whole; a peer that checks refuses every segment sent without one.
+#[test]
+fn checksums_offloaded_on_both_ends_carry_the_stream_and_a_checking_peer_refuses_them() {
+    let off = |c: &mut Config| {
+        c.tcp.tx_checksum = false;
+        c.tcp.rx_checksum = false;
+    };
+    let mut w = Wire::configured(11, Impair::default(), &off);
+    w.a = side(1, A_IP, &off);
+    let w = transfer_with(w, 11, 200_000, 200_000);
+    assert_eq!(w.b.ifc.tcp_counters().bytes_in, 200_000);
+
+    let mut w = Wire::new(12, Impair::default());
+    w.a = side(1, A_IP, &|c| c.tcp.tx_checksum = false);
+    let l = w.b.ifc.tcp_listen(5001, 16).unwrap();
+    w.with(true, |s, now, out| {
+        s.ifc
+            .tcp_connect(&mut s.pool, SocketAddrV4::new(B_IP, 5001), now, out)
+    })
+    .unwrap();
+    for _ in 0..1000 {
+        w.step();
+    }
+    assert_eq!(w.b.ifc.tcp_accept(l).unwrap(), None, "no connection");
+    let cb = w.b.ifc.tcp_counters();
+    assert!(cb.bad_checksum >= 1, "the SYN was refused: {cb:?}");
+    assert_eq!(cb.passive_opens, 0, "{cb:?}");
+}
+
 #[test]
 fn a_closed_port_refuses_with_a_reset() {
     let mut w = Wire::new(3, Impair::default());

@@ -84,9 +84,16 @@ pub struct TtcpArgs {
     /// The sender's window in messages (default: 1 MiB of messages, 8 to 256).
     #[arg(long)]
     window: Option<u64>,
-    /// UDP checksums on in the shmnet structures (loopback computes none, so off by default).
+    /// Checksums on in the shmnet structures: UDP's, and TCP's over the loopback wire
+    /// (loopback computes none, so off by default).
     #[arg(long)]
     checksum: bool,
+    /// Over TCP: the MTU of shmnet's loopback wire, 576 to 32,694 bytes (default 16,384).
+    /// Linux's lo has an MTU of 65,536, so the kernel carries a stream in segments of up to
+    /// 64 KiB; shmnet's segments are one pool buffer each, which grows with the MTU. Give
+    /// 1,500 to measure an Ethernet-sized wire.
+    #[arg(long, value_name = "BYTES")]
+    mtu: Option<usize>,
     /// Print one JSON object (rows as the issue names them, and everything else).
     #[arg(long)]
     json: bool,
@@ -153,15 +160,37 @@ pub struct RrArgs {
     /// A quarter second per cell.
     #[arg(long)]
     quick: bool,
-    /// UDP checksums on in the shmnet structures.
+    /// Checksums on in the shmnet structures (UDP's, and TCP's over the loopback wire).
     #[arg(long)]
     checksum: bool,
+    /// Over TCP: the MTU of shmnet's loopback wire, 576 to 32,694 bytes (default 16,384).
+    /// Linux's lo has an MTU of 65,536, so the kernel carries a stream in segments of up to
+    /// 64 KiB; shmnet's segments are one pool buffer each, which grows with the MTU. Give
+    /// 1,500 to measure an Ethernet-sized wire.
+    #[arg(long, value_name = "BYTES")]
+    mtu: Option<usize>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
 }
 
-fn launch(checksum: bool, proto: Proto) -> Result<Launch> {
+/// The MTU of shmnet's loopback wire over TCP, unless `--mtu` says otherwise (see its help).
+const TCP_LOOPBACK_MTU: usize = 16_384;
+
+fn launch(checksum: bool, proto: Proto, mtu: Option<usize>) -> Result<Launch> {
+    let mtu = match (proto, mtu) {
+        (Proto::Udp, Some(_)) => {
+            bail!("--mtu applies to --proto tcp only (UDP cells use softnic's 1,500-byte wire)")
+        }
+        (Proto::Udp, None) => 1500,
+        (Proto::Tcp, None) => TCP_LOOPBACK_MTU,
+        (Proto::Tcp, Some(m)) => {
+            if !(shmnet_io::spec::MIN_MTU..=shmnet_io::spec::MAX_MTU).contains(&m) {
+                return Err(shmnet_io::spec::SpecError::Mtu(m).into());
+            }
+            m
+        }
+    };
     // The parties sleep in short waits (a sender held back by its window looks again every
     // few microseconds); the default 50 µs timer slack would stretch every one of them. The
     // children inherit it.
@@ -171,6 +200,7 @@ fn launch(checksum: bool, proto: Proto) -> Result<Launch> {
         exe: std::env::current_exe().context("finding this program to start the parties")?,
         checksum,
         proto,
+        mtu,
     })
 }
 
@@ -202,7 +232,7 @@ pub fn ttcp(a: TtcpArgs) -> Result<()> {
         (Proto::Tcp, Some(v)) => v,
     };
     let opts = TtcpOptions {
-        launch: launch(a.checksum, a.proto)?,
+        launch: launch(a.checksum, a.proto, a.mtu)?,
         structures: a.structure,
         sizes,
         dirs: a.dir,
@@ -311,7 +341,7 @@ pub fn rr(a: RrArgs) -> Result<()> {
         bail!("--size must be 8 to 1,472 bytes (the sequence number takes 8; one frame)");
     }
     let opts = RrOptions {
-        launch: launch(a.checksum, a.proto)?,
+        launch: launch(a.checksum, a.proto, a.mtu)?,
         structures: a.structure,
         outstanding,
         size: a.size,

@@ -76,9 +76,15 @@ pub struct DriverArgs {
     /// the interface's own address.
     #[arg(long, value_parser = parse_mac)]
     mac: Option<[u8; 6]>,
-    /// Neither verify nor generate UDP checksums.
+    /// Neither verify nor generate UDP checksums (nor TCP's, on a loopback softnic only:
+    /// its frames never reach a wire, as Linux's lo offloads them).
     #[arg(long)]
     no_checksum: bool,
+    /// The largest IP packet per frame, 576 to 32,694 bytes. Above 1,500 (softnic only) the
+    /// packet buffers grow to hold a frame, and TCP's segments with them: like Linux's lo
+    /// (MTU 65,536), a loopback softnic then carries a stream in a few large segments.
+    #[arg(long, default_value_t = 1500, value_name = "BYTES")]
+    mtu: usize,
     /// softnic in a benchmark run: the run's scoreboard (set by `shmnet ttcp` and `shmnet rr`).
     #[arg(long, hide = true, value_name = "PATH")]
     softnic_board: Option<PathBuf>,
@@ -329,7 +335,7 @@ impl ServeArgs {
     /// The spec these options describe (what [`run`] runs): refuses options that do not
     /// apply to the chosen driver, and drivers shmnet does not know.
     pub fn to_spec(&self) -> Result<ServeSpec> {
-        Ok(ServeSpec {
+        let spec = ServeSpec {
             structure: match self.structure {
                 Structure::Inline => ServeStructure::Inline,
                 Structure::Server => ServeStructure::Server,
@@ -344,6 +350,7 @@ impl ServeArgs {
             ip: self.dev.ip.0,
             prefix: self.dev.ip.1,
             checksum: !self.dev.no_checksum,
+            mtu: self.dev.mtu,
             rx_queue: self.rx_queue,
             page: self.page,
             alloc: self.alloc,
@@ -362,7 +369,9 @@ impl ServeArgs {
             json: self.json,
             force: self.force,
             copy_probe: None,
-        })
+        };
+        spec.check_mtu()?;
+        Ok(spec)
     }
 }
 

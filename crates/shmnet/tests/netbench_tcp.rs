@@ -38,6 +38,7 @@ fn f(v: &Value, k: &str) -> f64 {
 #[test]
 fn ttcp_over_tcp_runs_every_structure_and_every_byte_written_is_read() {
     let v = shmnet(&["ttcp", "--proto", "tcp", "--quick", "--json"]);
+    assert_eq!(u(&v, "mtu"), 16_384, "the loopback wire's default MTU: {v}");
     let rows = rows(&v);
     for size in [8192u64, 65_536] {
         for s in STRUCTURES {
@@ -68,6 +69,35 @@ fn ttcp_over_tcp_runs_every_structure_and_every_byte_written_is_read() {
     // The kernel is the baseline of the same run: its own ratio is 1.
     for r in rows.iter().filter(|r| r["structure"] == "kernel") {
         assert!((f(r, "over_kernel") - 1.0).abs() < 1e-9, "{r}");
+    }
+}
+
+/// On an Ethernet-sized wire (segments of 1,460 bytes) and with checksums on, the books
+/// balance too.
+#[test]
+fn ttcp_over_tcp_on_an_ethernet_mtu_with_checksums_reads_every_byte() {
+    let v = shmnet(&[
+        "ttcp",
+        "--proto",
+        "tcp",
+        "--quick",
+        "--json",
+        "--mtu",
+        "1500",
+        "--checksum",
+        "--size",
+        "65536",
+        "--structure",
+        "server,inline",
+    ]);
+    assert_eq!(u(&v, "mtu"), 1500, "{v}");
+    assert_eq!(v["checksum"], true, "{v}");
+    let rows = rows(&v);
+    assert_eq!(rows.len(), 2, "{v}");
+    for r in rows {
+        assert!(u(r, "sent") > 0, "{r}");
+        assert_eq!(u(r, "received_bytes"), u(r, "sent_bytes"), "{r}");
+        assert_eq!(u(r, "lost"), 0, "{r}");
     }
 }
 

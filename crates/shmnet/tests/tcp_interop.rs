@@ -171,6 +171,31 @@ fn limit(bytes: usize) -> Duration {
     Duration::from_secs(30) + Duration::from_secs((bytes / 10_000_000) as u64 * 2)
 }
 
+/// Waits until every Linux socket in `ns` to `peer` has delivered its bytes and shmnet has
+/// closed its side (which the sink does only after reading everything): none is established,
+/// in FIN-WAIT-1 or -2, CLOSING or LAST-ACK. A client that exited may have left the tail of
+/// its stream in its kernel's send buffer.
+fn wait_delivered(ns: &Netns, peer: &str, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let mut ss = ns.cmd("ss");
+        ss.args(["-Htn", "state", "established", "state", "fin-wait-1"])
+            .args(["state", "fin-wait-2"])
+            .args(["state", "closing", "state", "last-ack", "dst", peer]);
+        let out = ss.output().expect("ss runs");
+        assert!(out.status.success(), "ss: {out:?}");
+        if out.stdout.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "the kernel still holds data for {peer} after {limit:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn linux_clients_reach_shmnets_tcp_echo_and_sink() {
     const TEST: &str = "linux_clients_reach_shmnets_tcp_echo_and_sink";
@@ -201,6 +226,8 @@ fn linux_clients_reach_shmnets_tcp_echo_and_sink() {
     socat.args(["-u", &format!("FILE:{}", file.display()), "TCP:10.93.0.1:9"]);
     run_ok(socat, "socat to the TCP sink", limit(SINK));
     let _ = std::fs::remove_file(&file);
+    // socat exits once its last write is in the kernel's send buffer, not once shmnet has it.
+    wait_delivered(&ns, "10.93.0.1", limit(SINK));
 
     let report = server.stop();
     assert_eq!(u(&report, &["apps", "tcp_accepted"]), 3, "{report}");

@@ -58,7 +58,7 @@ use rustix::fd::{AsFd, OwnedFd};
 use shmnet_chan::handles::{CacheGeometry, RegionTable};
 use shmnet_chan::handoff::send_window;
 use shmnet_chan::{PageSize, Window};
-use shmnet_stack::{Config, EthernetAddress, Interface};
+use shmnet_stack::Interface;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -575,12 +575,7 @@ fn driver_thread(
 
 /// The stack, configured from `opts`, answering for `mac`.
 fn interface(mac: [u8; 6], opts: &ServerOptions) -> Interface {
-    let mut cfg = Config::new(EthernetAddress(mac), opts.serve.ip, opts.serve.prefix);
-    cfg.udp_rx_checksum = opts.serve.checksum;
-    cfg.udp_tx_checksum = opts.serve.checksum;
-    cfg.rx_queue_limit = opts.serve.rx_queue_limit;
-    cfg.loopback = opts.serve.loopback;
-    Interface::new(cfg)
+    Interface::new(opts.serve.stack_config(mac))
 }
 
 /// The server's ends of the IN and OUT rings.

@@ -212,10 +212,13 @@ pub(crate) enum CellError {
 pub struct Launch {
     /// This program (the harness starts its parties from it).
     pub exe: PathBuf,
-    /// UDP checksums in the shmnet structures (the kernel computes none over loopback).
+    /// Checksums in the shmnet structures (the kernel computes none over loopback): UDP's,
+    /// and TCP's over the loopback wire.
     pub checksum: bool,
     /// The transport every cell runs over.
     pub proto: Proto,
+    /// The MTU of shmnet's wire (the stack's; its pool buffers hold a frame of it).
+    pub mtu: usize,
 }
 
 /// The parties' part of a cell: what each structure starts, and how each starts it.
@@ -329,6 +332,7 @@ pub(crate) fn start(
                     job,
                     size,
                     checksum: launch.checksum,
+                    mtu: launch.mtu,
                 }
             } else {
                 WorkerJob::Inline {
@@ -418,6 +422,7 @@ pub(crate) fn start(
                 ip: worker::SERVER_IP,
                 prefix: 24,
                 checksum: launch.checksum,
+                mtu: launch.mtu,
                 rx_queue,
                 socket: socket.clone(),
                 isolation: structure.isolation(),

@@ -95,6 +95,8 @@ pub struct RrReport {
     pub failed: Vec<String>,
     /// UDP or TCP.
     pub proto: Proto,
+    /// The MTU of shmnet's wire.
+    pub mtu: usize,
     /// Where it ran.
     pub machine: crate::machine::Machine,
 }
@@ -143,6 +145,7 @@ pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
         rows,
         failed,
         proto: o.launch.proto,
+        mtu: o.launch.mtu,
         machine: crate::machine::Machine::this(),
     }
 }

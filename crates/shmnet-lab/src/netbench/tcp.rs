@@ -27,10 +27,11 @@ use shmnet_chan::{ChannelSpec, DriverPools, PageSize, PoolSpec, Window};
 use shmnet_io::client::{ClientError, TcpStream as ShmStream};
 use shmnet_io::driver::softnic::SoftnicConfig;
 use shmnet_io::driver::{Driver, RxFrame};
+use shmnet_io::inline::{ServeConfig, frame_buffer_size};
 use shmnet_io::pool::ChanPool;
 use shmnet_io::spec::BenchRole;
 use shmnet_stack::tcp::{TcpError, TcpHandle};
-use shmnet_stack::{BufIdx, Config, EthernetAddress, Interface};
+use shmnet_stack::{BufIdx, Interface};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::path::Path;
@@ -455,7 +456,20 @@ struct InlineTcp {
 }
 
 impl InlineTcp {
-    fn new(board: Arc<Scoreboard>, checksum: bool) -> Result<Self> {
+    fn new(board: Arc<Scoreboard>, checksum: bool, mtu: usize) -> Result<Self> {
+        // The stack as `shmnet serve` configures it for a loopback softnic.
+        let serve = ServeConfig {
+            ip: SERVER_IP,
+            prefix: 24,
+            pools: PoolSpec {
+                data_size: frame_buffer_size(mtu),
+                ..PoolSpec::default()
+            },
+            checksum,
+            loopback: true,
+            mtu,
+            ..ServeConfig::default()
+        };
         let nic = bench_softnic(
             SoftnicConfig {
                 checksum,
@@ -467,21 +481,17 @@ impl InlineTcp {
         )?;
         let window = Window::create(&ChannelSpec {
             rings: vec![],
-            pools: PoolSpec::default(),
+            pools: serve.pools,
             page: PageSize::Small,
         })
         .map_err(shmnet_io::inline::ServeError::from)?;
         let dpools = window.driver_pools().map_err(WorkerError::Pools)?;
         let pool = ChanPool::new(window.server_pools().map_err(WorkerError::Pools)?);
-        let mut cfg = Config::new(EthernetAddress(nic.mac()), SERVER_IP, 24);
-        cfg.udp_rx_checksum = checksum;
-        cfg.udp_tx_checksum = checksum;
-        cfg.loopback = true;
         Ok(Self {
+            iface: Interface::new(serve.stack_config(nic.mac())),
             nic,
             dpools,
             pool,
-            iface: Interface::new(cfg),
             rx: Vec::with_capacity(BURST),
             tx: Vec::new(),
             tx_idx: Vec::new(),
@@ -626,8 +636,9 @@ pub fn inline_tcp(
     job: InlineJob,
     size: usize,
     checksum: bool,
+    mtu: usize,
 ) -> Result<Value> {
-    let mut st = InlineTcp::new(board.clone(), checksum)?;
+    let mut st = InlineTcp::new(board.clone(), checksum, mtu)?;
     let own = match job {
         InlineJob::RequestResponse { outstanding } => {
             inline_rr(&board, &mut st, size, outstanding)?

@@ -189,10 +189,12 @@ pub struct TtcpReport {
     pub handoff: Option<HandoffReport>,
     /// The targets, where kernel and server both ran.
     pub targets: Vec<Target>,
-    /// UDP checksums in the shmnet structures.
+    /// Checksums in the shmnet structures (UDP's; over TCP, TCP's on the loopback wire).
     pub checksum: bool,
     /// UDP or TCP.
     pub proto: Proto,
+    /// The MTU of shmnet's wire.
+    pub mtu: usize,
     /// Where it ran.
     pub machine: crate::machine::Machine,
 }
@@ -268,6 +270,7 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
         targets,
         checksum: o.launch.checksum,
         proto: o.launch.proto,
+        mtu: o.launch.mtu,
         machine: crate::machine::Machine::this(),
     }
 }
@@ -500,8 +503,11 @@ impl fmt::Display for TtcpReport {
             )?,
             Proto::Tcp => writeln!(
                 f,
-                "ttcp over TCP on {} ({} CPUs): one connection per cell, a message is one write of its size; both ends on this host over a loopback wire",
-                self.machine.cpu, self.machine.cpus,
+                "ttcp over TCP on {} ({} CPUs): one connection per cell, a message is one write of its size; both ends on this host over a loopback wire (shmnet's MTU {}, lo's 65,536; checksums {})",
+                self.machine.cpu,
+                self.machine.cpus,
+                self.mtu,
+                if self.checksum { "on" } else { "off, as on lo" },
             )?,
         }
         writeln!(

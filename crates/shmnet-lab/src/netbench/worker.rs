@@ -221,8 +221,10 @@ pub enum WorkerJob {
         job: InlineJob,
         /// Message bytes.
         size: usize,
-        /// UDP checksums (TCP's are always on).
+        /// Checksums (UDP's, and TCP's: the wire is a loopback).
         checksum: bool,
+        /// The loopback wire's MTU.
+        mtu: usize,
     },
     /// [`inline`].
     Inline {
@@ -279,7 +281,8 @@ pub fn run(spec: &WorkerSpec) -> Result<Value> {
             job,
             size,
             checksum,
-        } => tcp::inline_tcp(board.clone(), *job, *size, *checksum),
+            mtu,
+        } => tcp::inline_tcp(board.clone(), *job, *size, *checksum, *mtu),
     };
     if out.is_err() {
         // Let the others leave too: the harness reports this party's error.
@@ -691,7 +694,9 @@ pub fn inline(
     rx_queue: usize,
 ) -> Result<Value> {
     let (role, apps) = match job {
-        InlineJob::Stream => return tcp::inline_tcp(board, job, size, checksum),
+        // The harness sends a stream to `WorkerJob::InlineTcp`, with its MTU; here the
+        // Ethernet-sized wire a UDP cell has.
+        InlineJob::Stream => return tcp::inline_tcp(board, job, size, checksum, 1500),
         InlineJob::Receive => (BenchRole::Send, vec![App::Sink(APP_PORT)]),
         InlineJob::Transmit => (BenchRole::Sink, vec![App::Sink(SOURCE_PORT)]),
         InlineJob::RequestResponse { .. } => (

@@ -311,9 +311,13 @@ impl Interface {
                 &smoltcp::phy::ChecksumCapabilities::ignored(),
             );
         }
-        let mut sum = Sum::of(&buf[TCP_AT..TCP_AT + tcp_len]);
-        sum.add_word(pseudo_v4(src, *remote.ip(), IpProtocol::Tcp, tcp_len));
-        let c = sum.checksum().to_be_bytes();
+        let c = if self.tcp.cfg.tx_checksum {
+            let mut sum = Sum::of(&buf[TCP_AT..TCP_AT + tcp_len]);
+            sum.add_word(pseudo_v4(src, *remote.ip(), IpProtocol::Tcp, tcp_len));
+            sum.checksum().to_be_bytes()
+        } else {
+            [0; 2]
+        };
         buf[TCP_AT + CHECKSUM_AT..TCP_AT + CHECKSUM_AT + 2].copy_from_slice(&c);
         let hdr = EmitHeader {
             src,

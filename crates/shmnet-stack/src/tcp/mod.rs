@@ -66,6 +66,10 @@ pub struct TcpConfig {
     pub isn_secret: u128,
     /// Verify checksums of arriving segments.
     pub rx_checksum: bool,
+    /// Compute checksums of the segments we send (else the field is zero). Off only on a
+    /// device whose frames never reach a wire — a loopback — where Linux's `lo` does the
+    /// same (it offloads the checksum and marks what it hands back as verified).
+    pub tx_checksum: bool,
     /// Most connections the table holds (established, half-open and closing).
     pub max_connections: usize,
     /// Keepalive: silence before the first probe, microseconds (Linux: 2 hours).
@@ -91,6 +95,7 @@ impl Default for TcpConfig {
             time_wait_us: 60_000_000,
             isn_secret: 0x5eed_7c9f_0000_0000_0000_0000_0000_0001,
             rx_checksum: true,
+            tx_checksum: true,
             max_connections: 1 << 20,
             keepalive_idle_us: 7_200_000_000,
             keepalive_interval_us: 75_000_000,
