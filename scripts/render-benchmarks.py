@@ -374,7 +374,7 @@ ends' protocol work, as the kernel does over `lo`). The loopback softnic's MTU i
                                              lambda r, size=size: get(r, "kernel", size, "gbit_per_s")), 2)]
             erows.append(row)
         s += f"""
-The same at an Ethernet MTU, in the same runs (`shmnet ttcp --proto tcp --mtu {e0.get("mtu", 1500):,}
+The same at an Ethernet MTU, in the same runs (`shmnet ttcp --proto tcp --mtu {e0.get("mtu", 1500)}
 --structure {",".join(es)}{' --quick' if quick else ''} --json`): segments of 1,460 bytes, about eleven times as many:
 
 """

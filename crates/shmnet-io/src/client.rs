@@ -43,10 +43,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 mod lent;
+mod poll;
 mod regions;
 mod tcp;
 
 pub use lent::Lent;
+pub use poll::{Interest, PollItem, PollSocket};
 pub use tcp::{TcpListener, TcpStream};
 
 /// What went wrong, in terms an application can act on.
@@ -235,6 +237,15 @@ pub struct UdpSocket {
     inner: Rc<RefCell<Inner>>,
     id: u16,
     port: u16,
+}
+
+impl std::fmt::Debug for UdpSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpSocket")
+            .field("socket", &self.id)
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Client {

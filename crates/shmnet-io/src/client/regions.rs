@@ -75,20 +75,7 @@ impl SendArena {
     /// Carves `len` contiguous bytes; returns their offset in the region, or `None` if the
     /// region (or the count of extents in flight) is full now.
     pub(super) fn alloc(&mut self, len: u32) -> Option<u64> {
-        let need = u64::from(len).div_ceil(ALIGN) * ALIGN;
-        if need > self.size || self.live.len() >= MAX_IN_FLIGHT - 1 {
-            return None;
-        }
-        let at = self.head % self.size;
-        // An extent never wraps: skip the region's tail end if it would.
-        let skip = if at + need > self.size {
-            self.size - at
-        } else {
-            0
-        };
-        if self.head + skip + need - self.tail > self.size {
-            return None;
-        }
+        let (need, skip) = self.place(len)?;
         if skip > 0 {
             // A completed filler extent, so `tail` passes over the skipped bytes in order.
             self.live.push_back(Extent {
@@ -108,6 +95,28 @@ impl SendArena {
         let off = self.head % self.size;
         self.head += need;
         Some(off)
+    }
+
+    /// Whether `len` bytes could be carved now.
+    pub(super) fn fits(&self, len: u32) -> bool {
+        self.place(len).is_some()
+    }
+
+    /// Where `len` bytes would go: (the bytes they occupy, the tail end skipped first), or
+    /// `None` if the region (or the count of extents in flight) is full now.
+    fn place(&self, len: u32) -> Option<(u64, u64)> {
+        let need = u64::from(len).div_ceil(ALIGN) * ALIGN;
+        if need > self.size || self.live.len() >= MAX_IN_FLIGHT - 1 {
+            return None;
+        }
+        let at = self.head % self.size;
+        // An extent never wraps: skip the region's tail end if it would.
+        let skip = if at + need > self.size {
+            self.size - at
+        } else {
+            0
+        };
+        (self.head + skip + need - self.tail <= self.size).then_some((need, skip))
     }
 
     /// The length asked for the extent at `off`, if one is in flight there.

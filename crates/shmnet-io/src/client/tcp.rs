@@ -42,6 +42,13 @@ pub(super) struct Book {
     next_ticket: u32,
 }
 
+impl Book {
+    /// Whether bytes a `read` could not take wait for socket `id`.
+    pub(super) fn has_leftover(&self, id: u16) -> bool {
+        self.leftover.contains_key(&id)
+    }
+}
+
 /// An `ipc` item of a TCP socket.
 pub(super) enum IpcItem {
     /// Stream bytes.
@@ -332,6 +339,16 @@ impl super::Client {
 }
 
 impl TcpListener {
+    /// Its socket number.
+    pub(super) fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// The client it belongs to.
+    pub(super) fn inner(&self) -> &Rc<RefCell<Inner>> {
+        &self.inner
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port
@@ -392,6 +409,16 @@ impl Drop for TcpListener {
 }
 
 impl TcpStream {
+    /// Its socket number, whether it read the end of the stream, whether it is closed.
+    pub(super) fn poll_state(&self) -> (u16, bool, bool) {
+        (self.id, self.eof, self.closed)
+    }
+
+    /// The client it belongs to.
+    pub(super) fn inner(&self) -> &Rc<RefCell<Inner>> {
+        &self.inner
+    }
+
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddrV4 {
         self.peer
