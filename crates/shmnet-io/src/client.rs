@@ -43,6 +43,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 mod lent;
+mod pending;
 mod poll;
 mod regions;
 mod tcp;
@@ -105,7 +106,7 @@ struct Inner {
     /// The shared-memory parts; `None` in the `ipc` structure.
     shm: Option<Shm>,
     /// Deliveries read off the ring for a socket other than the one being read.
-    pending: HashMap<u16, VecDeque<Desc>>,
+    pending: pending::Pending,
     /// Completions of sends by handle read off the ring while receiving.
     done: VecDeque<Desc>,
     /// `ipc`: datagrams received in packets for a socket other than the one being read.
@@ -327,7 +328,7 @@ impl Client {
             ctl,
             data_sock,
             shm,
-            pending: HashMap::new(),
+            pending: pending::Pending::default(),
             done: VecDeque::new(),
             ipc_pending: HashMap::new(),
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
@@ -654,7 +655,7 @@ impl Inner {
 
     /// The next delivery for socket `id`, if any is there now.
     fn next_for(&mut self, id: u16) -> Option<Desc> {
-        if let Some(d) = self.pending.get_mut(&id).and_then(VecDeque::pop_front) {
+        if let Some(d) = self.pending.pop(id) {
             return Some(d);
         }
         while let Some(d) = self.shm.as_mut()?.rx.dequeue() {
@@ -691,20 +692,17 @@ impl Inner {
             if Some(sock) == wanted {
                 return Some(d);
             }
-            self.pending.entry(sock).or_default().push_back(d);
+            if !self.pending.push(sock, d) {
+                self.count_bad_delivery();
+            }
             return None;
         }
-        let held: usize = self.pending.values().map(VecDeque::len).sum();
         let sock = match self.shm.as_mut().map(|s| &mut s.mode) {
             Some(Mode::Regions(own)) => {
-                // A delivery must name one of our posted buffers, with a length that fits;
-                // and no more can be waiting than we posted buffers (a server repeating one
-                // would otherwise grow the queues without bound).
+                // A delivery must name one of our posted buffers, with a length that fits:
+                // claimed here, a buffer cannot be delivered twice, so no more deliveries
+                // can wait than we posted buffers.
                 own.check_delivery(&d)?;
-                if held >= regions::POSTED_BUFFERS {
-                    own.bad_deliveries += 1;
-                    return None;
-                }
                 d.aux as u16
             }
             _ => windows::rx_meta(&d).0,
@@ -717,7 +715,8 @@ impl Inner {
         if Some(sock) == wanted {
             return Some(d);
         }
-        self.pending.entry(sock).or_default().push_back(d);
+        // Data holds memory of its own (see `pending`): always kept.
+        let _ = self.pending.push(sock, d);
         None
     }
 

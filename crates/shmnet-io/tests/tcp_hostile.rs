@@ -913,7 +913,6 @@ fn a_listener_with_backlog_one_flooded_shared() {
 }
 
 #[test]
-#[ignore = "bug: ipc: bytes an accepting app wrote (write_all returned) before closing are lost on some connections: the peer reads the end first"]
 fn a_listener_with_backlog_one_flooded_ipc() {
     listener_flooded(Kind::Ipc);
 }

@@ -180,3 +180,78 @@ fn many_connections_shared() {
 fn many_connections_ipc() {
     many_connections(Kind::Ipc);
 }
+
+/// Connections answered and ended before any is read, then read in the reverse order: the
+/// first read takes everything off the ring (each connection's bytes and its end) and keeps
+/// what is not its own. Nothing of it may be lost: the queue of what is kept once counted
+/// events against the posted buffers and dropped a connection's bytes past them, which its
+/// reader then saw as the end.
+fn answered_and_ended_before_any_is_read(kind: Kind) {
+    const N: u32 = 200;
+    let srv = server("ended", kind);
+    let path = srv.path.clone();
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let listener = std::thread::spawn(move || {
+        let c = Client::connect(&path).expect("attach the listener");
+        let l = c.tcp_listen(0, 256).expect("listen");
+        port_tx.send(l.port()).unwrap();
+        for _ in 0..N {
+            let mut s = l
+                .accept_timeout(Duration::from_secs(10))
+                .unwrap()
+                .expect("accepted");
+            let mut b = [0u8; 4];
+            let mut at = 0;
+            while at < 4 {
+                let n = s
+                    .read_timeout(&mut b[at..], Duration::from_secs(10))
+                    .unwrap()
+                    .expect("the connector's number");
+                assert!(n > 0, "the number before the end");
+                at += n;
+            }
+            s.write_all(&b).unwrap();
+            s.close().unwrap();
+        }
+    });
+    let to = SocketAddrV4::new(US, port_rx.recv().unwrap());
+    let c = Client::connect(&srv.path).expect("attach the connector");
+    let mut open = Vec::new();
+    for i in 0..N {
+        let mut s = c.tcp_connect(to, Duration::from_secs(10)).expect("connect");
+        s.write_all(&i.to_le_bytes()).unwrap();
+        open.push(s);
+    }
+    listener.join().expect("the listener");
+    for (i, s) in open.iter_mut().enumerate().rev() {
+        let mut b = [0u8; 8];
+        let mut at = 0;
+        loop {
+            let n = s
+                .read_timeout(&mut b[at..], Duration::from_secs(10))
+                .unwrap()
+                .expect("the answer or the end within 10 s");
+            if n == 0 {
+                break;
+            }
+            at += n;
+        }
+        assert_eq!(at, 4, "{kind:?}: connection {i}: the answer, then the end");
+        assert_eq!(u32::from_le_bytes(b[..4].try_into().unwrap()), i as u32);
+    }
+}
+
+#[test]
+fn answered_and_ended_before_any_is_read_regions() {
+    answered_and_ended_before_any_is_read(Kind::Regions);
+}
+
+#[test]
+fn answered_and_ended_before_any_is_read_shared() {
+    answered_and_ended_before_any_is_read(Kind::Shared);
+}
+
+#[test]
+fn answered_and_ended_before_any_is_read_ipc() {
+    answered_and_ended_before_any_is_read(Kind::Ipc);
+}

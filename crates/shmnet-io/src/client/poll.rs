@@ -192,7 +192,7 @@ impl Inner {
 
     /// Whether the queue of socket `id` holds a delivery for which `f` holds.
     fn pending_has(&self, id: u16, f: impl Fn(&shmnet_chan::Desc) -> bool) -> bool {
-        self.pending.get(&id).is_some_and(|q| q.iter().any(f))
+        self.pending.any(id, f)
     }
 
     /// Whether TCP socket `id` has an item queued for which `f` holds (`None`: stream

@@ -236,6 +236,7 @@ impl Inner {
             Response::TcpSocket { socket, port } => {
                 let id = u16::try_from(socket)
                     .map_err(|_| ClientError::Protocol(format!("socket number {socket}")))?;
+                self.await_released(id)?;
                 self.tcp.ids.insert(id);
                 Ok((id, port))
             }
@@ -246,15 +247,31 @@ impl Inner {
         }
     }
 
+    /// `ipc`: waits until the `Released` of the socket that last had number `id` has been
+    /// read, if it has not. The server reuses a number only after it sent that event, but on
+    /// the data socket, while the new socket's number came on the control socket: read
+    /// early, the old `Released` would later take the number out of the TCP ones, and the
+    /// new connection's bytes would be mistaken for datagrams.
+    fn await_released(&mut self, id: u16) -> Result<(), ClientError> {
+        let deadline = Instant::now() + OP_PATIENCE;
+        while self.tcp.closing.contains(&id) {
+            let Some(n) = self.read_packet(true, Some(deadline))? else {
+                return Err(ClientError::Protocol(format!(
+                    "socket number {id} was given again before its release came"
+                )));
+            };
+            self.stash_ipc(n);
+        }
+        Ok(())
+    }
+
     /// Lets go of socket `id`: `Close` (or `Abort`) goes behind what was written, and what
     /// is queued for it here is given back unread.
     fn tcp_release(&mut self, id: u16, op: TcpOp) -> Result<(), ClientError> {
         self.tcp.leftover.remove(&id);
         self.tcp.ipc_items.remove(&id);
-        if let Some(q) = self.pending.remove(&id) {
-            for d in q {
-                self.discard(d);
-            }
+        for d in self.pending.take(id) {
+            self.discard(d);
         }
         self.tcp.closing.insert(id);
         self.tcp_op(id, op)

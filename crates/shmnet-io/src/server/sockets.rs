@@ -34,6 +34,10 @@ pub(crate) enum AppSocket {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TcpSock {
     pub(crate) h: TcpHandle,
+    /// Whether the application knows the number: an accepted connection is not announced
+    /// until its listener's `Accepted` is delivered, and says nothing before (its bytes
+    /// would reach an application that cannot tell whose they are).
+    announced: bool,
     said_connected: bool,
     said_eof: bool,
     said_failed: bool,
@@ -161,6 +165,7 @@ impl Sockets {
     pub(crate) fn insert_tcp(&mut self, h: TcpHandle, accepted: bool) -> Option<u16> {
         self.insert(AppSocket::Tcp(TcpSock {
             h,
+            announced: !accepted,
             said_connected: accepted,
             said_eof: false,
             said_failed: false,
@@ -231,6 +236,7 @@ impl Sockets {
                     TcpEvent::Accepted { socket: new, peer },
                 ))
             }
+            AppSocket::Tcp(t) if !t.announced => None,
             AppSocket::Tcp(t) => {
                 let st = iface.tcp_status(t.h).ok()?;
                 if !t.said_connected && st.state.synchronized() {
@@ -268,7 +274,12 @@ impl Sockets {
             (Some(AppSocket::Tcp(t)), TcpEvent::Connected) => t.said_connected = true,
             (Some(AppSocket::Tcp(t)), TcpEvent::Eof) => t.said_eof = true,
             (Some(AppSocket::Tcp(t)), TcpEvent::Failed(_)) => t.said_failed = true,
-            (Some(AppSocket::Listener { owed, .. }), TcpEvent::Accepted { .. }) => *owed = None,
+            (Some(AppSocket::Listener { owed, .. }), TcpEvent::Accepted { socket: new, .. }) => {
+                *owed = None;
+                if let Some(Some(AppSocket::Tcp(t))) = self.slots.get_mut(usize::from(new)) {
+                    t.announced = true;
+                }
+            }
             (Some(AppSocket::Releasing), TcpEvent::Released) => {
                 *slot = None;
                 self.tcp -= 1;
