@@ -32,7 +32,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// The control protocol's version. Both sides must agree.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The largest control message, in bytes (JSON text). Big enough for every request and for a
 /// server's counters; a larger message is refused whole ([`ControlError::TooLarge`]), never
@@ -446,12 +446,19 @@ pub fn parse_ipc_event(p: &[u8]) -> Option<shmnet_chan::Desc> {
 }
 
 /// The `ipc` packet of operation `op` on `socket`.
-pub fn ipc_op(socket: u16, op: crate::windows::TcpOp) -> [u8; IPC_HEADER + 4] {
-    let mut p = [0u8; IPC_HEADER + 4];
+pub fn ipc_op(socket: u16, op: crate::windows::TcpOp) -> [u8; IPC_HEADER + 8] {
+    let mut p = [0u8; IPC_HEADER + 8];
     let none = std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
     p[..IPC_HEADER].copy_from_slice(&ipc_header(TAG_OP, socket, none));
-    p[IPC_HEADER..].copy_from_slice(&(op as u32).to_le_bytes());
+    p[IPC_HEADER..IPC_HEADER + 4].copy_from_slice(&op.code().to_le_bytes());
+    p[IPC_HEADER + 4..].copy_from_slice(&op.arg().to_le_bytes());
     p
+}
+
+/// The operation of an `ipc` `TAG_OP` packet's body (after the header), if it names one.
+pub fn ipc_op_of(body: &[u8]) -> Option<crate::windows::TcpOp> {
+    let word = |i: usize| Some(u32::from_le_bytes(body.get(i..i + 4)?.try_into().ok()?));
+    crate::windows::TcpOp::decode(word(0)?, word(4)?)
 }
 
 /// Builds the header of an `ipc` data packet.

@@ -246,30 +246,36 @@ pub fn region_rx_desc(post: &Desc, len: u32, socket: u16) -> Desc {
 /// send. Never set with [`REQ_HANDLE`].
 pub const REQ_OP: u32 = 1 << 30;
 
-/// An operation on a TCP socket, carried on `REQ` (or, in `ipc`, in a `TAG_OP` packet).
+/// An operation on a TCP socket, carried on `REQ` (its code in `len`, its argument in
+/// `buf`) or, in `ipc`, in a `TAG_OP` packet (code, then argument).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
 pub enum TcpOp {
     /// No more data from us: a FIN follows what was sent (`shutdown(SHUT_WR)`).
-    Shutdown = 1,
+    Shutdown,
     /// Let go of the socket: the connection closes in order after what was sent (a
     /// listener stops listening). The server answers with [`TcpEvent::Released`].
-    Close = 2,
+    Close,
     /// Let go of the socket with a reset (`SO_LINGER` of zero). Answered by `Released`.
-    Abort = 3,
+    Abort,
     /// Nagle's algorithm off (`TCP_NODELAY`).
-    NoDelayOn = 4,
+    NoDelayOn,
     /// Nagle's algorithm on.
-    NoDelayOff = 5,
+    NoDelayOff,
     /// Keepalive probes on (`SO_KEEPALIVE`).
-    KeepaliveOn = 6,
+    KeepaliveOn,
     /// Keepalive probes off.
-    KeepaliveOff = 7,
+    KeepaliveOff,
+    /// The send buffer, bytes (`SO_SNDBUF`): on a connection from now on, on a listener
+    /// for the connections it accepts from now on.
+    SendBuffer(u32),
+    /// The receive buffer, bytes (`SO_RCVBUF`), as [`TcpOp::SendBuffer`]; set on a listener
+    /// it also chooses its connections' window scale.
+    RecvBuffer(u32),
 }
 
 impl TcpOp {
-    /// The operation a descriptor's `len` names, if it names one.
-    pub fn from_code(code: u32) -> Option<Self> {
+    /// The operation code `code` with argument `arg` names, if it names one.
+    pub fn decode(code: u32, arg: u32) -> Option<Self> {
         Some(match code {
             1 => Self::Shutdown,
             2 => Self::Close,
@@ -278,8 +284,38 @@ impl TcpOp {
             5 => Self::NoDelayOff,
             6 => Self::KeepaliveOn,
             7 => Self::KeepaliveOff,
+            8 => Self::SendBuffer(arg),
+            9 => Self::RecvBuffer(arg),
             _ => return None,
         })
+    }
+
+    /// The operation a `REQ` descriptor names (with [`REQ_OP`]), if it names one.
+    pub fn of_desc(d: &Desc) -> Option<Self> {
+        Self::decode(d.len, d.buf)
+    }
+
+    /// Its code.
+    pub fn code(self) -> u32 {
+        match self {
+            Self::Shutdown => 1,
+            Self::Close => 2,
+            Self::Abort => 3,
+            Self::NoDelayOn => 4,
+            Self::NoDelayOff => 5,
+            Self::KeepaliveOn => 6,
+            Self::KeepaliveOff => 7,
+            Self::SendBuffer(_) => 8,
+            Self::RecvBuffer(_) => 9,
+        }
+    }
+
+    /// Its argument (0 for an operation that takes none).
+    pub fn arg(self) -> u32 {
+        match self {
+            Self::SendBuffer(n) | Self::RecvBuffer(n) => n,
+            _ => 0,
+        }
     }
 }
 
@@ -315,14 +351,14 @@ pub fn connect_of(d: &Desc) -> Option<(u32, SocketAddrV4)> {
 /// Whether `d` is an `Abort` (which does not wait behind the socket's parked sends: it
 /// drops them).
 pub fn is_abort(d: &Desc) -> bool {
-    d.flags & REQ_OP != 0 && TcpOp::from_code(d.len) == Some(TcpOp::Abort)
+    d.flags & REQ_OP != 0 && TcpOp::of_desc(d) == Some(TcpOp::Abort)
 }
 
 /// A `REQ` descriptor for operation `op` on `socket`.
 pub fn op_desc(socket: u16, op: TcpOp) -> Desc {
     Desc {
-        buf: 0,
-        len: op as u32,
+        buf: op.arg(),
+        len: op.code(),
         flags: REQ_OP,
         aux: u32::from(socket),
     }
@@ -486,14 +522,18 @@ mod tcp_tests {
         };
         assert_eq!(event_of(&junk), None);
         assert_eq!(event_of(&Desc::new(3, 100)), None);
-        for op in 1..=7 {
-            assert_eq!(TcpOp::from_code(op).map(|o| o as u32), Some(op));
+        for code in 1..=9 {
+            let op = TcpOp::decode(code, 70_000).expect("a code");
+            assert_eq!(op.code(), code);
+            assert_eq!(TcpOp::of_desc(&op_desc(4, op)), Some(op));
         }
-        assert_eq!(TcpOp::from_code(0), None);
+        assert_eq!(TcpOp::decode(9, 70_000), Some(TcpOp::RecvBuffer(70_000)));
+        assert_eq!(TcpOp::decode(0, 0), None);
+        assert_eq!(TcpOp::decode(10, 0), None);
         let to = SocketAddrV4::new(Ipv4Addr::new(192, 168, 1, 2), 443);
         let d = connect_desc(77, to);
         assert_eq!(connect_of(&d), Some((77, to)));
-        assert_eq!(TcpOp::from_code(d.len), None);
+        assert_eq!(TcpOp::of_desc(&d), None);
         assert_eq!(connect_of(&op_desc(3, TcpOp::Close)), None);
     }
 }

@@ -197,29 +197,29 @@ fn junk_ops(udp: u16, l: u16, conn: u16) -> Vec<Desc> {
         aux,
     };
     let mut v = Vec::new();
-    for code in [0, 8, 9, 0x7f, 0xbf, 0xc1, 0x1_0002, 0x7fff_ffff, u32::MAX] {
+    for code in [0, 10, 11, 0x7f, 0xbf, 0xc1, 0x1_0002, 0x7fff_ffff, u32::MAX] {
         v.push(op(u32::from(conn), code));
     }
     for sock in [999u32, 4_000, 65_534, 65_535, 65_536, u32::MAX] {
         for code in [TcpOp::Close, TcpOp::Shutdown, TcpOp::NoDelayOn] {
-            v.push(op(sock, code as u32));
+            v.push(op(sock, code.code()));
         }
     }
     // The wrong kind: a UDP socket, a listener (no shutdown or options on a listener).
-    for code in 1..=7 {
+    for code in 1..=9 {
         v.push(op(u32::from(udp), code));
     }
     for code in [TcpOp::Shutdown, TcpOp::NoDelayOn, TcpOp::KeepaliveOn] {
-        v.push(op(u32::from(l), code as u32));
+        v.push(op(u32::from(l), code.code()));
     }
     // Aliases of the connection's number in the 32 bits of `aux`.
     for high in [1u32, 2, 0x100, 0xffff] {
-        v.push(op(high << 16 | u32::from(conn), TcpOp::Abort as u32));
+        v.push(op(high << 16 | u32::from(conn), TcpOp::Abort.code()));
     }
     // Both flags at once.
     v.push(Desc {
         buf: 0,
-        len: TcpOp::Abort as u32,
+        len: TcpOp::Abort.code(),
         flags: windows::REQ_OP | windows::REQ_HANDLE | 0xfff,
         aux: 0x1_0000 | u32::from(conn),
     });

@@ -255,3 +255,73 @@ fn answered_and_ended_before_any_is_read_shared() {
 fn answered_and_ended_before_any_is_read_ipc() {
     answered_and_ended_before_any_is_read(Kind::Ipc);
 }
+
+/// Buffer sizes set on a listener (for what it accepts) and on a connection carry through
+/// every transport: each is taken (none counted refused), and a stream through the least
+/// buffers both ways keeps every byte.
+fn buffer_sizes(kind: Kind) {
+    const LEN: u64 = 1 << 20;
+    let srv = server("buffers", kind);
+    let path = srv.path.clone();
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let (got_tx, got_rx) = std::sync::mpsc::channel();
+    let (checked_tx, checked_rx) = std::sync::mpsc::channel::<()>();
+    let listener = std::thread::spawn(move || {
+        let c = Client::connect(&path).expect("attach the listener");
+        let l = c.tcp_listen(0, 16).expect("listen");
+        assert_eq!(l.set_recv_buffer(1).unwrap(), shmnet_stack::tcp::MIN_BUFFER);
+        assert_eq!(l.set_send_buffer(6_000).unwrap(), 6_000);
+        port_tx.send(l.port()).unwrap();
+        let mut s = l.accept().expect("accept");
+        let got = check_stream(&mut s, 3);
+        send_stream(&mut s, 4, LEN);
+        s.close().unwrap();
+        got_tx.send(got).unwrap();
+        // Attached until its counters were read.
+        let _ = checked_rx.recv();
+    });
+    let port = port_rx.recv().unwrap();
+    let c = Client::connect(&srv.path).expect("attach the connector");
+    let mut s = c
+        .tcp_connect(SocketAddrV4::new(US, port), Duration::from_secs(10))
+        .expect("connect");
+    assert_eq!(
+        s.set_send_buffer(u32::MAX).unwrap(),
+        shmnet_stack::tcp::MAX_BUFFER
+    );
+    assert_eq!(s.set_send_buffer(5_000).unwrap(), 5_000);
+    assert_eq!(s.set_recv_buffer(9_000).unwrap(), 9_000);
+    send_stream(&mut s, 3, LEN);
+    assert_eq!(
+        check_stream(&mut s, 4),
+        LEN,
+        "{kind:?}: the answer's length"
+    );
+    assert_eq!(got_rx.recv().unwrap(), LEN, "{kind:?}: the stream's length");
+    s.close().unwrap();
+    let stats = stepped::stats(&srv.path);
+    checked_tx.send(()).unwrap();
+    listener.join().unwrap();
+    assert_eq!(stats.apps.len(), 2, "{kind:?}: both applications attached");
+    for a in &stats.apps {
+        assert_eq!(
+            a.counters.tcp_bad_ops, 0,
+            "{kind:?}: every option taken: {a:?}"
+        );
+    }
+}
+
+#[test]
+fn buffer_sizes_regions() {
+    buffer_sizes(Kind::Regions);
+}
+
+#[test]
+fn buffer_sizes_shared() {
+    buffer_sizes(Kind::Shared);
+}
+
+#[test]
+fn buffer_sizes_ipc() {
+    buffer_sizes(Kind::Ipc);
+}

@@ -8,7 +8,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use shmnet_stack::tcp::{CloseReason, State, TcpError, TcpHandle};
+use shmnet_stack::tcp::{Buffer, CloseReason, MIN_BUFFER, State, TcpError, TcpHandle};
 use shmnet_stack::{BufferPool, Config, EthernetAddress, HeapPool, Instant, Interface};
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -436,6 +436,83 @@ fn a_receiver_that_stops_reading_closes_the_window_and_probes_reopen_it() {
     assert!(
         got_b == payload,
         "B read {} of {} bytes",
+        got_b.len(),
+        payload.len()
+    );
+    close_and_drain(&mut w, ca, Some(cb));
+}
+
+#[test]
+fn buffer_sizes_set_on_a_listener_hold_from_the_syn_and_on_a_connection_from_then_on() {
+    let mut w = Wire::new(12, Impair::default());
+    let l = w.b.ifc.tcp_listen(5001, 4).unwrap();
+    w.b.ifc
+        .tcp_set_listener_buffer(l, Buffer::Recv, 8_192)
+        .unwrap();
+    w.b.ifc.tcp_set_listener_buffer(l, Buffer::Send, 1).unwrap();
+    let ca = w
+        .with(true, |s, now, out| {
+            s.ifc
+                .tcp_connect(&mut s.pool, SocketAddrV4::new(B_IP, 5001), now, out)
+        })
+        .unwrap();
+    let mut cb = None;
+    for _ in 0..100_000 {
+        w.step();
+        cb = cb.or_else(|| w.b.ifc.tcp_accept(l).unwrap());
+        if cb.is_some() && w.a.ifc.tcp_state(ca).unwrap() == State::Established {
+            break;
+        }
+    }
+    let cb = cb.expect("accepted");
+    let info = w.b.ifc.tcp_info(cb).unwrap();
+    assert_eq!(info.rcv_wscale, 0, "8 KiB needs no window scale: {info:?}");
+    assert_eq!(
+        w.b.ifc.tcp_buffer(cb, Buffer::Send).unwrap(),
+        MIN_BUFFER,
+        "raised to the least"
+    );
+    // B's send buffer takes MIN_BUFFER bytes at most.
+    let took = w.with(false, |s, now, out| {
+        s.ifc.tcp_send(&mut s.pool, cb, &[7u8; 100_000], now, out)
+    });
+    assert_eq!(took.unwrap(), MIN_BUFFER as usize);
+    // A sends while B does not read: B holds no more than its 8 KiB.
+    let payload = data(200_000, 12);
+    let mut sent = 0;
+    let fill = |w: &mut Wire, sent: &mut usize| {
+        for _ in 0..20_000 {
+            w.with(true, |s, now, out| {
+                while let Ok(n @ 1..) = s.ifc.tcp_send(&mut s.pool, ca, &payload[*sent..], now, out)
+                {
+                    *sent += n;
+                }
+            });
+            w.step();
+        }
+        w.b.ifc.tcp_info(cb).unwrap().readable
+    };
+    let held = fill(&mut w, &mut sent);
+    assert!(
+        held > 0 && held <= 8_192,
+        "B holds at most its buffer: {held}"
+    );
+    // Grown on the connection: the window opens without B reading (scale 0: 64 KiB at most).
+    w.with(false, |s, now, out| {
+        s.ifc
+            .tcp_set_buffer(&mut s.pool, cb, (Buffer::Recv, 60_000), now, out)
+    })
+    .unwrap();
+    let held = fill(&mut w, &mut sent);
+    assert!(
+        held > 8_192 && held <= 60_000,
+        "B holds its new buffer's worth: {held}"
+    );
+    let (got_a, got_b) = exchange(&mut w, ca, cb, &payload[sent..], &[]);
+    assert_eq!(got_a, vec![7u8; MIN_BUFFER as usize]);
+    assert!(
+        got_b == payload,
+        "B read {} of {}",
         got_b.len(),
         payload.len()
     );

@@ -104,7 +104,10 @@ mod tests {
             assert!(p.push((i % 7) as u16, event()));
         }
         assert!(!p.push(0, event()), "one event past the bound");
-        assert!(p.push(0, data(1)), "data holds memory of its own: never refused here");
+        assert!(
+            p.push(0, data(1)),
+            "data holds memory of its own: never refused here"
+        );
         assert!(p.any(0, |d| d.len == 1));
     }
 }

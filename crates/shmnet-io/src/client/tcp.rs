@@ -70,6 +70,12 @@ enum Item {
 /// connection failed (a write blocks for as long as the peer keeps its window shut).
 const WRITE_PATIENCE: Duration = Duration::from_millis(200);
 
+/// Sends a buffer-size operation for socket `id`; returns the size that holds.
+fn set_buffer(inner: &Rc<RefCell<Inner>>, id: u16, op: TcpOp) -> Result<u32, ClientError> {
+    inner.borrow_mut().tcp_op(id, op)?;
+    Ok(shmnet_stack::tcp::buffer_size(op.arg()))
+}
+
 /// `ipc`: how long an operation waits for room on the data socket (full while the server
 /// holds a send the peer has no window for) before it gives up.
 const OP_PATIENCE: Duration = Duration::from_secs(10);
@@ -386,6 +392,19 @@ impl TcpListener {
         self.accept_until(Some(Instant::now()))
     }
 
+    /// Sets the send buffer (`SO_SNDBUF`) of the connections accepted from now on; returns
+    /// the size that holds (see [`shmnet_stack::tcp::buffer_size`]).
+    pub fn set_send_buffer(&self, bytes: u32) -> Result<u32, ClientError> {
+        set_buffer(&self.inner, self.id, TcpOp::SendBuffer(bytes))
+    }
+
+    /// Sets the receive buffer (`SO_RCVBUF`) of the connections accepted from now on: the
+    /// most each offers in its window, and, set before their SYNs come, its scale; returns
+    /// the size that holds.
+    pub fn set_recv_buffer(&self, bytes: u32) -> Result<u32, ClientError> {
+        set_buffer(&self.inner, self.id, TcpOp::RecvBuffer(bytes))
+    }
+
     fn accept_until(&self, deadline: Option<Instant>) -> Result<Option<TcpStream>, ClientError> {
         let mut i = self.inner.borrow_mut();
         loop {
@@ -592,6 +611,20 @@ impl TcpStream {
             TcpOp::KeepaliveOff
         };
         self.inner.borrow_mut().tcp_op(self.id, op)
+    }
+
+    /// Sets the send buffer (`SO_SNDBUF`): bytes written and not yet acknowledged, at most
+    /// (what is queued beyond a smaller size stays, and no more is taken until it drains);
+    /// returns the size that holds (see [`shmnet_stack::tcp::buffer_size`]).
+    pub fn set_send_buffer(&mut self, bytes: u32) -> Result<u32, ClientError> {
+        set_buffer(&self.inner, self.id, TcpOp::SendBuffer(bytes))
+    }
+
+    /// Sets the receive buffer (`SO_RCVBUF`): bytes received and not yet read, at most. A
+    /// window already offered is never taken back, and the window scale was agreed on the
+    /// SYNs (set it on the listener to choose that too); returns the size that holds.
+    pub fn set_recv_buffer(&mut self, bytes: u32) -> Result<u32, ClientError> {
+        set_buffer(&self.inner, self.id, TcpOp::RecvBuffer(bytes))
     }
 
     /// Closes the connection in order after what was written (the default when dropped).

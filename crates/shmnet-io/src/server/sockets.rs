@@ -12,7 +12,7 @@
 //! socket that took the number next.
 
 use crate::windows::{APP_EVENTS, TcpEvent, TcpFailure, TcpOp};
-use shmnet_stack::tcp::{CloseReason, ListenHandle, State, TcpHandle};
+use shmnet_stack::tcp::{Buffer, CloseReason, ListenHandle, State, TcpHandle};
 use shmnet_stack::{Interface, SocketHandle};
 
 use super::transport::Round;
@@ -296,7 +296,7 @@ impl Sockets {
             self.connect(r, ticket, to);
             return;
         }
-        match TcpOp::from_code(d.len) {
+        match TcpOp::of_desc(d) {
             Some(op) if d.aux < u32::from(APP_EVENTS) => self.apply(r, d.aux as u16, op),
             _ => self.refusals.bad_ops += 1,
         }
@@ -344,6 +344,13 @@ impl Sockets {
                 .iface
                 .tcp_set_keepalive(r.pool, t.h, op == TcpOp::KeepaliveOn, r.now)
                 .is_ok(),
+            (AppSocket::Tcp(t), TcpOp::SendBuffer(n) | TcpOp::RecvBuffer(n)) => r
+                .iface
+                .tcp_set_buffer(r.pool, t.h, (buffer_of(op), n), r.now, r.tx)
+                .is_ok(),
+            (AppSocket::Listener { l, .. }, TcpOp::SendBuffer(n) | TcpOp::RecvBuffer(n)) => {
+                r.iface.tcp_set_listener_buffer(l, buffer_of(op), n).is_ok()
+            }
             (AppSocket::Tcp(_) | AppSocket::Listener { .. }, TcpOp::Close | TcpOp::Abort) => {
                 release(r, s, op == TcpOp::Abort);
                 self.slots[i] = Some(AppSocket::Releasing);
@@ -397,6 +404,14 @@ fn release(r: &mut Round<'_>, s: AppSocket, abort: bool) {
             let _ = r.iface.tcp_close(r.pool, t.h, r.now, r.tx);
         }
         AppSocket::Udp(_) | AppSocket::Releasing => {}
+    }
+}
+
+/// The stack's buffer a buffer-size operation sets.
+fn buffer_of(op: TcpOp) -> Buffer {
+    match op {
+        TcpOp::SendBuffer(_) => Buffer::Send,
+        _ => Buffer::Recv,
     }
 }
 
@@ -477,7 +492,7 @@ impl Backlog {
         let closed = self.q.iter().any(|p| {
             p.d.aux == socket
                 && p.d.flags & crate::windows::REQ_OP != 0
-                && matches!(TcpOp::from_code(p.d.len), Some(TcpOp::Close | TcpOp::Abort))
+                && matches!(TcpOp::of_desc(&p.d), Some(TcpOp::Close | TcpOp::Abort))
         });
         if closed {
             return;

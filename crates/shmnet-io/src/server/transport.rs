@@ -656,10 +656,7 @@ impl AppTransport for IpcApp {
             work += 1;
             match control::parse_ipc_header(&r.scratch[..n]) {
                 Some((control::TAG_OP, sock, _)) => {
-                    let code = r.scratch[..n].get(control::IPC_HEADER..control::IPC_HEADER + 4);
-                    match code.and_then(|b| {
-                        windows::TcpOp::from_code(u32::from_le_bytes(b.try_into().ok()?))
-                    }) {
+                    match control::ipc_op_of(&r.scratch[control::IPC_HEADER..n]) {
                         Some(op) => sockets.apply(r, sock, op),
                         None => c.bad_sends += 1,
                     }

@@ -12,8 +12,8 @@ use crate::checksum::{Sum, pseudo_v4};
 use crate::ipv4::{self, Datagram, EmitHeader};
 use crate::tcp::conn::{Accept, rst_for};
 use crate::tcp::{
-    CloseReason, Conn, ListenHandle, SegIn, SegOut, State, TcpCounters, TcpError, TcpHandle,
-    TcpInfo,
+    Buffer, CloseReason, Conn, ListenHandle, SegIn, SegOut, State, TcpCounters, TcpError,
+    TcpHandle, TcpInfo,
 };
 use crate::tcp::{CookieOutcome, SynAnswer, SynCookies};
 use crate::{Instant, eth};
@@ -143,7 +143,7 @@ impl Interface {
                     SynAnswer::Cookie => {
                         // RFC 4987: answer without keeping state; the cookie in our ISN
                         // makes the connection when the peer's ACK brings it back.
-                        let synack = self.tcp.cookie_synack(local, remote, &seg, now);
+                        let synack = self.tcp.cookie_synack(l, local, remote, &seg, now);
                         self.tcp.counters.syn_cookies_sent += 1;
                         self.tcp_send_bare(pool, &synack, dst_port, remote, now, tx);
                         return;
@@ -154,7 +154,8 @@ impl Interface {
                     }
                 }
                 let iss = self.tcp.isn(local, remote, now);
-                let mut c = Conn::passive(local, remote, &seg, iss, &self.tcp.cfg);
+                let sizes = self.tcp.listener_sizes(l);
+                let mut c = Conn::passive(local, remote, &seg, iss, sizes, &self.tcp.cfg);
                 c.accept = Accept::HalfOpen(l);
                 match self.tcp.insert(c) {
                     Some(idx) => self.tcp.mark(idx),
@@ -609,6 +610,37 @@ impl Interface {
     pub fn tcp_set_nodelay(&mut self, h: TcpHandle, on: bool) -> Result<(), TcpError> {
         self.tcp.get_mut(h)?.set_nodelay(on);
         Ok(())
+    }
+
+    /// Sets buffer `which` of connection `h` (`SO_SNDBUF`, `SO_RCVBUF`; see
+    /// [`Conn::set_buffer`]). A receive buffer that grew announces its window at once.
+    pub fn tcp_set_buffer<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        (which, bytes): (Buffer, u32),
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<(), TcpError> {
+        self.tcp.get_mut(h)?.set_buffer(which, bytes);
+        self.tcp_after(pool, h_idx(h), now, tx);
+        Ok(())
+    }
+
+    /// The size of buffer `which` of connection `h`.
+    pub fn tcp_buffer(&self, h: TcpHandle, which: Buffer) -> Result<u32, TcpError> {
+        Ok(self.tcp.get(h)?.buffer(which))
+    }
+
+    /// Sets buffer `which` of the connections listener `l` accepts from now on (set before
+    /// the SYN, as on Linux, a receive buffer also chooses the window scale).
+    pub fn tcp_set_listener_buffer(
+        &mut self,
+        l: ListenHandle,
+        which: Buffer,
+        bytes: u32,
+    ) -> Result<(), TcpError> {
+        self.tcp.set_listener_buffer(l, which, bytes)
     }
 
     /// Turn keepalive on or off (`SO_KEEPALIVE`), with the interface's

@@ -15,7 +15,7 @@ use super::queue::{ChainQueue, Cursor, Ooo, OooInsert};
 use super::rtt::Rtt;
 use super::sack::Scoreboard;
 use super::seq::Seq;
-use super::{CloseReason, TcpConfig, TcpCounters};
+use super::{Buffer, BufferSizes, CloseReason, TcpConfig, TcpCounters};
 use crate::Instant;
 use crate::buf::{BufIdx, BufferPool, set_window};
 
@@ -319,7 +319,7 @@ impl Conn {
     /// An active open: SYN-SENT, with the SYN ready to go.
     pub fn active(local: SocketAddrV4, remote: SocketAddrV4, iss: Seq, cfg: &TcpConfig) -> Conn {
         let mut c = Conn::new(local, remote, iss, State::SynSent, cfg);
-        c.rcv_wscale = window_shift(cfg.rcv_buf);
+        c.rcv_wscale = window_shift(c.rcv_buf);
         c.flags.ws_offered = true;
         c
     }
@@ -331,9 +331,12 @@ impl Conn {
         remote: SocketAddrV4,
         seg: &SegIn,
         iss: Seq,
+        sizes: BufferSizes,
         cfg: &TcpConfig,
     ) -> Conn {
         let mut c = Conn::new(local, remote, iss, State::SynReceived, cfg);
+        c.snd_buf = sizes.send;
+        c.rcv_buf = sizes.recv;
         c.take_syn_options(seg, cfg);
         c.irs = seg.seq;
         c.rcv_nxt = seg.seq.add(1);
@@ -346,19 +349,21 @@ impl Conn {
     }
 
     /// A connection made from a returning SYN cookie (RFC 4987): ESTABLISHED at once, our
-    /// ISN the cookie, the peer's `peer_isn`, the MSS the cookie encoded; no window
-    /// scaling, SACK or timestamps (a cookie cannot remember them). `ack` is the peer's
-    /// segment that brought the cookie back.
+    /// ISN the cookie, the peer's `peer_isn` (the pair `isns`), the MSS the cookie encoded;
+    /// no window scaling, SACK or timestamps (a cookie cannot remember them). `ack` is the
+    /// peer's segment that brought the cookie back; `sizes` the listener's buffers.
     pub(crate) fn from_cookie(
         local: SocketAddrV4,
         remote: SocketAddrV4,
-        iss: Seq,
-        peer_isn: Seq,
+        (iss, peer_isn): (Seq, Seq),
         mss: u16,
         ack: &SegIn,
+        sizes: BufferSizes,
         cfg: &TcpConfig,
     ) -> Conn {
         let mut c = Conn::new(local, remote, iss, State::Established, cfg);
+        c.snd_buf = sizes.send;
+        c.rcv_buf = sizes.recv;
         c.smss = mss;
         c.cc = NewReno::new(mss);
         c.cc.algorithm = cfg.congestion;
@@ -372,7 +377,7 @@ impl Conn {
         c.irs = peer_isn;
         c.rcv_nxt = peer_isn.add(1);
         // The window our cookie SYN-ACK offered.
-        c.rcv_adv = c.rcv_nxt.add(cfg.rcv_buf.min(0xffff));
+        c.rcv_adv = c.rcv_nxt.add(c.rcv_buf.min(0xffff));
         c.high_rxt = c.snd_una;
         c
     }
@@ -393,7 +398,7 @@ impl Conn {
             Some(s) if self.state == State::SynReceived || self.flags.ws_offered => {
                 self.snd_wscale = s.min(14);
                 if self.state == State::SynReceived {
-                    self.rcv_wscale = window_shift(cfg.rcv_buf);
+                    self.rcv_wscale = window_shift(self.rcv_buf);
                     self.flags.ws_offered = true;
                 }
             }
@@ -433,6 +438,37 @@ impl Conn {
     /// Bytes the application may still queue for sending.
     pub fn send_room(&self) -> u32 {
         self.snd_buf.saturating_sub(self.tx.bytes())
+    }
+
+    /// The size of buffer `which`.
+    pub fn buffer(&self, which: Buffer) -> u32 {
+        match which {
+            Buffer::Send => self.snd_buf,
+            Buffer::Recv => self.rcv_buf,
+        }
+    }
+
+    /// Sets buffer `which` to `bytes` (see [`super::buffer_size`]). A smaller send buffer
+    /// keeps what is queued and takes no more until it drains below; a smaller receive
+    /// buffer never takes back window already offered (the right edge does not move left).
+    /// The window scale was agreed on the SYNs, so a receive buffer grown past what it can
+    /// express offers at most 65,535 << scale.
+    pub fn set_buffer(&mut self, which: Buffer, bytes: u32) {
+        let bytes = super::buffer_size(bytes);
+        match which {
+            Buffer::Send => self.snd_buf = bytes,
+            Buffer::Recv => {
+                let before = self.rcv_window();
+                self.rcv_buf = bytes;
+                if self.state.synchronized()
+                    && !self.flags.rx_fin
+                    && self.rcv_window() > before.max(self.rcv_adv.since(self.rcv_nxt))
+                {
+                    // Grown: say so at once, a peer may be waiting on a shut window.
+                    self.flags.ack_now = true;
+                }
+            }
+        }
     }
 
     /// Bytes queued for sending and not yet acknowledged.
@@ -1549,7 +1585,7 @@ mod tests {
             mss: Some(1460),
             ..SegIn::default()
         };
-        let mut c = Conn::passive(LOCAL, REMOTE, &syn, Seq(5000), &cfg);
+        let mut c = Conn::passive(LOCAL, REMOTE, &syn, Seq(5000), cfg.buffer_sizes(), &cfg);
         assert!(c.next_segment(Instant::ZERO, &cfg).is_some_and(|s| s.syn));
         let ack = SegIn {
             seq: Seq(1001),

@@ -43,6 +43,55 @@ use crate::socket::DemuxHasher;
 pub use conn::{Conn, SegIn, SegOut, State};
 pub use seq::Seq;
 
+/// A connection's buffer (`SO_SNDBUF`, `SO_RCVBUF`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// Bytes queued and not yet acknowledged, at most.
+    Send,
+    /// Bytes received and not yet read, at most: the most the window offers.
+    Recv,
+}
+
+/// The smallest buffer a socket option can set (bytes); smaller requests are raised to it.
+pub const MIN_BUFFER: u32 = 4 * 1024;
+
+/// The largest buffer a socket option can set (bytes), the server-wide cap Linux keeps in
+/// `net.core.rmem_max`/`wmem_max`: a connection's receive queue holds pool buffers, so one
+/// connection may not take an unbounded share of the pool.
+pub const MAX_BUFFER: u32 = 8 << 20;
+
+/// A requested buffer size, kept within [`MIN_BUFFER`]..=[`MAX_BUFFER`]. Unlike Linux the
+/// size is not doubled for bookkeeping: it counts payload bytes, which is what it bounds.
+pub fn buffer_size(bytes: u32) -> u32 {
+    bytes.clamp(MIN_BUFFER, MAX_BUFFER)
+}
+
+/// The send and receive buffer sizes a connection starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferSizes {
+    /// `SO_SNDBUF`.
+    pub send: u32,
+    /// `SO_RCVBUF`.
+    pub recv: u32,
+}
+
+impl BufferSizes {
+    /// The sizes with `which` set to `bytes` (kept within the bounds).
+    pub fn with(self, which: Buffer, bytes: u32) -> Self {
+        let bytes = buffer_size(bytes);
+        match which {
+            Buffer::Send => Self {
+                send: bytes,
+                ..self
+            },
+            Buffer::Recv => Self {
+                recv: bytes,
+                ..self
+            },
+        }
+    }
+}
+
 /// Settings every connection starts from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcpConfig {
@@ -80,6 +129,16 @@ pub struct TcpConfig {
     pub keepalive_probes: u8,
     /// When a listener answers SYNs with SYN cookies (RFC 4987) instead of keeping state.
     pub syn_cookies: SynCookies,
+}
+
+impl TcpConfig {
+    /// The buffer sizes a connection starts with unless its socket sets its own.
+    pub fn buffer_sizes(&self) -> BufferSizes {
+        BufferSizes {
+            send: self.snd_buf,
+            recv: self.rcv_buf,
+        }
+    }
 }
 
 impl Default for TcpConfig {
@@ -341,6 +400,9 @@ struct Slot {
 struct Listener {
     port: u16,
     backlog: u32,
+    /// What its connections start with (set on the listener, as on Linux, they hold from
+    /// the SYN on: the window scale follows the receive buffer).
+    sizes: BufferSizes,
     /// Connections of this listener in SYN-RECEIVED.
     half_open: u32,
     /// Established connections waiting for `accept`.
@@ -463,11 +525,13 @@ impl Tcp {
     /// timestamps) are not offered on it.
     pub(crate) fn cookie_synack(
         &mut self,
+        l: u32,
         local: SocketAddrV4,
         remote: SocketAddrV4,
         syn: &SegIn,
         now: Instant,
     ) -> SegOut {
+        let recv = self.listener_sizes(l).recv;
         let peer_mss = syn.mss.unwrap_or(536).min(self.cfg.mss);
         let mss_idx = COOKIE_MSS.iter().rposition(|&m| m <= peer_mss).unwrap_or(0) as u32;
         let slot = cookie_slot(now);
@@ -477,7 +541,7 @@ impl Tcp {
         SegOut {
             seq: Seq(cookie),
             ack: Some(syn.seq.add(1)),
-            wnd: self.cfg.rcv_buf.min(0xffff) as u16,
+            wnd: recv.min(0xffff) as u16,
             syn: true,
             mss: Some(self.cfg.mss),
             ..SegOut::default()
@@ -532,7 +596,16 @@ impl Tcp {
             return CookieOutcome::NoRoom;
         }
         let mss = COOKIE_MSS[mss_idx as usize].min(self.cfg.mss);
-        let mut c = Conn::from_cookie(local, remote, Seq(cookie), peer_isn, mss, ack, &self.cfg);
+        let sizes = self.listener_sizes(l);
+        let mut c = Conn::from_cookie(
+            local,
+            remote,
+            (Seq(cookie), peer_isn),
+            mss,
+            ack,
+            sizes,
+            &self.cfg,
+        );
         c.accept = conn::Accept::Ready(l);
         let Some(idx) = self.insert(c) else {
             self.counters.table_full += 1;
@@ -802,6 +875,7 @@ impl Tcp {
         let l = Listener {
             port,
             backlog: backlog.max(1),
+            sizes: self.cfg.buffer_sizes(),
             half_open: 0,
             ready: VecDeque::new(),
         };
@@ -817,6 +891,41 @@ impl Tcp {
         };
         self.listen_ports.insert(port, i as u32);
         Ok(ListenHandle(i as u32))
+    }
+
+    /// The buffer sizes listener `l`'s connections start with.
+    pub fn listener_buffers(&self, l: ListenHandle) -> Result<BufferSizes, TcpError> {
+        self.listener(l.0).map(|li| li.sizes)
+    }
+
+    /// Sets the buffer `which` of the connections listener `l` accepts from now on.
+    pub fn set_listener_buffer(
+        &mut self,
+        l: ListenHandle,
+        which: Buffer,
+        bytes: u32,
+    ) -> Result<(), TcpError> {
+        let li = self
+            .listeners
+            .get_mut(l.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(TcpError::InvalidHandle)?;
+        li.sizes = li.sizes.with(which, bytes);
+        Ok(())
+    }
+
+    /// The buffer sizes listener `l`'s connections start with (the defaults if it is gone).
+    pub(crate) fn listener_sizes(&self, l: u32) -> BufferSizes {
+        self.listener(l)
+            .map_or(self.cfg.buffer_sizes(), |li| li.sizes)
+    }
+
+    /// Listener `l`.
+    fn listener(&self, l: u32) -> Result<&Listener, TcpError> {
+        self.listeners
+            .get(l as usize)
+            .and_then(Option::as_ref)
+            .ok_or(TcpError::InvalidHandle)
     }
 
     /// The next established connection of listener `l`, if one is waiting.
