@@ -817,18 +817,9 @@ fn listener_flooded(kind: Kind) {
         }
         let mut numbers = Vec::new();
         for s in &mut accepted {
-            let mut b = [0u8; 4];
-            let mut at = 0;
-            while at < 4 {
-                let n = s
-                    .read_timeout(&mut b[at..], Duration::from_secs(10))
-                    .unwrap()
-                    .expect("the connector's number");
-                assert!(n > 0, "the number before the end");
-                at += n;
-            }
-            s.write_all(&b).unwrap();
-            numbers.push(u32::from_le_bytes(b));
+            let n = stepped::read_number(s);
+            s.write_all(&n.to_le_bytes()).unwrap();
+            numbers.push(n);
         }
         numbers
     });

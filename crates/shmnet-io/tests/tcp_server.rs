@@ -200,16 +200,7 @@ fn answered_and_ended_before_any_is_read(kind: Kind) {
                 .accept_timeout(Duration::from_secs(10))
                 .unwrap()
                 .expect("accepted");
-            let mut b = [0u8; 4];
-            let mut at = 0;
-            while at < 4 {
-                let n = s
-                    .read_timeout(&mut b[at..], Duration::from_secs(10))
-                    .unwrap()
-                    .expect("the connector's number");
-                assert!(n > 0, "the number before the end");
-                at += n;
-            }
+            let b = stepped::read_number(&mut s).to_le_bytes();
             s.write_all(&b).unwrap();
             s.close().unwrap();
         }

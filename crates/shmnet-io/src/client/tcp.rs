@@ -70,6 +70,13 @@ enum Item {
 /// connection failed (a write blocks for as long as the peer keeps its window shut).
 const WRITE_PATIENCE: Duration = Duration::from_millis(200);
 
+/// The error of a socket number given again before its old socket's `Released` came.
+fn not_released(id: u16) -> ClientError {
+    ClientError::Protocol(format!(
+        "socket number {id} was given again before its release came"
+    ))
+}
+
 /// Sends a buffer-size operation for socket `id`; returns the size that holds.
 fn set_buffer(inner: &Rc<RefCell<Inner>>, id: u16, op: TcpOp) -> Result<u32, ClientError> {
     inner.borrow_mut().tcp_op(id, op)?;
@@ -253,18 +260,27 @@ impl Inner {
         }
     }
 
-    /// `ipc`: waits until the `Released` of the socket that last had number `id` has been
-    /// read, if it has not. The server reuses a number only after it sent that event, but on
-    /// the data socket, while the new socket's number came on the control socket: read
-    /// early, the old `Released` would later take the number out of the TCP ones, and the
-    /// new connection's bytes would be mistaken for datagrams.
+    /// Waits until the `Released` of the socket that last had number `id` has been read, if
+    /// it has not. The server reuses a number only after it sent that event, but on the data
+    /// path (the data socket, or `RX`), while a number made by a control message comes on
+    /// the control socket: read late, the old `Released` would take the new socket's number
+    /// out of the TCP ones (its bytes then mistaken for datagrams in `ipc`).
     fn await_released(&mut self, id: u16) -> Result<(), ClientError> {
         let deadline = Instant::now() + OP_PATIENCE;
         while self.tcp.closing.contains(&id) {
+            if self.shm.is_some() {
+                self.drain_rx();
+                if !self.tcp.closing.contains(&id) {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(not_released(id));
+                }
+                self.sleep_rx(Some(deadline))?;
+                continue;
+            }
             let Some(n) = self.read_packet(true, Some(deadline))? else {
-                return Err(ClientError::Protocol(format!(
-                    "socket number {id} was given again before its release came"
-                )));
+                return Err(not_released(id));
             };
             self.stash_ipc(n);
         }

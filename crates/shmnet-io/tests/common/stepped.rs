@@ -187,3 +187,19 @@ pub fn tcp_loopback(tag: &str, kind: Kind, idle: Duration) -> Stepped {
 pub fn stream_byte(seed: u64, i: u64) -> u8 {
     (i.wrapping_mul(2_654_435_761) >> 7 ^ seed) as u8
 }
+
+/// Reads the 4-byte little-endian number a connector sends first on `s` (within 10 s a
+/// read; the end of the stream before it is a failure).
+pub fn read_number(s: &mut shmnet_io::client::TcpStream) -> u32 {
+    let mut b = [0u8; 4];
+    let mut at = 0;
+    while at < 4 {
+        let n = s
+            .read_timeout(&mut b[at..], Duration::from_secs(10))
+            .unwrap()
+            .expect("the connector's number");
+        assert!(n > 0, "the number before the end");
+        at += n;
+    }
+    u32::from_le_bytes(b)
+}

@@ -893,11 +893,6 @@ impl Tcp {
         Ok(ListenHandle(i as u32))
     }
 
-    /// The buffer sizes listener `l`'s connections start with.
-    pub fn listener_buffers(&self, l: ListenHandle) -> Result<BufferSizes, TcpError> {
-        self.listener(l.0).map(|li| li.sizes)
-    }
-
     /// Sets the buffer `which` of the connections listener `l` accepts from now on.
     pub fn set_listener_buffer(
         &mut self,
