@@ -58,6 +58,8 @@ pub struct ServeConfig {
     pub ip: Ipv4Addr,
     /// Its prefix length.
     pub prefix: u8,
+    /// The router for destinations off the subnet (`None`: they are unreachable).
+    pub gateway: Option<Ipv4Addr>,
     /// The pools of the window the buffers live in.
     pub pools: PoolSpec,
     /// Verify and generate UDP checksums.
@@ -89,6 +91,7 @@ impl ServeConfig {
     /// checksum is legal, a wrong TCP one is a dropped segment.
     pub fn stack_config(&self, mac: [u8; 6]) -> Config {
         let mut cfg = Config::new(EthernetAddress(mac), self.ip, self.prefix);
+        cfg.gateway = self.gateway;
         cfg.udp_rx_checksum = self.checksum;
         cfg.udp_tx_checksum = self.checksum;
         cfg.rx_queue_limit = self.rx_queue_limit;
@@ -107,6 +110,7 @@ impl Default for ServeConfig {
         Self {
             ip: Ipv4Addr::new(10, 0, 0, 1),
             prefix: 24,
+            gateway: None,
             pools: PoolSpec::default(),
             checksum: true,
             rx_queue_limit: 64,

@@ -400,6 +400,8 @@ pub struct ServeSpec {
     pub ip: Ipv4Addr,
     /// Its prefix length (at most 32).
     pub prefix: u8,
+    /// The router for destinations off the subnet (`None`: they are unreachable).
+    pub gateway: Option<Ipv4Addr>,
     /// Verify and generate UDP checksums (and TCP's on a loopback; see
     /// [`crate::inline::ServeConfig::stack_config`]).
     pub checksum: bool,
@@ -469,6 +471,7 @@ impl Default for ServeSpec {
             driver: DriverSpec::default(),
             ip: Ipv4Addr::new(10, 0, 0, 1),
             prefix: 24,
+            gateway: None,
             checksum: true,
             mtu: 1500,
             rx_queue: 64,
@@ -529,6 +532,7 @@ impl ServeSpec {
         ServeConfig {
             ip: self.ip,
             prefix: self.prefix,
+            gateway: self.gateway,
             checksum: self.checksum,
             apps,
             rx_queue_limit: self.rx_queue,

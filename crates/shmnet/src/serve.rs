@@ -72,6 +72,10 @@ pub struct DriverArgs {
     /// Our address and prefix, e.g. 10.0.0.1/24.
     #[arg(long, default_value = "10.0.0.1/24", value_parser = parse_cidr)]
     ip: (Ipv4Addr, u8),
+    /// The router for destinations off our subnet (without one, what is sent there is
+    /// refused and counted as `no_route`). The stack resolves it with ARP like a neighbour.
+    #[arg(long, value_name = "IP")]
+    gateway: Option<Ipv4Addr>,
     /// Our MAC address with softnic (default 02:00:00:00:00:01). With af_packet shmnet uses
     /// the interface's own address.
     #[arg(long, value_parser = parse_mac)]
@@ -349,6 +353,7 @@ impl ServeArgs {
             driver: self.dev.to_spec()?,
             ip: self.dev.ip.0,
             prefix: self.dev.ip.1,
+            gateway: self.dev.gateway,
             checksum: !self.dev.no_checksum,
             mtu: self.dev.mtu,
             rx_queue: self.rx_queue,

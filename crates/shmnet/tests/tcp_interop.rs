@@ -531,3 +531,216 @@ fn files_cross_the_server_structures_to_and_from_linux() {
     }
     let _ = std::fs::remove_file(&file);
 }
+
+/// The SYN-flood test's Linux side, one script (run from a file: it starts itself again as
+/// the flooder; `time.monotonic` is the system's monotonic clock in both processes):
+///
+/// * `flood IFACE DST_MAC DST PORT N SEED`: sends N SYNs to DST:PORT from random addresses
+///   off the subnet (answered through the gateway, this end of the veth, whose kernel drops
+///   them: it does not forward) and random ports, frames built here and written to an
+///   AF_PACKET socket as fast as it takes them. Prints `sending` when it starts, then
+///   `{"start": t, "end": t, "sent": n}`.
+/// * `main IFACE DST_MAC DST PORT N SECONDS`: an honest connection streams to DST:PORT for
+///   SECONDS, sampled every 50 ms; after a third of them the flood starts, and once it has
+///   begun a second honest connection opens and sends 1 MiB. Prints one JSON object: the
+///   samples `[t, bytes]`, the flood's report, the second connection's time to connect and
+///   bytes, and the bytes of both.
+const FLOOD_SCRIPT: &str = r#"
+import socket, os, sys, time, struct, random, threading, json, subprocess
+
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while s >> 16:
+        s = (s & 0xffff) + (s >> 16)
+    return ~s & 0xffff
+
+def flood(iface, dst_mac, dst, port, n, seed):
+    rnd = random.Random(seed)
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((iface, 0))
+    src_mac = s.getsockname()[4]
+    dmac = bytes.fromhex(dst_mac.replace(":", ""))
+    daddr = socket.inet_aton(dst)
+    frames = []
+    for i in range(n):
+        while True:
+            a = rnd.randrange(0x01000000, 0xe0000000)
+            if a >> 24 not in (10, 127):
+                break
+        saddr = struct.pack("!I", a)
+        sport = rnd.randrange(1024, 65536)
+        opts = struct.pack("!BBH", 2, 4, 1460)  # MSS, as a bare SYN tool sends
+        tcp = struct.pack("!HHIIBBHHH", sport, port, rnd.getrandbits(32), 0,
+                          (5 + len(opts) // 4) << 4, 0x02, 64240, 0, 0) + opts
+        pseudo = saddr + daddr + struct.pack("!BBH", 0, 6, len(tcp))
+        c = csum(pseudo + tcp)
+        tcp = tcp[:16] + struct.pack("!H", c) + tcp[18:]
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), i & 0xffff, 0, 64, 6, 0,
+                         saddr, daddr)
+        ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
+        frames.append(dmac + src_mac + b"\x08\x00" + ip + tcp)
+    print("sending", flush=True)
+    start = time.monotonic()
+    sent = 0
+    for f in frames:
+        while True:
+            try:
+                s.send(f)
+                sent += 1
+                break
+            except BlockingIOError:
+                time.sleep(0.0001)
+            except OSError:  # ENOBUFS: the device queue is full for a moment
+                time.sleep(0.0001)
+    print(json.dumps({"start": start, "end": time.monotonic(), "sent": sent}))
+
+def main(iface, dst_mac, dst, port, n, seconds):
+    block = os.urandom(1 << 16)
+    total = [0]
+    stop = threading.Event()
+    s = socket.create_connection((dst, port), timeout=30)
+    def stream():
+        while not stop.is_set():
+            s.sendall(block)
+            total[0] += len(block)
+    t = threading.Thread(target=stream)
+    t.start()
+    samples = []
+    started = time.monotonic()
+    def sample():
+        while not stop.is_set():
+            samples.append([time.monotonic(), total[0]])
+            time.sleep(0.05)
+    st = threading.Thread(target=sample)
+    st.start()
+    time.sleep(seconds / 3)
+    fl = subprocess.Popen([sys.executable, __file__, "flood", iface, dst_mac, dst,
+                           str(port), str(n), "7"], stdout=subprocess.PIPE, text=True)
+    # The second connection opens once the flood has begun.
+    assert fl.stdout.readline().strip() == "sending"
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    c = socket.create_connection((dst, port), timeout=30)
+    connected = time.monotonic()
+    c.sendall(os.urandom(1 << 20))
+    c.close()
+    out, _ = fl.communicate(timeout=120)
+    report = json.loads(out)
+    assert fl.returncode == 0
+    while time.monotonic() < started + seconds:
+        time.sleep(0.05)
+    stop.set()
+    t.join()
+    st.join()
+    s.shutdown(socket.SHUT_WR)
+    s.close()
+    print(json.dumps({"samples": samples, "flood": report, "second_at": t0,
+                      "second_connect_s": connected - t0, "second_bytes": 1 << 20,
+                      "stream_bytes": total[0]}))
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if a[0] == "flood":
+        flood(a[1], a[2], a[3], int(a[4]), int(a[5]), int(a[6]))
+    else:
+        main(a[1], a[2], a[3], int(a[4]), int(a[5]), float(a[6]))
+"#;
+
+/// The bytes the stream had sent by time `t`, from the samples (the last one at or before).
+fn sent_by(samples: &[(f64, f64)], t: f64) -> f64 {
+    samples
+        .iter()
+        .take_while(|s| s.0 <= t)
+        .last()
+        .map_or(0.0, |s| s.1)
+}
+
+#[test]
+fn a_syn_flood_from_random_sources_leaves_an_honest_stream_going() {
+    const TEST: &str = "a_syn_flood_from_random_sources_leaves_an_honest_stream_going";
+    const SYNS: usize = 100_000;
+    const SECONDS: f64 = 9.0;
+    if !root() {
+        shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    let Some(ns) = netns("flood") else {
+        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+        return;
+    };
+    let mac = ns.cmd("cat").arg("/sys/class/net/v0/address").output();
+    let mac = String::from_utf8_lossy(&mac.expect("read v0's address").stdout)
+        .trim()
+        .to_string();
+    let script = std::env::temp_dir().join(format!("shmnet-flood-{}.py", std::process::id()));
+    std::fs::write(&script, FLOOD_SCRIPT).expect("write the flood script");
+    let server = Server::start(&ns, &["--tcp-sink", "9", "--gateway", "10.93.0.2"]);
+    let mut py = ns.cmd("python3");
+    py.arg(&script)
+        .args(["main", "v1", &mac, "10.93.0.1", "9", &SYNS.to_string()])
+        .arg(SECONDS.to_string());
+    let out = run_ok(py, "the honest stream under a SYN flood", limit(0) * 4);
+    let _ = std::fs::remove_file(&script);
+    let r: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("{v} in {r}"));
+    let samples: Vec<(f64, f64)> = r["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .map(|s| (f(&s[0]), f(&s[1])))
+        .collect();
+    let (start, end) = (f(&r["flood"]["start"]), f(&r["flood"]["end"]));
+    let sent = r["flood"]["sent"].as_u64().expect("sent");
+    assert_eq!(sent, SYNS as u64, "the flooder sent every SYN");
+    let rate = |a: f64, b: f64| (sent_by(&samples, b) - sent_by(&samples, a)) * 8.0 / (b - a);
+    let before = rate(start - 2.0, start);
+    let during = rate(start, end.max(start + 0.5));
+    let after = rate(end + 0.5, samples.last().expect("samples").0);
+    // The longest time the stream made no progress.
+    let mut stall = 0f64;
+    let mut since = samples[0];
+    for &s in &samples[1..] {
+        if s.1 > since.1 {
+            since = s;
+        }
+        stall = stall.max(s.0 - since.0);
+    }
+    wait_delivered(&ns, "10.93.0.1", limit(0));
+    let report = server.stop();
+    let stream = r["stream_bytes"].as_u64().expect("stream bytes");
+    let second = r["second_bytes"].as_u64().expect("second bytes");
+    eprintln!(
+        "{SYNS} SYNs in {:.2} s ({:.0}/s); the stream: {:.2} Gbit/s before, {:.2} during, {:.2} \
+         after; longest stall {:.0} ms; a new connection during the flood connected in {:.1} ms; \
+         SYN cookies sent {}, accepted {}; segments in {}",
+        end - start,
+        SYNS as f64 / (end - start),
+        before / 1e9,
+        during / 1e9,
+        after / 1e9,
+        stall * 1e3,
+        f(&r["second_connect_s"]) * 1e3,
+        u(&report, &["tcp", "syn_cookies_sent"]),
+        u(&report, &["tcp", "syn_cookies_accepted"]),
+        u(&report, &["tcp", "segs_in"]),
+    );
+    assert!(
+        u(&report, &["tcp", "syn_cookies_sent"]) > 0,
+        "a full half-open queue is answered with cookies: {report}"
+    );
+    assert_eq!(u(&report, &["apps", "tcp_accepted"]), 2, "{report}");
+    assert_eq!(u(&report, &["apps", "tcp_failed"]), 0, "{report}");
+    assert_eq!(
+        u(&report, &["apps", "tcp_bytes"]),
+        stream + second,
+        "every byte of both honest connections was read: {report}"
+    );
+    assert!(
+        during > 0.0 && after > 0.0,
+        "the stream kept going: {before} bit/s before, {during} during, {after} after"
+    );
+    assert!(stall < 2.0, "the stream stalled for {stall:.2} s");
+}
