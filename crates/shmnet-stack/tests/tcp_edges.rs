@@ -1583,3 +1583,131 @@ fn an_old_cookie_is_refused() {
     assert!(h.ifc.tcp_accept(l).unwrap().is_some());
     h.finish();
 }
+
+// ================================================================ loss detection by time
+
+/// A SACK option with `blocks`.
+fn opt_sack(blocks: &[(u32, u32)]) -> Vec<u8> {
+    let mut v = vec![1, 1, 5, 2 + 8 * blocks.len() as u8];
+    for (l, r) in blocks {
+        v.extend_from_slice(&l.to_be_bytes());
+        v.extend_from_slice(&r.to_be_bytes());
+    }
+    v
+}
+
+/// An established connection with SACK agreed and an RTT of about 1 ms measured: returns
+/// it with its next sequence number advanced past the first 1,000 bytes sent.
+fn open_with_rtt(h: &mut H) -> Conn {
+    let mut opts = opt_mss(1460);
+    opts.extend(opt_sackp());
+    let mut c = open(h, PEER_ISN, &opts, 65535);
+    let (n, out) = h.tcp_send(c.h, &pattern(1000, 1));
+    assert_eq!((n, out.len()), (1000, 1));
+    h.advance(1_000);
+    c.snd += 1000;
+    h.send(&Seg::new(c.rcv, Some(c.snd), ACK).wnd(65535));
+    c
+}
+
+/// RFC 8985 7: a flight whose tail is lost, nothing SACKed, is probed about two round
+/// trips later (the last segment again), not at the 200 ms RTO; the probe's SACK shows the
+/// hole below it, which goes out again at once.
+#[test]
+fn a_lost_tail_is_probed_after_two_round_trips_and_the_hole_it_shows_resent() {
+    let mut h = H::new();
+    let c = open_with_rtt(&mut h);
+    let (n, out) = h.tcp_send(c.h, &pattern(4 * 1460, 2));
+    assert_eq!(n, 4 * 1460);
+    assert_eq!(out.len(), 4, "{out:?}");
+    // Every one of them lost.
+    let out = h.advance(10_000);
+    assert_eq!(out.len(), 1, "one probe within 10 ms: {out:?}");
+    assert_eq!(out[0].seq, c.snd + 3 * 1460, "the last segment again");
+    assert_eq!(out[0].payload.len(), 1460);
+    assert_eq!((h.ctr().tail_probes, h.ctr().rto_retransmits), (1, 0));
+    // The probe arrives: the peer SACKs it, and what lies below is resent.
+    let probe = (c.snd + 3 * 1460, c.snd + 4 * 1460);
+    let out = h.send(
+        &Seg::new(c.rcv, Some(c.snd), ACK)
+            .wnd(65535)
+            .opts(&opt_sack(&[probe])),
+    );
+    assert!(
+        out.iter()
+            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
+        "the first hole resent at once: {out:?}"
+    );
+    assert_eq!(h.ctr().sack_recoveries, 1);
+    h.send(&Seg::new(c.rcv, Some(c.snd + 4 * 1460), ACK).wnd(65535));
+    assert_eq!(h.ctr().rto_retransmits, 0);
+    h.finish();
+}
+
+/// RACK's rule in its range form: a hole below SACKed data, too small a SACK for three
+/// duplicates' worth, is taken as lost once it has had two round trips to arrive.
+#[test]
+fn a_hole_below_one_sacked_segment_is_resent_after_two_round_trips() {
+    let mut h = H::new();
+    let c = open_with_rtt(&mut h);
+    let (_, out) = h.tcp_send(c.h, &pattern(2 * 1460, 3));
+    assert_eq!(out.len(), 2);
+    // The first is lost; the second arrives and is SACKed.
+    let second = (c.snd + 1460, c.snd + 2 * 1460);
+    let out = h.send(
+        &Seg::new(c.rcv, Some(c.snd), ACK)
+            .wnd(65535)
+            .opts(&opt_sack(&[second])),
+    );
+    assert!(
+        out.iter().all(|o| o.payload.is_empty()),
+        "one SACK is not a loss yet: {out:?}"
+    );
+    let out = h.advance(10_000);
+    assert!(
+        out.iter()
+            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
+        "the hole resent within 10 ms: {out:?}"
+    );
+    assert_eq!((h.ctr().sack_recoveries, h.ctr().rto_retransmits), (1, 0));
+    h.send(&Seg::new(c.rcv, Some(c.snd + 2 * 1460), ACK).wnd(65535));
+    h.finish();
+}
+
+/// A resent hole lost again is resent again about two round trips later, not at the RTO,
+/// and again at twice that if still nothing comes back.
+#[test]
+fn a_lost_retransmission_is_resent_after_two_round_trips() {
+    let mut h = H::new();
+    let c = open_with_rtt(&mut h);
+    let (_, out) = h.tcp_send(c.h, &pattern(5 * 1460, 4));
+    assert_eq!(out.len(), 5);
+    // The first is lost, the other four SACKed: recovery resends it.
+    let rest = (c.snd + 1460, c.snd + 5 * 1460);
+    let out = h.send(
+        &Seg::new(c.rcv, Some(c.snd), ACK)
+            .wnd(65535)
+            .opts(&opt_sack(&[rest])),
+    );
+    assert!(
+        out.iter()
+            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
+        "{out:?}"
+    );
+    // The retransmission is lost too.
+    let out = h.advance(10_000);
+    assert!(
+        out.iter()
+            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
+        "resent again within 10 ms: {out:?}"
+    );
+    let c2 = h.ctr();
+    assert_eq!(c2.rto_retransmits, 0);
+    assert!(
+        (1..=3).contains(&c2.lost_retransmits),
+        "resent again, backing off (every 2·SRTT + 2 ms, then twice that…): {}",
+        c2.lost_retransmits
+    );
+    h.send(&Seg::new(c.rcv, Some(c.snd + 5 * 1460), ACK).wnd(65535));
+    h.finish();
+}

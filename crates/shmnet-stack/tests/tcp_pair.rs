@@ -8,7 +8,7 @@
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use shmnet_stack::tcp::{Buffer, CloseReason, MIN_BUFFER, State, TcpError, TcpHandle};
+use shmnet_stack::tcp::{Buffer, CloseReason, MIN_BUFFER, State, TcpCounters, TcpError, TcpHandle};
 use shmnet_stack::{BufferPool, Config, EthernetAddress, HeapPool, Instant, Interface};
 
 const A_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -691,4 +691,65 @@ fn keepalive_probes_a_silent_peer_and_ends_the_connection_when_it_is_gone() {
     assert_eq!(w.a.ifc.tcp_counters().keepalive_timeouts, 1);
     w.impair.loss = 0.0;
     close_and_drain(&mut w, ca, Some(cb));
+}
+
+/// Simulated time (µs) and the sender's counters of moving `len` bytes one way under `loss`,
+/// summed over `seeds`.
+fn lossy_runs(loss: f64, seeds: std::ops::RangeInclusive<u64>, len: usize) -> (u64, TcpCounters) {
+    let mut total = TcpCounters::default();
+    let mut time = 0;
+    for seed in seeds {
+        let mut w = Wire::new(
+            seed,
+            Impair {
+                loss,
+                ..Impair::default()
+            },
+        );
+        let (ca, cb) = connect(&mut w, 5001);
+        let t0 = w.now_us;
+        let (got_a, got_b) = exchange(&mut w, ca, cb, &data(len, seed), &[]);
+        assert!(got_a.is_empty() && got_b == data(len, seed), "seed {seed}");
+        time += w.now_us - t0;
+        let c = w.a.ifc.tcp_counters();
+        total.rto_retransmits += c.rto_retransmits;
+        total.tail_probes += c.tail_probes;
+        total.lost_retransmits += c.lost_retransmits;
+        total.sack_recoveries += c.sack_recoveries;
+    }
+    (time, total)
+}
+
+/// Losses are repaired in round trips, not timeouts: SACK recovery entered on what the SACK
+/// blocks say even when the receiver ACKs once per burst (too few duplicates to count three),
+/// holes below SACKed data taken as lost after 2·SRTT, a tail-loss probe when nothing is
+/// SACKed, a resent hole lost again resent after 2·SRTT, and the window left at ssthresh
+/// when recovery ends. The wire is simulated (100 µs round trips), so the times are exact,
+/// not measured. Before these, 1 % loss cost 89 RTOs over these 20 megabytes and 1.04 s per
+/// megabyte (440× the clean wire's 2.4 ms); 5 %, 580 RTOs and 6.4 s per megabyte. Now: 1 RTO
+/// and 12 ms; 11 RTOs and 144 ms.
+#[test]
+fn loss_is_repaired_in_round_trips_not_timeouts() {
+    const LEN: usize = 1 << 20;
+    let (clean, c) = lossy_runs(0.0, 1..=5, LEN);
+    assert_eq!(c.rto_retransmits + c.tail_probes, 0, "{c:?}");
+    let clean = clean / 5;
+    for (loss, slower, rtos) in [(0.01, 10, 20), (0.05, 150, 40)] {
+        let (time, c) = lossy_runs(loss, 1..=20, LEN);
+        let per = time / 20;
+        eprintln!(
+            "{loss}: {per} µs per MiB (clean {clean}); {} RTOs, {} tail probes, {} holes lost \
+             again, {} recoveries",
+            c.rto_retransmits, c.tail_probes, c.lost_retransmits, c.sack_recoveries
+        );
+        assert!(
+            c.rto_retransmits <= rtos,
+            "{loss} loss: {} timeouts in 20 transfers: {c:?}",
+            c.rto_retransmits
+        );
+        assert!(
+            per <= slower * clean,
+            "{loss} loss: {per} µs per megabyte, the clean wire {clean}"
+        );
+    }
 }

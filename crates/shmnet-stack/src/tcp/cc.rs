@@ -123,12 +123,19 @@ impl NewReno {
         self.dupacks = 0;
         if self.in_recovery {
             if ack.ge(self.recover) {
-                // Full acknowledgement: leave recovery (RFC 6582 (3.2) step 5, option 1).
+                // Full acknowledgement: leave recovery. With SACK the window has been
+                // ssthresh throughout and stays there (RFC 6675; Linux ends a reduction at
+                // ssthresh too). Without, deflate (RFC 6582 (3.2) step 5, option 1):
+                // min(ssthresh, max(FlightSize, SMSS) + SMSS). Deflating to what is still
+                // out once left a SACK sender one segment wide after every recovery that
+                // ended with all acknowledged, and a single loss then cost an RTO.
                 self.in_recovery = false;
-                self.cwnd = self
-                    .ssthresh
-                    .min(flight.saturating_sub(acked) + smss)
-                    .max(smss);
+                self.cwnd = if self.sack {
+                    self.ssthresh.max(smss)
+                } else {
+                    self.ssthresh
+                        .min(flight.saturating_sub(acked).max(smss) + smss)
+                };
                 return AckAction::None;
             }
             if self.sack {

@@ -188,6 +188,12 @@ pub struct Conn {
     cc: NewReno,
     rtt_probe: Option<(Seq, Instant)>,
     rto_at: Option<Instant>,
+    /// The early-recovery deadline (RFC 8985's probe timeout, 2·SRTT + 2 ms): with no ACK
+    /// advancing by then, a tail-loss probe goes out, or — in SACK recovery — the holes
+    /// already resent are taken as lost again. Set only while data is outstanding.
+    early_at: Option<Instant>,
+    /// Early timeouts since an ACK last advanced (each doubles the next).
+    early_backoff: u8,
     ack_at: Option<Instant>,
     persist_at: Option<Instant>,
     /// Keepalive (RFC 1122 4.2.3.6): when the next probe is due, if keepalive is on.
@@ -235,6 +241,12 @@ struct Flags {
     retransmit_one: bool,
     /// Send one byte beyond a zero window (the persist timer fired).
     probe: bool,
+    /// Send a tail-loss probe (the early timer fired outside recovery).
+    tail_probe: bool,
+    /// The early timer acted (a tail-loss probe, or holes taken as lost) and no ACK has
+    /// advanced since: it does not act again until one does, and a SACK now showing a hole
+    /// means the hole is lost (it was sent 2·SRTT ago or more).
+    early_fired: bool,
     /// Keepalive is on.
     keepalive: bool,
     /// Send a keepalive probe.
@@ -297,6 +309,8 @@ impl Conn {
             cc: NewReno::new(536),
             rtt_probe: None,
             rto_at: None,
+            early_at: None,
+            early_backoff: 0,
             ack_at: None,
             persist_at: None,
             keepalive_at: None,
@@ -920,8 +934,12 @@ impl Conn {
                 self.retransmits = self.retransmits.wrapping_add(1);
                 ctr.fast_retransmits += 1;
             }
+            self.flags.early_fired = false;
             self.maybe_enter_sack_recovery(ctr);
             self.rto_at = (self.snd_una != self.snd_max).then(|| at(now, self.rtt.rto_us()));
+            self.early_at = None;
+            self.early_backoff = 0;
+            self.arm_early(now);
             if fin_acked {
                 match self.state {
                     State::FinWait1 => self.state = State::FinWait2,
@@ -955,6 +973,10 @@ impl Conn {
                     self.retransmits = self.retransmits.wrapping_add(1);
                     ctr.fast_retransmits += 1;
                 }
+            } else {
+                // A receiver that ACKs once per burst sends fewer duplicates than the
+                // segments it holds: its SACK blocks say more (RFC 6675's IsLost).
+                self.maybe_enter_sack_recovery(ctr);
             }
         } else {
             self.maybe_enter_sack_recovery(ctr);
@@ -977,7 +999,9 @@ impl Conn {
         if !self.flags.sack_ok || self.cc.in_recovery {
             return;
         }
-        if self.sacked.bytes() >= 3 * u32::from(self.smss) && self.next_hole().is_some() {
+        let lost = self.sacked.bytes() >= 3 * u32::from(self.smss)
+            || (self.flags.early_fired && self.sacked.bytes() > 0);
+        if lost && self.next_hole().is_some() {
             let flight = self.snd_max.since(self.snd_una);
             self.cc.enter_recovery(self.snd_max, flight, self.smss);
             self.high_rxt = self.snd_una;
@@ -1093,6 +1117,7 @@ impl Conn {
             self.rx.clear(pool);
         }
         self.rto_at = None;
+        self.early_at = None;
         self.ack_at = None;
         self.persist_at = None;
         self.tw_at = None;
@@ -1114,6 +1139,7 @@ impl Conn {
     pub fn next_timer(&self) -> Option<Instant> {
         [
             self.rto_at,
+            self.early_at,
             self.ack_at,
             self.persist_at,
             self.tw_at,
@@ -1157,8 +1183,15 @@ impl Conn {
             self.flags.probe = true;
             ctr.window_probes += 1;
         }
+        if self.early_at.is_some_and(|t| t <= now) {
+            self.early_at = None;
+            self.early_timeout(ctr);
+        }
         if self.rto_at.is_some_and(|t| t <= now) {
             self.rto_at = None;
+            self.early_at = None;
+            self.flags.tail_probe = false;
+            self.flags.early_fired = false;
             self.retries = self.retries.saturating_add(1);
             let limit = if self.state.synchronized() {
                 DATA_RETRIES
@@ -1185,6 +1218,88 @@ impl Conn {
             self.high_rxt = self.snd_una;
             self.retransmits = self.retransmits.wrapping_add(1);
         }
+    }
+
+    /// The early timer fired: no ACK advanced for a probe timeout while data is out. In
+    /// SACK recovery, a hole resent that long ago and still not acknowledged was lost again:
+    /// resend the holes from `SND.UNA` (RFC 8985's RACK finds such losses by time; this is
+    /// its range-granular form, with sequence order standing for send order). Outside
+    /// recovery, a hole below SACKed data is lost: recover. With nothing SACKed, send a
+    /// tail-loss probe (RFC 8985 7), once until an ACK advances: its SACK shows what of the
+    /// tail is missing.
+    fn early_timeout(&mut self, ctr: &mut TcpCounters) {
+        if self.snd_una == self.snd_max || self.snd_wnd == 0 || !self.state.synchronized() {
+            return;
+        }
+        // Until an ACK advances, each timeout doubles the next (PTO, 2·PTO, 4·PTO…; the
+        // RTO bounds them), so a silent peer draws a few resends, not a storm.
+        self.early_backoff = self.early_backoff.saturating_add(1).min(16);
+        if self.cc.in_recovery && self.flags.sack_ok {
+            if self.high_rxt.gt(self.snd_una) {
+                self.high_rxt = self.snd_una;
+                self.flags.early_fired = true;
+                ctr.lost_retransmits += 1;
+            }
+        } else if self.flags.early_fired {
+            // The probe is out (or was lost): its SACK, or the RTO, comes next.
+        } else if self.flags.sack_ok && self.sacked.bytes() > 0 {
+            // The peer holds data above a hole that has had 2·SRTT to arrive: lost, however
+            // few segments the SACKs cover (RACK's rule, which needs no three duplicates).
+            self.flags.early_fired = true;
+            self.maybe_enter_sack_recovery(ctr);
+        } else {
+            self.flags.tail_probe = true;
+            self.flags.early_fired = true;
+            ctr.tail_probes += 1;
+        }
+    }
+
+    /// The probe timeout: 2·SRTT plus 2 ms for a delayed or scheduled-late ACK (Linux's
+    /// `tcp_schedule_loss_probe`), never beyond the RTO; `None` before an RTT is measured.
+    fn pto_us(&self) -> Option<u32> {
+        let srtt = u64::from(self.rtt.srtt_us());
+        let pto = (2 * srtt + 2_000) << self.early_backoff;
+        (srtt > 0).then(|| pto.min(u64::from(self.rtt.rto_us())) as u32)
+    }
+
+    /// Arms the early timer if data is out and it is not armed.
+    fn arm_early(&mut self, now: Instant) {
+        if self.early_at.is_none() && self.snd_una != self.snd_max && self.state.synchronized() {
+            self.early_at = self.pto_us().map(|p| at(now, p));
+        }
+    }
+
+    /// The tail-loss probe (RFC 8985 7.3): the last segment sent, again (new data, when
+    /// there is any the window allows, goes out by the usual path instead).
+    fn tail_probe_segment(&mut self, now: Instant, smss: u32) -> Option<SegOut> {
+        let base = self.tx_base();
+        let fin_seq = base.add(self.tx.bytes());
+        let data_end = if self.snd_max.gt(fin_seq) {
+            fin_seq
+        } else {
+            self.snd_max
+        };
+        let len = data_end.since(self.snd_una.max(base)).min(smss);
+        let seq = data_end.sub(len);
+        let fin = self.flags.fin_queued && !self.flags.fin_acked && self.snd_max.gt(fin_seq);
+        if len == 0 && !fin {
+            return None;
+        }
+        let seg = SegOut {
+            seq,
+            ack: Some(self.rcv_nxt),
+            wnd: self.window_field(false),
+            fin,
+            data_off: seq.since(base),
+            data_len: len,
+            rexmit: true,
+            ..SegOut::default()
+        };
+        self.rtt_probe = None;
+        self.retransmits = self.retransmits.wrapping_add(1);
+        self.ack_sent();
+        self.arm_early(now);
+        Some(seg)
     }
 
     // ------------------------------------------------------------------ send side
@@ -1289,6 +1404,7 @@ impl Conn {
                 if self.rto_at.is_none() {
                     self.rto_at = Some(at(now, self.rtt.rto_us()));
                 }
+                self.arm_early(now);
                 if synack {
                     self.ack_sent();
                 }
@@ -1412,6 +1528,21 @@ impl Conn {
                 if self.rto_at.is_none() {
                     self.rto_at = Some(at(now, self.rtt.rto_us()));
                 }
+                self.arm_early(now);
+                return Some(seg);
+            }
+        }
+        let mut force_one = false;
+        if std::mem::take(&mut self.flags.tail_probe) {
+            let unsent = queued.saturating_sub(self.snd_nxt.since(base).min(queued));
+            let in_window = self
+                .snd_wnd
+                .saturating_sub(self.snd_nxt.since(self.snd_una));
+            if unsent > 0 && in_window >= unsent.min(smss) {
+                // New data makes the better probe: the usual path below sends one segment
+                // whatever the congestion window says.
+                force_one = true;
+            } else if let Some(seg) = self.tail_probe_segment(now, smss) {
                 return Some(seg);
             }
         }
@@ -1438,6 +1569,7 @@ impl Conn {
                     if self.rto_at.is_none() {
                         self.rto_at = Some(at(now, self.rtt.rto_us()));
                     }
+                    self.arm_early(now);
                     return Some(seg);
                 }
             }
@@ -1455,8 +1587,14 @@ impl Conn {
         if probe && usable == 0 && unsent > 0 {
             usable = 1;
         }
+        if force_one {
+            let in_window = self
+                .snd_wnd
+                .saturating_sub(self.snd_nxt.since(self.snd_una));
+            usable = usable.max(smss.min(in_window));
+        }
         let mut len = unsent.min(smss).min(usable);
-        if len > 0 && len < smss && !probe {
+        if len > 0 && len < smss && !probe && !force_one {
             // Nagle (RFC 896): hold a short segment while data is unacknowledged; and the
             // sender's silly-window avoidance (RFC 9293 3.8.6.2.1): do not send a short
             // segment cut by the window unless it is half the largest window seen.
@@ -1506,6 +1644,7 @@ impl Conn {
         if self.rto_at.is_none() {
             self.rto_at = Some(at(now, self.rtt.rto_us()));
         }
+        self.arm_early(now);
         self.ack_sent();
         Some(seg)
     }

@@ -305,6 +305,10 @@ tcp_counters! {
     sack_retransmits,
     /// Segments held out of order.
     ooo_held,
+    /// Tail-loss probes sent (no ACK for 2·SRTT with data out, outside recovery).
+    tail_probes,
+    /// Times SACK recovery took its resent holes as lost again (no ACK for 2·SRTT).
+    lost_retransmits,
     // ---- refusals
     /// Too short, bad offset, bad options or flags.
     malformed,
