@@ -161,6 +161,8 @@ struct Out {
     ws: Option<u8>,
     sackp: bool,
     ts: Option<(u32, u32)>,
+    /// SACK blocks, in the order sent.
+    sack: Vec<(u32, u32)>,
     payload: Vec<u8>,
     frame_len: usize,
 }
@@ -200,6 +202,7 @@ fn parse_out(f: &[u8]) -> Option<Out> {
         ws: None,
         sackp: false,
         ts: None,
+        sack: Vec::new(),
         payload: payload.to_vec(),
         frame_len: f.len(),
     };
@@ -209,6 +212,11 @@ fn parse_out(f: &[u8]) -> Option<Out> {
             TcpOptionElement::WindowScale(s) => o.ws = Some(s),
             TcpOptionElement::SelectiveAcknowledgementPermitted => o.sackp = true,
             TcpOptionElement::Timestamp(a, b) => o.ts = Some((a, b)),
+            TcpOptionElement::SelectiveAcknowledgement(first, rest) => {
+                o.sack = std::iter::once(first)
+                    .chain(rest.into_iter().flatten())
+                    .collect();
+            }
             _ => {}
         }
     }
@@ -1709,5 +1717,39 @@ fn a_lost_retransmission_is_resent_after_two_round_trips() {
         c2.lost_retransmits
     );
     h.send(&Seg::new(c.rcv, Some(c.snd + 5 * 1460), ACK).wnd(65535));
+    h.finish();
+}
+
+/// RFC 2883: a segment received twice — below what we acknowledged, or again inside what
+/// we hold out of order — is named by the first SACK block of the ACK it draws, once.
+#[test]
+fn a_duplicate_segment_is_named_in_a_dsack_block() {
+    let mut h = H::new();
+    let mut opts = opt_mss(1460);
+    opts.extend(opt_sackp());
+    let c = open(&mut h, PEER_ISN, &opts, 65535);
+    let seg = |seq: u32, n: usize| Seg::new(seq, Some(c.snd), ACK | PSH).data(&pattern(n, 5));
+    h.send(&seg(c.rcv, 100));
+    let out = h.send(&seg(c.rcv, 100));
+    let ack = out.last().expect("an ACK for the duplicate");
+    assert_eq!(ack.sack, vec![(c.rcv, c.rcv + 100)], "{ack:?}");
+    // Out of order, twice: the DSACK first, then the block it lies in.
+    let ooo = c.rcv + 1100;
+    h.send(&seg(ooo, 200));
+    let out = h.send(&seg(ooo, 200));
+    let ack = out.last().expect("an ACK");
+    assert_eq!(
+        ack.sack,
+        vec![(ooo, ooo + 200), (ooo, ooo + 200)],
+        "{ack:?}"
+    );
+    // Only once: the next ACK carries the held blocks alone, the latest arrival's first.
+    let out = h.send(&seg(ooo + 400, 100));
+    let ack = out.last().expect("an ACK");
+    assert_eq!(
+        ack.sack,
+        vec![(ooo + 400, ooo + 500), (ooo, ooo + 200)],
+        "{ack:?}"
+    );
     h.finish();
 }

@@ -753,3 +753,42 @@ fn loss_is_repaired_in_round_trips_not_timeouts() {
         );
     }
 }
+
+/// A path that reorders (netem's way: a quarter of the frames overtake a 10 ms delay, both
+/// ways, nothing lost) is recognised: the receiver names each duplicate in a DSACK block
+/// (RFC 2883), the sender sees a recovery resent only what had arrived — by those blocks, or
+/// by the timestamp the ACK past its first resend echoes (RFC 3522) — undoes its cut, and
+/// from then on finds losses by time only. Simulated, so exact: before, 4 MiB took 4.7 s
+/// (178 recoveries over the five seeds); now under 1 s (8).
+#[test]
+fn a_reordering_path_is_recognised_and_its_recoveries_undone() {
+    let (mut time, mut recoveries) = (0, 0);
+    for seed in 1..=5u64 {
+        let mut w = Wire::new(
+            seed,
+            Impair {
+                reorder: 0.25,
+                delay_us: 10_000,
+                ..Impair::default()
+            },
+        );
+        let (ca, cb) = connect(&mut w, 5001);
+        let t0 = w.now_us;
+        let (_, got) = exchange(&mut w, ca, cb, &data(4 << 20, seed), &[]);
+        assert!(got == data(4 << 20, seed), "seed {seed}");
+        time += w.now_us - t0;
+        let c = w.a.ifc.tcp_counters();
+        assert!(
+            c.spurious_recoveries >= 1 && c.dsacks_received >= 1,
+            "seed {seed}: {c:?}"
+        );
+        assert_eq!(c.rto_retransmits, 0, "seed {seed}");
+        recoveries += c.sack_recoveries;
+    }
+    eprintln!(
+        "4 MiB in {} ms on average; {recoveries} recoveries",
+        time / 5_000
+    );
+    assert!(time / 5 < 2_000_000, "{} µs per transfer", time / 5);
+    assert!(recoveries <= 40, "{recoveries} recoveries");
+}

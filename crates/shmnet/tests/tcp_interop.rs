@@ -243,10 +243,10 @@ fn linux_clients_reach_shmnets_tcp_echo_and_sink() {
 /// One impairment profile of the issue: the `--impair` spec, the bytes echoed, and the
 /// slowest rate (bit/s) a correct TCP keeps on it even on a slow, busy machine — the bound
 /// on the transfer's time is derived from it. Two profiles move fewer than the issue's
-/// 256 MiB, to keep CI within its time: at 5 % loss (both directions, ACKs too) a run of
-/// minimum RTOs (200 ms) comes often; under 25 % reordering behind a 10 ms delay every round
-/// trip looks like a loss to a sender without RACK's adaptive reordering window or DSACK
-/// undo (docs/tcp.md, "Not built yet"), and the window stays small.
+/// 256 MiB, to keep CI within its time: at 5 % loss (both directions, ACKs too) a minimum
+/// RTO (200 ms) still comes every few hundred segments, when a probe or its ACK is lost too
+/// (about 15 Mbit/s); 25 % reordering behind a 10 ms delay is window-limited (256 KiB per
+/// 40 ms round trip: about 50 Mbit/s, docs/tcp.md).
 struct Profile {
     name: &'static str,
     impair: Option<&'static str>,
@@ -270,14 +270,14 @@ const PROFILES: &[Profile] = &[
     Profile {
         name: "5% loss",
         impair: Some("loss=5%,seed=12"),
-        bytes: 4 << 20,
-        floor_bit_s: 0.5e6,
+        bytes: 16 << 20,
+        floor_bit_s: 2e6,
     },
     Profile {
         name: "25% reordering, 10 ms delay",
         impair: Some("reorder=25%,delay=10ms,seed=13"),
-        bytes: 4 << 20,
-        floor_bit_s: 1e6,
+        bytes: 64 << 20,
+        floor_bit_s: 5e6,
     },
     Profile {
         name: "1% duplication",

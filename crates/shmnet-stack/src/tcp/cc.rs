@@ -89,6 +89,10 @@ pub struct NewReno {
     /// How congestion avoidance grows the window.
     pub algorithm: Algorithm,
     cubic: Cubic,
+    /// The window and threshold before the last recovery cut them (`prior_cwnd` 0: nothing
+    /// to undo — none yet, or a timeout since).
+    prior_cwnd: u32,
+    prior_ssthresh: u32,
 }
 
 impl NewReno {
@@ -105,6 +109,8 @@ impl NewReno {
             sack: false,
             algorithm: Algorithm::default(),
             cubic: Cubic::default(),
+            prior_cwnd: 0,
+            prior_ssthresh: 0,
         }
     }
 
@@ -242,6 +248,8 @@ impl NewReno {
     /// Loss detected with `flight` bytes out and `snd_max` the highest sent: halve.
     pub fn enter_recovery(&mut self, snd_max: Seq, flight: u32, smss: u16) {
         let smss = u32::from(smss.max(1));
+        self.prior_cwnd = self.cwnd;
+        self.prior_ssthresh = self.ssthresh;
         self.ssthresh = self.reduce(flight, smss);
         self.cwnd = if self.sack {
             self.ssthresh
@@ -261,6 +269,24 @@ impl NewReno {
         self.dupacks = 0;
         self.in_recovery = false;
         self.acked_in_ca = 0;
+        self.prior_cwnd = 0;
+    }
+
+    /// The last recovery was spurious — the peer already had every segment it resent (its
+    /// DSACKs said so: RFC 2883, RFC 3708) —: give back the window and threshold it cut, and
+    /// leave recovery. Returns whether there was a cut to undo.
+    pub fn undo(&mut self) -> bool {
+        if self.prior_cwnd == 0 {
+            return false;
+        }
+        self.cwnd = self.cwnd.max(self.prior_cwnd);
+        self.ssthresh = self.ssthresh.max(self.prior_ssthresh);
+        self.in_recovery = false;
+        self.dupacks = 0;
+        // CUBIC's curve starts again from the window given back, as if no loss was seen.
+        self.cubic = Cubic::default();
+        self.prior_cwnd = 0;
+        true
     }
 
     /// The connection was idle longer than a timeout (RFC 5681 section 4.1): restart from

@@ -172,17 +172,25 @@ pub struct Conn {
     /// The SACK blocks our ACKs carry (the run of the latest out-of-order arrival first).
     sack_out: [(Seq, Seq); 3],
     sack_out_n: u8,
+    /// A duplicate received (RFC 2883 DSACK): the first SACK block of our next ACK, while
+    /// `flags.dsack_out`.
+    dsack: (Seq, Seq),
     // ---- options
     /// The peer's latest timestamp worth echoing (RFC 7323 TS.Recent).
     ts_recent: u32,
-    /// Our timestamp clock's offset (per connection, from the ISN).
-    ts_offset: u32,
     /// The acknowledgement number of the last ACK we sent.
     last_ack_sent: Seq,
     /// The scoreboard: ranges above `snd_una` the peer reported holding.
     sacked: Scoreboard,
     /// In SACK recovery, where the search for the next hole to resend starts.
     high_rxt: Seq,
+    /// Segments resent in the current (or last) recovery that no DSACK has yet shown the
+    /// peer already had; when DSACKs bring it to zero the recovery was spurious.
+    undo_retrans: u16,
+    /// Our timestamp on the first segment the current recovery resent (with
+    /// `flags.eifel_armed`): an ACK past it echoing an older one was sent for the original,
+    /// so nothing was lost (RFC 3522, Eifel detection).
+    rxt_ts: u32,
     // ---- control
     rtt: Rtt,
     cc: NewReno,
@@ -263,6 +271,13 @@ struct Flags {
     sack_ok: bool,
     /// Both sides agreed to timestamps.
     ts_ok: bool,
+    /// Our next ACK carries `dsack` first.
+    dsack_out: bool,
+    /// `rxt_ts` holds the first resend of this recovery.
+    eifel_armed: bool,
+    /// The path reorders (a recovery proved spurious): losses are found by time only,
+    /// not by three segments' worth of SACKs (RACK's answer to reordering, coarsely).
+    reordering: bool,
 }
 
 impl Conn {
@@ -300,11 +315,13 @@ impl Conn {
             ooo_fin: None,
             sack_out: [(Seq(0), Seq(0)); 3],
             sack_out_n: 0,
+            dsack: (Seq(0), Seq(0)),
             ts_recent: 0,
-            ts_offset: iss.0.wrapping_mul(0x9e37_79b9).rotate_left(16),
             last_ack_sent: Seq(0),
             sacked: Scoreboard::default(),
             high_rxt: iss,
+            undo_retrans: 0,
+            rxt_ts: 0,
             rtt: Rtt::default(),
             cc: NewReno::new(536),
             rtt_probe: None,
@@ -725,6 +742,9 @@ impl Conn {
                 return None;
             }
             self.flags.ack_now = true;
+            if seg.len > 0 && end.le(self.rcv_nxt) && self.state.synchronized() {
+                self.note_duplicate(seg.seq, seg.seq.add(seg.len));
+            }
             if self.state == State::TimeWait && seg.fin {
                 self.tw_at = Some(at(now, cfg.time_wait_us));
             }
@@ -894,6 +914,9 @@ impl Conn {
     ) {
         let wnd = u32::from(seg.wnd) << self.snd_wscale;
         if self.flags.sack_ok {
+            if let Some(d) = dsack_of(&seg.sack, ack) {
+                self.on_dsack(d, ctr);
+            }
             ctr.sack_blocks += u64::from(self.sacked.take(&seg.sack, self.snd_una, self.snd_max));
         }
         if ack.gt(self.snd_una) {
@@ -924,6 +947,16 @@ impl Conn {
                 _ => self.rtt.reset_backoff(),
             }
             self.retries = 0;
+            if std::mem::take(&mut self.flags.eifel_armed)
+                && self.cc.in_recovery
+                && seg
+                    .ts
+                    .is_some_and(|(_, ecr)| (ecr.wrapping_sub(self.rxt_ts) as i32) < 0)
+            {
+                // This ACK passes the first hole resent, and echoes a timestamp from before
+                // the resend: the original filled it. The path reordered.
+                self.spurious_recovery(ctr);
+            }
             if self
                 .cc
                 .on_ack(ack, acked, flight, self.smss, now, self.rtt.srtt_us())
@@ -963,11 +996,18 @@ impl Conn {
         {
             ctr.dup_acks += 1;
             let flight = self.snd_max.since(self.snd_una);
-            if self.cc.on_dupack(self.snd_max, flight, self.smss) == DupAckAction::FastRetransmit {
+            // On a path known to reorder, duplicates are no sign of loss: time is.
+            let count_dupacks = !(self.flags.sack_ok && self.flags.reordering);
+            if count_dupacks
+                && self.cc.on_dupack(self.snd_max, flight, self.smss)
+                    == DupAckAction::FastRetransmit
+            {
                 self.rtt_probe = None;
                 if self.flags.sack_ok {
                     // The holes are resent by the scoreboard (next_data_segment).
                     self.high_rxt = self.snd_una;
+                    self.undo_retrans = 0;
+                    self.flags.eifel_armed = false;
                 } else {
                     self.flags.retransmit_one = true;
                     self.retransmits = self.retransmits.wrapping_add(1);
@@ -993,18 +1033,55 @@ impl Conn {
         }
     }
 
+    /// A DSACK came for `d`: if we resent it in the last recovery, that resend was not
+    /// needed; when every resend of the recovery proves so, the recovery was spurious (the
+    /// path reordered, nothing was lost): undo its cut, and find losses by time from now on.
+    fn on_dsack(&mut self, d: (Seq, Seq), ctr: &mut TcpCounters) {
+        ctr.dsacks_received += 1;
+        if self.undo_retrans == 0 {
+            return;
+        }
+        let segs = d.1.since(d.0).div_ceil(u32::from(self.smss.max(1))).max(1);
+        self.undo_retrans = self.undo_retrans.saturating_sub(segs.min(0xffff) as u16);
+        if self.undo_retrans == 0 {
+            self.spurious_recovery(ctr);
+        }
+    }
+
+    /// The last recovery resent nothing that was lost: undo its cut, and from now on find
+    /// losses by time, not by how much arrived above a hole.
+    fn spurious_recovery(&mut self, ctr: &mut TcpCounters) {
+        self.flags.eifel_armed = false;
+        self.undo_retrans = 0;
+        if self.cc.undo() {
+            self.flags.reordering = true;
+            ctr.spurious_recoveries += 1;
+        }
+    }
+
+    /// Remembers a duplicate received for the DSACK block of the next ACK (RFC 2883: the
+    /// first block, naming what came twice, so the sender can tell a needless resend).
+    fn note_duplicate(&mut self, start: Seq, end: Seq) {
+        if self.flags.sack_ok && start.lt(end) {
+            self.dsack = (start, end);
+            self.flags.dsack_out = true;
+        }
+    }
+
     /// RFC 6675's other way into recovery: the peer holds three segments' worth above a
     /// hole, whether or not three duplicate ACKs said so (a SACK can ride on data).
     fn maybe_enter_sack_recovery(&mut self, ctr: &mut TcpCounters) {
         if !self.flags.sack_ok || self.cc.in_recovery {
             return;
         }
-        let lost = self.sacked.bytes() >= 3 * u32::from(self.smss)
+        let lost = (!self.flags.reordering && self.sacked.bytes() >= 3 * u32::from(self.smss))
             || (self.flags.early_fired && self.sacked.bytes() > 0);
         if lost && self.next_hole().is_some() {
             let flight = self.snd_max.since(self.snd_una);
             self.cc.enter_recovery(self.snd_max, flight, self.smss);
             self.high_rxt = self.snd_una;
+            self.undo_retrans = 0;
+            self.flags.eifel_armed = false;
             self.rtt_probe = None;
             ctr.sack_recoveries += 1;
         }
@@ -1024,6 +1101,7 @@ impl Conn {
         let mut len = seg.len;
         if start.lt(self.rcv_nxt) {
             let skip = self.rcv_nxt.since(start).min(len);
+            self.note_duplicate(start, start.add(skip));
             // Both from the header as it is: a pool may clamp `len` when `off` moves.
             let (off, l) = (usize::from(pool.off(b)), usize::from(pool.len(b)));
             set_window(pool, b, off + skip as usize, l - skip as usize);
@@ -1065,7 +1143,7 @@ impl Conn {
             let max_bufs = 2 * self.rcv_buf / u32::from(self.smss.max(64)) + 16;
             match self.ooo.insert(pool, b, start, len, max_bufs) {
                 OooInsert::Held => ctr.ooo_held += 1,
-                OooInsert::Duplicate => {}
+                OooInsert::Duplicate => self.note_duplicate(start, start.add(len)),
                 OooInsert::Dropped => ctr.ooo_dropped += 1,
             }
             self.update_sack_out(pool, Some(start));
@@ -1192,6 +1270,7 @@ impl Conn {
             self.early_at = None;
             self.flags.tail_probe = false;
             self.flags.early_fired = false;
+            self.undo_retrans = 0;
             self.retries = self.retries.saturating_add(1);
             let limit = if self.state.synchronized() {
                 DATA_RETRIES
@@ -1255,10 +1334,17 @@ impl Conn {
     }
 
     /// The probe timeout: 2·SRTT plus 2 ms for a delayed or scheduled-late ACK (Linux's
-    /// `tcp_schedule_loss_probe`), never beyond the RTO; `None` before an RTT is measured.
+    /// `tcp_schedule_loss_probe`), on a reordering path at least SRTT + 4·RTTVAR; doubled
+    /// per timeout without an ACK, never beyond the RTO; `None` before an RTT is measured.
     fn pto_us(&self) -> Option<u32> {
         let srtt = u64::from(self.rtt.srtt_us());
-        let pto = (2 * srtt + 2_000) << self.early_backoff;
+        let mut pto = 2 * srtt + 2_000;
+        if self.flags.reordering {
+            // Round trips spread by reordering: wait as long as the RTO's estimate would
+            // (without its 200 ms floor) before calling a hole lost.
+            pto = pto.max(srtt + 4 * u64::from(self.rtt.rttvar_us()));
+        }
+        let pto = pto << self.early_backoff;
         (srtt > 0).then(|| pto.min(u64::from(self.rtt.rto_us())) as u32)
     }
 
@@ -1422,7 +1508,10 @@ impl Conn {
 
     /// Our timestamp clock: milliseconds, offset per connection.
     fn tsval(&self, now: Instant) -> u32 {
-        ((now.nanos() / 1_000_000) as u32).wrapping_add(self.ts_offset)
+        // The clock's offset is per connection, drawn from the ISN (kept nowhere: it is
+        // recomputed, to keep the connection small).
+        let offset = self.iss.0.wrapping_mul(0x9e37_79b9).rotate_left(16);
+        ((now.nanos() / 1_000_000) as u32).wrapping_add(offset)
     }
 
     /// Bytes of options a segment we send now carries (timestamps, SACK blocks), padded to
@@ -1432,8 +1521,9 @@ impl Conn {
         if self.flags.ts_ok {
             n += 10;
         }
-        if self.flags.sack_ok && self.sack_out_n > 0 {
-            n += 2 + 8 * u32::from(self.sack_out_n);
+        let blocks = (self.sack_out_n + u8::from(self.flags.dsack_out)).min(3);
+        if self.flags.sack_ok && blocks > 0 {
+            n += 2 + 8 * u32::from(blocks);
         }
         n.div_ceil(4) * 4
     }
@@ -1444,11 +1534,14 @@ impl Conn {
             seg.ts = Some((self.tsval(now), self.ts_recent));
         }
         if self.flags.sack_ok {
-            for (i, b) in self.sack_out[..usize::from(self.sack_out_n)]
-                .iter()
-                .enumerate()
-            {
-                seg.sack[i] = Some(*b);
+            let dsack = std::mem::take(&mut self.flags.dsack_out);
+            let blocks = std::iter::once(self.dsack).filter(|_| dsack).chain(
+                self.sack_out[..usize::from(self.sack_out_n)]
+                    .iter()
+                    .copied(),
+            );
+            for (slot, b) in seg.sack.iter_mut().zip(blocks) {
+                *slot = Some(b);
             }
         }
         if let Some(a) = seg.ack {
@@ -1555,6 +1648,11 @@ impl Conn {
                 if len > 0 {
                     self.high_rxt = hs.add(len);
                     self.rtt_probe = None;
+                    if self.undo_retrans == 0 && self.flags.ts_ok {
+                        self.rxt_ts = self.tsval(now);
+                        self.flags.eifel_armed = true;
+                    }
+                    self.undo_retrans = self.undo_retrans.saturating_add(1);
                     let seg = SegOut {
                         seq: hs,
                         ack: Some(self.rcv_nxt),
@@ -1688,6 +1786,14 @@ pub fn rst_for(seg: &SegIn) -> SegOut {
 }
 
 /// The smallest window shift that lets `buf` bytes be offered (RFC 7323: at most 14).
+/// The DSACK block of an ACK's SACK blocks, if it has one (RFC 2883): the first block, when
+/// it lies below the cumulative `ack` or inside the second block.
+fn dsack_of(blocks: &[Option<(Seq, Seq)>; 3], ack: Seq) -> Option<(Seq, Seq)> {
+    let (s, e) = blocks[0]?;
+    let inside_next = blocks[1].is_some_and(|(s1, e1)| s.ge(s1) && e.le(e1));
+    (s.lt(e) && (e.le(ack) || inside_next)).then_some((s, e))
+}
+
 fn window_shift(buf: u32) -> u8 {
     let mut s = 0;
     while s < 14 && (buf >> s) > 0xffff {

@@ -309,6 +309,11 @@ tcp_counters! {
     tail_probes,
     /// Times SACK recovery took its resent holes as lost again (no ACK for 2·SRTT).
     lost_retransmits,
+    /// DSACK blocks received (the peer got a segment twice, RFC 2883).
+    dsacks_received,
+    /// Recoveries undone: DSACKs showed every segment they resent had arrived (the path
+    /// reordered). The connection then finds losses by time only.
+    spurious_recoveries,
     // ---- refusals
     /// Too short, bad offset, bad options or flags.
     malformed,
