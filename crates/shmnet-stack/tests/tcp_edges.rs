@@ -1753,3 +1753,35 @@ fn a_duplicate_segment_is_named_in_a_dsack_block() {
     );
     h.finish();
 }
+
+/// RFC 5961 7: challenge ACKs and ACKs for out-of-window pure ACKs go at most once per half
+/// second per connection (Linux's `tcp_invalid_ratelimit`): a blind flood of forged RSTs,
+/// SYNs and stale ACKs draws one answer, not one each; the rest are counted. Data and FINs
+/// outside the window are still answered every time.
+#[test]
+fn challenge_and_out_of_window_acks_are_rate_limited_per_connection() {
+    let mut h = H::new();
+    let c = open_plain(&mut h);
+    let mut acks = 0;
+    for i in 0..100u32 {
+        let forged = match i % 3 {
+            0 => Seg::new(c.rcv + 1 + i, None, RST),
+            1 => Seg::new(c.rcv + 7 + i, None, SYN),
+            _ => Seg::new(c.rcv.wrapping_add(0x4000_0000), Some(c.snd), ACK),
+        };
+        acks += h.send(&forged).len();
+    }
+    assert_eq!(acks, 1, "one answer for the whole burst");
+    let ctr = h.ctr();
+    assert_eq!(ctr.challenge_acks, 1);
+    assert!(ctr.oow_acks_limited >= 60, "{ctr:?}");
+    assert_eq!(h.state(c.h), State::Established);
+    // Old data is answered at once, limit or not.
+    let old = Seg::new(c.rcv - 10, Some(c.snd), ACK).data(&pattern(10, 1));
+    assert_eq!(h.send(&old).len(), 1);
+    // Half a second later, the next challenge goes.
+    h.advance(500_000);
+    assert_eq!(h.send(&Seg::new(c.rcv + 5, None, RST)).len(), 1);
+    assert_eq!(h.ctr().challenge_acks, 2);
+    h.finish();
+}

@@ -191,6 +191,8 @@ pub struct Conn {
     /// `flags.eifel_armed`): an ACK past it echoing an older one was sent for the original,
     /// so nothing was lost (RFC 3522, Eifel detection).
     rxt_ts: u32,
+    /// When (milliseconds, wrapping) the last challenge or out-of-window ACK went.
+    last_oow_ms: u16,
     // ---- control
     rtt: Rtt,
     cc: NewReno,
@@ -275,6 +277,8 @@ struct Flags {
     dsack_out: bool,
     /// `rxt_ts` holds the first resend of this recovery.
     eifel_armed: bool,
+    /// `last_oow_ms` holds when the last challenge or out-of-window ACK went.
+    oow_acked: bool,
     /// The path reorders (a recovery proved spurious): losses are found by time only,
     /// not by three segments' worth of SACKs (RACK's answer to reordering, coarsely).
     reordering: bool,
@@ -322,6 +326,7 @@ impl Conn {
             high_rxt: iss,
             undo_retrans: 0,
             rxt_ts: 0,
+            last_oow_ms: 0,
             rtt: Rtt::default(),
             cc: NewReno::new(536),
             rtt_probe: None,
@@ -741,6 +746,13 @@ impl Conn {
             if seg.rst {
                 return None;
             }
+            if seg.len == 0 && !seg.fin && !self.oow_ack_allowed(now) {
+                // A pure ACK or SYN outside the window, answered once per half second at
+                // most: a blind flood draws no flood of ACKs back. (Data and FINs are
+                // always answered: a resent FIN in TIME-WAIT needs its ACK.)
+                ctr.oow_acks_limited += 1;
+                return None;
+            }
             self.flags.ack_now = true;
             if seg.len > 0 && end.le(self.rcv_nxt) && self.state.synchronized() {
                 self.note_duplicate(seg.seq, seg.seq.add(seg.len));
@@ -780,15 +792,13 @@ impl Conn {
                 };
                 self.enter_closed(pool, Some(why));
             } else {
-                ctr.challenge_acks += 1;
-                self.flags.ack_now = true;
+                self.challenge(now, ctr);
             }
             return None;
         }
         // (4) SYN in a synchronized state (RFC 5961 4.2): a challenge ACK.
         if seg.syn {
-            ctr.challenge_acks += 1;
-            self.flags.ack_now = true;
+            self.challenge(now, ctr);
             return None;
         }
         // (5) ACK.
@@ -815,8 +825,7 @@ impl Conn {
             return None;
         }
         if ack.lt(self.snd_una.sub(self.max_snd_wnd.max(1))) {
-            ctr.challenge_acks += 1;
-            self.flags.ack_now = true;
+            self.challenge(now, ctr);
             return None;
         }
         self.process_ack(pool, seg, ack, now, cfg, ctr);
@@ -1031,6 +1040,30 @@ impl Conn {
                 self.persist_at = None;
             }
         }
+    }
+
+    /// RFC 5961's challenge ACK, at most one per half second with the out-of-window ACKs
+    /// (RFC 5961 7; Linux's per-socket `tcp_invalid_ratelimit`, which replaced the global
+    /// limit whose shared counter leaked sequence numbers, CVE-2016-5696).
+    fn challenge(&mut self, now: Instant, ctr: &mut TcpCounters) {
+        if self.oow_ack_allowed(now) {
+            ctr.challenge_acks += 1;
+            self.flags.ack_now = true;
+        } else {
+            ctr.oow_acks_limited += 1;
+        }
+    }
+
+    /// Whether an ACK for an unacceptable segment may go now (and if so, one is counted
+    /// against the next half second).
+    fn oow_ack_allowed(&mut self, now: Instant) -> bool {
+        let ms = (now.nanos() / 1_000_000) as u16;
+        if self.flags.oow_acked && ms.wrapping_sub(self.last_oow_ms) < OOW_ACK_GAP_MS {
+            return false;
+        }
+        self.flags.oow_acked = true;
+        self.last_oow_ms = ms;
+        true
     }
 
     /// A DSACK came for `d`: if we resent it in the last recovery, that resend was not
@@ -1793,6 +1826,9 @@ fn dsack_of(blocks: &[Option<(Seq, Seq)>; 3], ack: Seq) -> Option<(Seq, Seq)> {
     let inside_next = blocks[1].is_some_and(|(s1, e1)| s.ge(s1) && e.le(e1));
     (s.lt(e) && (e.le(ack) || inside_next)).then_some((s, e))
 }
+
+/// Milliseconds between two ACKs for unacceptable segments on one connection.
+const OOW_ACK_GAP_MS: u16 = 500;
 
 fn window_shift(buf: u32) -> u8 {
     let mut s = 0;

@@ -293,6 +293,9 @@ tcp_counters! {
     timeouts,
     /// Challenge ACKs sent (RFC 5961).
     challenge_acks,
+    /// Challenge ACKs and ACKs for out-of-window segments not sent: one per half second
+    /// per connection at most.
+    oow_acks_limited,
     /// SYN-ACKs sent with a cookie (a listener's queue was full).
     syn_cookies_sent,
     /// Connections made from a returning cookie.
