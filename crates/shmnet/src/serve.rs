@@ -84,9 +84,10 @@ pub struct DriverArgs {
     /// its frames never reach a wire, as Linux's lo offloads them).
     #[arg(long)]
     no_checksum: bool,
-    /// The largest IP packet per frame, 576 to 32,694 bytes. Above 1,500 (softnic only) the
-    /// packet buffers grow to hold a frame, and TCP's segments with them: like Linux's lo
-    /// (MTU 65,536), a loopback softnic then carries a stream in a few large segments.
+    /// The largest IP packet per frame, 576 to 32,694 bytes. Above 1,500 the packet buffers
+    /// grow to hold a frame, and TCP's segments with them: like Linux's lo (MTU 65,536), a
+    /// loopback softnic then carries a stream in a few large segments; with af_packet it is
+    /// a jumbo MTU (e.g. 9000), at most the interface's own (`ip link set IFACE mtu 9000`).
     #[arg(long, default_value_t = 1500, value_name = "BYTES")]
     mtu: usize,
     /// softnic in a benchmark run: the run's scoreboard (set by `shmnet ttcp` and `shmnet rr`).
@@ -211,7 +212,11 @@ pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
             iface,
             give_up_after_s,
             ..
-        } => drive_with(attached, open_af_packet(iface, *give_up_after_s), impair),
+        } => drive_with(
+            attached,
+            open_af_packet(iface, *give_up_after_s, setup.mtu),
+            impair,
+        ),
     }
 }
 
@@ -467,7 +472,7 @@ pub fn run(spec: ServeSpec) -> Result<()> {
             give_up_after_s,
             ..
         } => {
-            let nic = open_af_packet(iface, *give_up_after_s)?;
+            let nic = open_af_packet(iface, *give_up_after_s, spec.mtu)?;
             let banner = format!(
                 "shmnet inline on {iface} as {}/{}: answering ARP and ping; {}; Ctrl-C to stop",
                 spec.ip,
@@ -525,10 +530,11 @@ fn describe_apps(apps: &[App]) -> String {
 fn open_af_packet(
     iface: &str,
     give_up_after_s: f64,
+    mtu: usize,
 ) -> Result<shmnet_io::driver::af_packet::AfPacket> {
     let opts = shmnet_io::driver::af_packet::AfPacketOptions {
         give_up_after: (give_up_after_s > 0.0).then(|| Duration::from_secs_f64(give_up_after_s)),
-        ..Default::default()
+        ..shmnet_io::driver::af_packet::AfPacketOptions::for_mtu(mtu as u32)
     };
     shmnet_io::driver::af_packet::AfPacket::open(iface, opts)
         .with_context(|| format!("opening {iface} with AF_PACKET"))
@@ -746,7 +752,11 @@ fn run_server(a: &ServeSpec) -> Result<()> {
                 iface,
                 give_up_after_s,
                 ..
-            } => start_in_process(open_af_packet(iface, *give_up_after_s)?, impair, &opts),
+            } => start_in_process(
+                open_af_packet(iface, *give_up_after_s, a.mtu)?,
+                impair,
+                &opts,
+            ),
             DriverSpec::Softnic(s) => start_in_process(
                 open_softnic(s, a.ip, a.checksum, s.port, Some(gate.clone()))?,
                 impair,

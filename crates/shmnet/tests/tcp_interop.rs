@@ -750,3 +750,50 @@ fn a_syn_flood_from_random_sources_leaves_an_honest_stream_going() {
     );
     assert!(stall < 2.0, "the stream stalled for {stall:.2} s");
 }
+
+/// A jumbo MTU over af_packet: both ends of the veth at 9,000, `serve --mtu 9000`: shmnet
+/// offers an MSS of 8,960, Linux's echo client sends 64 MiB that come back whole, and
+/// shmnet's own segments carry jumbo payloads. Asking for more than the interface's MTU
+/// fails at once, saying how to raise it.
+#[test]
+fn a_jumbo_mtu_carries_segments_of_8960_bytes() {
+    const TEST: &str = "a_jumbo_mtu_carries_segments_of_8960_bytes";
+    if !root() {
+        shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    let Some(ns) = netns("jumbo") else {
+        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+        return;
+    };
+    let refused = ns
+        .cmd(env!("CARGO_BIN_EXE_shmnet"))
+        .args(["serve", "--driver", "af_packet:v0", "--ip", "10.93.0.1/24"])
+        .args(["--mtu", "9000", "--tcp-echo", "7", "--duration", "5"])
+        .output()
+        .expect("run shmnet serve");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("ip link set v0 mtu 9000"),
+        "{err}"
+    );
+    for dev in ["v0", "v1"] {
+        assert!(netns::ip(&["-n", &ns.0, "link", "set", dev, "mtu", "9000"]));
+    }
+    let server = Server::start(&ns, &["--tcp-echo", "7", "--mtu", "9000"]);
+    const BYTES: usize = 64 << 20;
+    let mut py = ns.cmd("python3");
+    py.args(["-c", ECHO_CLIENT, "10.93.0.1", "7", &BYTES.to_string()]);
+    let out = run_ok(py, "the echo over a jumbo MTU", limit(2 * BYTES));
+    assert_eq!(out.trim(), format!("ok {BYTES}"));
+    let report = server.stop();
+    let (bytes, segs) = (
+        u(&report, &["tcp", "bytes_out"]),
+        u(&report, &["tcp", "segs_out"]),
+    );
+    assert!(bytes >= BYTES as u64, "{report}");
+    assert!(
+        bytes / segs > 4000,
+        "shmnet's segments carry jumbo payloads: {bytes} bytes in {segs} segments"
+    );
+}

@@ -185,6 +185,9 @@ pub struct AfPacketOptions {
     /// Bytes per transmit slot, header included: a multiple of 16 that divides the block
     /// size (2,048, leaving 2,000 bytes for the frame).
     pub tx_frame_size: u32,
+    /// The largest IP packet sent, and the size TCP super-frames are cut to (1,500): at most
+    /// the interface's MTU. [`AfPacketOptions::for_mtu`] sizes the transmit slots for it.
+    pub mtu: u32,
     /// Answer for this MAC instead of the interface's own; the socket is then made
     /// promiscuous so the frames reach it.
     pub mac: Option<[u8; 6]>,
@@ -210,11 +213,29 @@ impl Default for AfPacketOptions {
             tx_blocks: 8,
             tx_block_size: 64 * 1024,
             tx_frame_size: 2048,
+            mtu: 1500,
             mac: None,
             multicast: false,
             qdisc_bypass: false,
             reopen_every: Duration::from_millis(250),
             give_up_after: Some(Duration::from_secs(60)),
+        }
+    }
+}
+
+impl AfPacketOptions {
+    /// The defaults for IP packets of up to `mtu` bytes (a jumbo MTU of 9,000, say): the
+    /// transmit slots grow to the power of two that holds a frame, the blocks with them.
+    pub fn for_mtu(mtu: u32) -> AfPacketOptions {
+        let d = AfPacketOptions::default();
+        let slot = (HDR3_ALIGNED as u32 + ETH_HDR as u32 + 4 + mtu)
+            .next_power_of_two()
+            .max(d.tx_frame_size);
+        AfPacketOptions {
+            mtu,
+            tx_frame_size: slot,
+            tx_block_size: d.tx_block_size.max(slot),
+            ..d
         }
     }
 }
@@ -254,6 +275,19 @@ pub enum AfPacketError {
     /// The options describe rings the kernel would refuse.
     #[error("bad ring geometry: {0}")]
     BadGeometry(String),
+    /// `--mtu` asks for larger packets than the interface carries.
+    #[error(
+        "--mtu {mtu} is above {name}'s MTU of {iface_mtu}: raise the interface's (`ip link set \
+         {name} mtu {mtu}`, and its peer's) or give a smaller --mtu"
+    )]
+    MtuAboveInterface {
+        /// The interface.
+        name: String,
+        /// The MTU asked for.
+        mtu: u32,
+        /// The interface's.
+        iface_mtu: u32,
+    },
     /// The device stayed down for [`AfPacketOptions::give_up_after`]: the driver gave up for
     /// good (the error inside the `std::io::Error` that `rx_burst` and `tx_burst` return).
     #[error(
@@ -402,6 +436,8 @@ struct RxRing {
     gso_split: u64,
     /// A block said `TP_STATUS_LOSING`: the kernel's drop counter should be read.
     losing: bool,
+    /// The IP packet size super-frames are cut to (the MTU).
+    cut_mtu: u32,
 }
 
 impl RxRing {
@@ -415,12 +451,19 @@ impl RxRing {
             csum_completed: 0,
             gso_split: 0,
             losing: false,
+            cut_mtu: 1500,
         }
     }
 
+    /// The same, cutting super-frames into IP packets of `mtu` bytes.
+    fn cutting_to(mut self, mtu: u32) -> Self {
+        self.cut_mtu = mtu;
+        self
+    }
+
     /// Cuts TCP super-frame `frame` into wire frames of at most `data_size` bytes (and at
-    /// most a 1,500-byte IPv4 packet each, the largest an MTU-1500 peer expects), each in a
-    /// pool buffer of its own. A piece that finds no buffer is lost like any frame
+    /// most an IPv4 packet of the MTU each, the largest a peer of that MTU expects), each in
+    /// a pool buffer of its own. A piece that finds no buffer is lost like any frame
     /// (`rx_no_buffer`); TCP sends it again.
     #[allow(clippy::too_many_arguments)]
     fn take_super(
@@ -433,7 +476,7 @@ impl RxRing {
         out: &mut Vec<RxFrame>,
         family: super::Family,
     ) -> bool {
-        let max_frame = data_size.min(ETH_HDR + 1500);
+        let max_frame = data_size.min(ETH_HDR + self.cut_mtu as usize);
         let n = sup.pieces(max_frame);
         if n == 0 {
             stats.rx_oversize += 1;
@@ -1080,6 +1123,13 @@ impl AfPacket {
         check_geometry(&opts)?;
         let home = Home::here();
         let dev = Device::open(ifname, &opts, opts.mac)?;
+        if opts.mtu > dev.mtu {
+            return Err(AfPacketError::MtuAboveInterface {
+                name: ifname.to_owned(),
+                mtu: opts.mtu,
+                iface_mtu: dev.mtu,
+            });
+        }
         let wake = Wake::new().map_err(sys("epoll_create1 and timerfd_create (the wake-up)"))?;
         wake.watch(dev.fd.as_fd())
             .map_err(sys("epoll_ctl (watching the packet socket)"))?;
@@ -1090,7 +1140,8 @@ impl AfPacket {
             mtu: dev.mtu,
             ignore_outgoing: dev.ignore_outgoing,
             mac,
-            rx: RxRing::new(opts.rx_block_size, opts.rx_blocks, mac, opts.multicast),
+            rx: RxRing::new(opts.rx_block_size, opts.rx_blocks, mac, opts.multicast)
+                .cutting_to(opts.mtu),
             stats: DriverStats::default(),
             device_drops: Cell::new(0),
             pace: Pace::default(),
@@ -1288,7 +1339,8 @@ impl AfPacket {
             self.opts.rx_blocks,
             self.mac,
             self.opts.multicast,
-        );
+        )
+        .cutting_to(self.opts.mtu);
         self.rx.csum_completed = csum;
         self.rx.gso_split = gso;
         let mac_note = if dev.dev_mac != self.mac {

@@ -305,6 +305,7 @@ impl Server {
             driver: driver.clone(),
             ip: opts.serve.ip,
             checksum: opts.serve.checksum,
+            mtu: opts.serve.mtu,
         };
         control::send(&ctl, &Response::Driver(Box::new(setup)))?;
         send_window(&ctl, &data).map_err(ControlError::Io)?;
