@@ -727,7 +727,7 @@ fn lossy_runs(loss: f64, seeds: std::ops::RangeInclusive<u64>, len: usize) -> (u
 /// when recovery ends. The wire is simulated (100 µs round trips), so the times are exact,
 /// not measured. Before these, 1 % loss cost 89 RTOs over these 20 megabytes and 1.04 s per
 /// megabyte (440× the clean wire's 2.4 ms); 5 %, 580 RTOs and 6.4 s per megabyte. Now: 1 RTO
-/// and 12 ms; 11 RTOs and 144 ms.
+/// and 17 ms; 16 RTOs and 204 ms (a lone segment waits out a delayed ACK before its probe).
 #[test]
 fn loss_is_repaired_in_round_trips_not_timeouts() {
     const LEN: usize = 1 << 20;
@@ -779,7 +779,7 @@ fn a_reordering_path_is_recognised_and_its_recoveries_undone() {
         time += w.now_us - t0;
         let c = w.a.ifc.tcp_counters();
         assert!(
-            c.spurious_recoveries >= 1 && c.dsacks_received >= 1,
+            c.reordering_detected == 1 && c.dsacks_received >= 1,
             "seed {seed}: {c:?}"
         );
         assert_eq!(c.rto_retransmits, 0, "seed {seed}");
@@ -791,4 +791,28 @@ fn a_reordering_path_is_recognised_and_its_recoveries_undone() {
     );
     assert!(time / 5 < 2_000_000, "{} µs per transfer", time / 5);
     assert!(recoveries <= 40, "{recoveries} recoveries");
+}
+
+/// Loss and duplication together, with every combination of SACK and timestamps agreed
+/// (B offers what the row says; A offers both): every transfer completes whole and closes.
+/// (A review's 144 such runs found one fault, an RTT sample across a resent SYN-ACK, now a
+/// test of its own in `tcp_edges.rs`.)
+#[test]
+fn loss_and_duplication_with_every_option_combination_complete() {
+    for (loss, dup) in [(0.05, 0.05), (0.0, 0.05), (0.02, 0.0)] {
+        for (sack, ts) in [(true, true), (true, false), (false, true), (false, false)] {
+            for seed in 1..=3u64 {
+                let impair = Impair {
+                    loss,
+                    dup,
+                    ..Impair::default()
+                };
+                let tweak = move |c: &mut Config| {
+                    c.tcp.sack = sack;
+                    c.tcp.timestamps = ts;
+                };
+                transfer_with(Wire::configured(seed, impair, &tweak), seed, 60_000, 40_000);
+            }
+        }
+    }
 }

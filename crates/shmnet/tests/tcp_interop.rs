@@ -797,3 +797,50 @@ fn a_jumbo_mtu_carries_segments_of_8960_bytes() {
         "shmnet's segments carry jumbo payloads: {bytes} bytes in {segs} segments"
     );
 }
+
+/// The Python that has scapy: Debian's (`python3-scapy`, which scripts/setup installs); a
+/// `python3` earlier on the PATH (pyenv's, say) may not.
+const SCAPY_PYTHON: &str = "/usr/bin/python3";
+
+/// TCP edge cases over the wire, each segment crafted by scapy (`tests/scapy/tcp_edges.py`,
+/// which says what each case checks): options agreed or not and the MSS kept (536 without
+/// one, the peer's 536), window scale 0 and 14, a zero window then opened, RST in
+/// SYN-RECEIVED and ESTABLISHED (exact, and in-window drawing a challenge ACK), a SYN on an
+/// open connection, an ACK of unsent data, blind out-of-window data, malformed offsets and
+/// options, a transfer across the sequence wrap. The peer has an address and MAC the kernel
+/// does not own (the script answers ARP), so no kernel RST gets in the way.
+#[test]
+fn scapy_crafted_segments_meet_the_rfc_at_the_server() {
+    const TEST: &str = "scapy_crafted_segments_meet_the_rfc_at_the_server";
+    if !root() {
+        shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    let has_scapy = Command::new(SCAPY_PYTHON)
+        .args(["-c", "import scapy.all"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_scapy {
+        shmnet_testkit::skip(TEST, "scapy is not installed (scripts/setup installs python3-scapy)");
+        return;
+    }
+    let Some(ns) = netns("scapy") else {
+        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+        return;
+    };
+    let mac = ns.cmd("cat").arg("/sys/class/net/v0/address").output();
+    let mac = String::from_utf8_lossy(&mac.expect("read v0's address").stdout)
+        .trim()
+        .to_string();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy/tcp_edges.py");
+    let server = Server::start(&ns, &["--tcp-echo", "7"]);
+    let mut py = ns.cmd(SCAPY_PYTHON);
+    py.args([script, "v1", "10.93.0.1", &mac]);
+    let out = run_ok(py, "the scapy cases", Duration::from_secs(180));
+    let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(oks >= 12, "every case ran: {out}");
+    let report = server.stop();
+    assert!(u(&report, &["tcp", "malformed"]) >= 3, "malformed segments counted: {report}");
+    assert!(u(&report, &["tcp", "challenge_acks"]) >= 2, "{report}");
+    assert!(u(&report, &["tcp", "ack_unsent"]) >= 1, "{report}");
+}

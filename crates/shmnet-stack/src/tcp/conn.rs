@@ -704,7 +704,13 @@ impl Conn {
         ctr: &mut TcpCounters,
     ) -> Option<SegOut> {
         match self.state {
-            State::Closed => return None,
+            // RFC 9293 3.10.7.1: for a connection that no longer exists, a RST (this one is
+            // still in the table for a moment: closed in this burst, freed at its flush).
+            State::Closed if seg.rst => return None,
+            State::Closed => {
+                ctr.no_socket += 1;
+                return Some(rst_for(seg));
+            }
             State::SynSent => return self.syn_sent(pool, seg, now, cfg, ctr),
             _ => {}
         }
@@ -740,6 +746,8 @@ impl Conn {
             // A retransmitted SYN while our SYN-ACK is unacknowledged: send it again.
             if self.state == State::SynReceived && seg.syn && seg.seq == self.irs {
                 self.snd_nxt = self.iss;
+                // Karn: the handshake's ACK may answer either SYN-ACK; time neither.
+                self.rtt_probe = None;
                 return None;
             }
             ctr.out_of_window += 1;
@@ -956,7 +964,9 @@ impl Conn {
                 _ => self.rtt.reset_backoff(),
             }
             self.retries = 0;
+            // RFC 3522 judges the first resend alone: with others out, some may be real.
             if std::mem::take(&mut self.flags.eifel_armed)
+                && self.undo_retrans == 1
                 && self.cc.in_recovery
                 && seg
                     .ts
@@ -977,6 +987,13 @@ impl Conn {
                 ctr.fast_retransmits += 1;
             }
             self.flags.early_fired = false;
+            if !self.cc.in_recovery
+                && self.undo_retrans > 0
+                && ack.gt(self.cc.recover.add(self.cc.cwnd))
+            {
+                // A window past the recovery's end: its resends' DSACKs would have come.
+                self.undo_retrans = 0;
+            }
             self.maybe_enter_sack_recovery(ctr);
             self.rto_at = (self.snd_una != self.snd_max).then(|| at(now, self.rtt.rto_us()));
             self.early_at = None;
@@ -1071,8 +1088,18 @@ impl Conn {
     /// path reordered, nothing was lost): undo its cut, and find losses by time from now on.
     fn on_dsack(&mut self, d: (Seq, Seq), ctr: &mut TcpCounters) {
         ctr.dsacks_received += 1;
-        if self.undo_retrans == 0 {
+        // Only a duplicate of what this recovery resent says its resend was needless (the
+        // resends lie below `high_rxt`; a network duplicate of an original beyond, or of a
+        // tail probe after the recovery, says nothing of it).
+        if self.undo_retrans == 0 || d.1.gt(self.high_rxt) {
             return;
+        }
+        // The original and the resend both arrived: the hole was late, not lost. That alone
+        // says the path reorders (Linux raises its reordering degree on it too); undoing the
+        // cut needs more (every resend of the recovery needless).
+        if !self.flags.reordering {
+            self.flags.reordering = true;
+            ctr.reordering_detected += 1;
         }
         let segs = d.1.since(d.0).div_ceil(u32::from(self.smss.max(1))).max(1);
         self.undo_retrans = self.undo_retrans.saturating_sub(segs.min(0xffff) as u16);
@@ -1087,7 +1114,10 @@ impl Conn {
         self.flags.eifel_armed = false;
         self.undo_retrans = 0;
         if self.cc.undo() {
-            self.flags.reordering = true;
+            if !self.flags.reordering {
+                self.flags.reordering = true;
+                ctr.reordering_detected += 1;
+            }
             ctr.spurious_recoveries += 1;
         }
     }
@@ -1296,7 +1326,10 @@ impl Conn {
         }
         if self.early_at.is_some_and(|t| t <= now) {
             self.early_at = None;
-            self.early_timeout(ctr);
+            // The RTO due as well resends anyway: no probe (nor its count) beside it.
+            if self.rto_at.is_none_or(|t| t > now) {
+                self.early_timeout(ctr);
+            }
         }
         if self.rto_at.is_some_and(|t| t <= now) {
             self.rto_at = None;
@@ -1346,15 +1379,14 @@ impl Conn {
         // Until an ACK advances, each timeout doubles the next (PTO, 2·PTO, 4·PTO…; the
         // RTO bounds them), so a silent peer draws a few resends, not a storm.
         self.early_backoff = self.early_backoff.saturating_add(1).min(16);
-        if self.cc.in_recovery && self.flags.sack_ok {
-            if self.high_rxt.gt(self.snd_una) {
-                self.high_rxt = self.snd_una;
-                self.flags.early_fired = true;
-                ctr.lost_retransmits += 1;
-            }
+        let recovering = self.cc.in_recovery && self.flags.sack_ok;
+        if recovering && self.high_rxt.gt(self.snd_una) {
+            self.high_rxt = self.snd_una;
+            self.flags.early_fired = true;
+            ctr.lost_retransmits += 1;
         } else if self.flags.early_fired {
             // The probe is out (or was lost): its SACK, or the RTO, comes next.
-        } else if self.flags.sack_ok && self.sacked.bytes() > 0 {
+        } else if !recovering && self.flags.sack_ok && self.sacked.bytes() > 0 {
             // The peer holds data above a hole that has had 2·SRTT to arrive: lost, however
             // few segments the SACKs cover (RACK's rule, which needs no three duplicates).
             self.flags.early_fired = true;
@@ -1366,12 +1398,18 @@ impl Conn {
         }
     }
 
-    /// The probe timeout: 2·SRTT plus 2 ms for a delayed or scheduled-late ACK (Linux's
-    /// `tcp_schedule_loss_probe`), on a reordering path at least SRTT + 4·RTTVAR; doubled
-    /// per timeout without an ACK, never beyond the RTO; `None` before an RTT is measured.
+    /// The probe timeout: 2·SRTT plus 2 ms for a scheduled-late ACK (Linux's
+    /// `tcp_schedule_loss_probe`), plus a delayed ACK's 200 ms when one segment is out, on a
+    /// reordering path at least SRTT + 4·RTTVAR; doubled per timeout without an ACK, never
+    /// beyond the RTO; `None` before an RTT is measured.
     fn pto_us(&self) -> Option<u32> {
         let srtt = u64::from(self.rtt.srtt_us());
         let mut pto = 2 * srtt + 2_000;
+        if self.snd_max.since(self.snd_una) <= u32::from(self.smss) {
+            // One segment out: the peer may hold its ACK for a delayed-ACK time (RFC 8985
+            // 7.2's WCDelAckT, 200 ms; Linux adds its minimum RTO).
+            pto += u64::from(super::rtt::MIN_RTO_US);
+        }
         if self.flags.reordering {
             // Round trips spread by reordering: wait as long as the RTO's estimate would
             // (without its 200 ms floor) before calling a hole lost.
@@ -1411,10 +1449,12 @@ impl Conn {
             fin,
             data_off: seq.since(base),
             data_len: len,
-            rexmit: true,
             ..SegOut::default()
         };
-        self.rtt_probe = None;
+        if self.rtt_probe.is_some_and(|(end, _)| end.gt(seq)) {
+            // Karn: the timed segment is sent again; its ACK times nothing.
+            self.rtt_probe = None;
+        }
         self.retransmits = self.retransmits.wrapping_add(1);
         self.ack_sent();
         self.arm_early(now);
@@ -1774,6 +1814,11 @@ impl Conn {
         }
         if self.rto_at.is_none() {
             self.rto_at = Some(at(now, self.rtt.rto_us()));
+        }
+        if new_data && !self.cc.in_recovery {
+            // RFC 8985 7.2: the probe timer restarts after new data (and, with it, what
+            // the flight's size says of the delayed-ACK allowance).
+            self.early_at = None;
         }
         self.arm_early(now);
         self.ack_sent();

@@ -314,9 +314,12 @@ tcp_counters! {
     lost_retransmits,
     /// DSACK blocks received (the peer got a segment twice, RFC 2883).
     dsacks_received,
-    /// Recoveries undone: DSACKs showed every segment they resent had arrived (the path
-    /// reordered). The connection then finds losses by time only.
+    /// Recoveries undone: DSACKs showed every segment they resent had arrived, or the ACK
+    /// past the one segment resent echoed an older timestamp (the path reordered).
     spurious_recoveries,
+    /// Connections that saw their path reorder (a resend DSACKed, or a recovery undone):
+    /// from then on they find losses by time only.
+    reordering_detected,
     // ---- refusals
     /// Too short, bad offset, bad options or flags.
     malformed,
