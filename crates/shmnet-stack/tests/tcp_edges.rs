@@ -1618,6 +1618,12 @@ fn open_with_rtt(h: &mut H) -> Conn {
     c
 }
 
+/// Whether `out` holds the first unacknowledged segment of `c` again, whole.
+fn resends_first(out: &[Out], c: &Conn) -> bool {
+    out.iter()
+        .any(|o| o.seq == c.snd && o.payload.len() == 1460)
+}
+
 /// RFC 8985 7: a flight whose tail is lost, nothing SACKed, is probed about two round
 /// trips later (the last segment again), not at the 200 ms RTO; the probe's SACK shows the
 /// hole below it, which goes out again at once.
@@ -1636,18 +1642,13 @@ fn a_lost_tail_is_probed_after_two_round_trips_and_the_hole_it_shows_resent() {
     assert_eq!((h.ctr().tail_probes, h.ctr().rto_retransmits), (1, 0));
     // The probe arrives: the peer SACKs it, and what lies below is resent.
     let probe = (c.snd + 3 * 1460, c.snd + 4 * 1460);
-    let out = h.send(
-        &Seg::new(c.rcv, Some(c.snd), ACK)
-            .wnd(65535)
-            .opts(&opt_sack(&[probe])),
-    );
+    let out = h.send(&sack_ack(&c, c.snd, &[probe]));
     assert!(
-        out.iter()
-            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
+        resends_first(&out, &c),
         "the first hole resent at once: {out:?}"
     );
     assert_eq!(h.ctr().sack_recoveries, 1);
-    h.send(&Seg::new(c.rcv, Some(c.snd + 4 * 1460), ACK).wnd(65535));
+    h.send(&sack_ack(&c, c.snd + 4 * 1460, &[]));
     assert_eq!(h.ctr().rto_retransmits, 0);
     h.finish();
 }
@@ -1662,23 +1663,18 @@ fn a_hole_below_one_sacked_segment_is_resent_after_two_round_trips() {
     assert_eq!(out.len(), 2);
     // The first is lost; the second arrives and is SACKed.
     let second = (c.snd + 1460, c.snd + 2 * 1460);
-    let out = h.send(
-        &Seg::new(c.rcv, Some(c.snd), ACK)
-            .wnd(65535)
-            .opts(&opt_sack(&[second])),
-    );
+    let out = h.send(&sack_ack(&c, c.snd, &[second]));
     assert!(
         out.iter().all(|o| o.payload.is_empty()),
         "one SACK is not a loss yet: {out:?}"
     );
     let out = h.advance(10_000);
     assert!(
-        out.iter()
-            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
+        resends_first(&out, &c),
         "the hole resent within 10 ms: {out:?}"
     );
     assert_eq!((h.ctr().sack_recoveries, h.ctr().rto_retransmits), (1, 0));
-    h.send(&Seg::new(c.rcv, Some(c.snd + 2 * 1460), ACK).wnd(65535));
+    h.send(&sack_ack(&c, c.snd + 2 * 1460, &[]));
     h.finish();
 }
 
@@ -1692,21 +1688,12 @@ fn a_lost_retransmission_is_resent_after_two_round_trips() {
     assert_eq!(out.len(), 5);
     // The first is lost, the other four SACKed: recovery resends it.
     let rest = (c.snd + 1460, c.snd + 5 * 1460);
-    let out = h.send(
-        &Seg::new(c.rcv, Some(c.snd), ACK)
-            .wnd(65535)
-            .opts(&opt_sack(&[rest])),
-    );
-    assert!(
-        out.iter()
-            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
-        "{out:?}"
-    );
+    let out = h.send(&sack_ack(&c, c.snd, &[rest]));
+    assert!(resends_first(&out, &c), "{out:?}");
     // The retransmission is lost too.
     let out = h.advance(10_000);
     assert!(
-        out.iter()
-            .any(|o| o.seq == c.snd && o.payload.len() == 1460),
+        resends_first(&out, &c),
         "resent again within 10 ms: {out:?}"
     );
     let c2 = h.ctr();

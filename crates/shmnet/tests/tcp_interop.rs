@@ -654,6 +654,14 @@ if __name__ == "__main__":
         main(a[1], a[2], a[3], int(a[4]), int(a[5]), float(a[6]))
 "#;
 
+/// The Ethernet address of shmnet's end of the veth (`v0`).
+fn v0_mac(ns: &Netns) -> String {
+    let out = ns.cmd("cat").arg("/sys/class/net/v0/address").output();
+    String::from_utf8_lossy(&out.expect("read v0's address").stdout)
+        .trim()
+        .to_string()
+}
+
 /// The bytes the stream had sent by time `t`, from the samples (the last one at or before).
 fn sent_by(samples: &[(f64, f64)], t: f64) -> f64 {
     samples
@@ -676,10 +684,7 @@ fn a_syn_flood_from_random_sources_leaves_an_honest_stream_going() {
         shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
         return;
     };
-    let mac = ns.cmd("cat").arg("/sys/class/net/v0/address").output();
-    let mac = String::from_utf8_lossy(&mac.expect("read v0's address").stdout)
-        .trim()
-        .to_string();
+    let mac = v0_mac(&ns);
     let script = std::env::temp_dir().join(format!("shmnet-flood-{}.py", std::process::id()));
     std::fs::write(&script, FLOOD_SCRIPT).expect("write the flood script");
     let server = Server::start(&ns, &["--tcp-sink", "9", "--gateway", "10.93.0.2"]);
@@ -821,17 +826,17 @@ fn scapy_crafted_segments_meet_the_rfc_at_the_server() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !has_scapy {
-        shmnet_testkit::skip(TEST, "scapy is not installed (scripts/setup installs python3-scapy)");
+        shmnet_testkit::skip(
+            TEST,
+            "scapy is not installed (scripts/setup installs python3-scapy)",
+        );
         return;
     }
     let Some(ns) = netns("scapy") else {
         shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
         return;
     };
-    let mac = ns.cmd("cat").arg("/sys/class/net/v0/address").output();
-    let mac = String::from_utf8_lossy(&mac.expect("read v0's address").stdout)
-        .trim()
-        .to_string();
+    let mac = v0_mac(&ns);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scapy/tcp_edges.py");
     let server = Server::start(&ns, &["--tcp-echo", "7"]);
     let mut py = ns.cmd(SCAPY_PYTHON);
@@ -840,7 +845,10 @@ fn scapy_crafted_segments_meet_the_rfc_at_the_server() {
     let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
     assert!(oks >= 12, "every case ran: {out}");
     let report = server.stop();
-    assert!(u(&report, &["tcp", "malformed"]) >= 3, "malformed segments counted: {report}");
+    assert!(
+        u(&report, &["tcp", "malformed"]) >= 3,
+        "malformed segments counted: {report}"
+    );
     assert!(u(&report, &["tcp", "challenge_acks"]) >= 2, "{report}");
     assert!(u(&report, &["tcp", "ack_unsent"]) >= 1, "{report}");
 }

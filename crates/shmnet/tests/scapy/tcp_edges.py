@@ -138,6 +138,13 @@ class Conn:
                     send(self.seg("A", window=window))
         return got, segs
 
+    def echoes(self, n, seed, why):
+        """Sends `n` bytes and checks they all come back."""
+        data = pattern(n, seed)
+        self.data(data)
+        got, _ = self.collect(len(data))
+        check(got == data, f"{why}: {len(got)} of {n} bytes came back")
+
     def close(self):
         send(self.seg("FA"))
         self.seq = (self.seq + 1) % (1 << 32)
@@ -255,10 +262,7 @@ def case_rst_in_established():
     send(c.seg("R", seq=(c.seq + 100) % (1 << 32), ack=0))
     r = recv(1, c.sport, until=lambda g: len(g) > 0)
     check(r and flags(r[0]) == "A" and r[0].ack == c.seq, f"a challenge ACK: {r}")
-    data = pattern(1000, 7)
-    c.data(data)
-    got, _ = c.collect(len(data))
-    check(got == data, "the connection survived the blind RST")
+    c.echoes(1000, 7, "the connection survived the blind RST")
     # Exact: reset.
     send(c.seg("R"))
     c.data(b"after")
@@ -271,10 +275,7 @@ def case_syn_on_established_is_challenged():
     send(c.seg("S", seq=(c.seq + 5000) % (1 << 32), ack=0, options=c.options))
     r = recv(1, c.sport, until=lambda g: len(g) > 0)
     check(r and flags(r[0]) == "A" and r[0].ack == c.seq, f"a challenge ACK: {r}")
-    data = pattern(500, 8)
-    c.data(data)
-    got, _ = c.collect(len(data))
-    check(got == data, "the connection survived the SYN")
+    c.echoes(500, 8, "the connection survived the SYN")
     c.close()
 
 
@@ -297,10 +298,7 @@ def case_out_of_window_data_is_not_delivered():
     c.seq = (c.seq - 100) % (1 << 32)
     r = recv(1, c.sport)
     check(all(not s.payload for s in r), f"nothing echoed of a blind injection: {r}")
-    data = pattern(300, 9)
-    c.data(data)
-    got, _ = c.collect(len(data))
-    check(got == data, "the stream is undisturbed")
+    c.echoes(300, 9, "the stream is undisturbed")
     c.close()
 
 
@@ -316,10 +314,7 @@ def case_bad_offsets_and_options_are_refused():
               TCP(sport=c.sport, dport=PORT, flags="A", seq=c.seq, ack=c.ack, dataofs=6)
               / Raw(b"\x08\x0a\x00\x00")]:
         send(ip / t)
-    data = pattern(700, 10)
-    c.data(data)
-    got, _ = c.collect(len(data))
-    check(got == data, "the connection works after malformed segments")
+    c.echoes(700, 10, "the connection works after malformed segments")
     c.close()
 
 
