@@ -40,6 +40,18 @@ pub enum SpecError {
     /// `--softnic-role` names no part of a benchmark run.
     #[error("unknown softnic role {0:?}: use send, sink or loopback")]
     UnknownRole(String),
+    /// `--gateway` is not on our subnet: it could not be reached to forward anything.
+    #[error(
+        "--gateway {gateway} is not on {ip}/{prefix}: give a router on the subnet (or widen the prefix)"
+    )]
+    GatewayOffLink {
+        /// The gateway asked for.
+        gateway: Ipv4Addr,
+        /// Our address.
+        ip: Ipv4Addr,
+        /// Its prefix length.
+        prefix: u8,
+    },
     /// `--mtu` is outside what the stack and the pool buffers carry.
     #[error("--mtu {0} is out of range: use {MIN_MTU} to {MAX_MTU} bytes")]
     Mtu(usize),
@@ -509,6 +521,25 @@ impl ServeSpec {
         }
     }
 
+    /// Refuses a gateway off our subnet (or our own address).
+    pub fn check_gateway(&self) -> Result<(), SpecError> {
+        let Some(gateway) = self.gateway else {
+            return Ok(());
+        };
+        let mask = u32::MAX
+            .checked_shl(32 - u32::from(self.prefix))
+            .unwrap_or(0);
+        let on_link = u32::from(gateway) & mask == u32::from(self.ip) & mask;
+        if on_link && gateway != self.ip {
+            return Ok(());
+        }
+        Err(SpecError::GatewayOffLink {
+            gateway,
+            ip: self.ip,
+            prefix: self.prefix,
+        })
+    }
+
     /// Refuses an MTU the stack, the pools or the driver cannot carry.
     pub fn check_mtu(&self) -> Result<(), SpecError> {
         if !(MIN_MTU..=MAX_MTU).contains(&self.mtu) {
@@ -662,6 +693,28 @@ mod tests {
             "sunk".parse::<BenchRole>(),
             Err(SpecError::UnknownRole("sunk".into()))
         );
+    }
+
+    #[test]
+    fn a_gateway_must_be_on_the_subnet() {
+        let mut spec = ServeSpec {
+            ip: Ipv4Addr::new(10, 93, 0, 1),
+            prefix: 24,
+            ..ServeSpec::default()
+        };
+        assert_eq!(spec.check_gateway(), Ok(()), "none is fine");
+        spec.gateway = Some(Ipv4Addr::new(10, 93, 0, 254));
+        assert_eq!(spec.check_gateway(), Ok(()));
+        for bad in [Ipv4Addr::new(10, 93, 1, 1), Ipv4Addr::new(10, 93, 0, 1)] {
+            spec.gateway = Some(bad);
+            assert!(matches!(
+                spec.check_gateway(),
+                Err(SpecError::GatewayOffLink { .. })
+            ));
+        }
+        spec.prefix = 0;
+        spec.gateway = Some(Ipv4Addr::new(192, 0, 2, 1));
+        assert_eq!(spec.check_gateway(), Ok(()), "a /0 holds every address");
     }
 
     #[test]

@@ -381,6 +381,7 @@ impl ServeArgs {
             copy_probe: None,
         };
         spec.check_mtu()?;
+        spec.check_gateway()?;
         Ok(spec)
     }
 }
