@@ -526,10 +526,7 @@ impl ServeSpec {
         let Some(gateway) = self.gateway else {
             return Ok(());
         };
-        let mask = u32::MAX
-            .checked_shl(32 - u32::from(self.prefix))
-            .unwrap_or(0);
-        let on_link = u32::from(gateway) & mask == u32::from(self.ip) & mask;
+        let on_link = shmnet_stack::ipv4::same_subnet(gateway, self.ip, self.prefix);
         if on_link && gateway != self.ip {
             return Ok(());
         }

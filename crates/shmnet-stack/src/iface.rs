@@ -331,12 +331,7 @@ impl Interface {
     }
 
     fn on_link(&self, ip: Ipv4Addr) -> bool {
-        let mask = match self.cfg.prefix_len {
-            0 => 0,
-            p if p >= 32 => u32::MAX,
-            p => u32::MAX << (32 - p),
-        };
-        (u32::from(ip) ^ u32::from(self.cfg.ipv4)) & mask == 0
+        ipv4::same_subnet(ip, self.cfg.ipv4, self.cfg.prefix_len)
     }
 
     #[inline]

@@ -19,6 +19,17 @@ pub const HEADER_LEN: usize = smoltcp::wire::IPV4_HEADER_LEN;
 /// The largest IPv4 datagram (header included).
 pub const MAX_DATAGRAM: usize = 65_535;
 
+/// Whether `a` and `b` lie in one subnet of `prefix` bits (0: every address; 32 or more:
+/// only the same address).
+pub fn same_subnet(a: Ipv4Addr, b: Ipv4Addr, prefix: u8) -> bool {
+    let mask = match prefix {
+        0 => 0,
+        p if p >= 32 => u32::MAX,
+        p => u32::MAX << (32 - p),
+    };
+    (u32::from(a) ^ u32::from(b)) & mask == 0
+}
+
 /// The fields of a received IPv4 header the stack uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ipv4Header {

@@ -1031,9 +1031,7 @@ impl Conn {
                 self.rtt_probe = None;
                 if self.flags.sack_ok {
                     // The holes are resent by the scoreboard (next_data_segment).
-                    self.high_rxt = self.snd_una;
-                    self.undo_retrans = 0;
-                    self.flags.eifel_armed = false;
+                    self.begin_sack_recovery();
                 } else {
                     self.flags.retransmit_one = true;
                     self.retransmits = self.retransmits.wrapping_add(1);
@@ -1097,10 +1095,7 @@ impl Conn {
         // The original and the resend both arrived: the hole was late, not lost. That alone
         // says the path reorders (Linux raises its reordering degree on it too); undoing the
         // cut needs more (every resend of the recovery needless).
-        if !self.flags.reordering {
-            self.flags.reordering = true;
-            ctr.reordering_detected += 1;
-        }
+        self.mark_reordering(ctr);
         let segs = d.1.since(d.0).div_ceil(u32::from(self.smss.max(1))).max(1);
         self.undo_retrans = self.undo_retrans.saturating_sub(segs.min(0xffff) as u16);
         if self.undo_retrans == 0 {
@@ -1114,12 +1109,25 @@ impl Conn {
         self.flags.eifel_armed = false;
         self.undo_retrans = 0;
         if self.cc.undo() {
-            if !self.flags.reordering {
-                self.flags.reordering = true;
-                ctr.reordering_detected += 1;
-            }
+            self.mark_reordering(ctr);
             ctr.spurious_recoveries += 1;
         }
+    }
+
+    /// The path reorders: from now on losses are found by time only.
+    fn mark_reordering(&mut self, ctr: &mut TcpCounters) {
+        if !self.flags.reordering {
+            self.flags.reordering = true;
+            ctr.reordering_detected += 1;
+        }
+    }
+
+    /// A SACK recovery begins (the controller has cut the window): holes are resent from
+    /// `SND.UNA`, and what judges the episode spurious starts afresh.
+    fn begin_sack_recovery(&mut self) {
+        self.high_rxt = self.snd_una;
+        self.undo_retrans = 0;
+        self.flags.eifel_armed = false;
     }
 
     /// Remembers a duplicate received for the DSACK block of the next ACK (RFC 2883: the
@@ -1142,9 +1150,7 @@ impl Conn {
         if lost && self.next_hole().is_some() {
             let flight = self.snd_max.since(self.snd_una);
             self.cc.enter_recovery(self.snd_max, flight, self.smss);
-            self.high_rxt = self.snd_una;
-            self.undo_retrans = 0;
-            self.flags.eifel_armed = false;
+            self.begin_sack_recovery();
             self.rtt_probe = None;
             ctr.sack_recoveries += 1;
         }
@@ -1419,6 +1425,14 @@ impl Conn {
         (srtt > 0).then(|| pto.min(u64::from(self.rtt.rto_us())) as u32)
     }
 
+    /// After a segment went out: the RTO and the early timer run, if they did not already.
+    fn arm_loss_timers(&mut self, now: Instant) {
+        if self.rto_at.is_none() {
+            self.rto_at = Some(at(now, self.rtt.rto_us()));
+        }
+        self.arm_early(now);
+    }
+
     /// Arms the early timer if data is out and it is not armed.
     fn arm_early(&mut self, now: Instant) {
         if self.early_at.is_none() && self.snd_una != self.snd_max && self.state.synchronized() {
@@ -1563,7 +1577,6 @@ impl Conn {
                 if self.rto_at.is_none() {
                     self.rto_at = Some(at(now, self.rtt.rto_us()));
                 }
-                self.arm_early(now);
                 if synack {
                     self.ack_sent();
                 }
@@ -1691,14 +1704,12 @@ impl Conn {
                     ..SegOut::default()
                 };
                 self.ack_sent();
-                if self.rto_at.is_none() {
-                    self.rto_at = Some(at(now, self.rtt.rto_us()));
-                }
-                self.arm_early(now);
+                self.arm_loss_timers(now);
                 return Some(seg);
             }
         }
-        let mut force_one = false;
+        // A tail-loss probe of new data: the room the peer's window has for it.
+        let mut force_one = None;
         if std::mem::take(&mut self.flags.tail_probe) {
             let unsent = queued.saturating_sub(self.snd_nxt.since(base).min(queued));
             let in_window = self
@@ -1707,7 +1718,7 @@ impl Conn {
             if unsent > 0 && in_window >= unsent.min(smss) {
                 // New data makes the better probe: the usual path below sends one segment
                 // whatever the congestion window says.
-                force_one = true;
+                force_one = Some(in_window);
             } else if let Some(seg) = self.tail_probe_segment(now, smss) {
                 return Some(seg);
             }
@@ -1737,10 +1748,7 @@ impl Conn {
                     };
                     self.retransmits = self.retransmits.wrapping_add(1);
                     self.ack_sent();
-                    if self.rto_at.is_none() {
-                        self.rto_at = Some(at(now, self.rtt.rto_us()));
-                    }
-                    self.arm_early(now);
+                    self.arm_loss_timers(now);
                     return Some(seg);
                 }
             }
@@ -1758,14 +1766,11 @@ impl Conn {
         if probe && usable == 0 && unsent > 0 {
             usable = 1;
         }
-        if force_one {
-            let in_window = self
-                .snd_wnd
-                .saturating_sub(self.snd_nxt.since(self.snd_una));
+        if let Some(in_window) = force_one {
             usable = usable.max(smss.min(in_window));
         }
         let mut len = unsent.min(smss).min(usable);
-        if len > 0 && len < smss && !probe && !force_one {
+        if len > 0 && len < smss && !probe && force_one.is_none() {
             // Nagle (RFC 896): hold a short segment while data is unacknowledged; and the
             // sender's silly-window avoidance (RFC 9293 3.8.6.2.1): do not send a short
             // segment cut by the window unless it is half the largest window seen.
@@ -1812,15 +1817,12 @@ impl Conn {
         if new_data && self.rtt_probe.is_none() && self.rtt.backoffs() == 0 {
             self.rtt_probe = Some((self.snd_nxt, now));
         }
-        if self.rto_at.is_none() {
-            self.rto_at = Some(at(now, self.rtt.rto_us()));
-        }
         if new_data && !self.cc.in_recovery {
             // RFC 8985 7.2: the probe timer restarts after new data (and, with it, what
             // the flight's size says of the delayed-ACK allowance).
             self.early_at = None;
         }
-        self.arm_early(now);
+        self.arm_loss_timers(now);
         self.ack_sent();
         Some(seg)
     }
@@ -1863,7 +1865,6 @@ pub fn rst_for(seg: &SegIn) -> SegOut {
     }
 }
 
-/// The smallest window shift that lets `buf` bytes be offered (RFC 7323: at most 14).
 /// The DSACK block of an ACK's SACK blocks, if it has one (RFC 2883): the first block, when
 /// it lies below the cumulative `ack` or inside the second block.
 fn dsack_of(blocks: &[Option<(Seq, Seq)>; 3], ack: Seq) -> Option<(Seq, Seq)> {
@@ -1875,6 +1876,7 @@ fn dsack_of(blocks: &[Option<(Seq, Seq)>; 3], ack: Seq) -> Option<(Seq, Seq)> {
 /// Milliseconds between two ACKs for unacceptable segments on one connection.
 const OOW_ACK_GAP_MS: u16 = 500;
 
+/// The smallest window shift that lets `buf` bytes be offered (RFC 7323: at most 14).
 fn window_shift(buf: u32) -> u8 {
     let mut s = 0;
     while s < 14 && (buf >> s) > 0xffff {

@@ -9,14 +9,13 @@ Each case prints one line `ok NAME` or exits non-zero with `FAIL NAME: why`. Usa
     python3 tcp_edges.py IFACE SERVER_IP SERVER_MAC [CASE...]
 """
 
-import os
 import random
 import select
 import socket
 import sys
 import time
 
-from scapy.all import ARP, IP, TCP, Ether, Raw, raw  # noqa: E402
+from scapy.all import ARP, IP, TCP, Ether, Raw, raw
 
 IFACE, SERVER_IP, SERVER_MAC = sys.argv[1], sys.argv[2], sys.argv[3]
 ONLY = set(sys.argv[4:])
