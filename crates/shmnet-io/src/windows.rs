@@ -257,6 +257,12 @@ pub enum TcpOp {
     Close,
     /// Let go of the socket with a reset (`SO_LINGER` of zero). Answered by `Released`.
     Abort,
+    /// Let go of the socket as [`TcpOp::Close`] does, but the server keeps its number until
+    /// the FIN is acknowledged or the connection ends (`SO_LINGER` with a time): `Released`
+    /// then says every byte reached the peer, unless a `Failed` came before it. Bytes still
+    /// unread, or arriving meanwhile, reset the connection (`Failed(Reset)`), as a close
+    /// with unread bytes does (RFC 2525 §2.17).
+    CloseLinger,
     /// Nagle's algorithm off (`TCP_NODELAY`).
     NoDelayOn,
     /// Nagle's algorithm on.
@@ -286,6 +292,7 @@ impl TcpOp {
             7 => Self::KeepaliveOff,
             8 => Self::SendBuffer(arg),
             9 => Self::RecvBuffer(arg),
+            10 => Self::CloseLinger,
             _ => return None,
         })
     }
@@ -307,6 +314,7 @@ impl TcpOp {
             Self::KeepaliveOff => 7,
             Self::SendBuffer(_) => 8,
             Self::RecvBuffer(_) => 9,
+            Self::CloseLinger => 10,
         }
     }
 
@@ -522,14 +530,15 @@ mod tcp_tests {
         };
         assert_eq!(event_of(&junk), None);
         assert_eq!(event_of(&Desc::new(3, 100)), None);
-        for code in 1..=9 {
+        for code in 1..=10 {
             let op = TcpOp::decode(code, 70_000).expect("a code");
             assert_eq!(op.code(), code);
             assert_eq!(TcpOp::of_desc(&op_desc(4, op)), Some(op));
         }
         assert_eq!(TcpOp::decode(9, 70_000), Some(TcpOp::RecvBuffer(70_000)));
         assert_eq!(TcpOp::decode(0, 0), None);
-        assert_eq!(TcpOp::decode(10, 0), None);
+        assert_eq!(TcpOp::decode(10, 0), Some(TcpOp::CloseLinger));
+        assert_eq!(TcpOp::decode(11, 0), None);
         let to = SocketAddrV4::new(Ipv4Addr::new(192, 168, 1, 2), 443);
         let d = connect_desc(77, to);
         assert_eq!(connect_of(&d), Some((77, to)));

@@ -215,7 +215,7 @@ fn junk_ops(udp: u16, l: u16, conn: u16) -> Vec<Desc> {
         aux,
     };
     let mut v = Vec::new();
-    for code in [0, 10, 11, 0x7f, 0xbf, 0xc1, 0x1_0002, 0x7fff_ffff, u32::MAX] {
+    for code in [0, 11, 12, 0x7f, 0xbf, 0xc1, 0x1_0002, 0x7fff_ffff, u32::MAX] {
         v.push(op(u32::from(conn), code));
     }
     for sock in [999u32, 4_000, 65_534, 65_535, 65_536, u32::MAX] {
@@ -224,7 +224,7 @@ fn junk_ops(udp: u16, l: u16, conn: u16) -> Vec<Desc> {
         }
     }
     // The wrong kind: a UDP socket, a listener (no shutdown or options on a listener).
-    for code in 1..=9 {
+    for code in 1..=10 {
         v.push(op(u32::from(udp), code));
     }
     for code in [TcpOp::Shutdown, TcpOp::NoDelayOn, TcpOp::KeepaliveOn] {

@@ -316,3 +316,135 @@ fn buffer_sizes_shared() {
 fn buffer_sizes_ipc() {
     buffer_sizes(Kind::Ipc);
 }
+
+// ---------------------------------------------------------------- closing with a linger
+
+/// `close_linger` (`SO_LINGER` with a time). The writer fills every buffer between it and
+/// a reader that does not read (until writes have taken nothing for a while: the window is
+/// shut), so bytes it wrote are unacknowledged when it closes: `Acknowledged` then comes
+/// only after the reader, told to start reading 300 ms after the close, has read; with a
+/// patience of 200 ms, `TimedOut` — and the stream still arrives whole, though the writer
+/// then goes away. `Failed(Reset)`
+/// when the closer has bytes it did not read, the peer seeing the reset.
+fn lingering_closes(kind: Kind) {
+    use shmnet_io::client::{Interest, Linger, PollItem, PollSocket};
+    let srv = server(&format!("linger-{kind:?}"), kind);
+    let path = srv.path.clone();
+    let late = Duration::from_millis(300);
+    for (seed, patience) in [
+        (21u64, Duration::from_secs(20)),
+        (22, Duration::from_millis(200)),
+    ] {
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let p = path.clone();
+        let reader = std::thread::spawn(move || {
+            let c = Client::connect(&p).expect("attach the reader");
+            let l = c.tcp_listen(0, 4).expect("listen");
+            port_tx.send(l.port()).unwrap();
+            let mut s = l.accept().expect("accept");
+            go_rx.recv().unwrap();
+            std::thread::sleep(late);
+            check_stream(&mut s, seed)
+        });
+        let c = Client::connect(&path).expect("attach the writer");
+        let to = SocketAddrV4::new(US, port_rx.recv().unwrap());
+        let mut s = c.tcp_connect(to, Duration::from_secs(10)).expect("connect");
+        let mut written = 0u64;
+        let mut idle = 0;
+        while idle < 5 {
+            let chunk: Vec<u8> = (written..written + 65_536).map(|i| byte(seed, i)).collect();
+            let n = s.try_write(&chunk).expect("try_write");
+            written += n as u64;
+            if n == 0 {
+                idle += 1;
+                std::thread::sleep(Duration::from_millis(40));
+            } else {
+                idle = 0;
+            }
+            assert!(
+                written < 1 << 30,
+                "{kind:?}: a reader that never reads took 1 GiB"
+            );
+        }
+        go_tx.send(()).unwrap();
+        let t0 = std::time::Instant::now();
+        let how = s.close_linger(patience).expect("close_linger");
+        let waited = t0.elapsed();
+        // The writer goes away while its connection may still linger: the server closes
+        // it in order all the same.
+        drop(c);
+        assert_eq!(
+            reader.join().expect("reader"),
+            written,
+            "{kind:?}: the stream whole"
+        );
+        if seed == 21 {
+            assert_eq!(how, Linger::Acknowledged, "{kind:?}: after {waited:?}");
+            assert!(
+                waited >= late,
+                "{kind:?}: acknowledged after {waited:?}, before the reader (starting after \
+                 {late:?}) read any of the {written} bytes that filled every buffer"
+            );
+        } else if kind == Kind::Ipc && how == Linger::Acknowledged {
+            // ipc's known limit (docs/tcp.md): the server reads no packet of ours while it
+            // holds a send the connection has no room for, so the close itself waits until
+            // the reader reads — and then is acknowledged.
+            assert!(waited >= late, "{kind:?}: acknowledged after {waited:?}");
+        } else {
+            assert_eq!(how, Linger::TimedOut, "{kind:?}: after {waited:?}");
+            assert!(waited >= patience, "{kind:?}: gave up after {waited:?}");
+        }
+    }
+
+    // Bytes the closer never read: the close resets the connection.
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    let peer = std::thread::spawn(move || {
+        let c = Client::connect(&p).expect("attach the peer");
+        let l = c.tcp_listen(0, 4).expect("listen");
+        port_tx.send(l.port()).unwrap();
+        let mut s = l.accept().expect("accept");
+        s.write_all(b"unread").expect("write");
+        let mut b = [0u8; 16];
+        s.read_timeout(&mut b, Duration::from_secs(10))
+    });
+    let c = Client::connect(&path).expect("attach the closer");
+    let to = SocketAddrV4::new(US, port_rx.recv().unwrap());
+    let s = c.tcp_connect(to, Duration::from_secs(10)).expect("connect");
+    let mut items = [PollItem::new(PollSocket::Stream(&s), Interest::READABLE)];
+    assert_eq!(
+        c.poll(&mut items, Some(Duration::from_secs(10)))
+            .expect("poll"),
+        1,
+        "{kind:?}: the peer's bytes arrive"
+    );
+    assert_eq!(
+        s.close_linger(Duration::from_secs(10))
+            .expect("close_linger"),
+        Linger::Failed(TcpFailure::Reset),
+        "{kind:?}: a close with bytes unread"
+    );
+    match peer.join().expect("peer") {
+        Err(ClientError::Connection(TcpFailure::Reset)) => {}
+        other => panic!("{kind:?}: the peer should see the reset, saw {other:?}"),
+    }
+    drop(c);
+    let after = stepped::stats_until(&path, |s| s.apps_total == 0);
+    assert_eq!(after.apps_total, 0, "{kind:?}: every application detached");
+}
+
+#[test]
+fn lingering_closes_regions() {
+    lingering_closes(Kind::Regions);
+}
+
+#[test]
+fn lingering_closes_shared() {
+    lingering_closes(Kind::Shared);
+}
+
+#[test]
+fn lingering_closes_ipc() {
+    lingering_closes(Kind::Ipc);
+}

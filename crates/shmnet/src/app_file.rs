@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use shmnet_io::client::{Client, TcpStream};
+use shmnet_io::client::{Client, Linger};
 use std::io::{Read, Write};
 use std::net::SocketAddrV4;
 use std::path::PathBuf;
@@ -20,6 +20,10 @@ pub struct SendFileArgs {
     /// Give up connecting after this many seconds.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     connect_timeout: f64,
+    /// After the last byte, wait this many seconds at most for the receiver to acknowledge
+    /// every byte and the end of the file (`SO_LINGER`); fail if it has not.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    linger: f64,
     /// The server's control socket (default: the one `shmnet serve` uses by default).
     #[arg(long, default_value_os_t = shmnet_io::control::default_socket())]
     socket: PathBuf,
@@ -139,23 +143,23 @@ pub fn send_file(a: SendFileArgs) -> Result<()> {
         bytes += n as u64;
         progress.tick(bytes);
     }
-    // The end of the file: the receiver reads it after the last byte; then wait for its
-    // side to end too, so that every byte was acknowledged before we report and go.
-    s.shutdown().context("shutting down the connection")?;
-    drain_to_end(&mut s);
-    s.close().context("closing the connection")?;
-    report(bytes, start, a.addr, a.json, "sent")
-}
-
-/// Reads (and drops) what the peer still sends until its end, a reset, or 30 s.
-fn drain_to_end(s: &mut TcpStream) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut sink = [0u8; 4096];
-    while Instant::now() < deadline {
-        match s.read_timeout(&mut sink, Duration::from_millis(200)) {
-            Ok(Some(0)) | Err(_) => return,
-            Ok(_) => {}
-        }
+    // The end of the file follows the last byte; report only once the receiver has
+    // acknowledged all of it (the server would deliver it without us, but "sent" should
+    // mean "arrived").
+    let linger = Duration::try_from_secs_f64(a.linger)
+        .context("--linger: a number of seconds, 0 or more")?;
+    match s.close_linger(linger).context("closing the connection")? {
+        Linger::Acknowledged => report(bytes, start, a.addr, a.json, "sent"),
+        Linger::Failed(f) => bail!(
+            "the connection to {} failed ({f}) before the receiver acknowledged every byte",
+            a.addr
+        ),
+        Linger::TimedOut => bail!(
+            "{} did not acknowledge every byte within --linger {} s (the connection goes on \
+             closing in the server)",
+            a.addr,
+            a.linger
+        ),
     }
 }
 

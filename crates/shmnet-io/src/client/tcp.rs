@@ -38,6 +38,10 @@ pub(super) struct Book {
     pub(super) failed: HashMap<u16, TcpFailure>,
     /// `ipc`: events and stream bytes for TCP sockets, in order.
     pub(super) ipc_items: HashMap<u16, VecDeque<IpcItem>>,
+    /// Closed with a linger that is still waited for ([`TcpStream::close_linger`]).
+    lingering: HashSet<u16>,
+    /// Lingering sockets released while waited for: the failure reported before, if any.
+    lingered: HashMap<u16, Option<TcpFailure>>,
     /// The ticket of the next connect.
     next_ticket: u32,
 }
@@ -104,7 +108,10 @@ impl Inner {
             }
             Some(TcpEvent::Released) if self.tcp.closing.remove(&socket) => {
                 self.tcp.ids.remove(&socket);
-                self.tcp.failed.remove(&socket);
+                let failed = self.tcp.failed.remove(&socket);
+                if self.tcp.lingering.remove(&socket) {
+                    self.tcp.lingered.insert(socket, failed);
+                }
                 return false;
             }
             _ => {}
@@ -266,7 +273,16 @@ impl Inner {
     /// the control socket: read late, the old `Released` would take the new socket's number
     /// out of the TCP ones (its bytes then mistaken for datagrams in `ipc`).
     fn await_released(&mut self, id: u16) -> Result<(), ClientError> {
-        let deadline = Instant::now() + OP_PATIENCE;
+        if self.released_by(id, Instant::now() + OP_PATIENCE)? {
+            Ok(())
+        } else {
+            Err(not_released(id))
+        }
+    }
+
+    /// Reads deliveries until the `Released` of socket `id` has been read (`true`) or
+    /// `deadline` passes (`false`).
+    fn released_by(&mut self, id: u16, deadline: Instant) -> Result<bool, ClientError> {
         while self.tcp.closing.contains(&id) {
             if self.shm.is_some() {
                 self.drain_rx();
@@ -274,30 +290,52 @@ impl Inner {
                     break;
                 }
                 if Instant::now() >= deadline {
-                    return Err(not_released(id));
+                    return Ok(false);
                 }
                 self.sleep_rx(Some(deadline))?;
                 continue;
             }
             let Some(n) = self.read_packet(true, Some(deadline))? else {
-                return Err(not_released(id));
+                return Ok(false);
             };
             self.stash_ipc(n);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Lets go of socket `id`: `Close` (or `Abort`) goes behind what was written, and what
     /// is queued for it here is given back unread.
     fn tcp_release(&mut self, id: u16, op: TcpOp) -> Result<(), ClientError> {
-        self.tcp.leftover.remove(&id);
-        self.tcp.ipc_items.remove(&id);
-        for d in self.pending.take(id) {
-            self.discard(d);
-        }
+        self.drop_unread(id);
         self.tcp.closing.insert(id);
         self.tcp_op(id, op)
     }
+
+    /// Gives back what is queued here for socket `id`, unread; returns whether it held
+    /// stream bytes.
+    fn drop_unread(&mut self, id: u16) -> bool {
+        let mut bytes = self.tcp.leftover.remove(&id).is_some();
+        if let Some(items) = self.tcp.ipc_items.remove(&id) {
+            bytes |= items.iter().any(|it| matches!(it, IpcItem::Data(_)));
+        }
+        for d in self.pending.take(id) {
+            bytes |= windows::event_of(&d).is_none();
+            self.discard(d);
+        }
+        bytes
+    }
+}
+
+/// How a [`TcpStream::close_linger`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Linger {
+    /// The peer acknowledged every byte and the end of the stream.
+    Acknowledged,
+    /// The connection ended badly first (a reset — bytes left unread reset it too — or
+    /// a timeout): what was written may not all have arrived.
+    Failed(TcpFailure),
+    /// The time ran out first; the connection goes on closing without the application.
+    TimedOut,
 }
 
 /// A TCP socket listening for connections.
@@ -647,6 +685,50 @@ impl TcpStream {
     pub fn close(mut self) -> Result<(), ClientError> {
         self.closed = true;
         self.inner.borrow_mut().tcp_release(self.id, TcpOp::Close)
+    }
+
+    /// Closes the connection in order and waits, at most `timeout`, until the peer has
+    /// acknowledged every byte written and the end of the stream (`SO_LINGER` with a time).
+    /// Bytes not yet read, or arriving meanwhile, reset the connection instead, as any
+    /// close with unread bytes does. After [`Linger::TimedOut`] the connection goes on
+    /// closing in the server, as a closed socket does in the kernel.
+    pub fn close_linger(mut self, timeout: Duration) -> Result<Linger, ClientError> {
+        self.closed = true;
+        let mut i = self.inner.borrow_mut();
+        // Bytes that reached us unread (the server handed them over already): the peer
+        // learns by a reset, as from a kernel's close.
+        if i.shm.is_some() {
+            i.drain_rx();
+        } else {
+            while let Ok(Some(n)) = i.read_packet(true, Some(Instant::now())) {
+                i.stash_ipc(n);
+            }
+        }
+        let unread = i.drop_unread(self.id);
+        let op = if unread {
+            TcpOp::Abort
+        } else {
+            TcpOp::CloseLinger
+        };
+        i.tcp.lingering.insert(self.id);
+        let released = i
+            .tcp_release(self.id, op)
+            .and_then(|()| i.released_by(self.id, Instant::now() + timeout));
+        match released {
+            Ok(true) => Ok(match i.tcp.lingered.remove(&self.id).flatten() {
+                Some(f) => Linger::Failed(f),
+                None if unread => Linger::Failed(TcpFailure::Reset),
+                None => Linger::Acknowledged,
+            }),
+            Ok(false) => {
+                i.tcp.lingering.remove(&self.id);
+                Ok(Linger::TimedOut)
+            }
+            Err(e) => {
+                i.tcp.lingering.remove(&self.id);
+                Err(e)
+            }
+        }
     }
 
     /// Resets the connection (`SO_LINGER` of zero): unsent bytes are dropped.

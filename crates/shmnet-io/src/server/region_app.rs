@@ -417,7 +417,7 @@ impl AppTransport for RegionApp {
             return 0;
         }
         self.recv_stalled_fills = None;
-        let mut item = sockets.next_item(r.iface);
+        let mut item = sockets.next_item(r);
         if item.is_none() && !sockets.any_udp_waiting(r.iface) {
             return 0;
         }
@@ -448,7 +448,7 @@ impl AppTransport for RegionApp {
                 self.flush_deliveries(n, c);
                 n = 0;
             }
-            item = sockets.next_item(r.iface);
+            item = sockets.next_item(r);
         }
         // Refused posts cost a round no more than a burst: a ring of junk posts is worked
         // through a burst per round, beside everyone else's traffic.

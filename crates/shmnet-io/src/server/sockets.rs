@@ -28,6 +28,9 @@ pub(crate) enum AppSocket {
     Tcp(TcpSock),
     /// Closed by the application; its `Released` event is still to be delivered.
     Releasing,
+    /// Closed by the application with a linger ([`TcpOp::CloseLinger`]): its FIN is queued,
+    /// and `Released` waits until it is acknowledged or the connection ends.
+    Lingering(TcpSock),
 }
 
 /// A TCP connection of an application, and which of its events were delivered.
@@ -145,7 +148,7 @@ impl Sockets {
         self.slots
             .iter()
             .flatten()
-            .filter(|s| !matches!(s, AppSocket::Releasing))
+            .filter(|s| !matches!(s, AppSocket::Releasing | AppSocket::Lingering(_)))
             .count()
     }
 
@@ -175,7 +178,7 @@ impl Sockets {
     /// The next thing a TCP socket has for the application, round-robin from where the
     /// last call stopped. Accepting a connection (to announce it) happens here. Nothing is
     /// marked delivered: call [`Sockets::delivered`] once the transport has placed it.
-    pub(crate) fn next_item(&mut self, iface: &mut Interface) -> Option<TcpItem> {
+    pub(crate) fn next_item(&mut self, r: &mut Round<'_>) -> Option<TcpItem> {
         if let Some(&(ticket, opened)) = self.opened.front() {
             let (socket, port) = opened.unwrap_or((APP_EVENTS, 0));
             return Some(TcpItem::Event(
@@ -193,7 +196,7 @@ impl Sockets {
         let n = self.slots.len();
         for k in 0..n {
             let i = (self.scan_from + k) % n;
-            if let Some(item) = self.item_of(iface, i) {
+            if let Some(item) = self.item_of(r, i) {
                 // After bytes, the next socket's turn: one busy connection cannot keep the
                 // others' bytes and events waiting. After an event, this socket's bytes.
                 self.scan_from = match item {
@@ -206,11 +209,13 @@ impl Sockets {
         None
     }
 
-    fn item_of(&mut self, iface: &mut Interface, i: usize) -> Option<TcpItem> {
+    fn item_of(&mut self, r: &mut Round<'_>, i: usize) -> Option<TcpItem> {
         let socket = i as u16;
+        let iface = &mut *r.iface;
         match self.slots[i]? {
             AppSocket::Udp(_) => None,
             AppSocket::Releasing => Some(TcpItem::Event(socket, TcpEvent::Released)),
+            AppSocket::Lingering(t) => self.linger_item(r, i, t),
             AppSocket::Listener { l, owed } => {
                 let new = match owed {
                     Some(n) => n,
@@ -260,6 +265,35 @@ impl Sockets {
         }
     }
 
+    /// What lingering socket `i` has to say: `Failed` once if the connection ended badly
+    /// (or has unread bytes, which reset it), then `Released` once the FIN is acknowledged
+    /// or the connection is over — the connection orphaned in the stack at that moment, to
+    /// finish closing (TIME-WAIT, the peer's FIN) on its own.
+    fn linger_item(&mut self, r: &mut Round<'_>, i: usize, t: TcpSock) -> Option<TcpItem> {
+        let socket = i as u16;
+        let st = r.iface.tcp_status(t.h).ok();
+        let failed = st.and_then(|s| {
+            if s.readable > 0 {
+                Some(TcpFailure::Reset)
+            } else {
+                s.error.map(failure)
+            }
+        });
+        if let Some(f) = failed.filter(|_| !t.said_failed) {
+            return Some(TcpItem::Event(socket, TcpEvent::Failed(f)));
+        }
+        let over = st.is_none_or(|s| {
+            failed.is_some() || matches!(s.state, State::FinWait2 | State::TimeWait | State::Closed)
+        });
+        if !over {
+            return None;
+        }
+        // Unread bytes make this close a reset, as they make any close one.
+        release(r, AppSocket::Tcp(t), false);
+        self.slots[i] = Some(AppSocket::Releasing);
+        Some(TcpItem::Event(socket, TcpEvent::Released))
+    }
+
     /// Event `ev` of socket `socket` was placed for the application.
     pub(crate) fn delivered(&mut self, socket: u16, ev: TcpEvent) {
         if socket == APP_EVENTS {
@@ -273,7 +307,9 @@ impl Sockets {
         match (slot.as_mut(), ev) {
             (Some(AppSocket::Tcp(t)), TcpEvent::Connected) => t.said_connected = true,
             (Some(AppSocket::Tcp(t)), TcpEvent::Eof) => t.said_eof = true,
-            (Some(AppSocket::Tcp(t)), TcpEvent::Failed(_)) => t.said_failed = true,
+            (Some(AppSocket::Tcp(t) | AppSocket::Lingering(t)), TcpEvent::Failed(_)) => {
+                t.said_failed = true
+            }
             (Some(AppSocket::Listener { owed, .. }), TcpEvent::Accepted { socket: new, .. }) => {
                 *owed = None;
                 if let Some(Some(AppSocket::Tcp(t))) = self.slots.get_mut(usize::from(new)) {
@@ -351,7 +387,15 @@ impl Sockets {
             (AppSocket::Listener { l, .. }, TcpOp::SendBuffer(n) | TcpOp::RecvBuffer(n)) => {
                 r.iface.tcp_set_listener_buffer(l, buffer_of(op), n).is_ok()
             }
-            (AppSocket::Tcp(_) | AppSocket::Listener { .. }, TcpOp::Close | TcpOp::Abort) => {
+            (AppSocket::Tcp(t), TcpOp::CloseLinger) => {
+                let _ = r.iface.tcp_shutdown(r.pool, t.h, r.now, r.tx);
+                self.slots[i] = Some(AppSocket::Lingering(t));
+                true
+            }
+            (
+                AppSocket::Tcp(_) | AppSocket::Listener { .. },
+                TcpOp::Close | TcpOp::Abort | TcpOp::CloseLinger,
+            ) => {
                 release(r, s, op == TcpOp::Abort);
                 self.slots[i] = Some(AppSocket::Releasing);
                 if let AppSocket::Listener { owed: Some(n), .. } = s {
@@ -381,6 +425,7 @@ impl Sockets {
             match s {
                 AppSocket::Udp(h) => udp.push(h),
                 AppSocket::Releasing => {}
+                AppSocket::Lingering(t) => release(r, AppSocket::Tcp(t), false),
                 other => release(r, other, false),
             }
         }
@@ -403,7 +448,7 @@ fn release(r: &mut Round<'_>, s: AppSocket, abort: bool) {
         AppSocket::Tcp(t) => {
             let _ = r.iface.tcp_close(r.pool, t.h, r.now, r.tx);
         }
-        AppSocket::Udp(_) | AppSocket::Releasing => {}
+        AppSocket::Udp(_) | AppSocket::Releasing | AppSocket::Lingering(_) => {}
     }
 }
 
@@ -492,7 +537,10 @@ impl Backlog {
         let closed = self.q.iter().any(|p| {
             p.d.aux == socket
                 && p.d.flags & crate::windows::REQ_OP != 0
-                && matches!(TcpOp::of_desc(&p.d), Some(TcpOp::Close | TcpOp::Abort))
+                && matches!(
+                    TcpOp::of_desc(&p.d),
+                    Some(TcpOp::Close | TcpOp::Abort | TcpOp::CloseLinger)
+                )
         });
         if closed {
             return;

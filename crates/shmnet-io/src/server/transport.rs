@@ -313,7 +313,7 @@ impl AppTransport for ShmApp {
     fn deliver(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         // The ring's tail is the application's to write: read it (a cache line that moves
         // between cores) only when there is something to deliver.
-        let mut item = sockets.next_item(r.iface);
+        let mut item = sockets.next_item(r);
         if item.is_none() && !sockets.any_udp_waiting(r.iface) {
             return 0;
         }
@@ -355,7 +355,7 @@ impl AppTransport for ShmApp {
                 self.flush_deliveries(n, r.pool, r.tcp_lent, c);
                 n = 0;
             }
-            item = sockets.next_item(r.iface);
+            item = sockets.next_item(r);
         }
         for (sock, h) in sockets.udp_sockets() {
             while room > 0 {
@@ -712,7 +712,7 @@ impl AppTransport for IpcApp {
         }
         // TCP: its events, and its bytes copied into packets.
         while !self.failed
-            && let Some(item) = sockets.next_item(r.iface)
+            && let Some(item) = sockets.next_item(r)
         {
             match item {
                 TcpItem::Event(socket, ev) => {

@@ -138,7 +138,7 @@ pub fn raw_attach(path: &Path) -> (OwnedFd, Window, u16, u16) {
 }
 
 /// The structures the TCP tests run under.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     /// `server`, `--isolation regions`.
     Regions,
