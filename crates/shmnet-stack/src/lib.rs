@@ -82,38 +82,52 @@ pub use smoltcp::wire::EthernetAddress;
 pub use socket::{Message, NoHook, RecvHook, RecvInfo, SocketHandle};
 pub use stats::Stats;
 
-/// A point in time, in nanoseconds from an origin the caller chooses (monotonic).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Instant(u64);
+/// A point in time, in nanoseconds from an origin the caller chooses (monotonic), up to
+/// `u64::MAX - 1` (later instants saturate there: 584 years).
+///
+/// Held as nanoseconds + 1 in a `NonZeroU64`, so that `Option<Instant>` is 8 bytes, not
+/// 16: a TCP connection keeps eight of them (its timers), and its state has a budget of
+/// 512 bytes (docs/tcp.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant(core::num::NonZeroU64);
+
+impl Default for Instant {
+    fn default() -> Self {
+        Self::ZERO
+    }
+}
 
 impl Instant {
     /// The origin.
-    pub const ZERO: Instant = Instant(0);
+    pub const ZERO: Instant = Instant::from_nanos(0);
 
     /// `ns` nanoseconds after the origin.
     pub const fn from_nanos(ns: u64) -> Instant {
-        Instant(ns)
+        match core::num::NonZeroU64::new(ns.saturating_add(1)) {
+            Some(v) => Instant(v),
+            None => unreachable!(),
+        }
     }
 
     /// `ms` milliseconds after the origin.
     pub const fn from_millis(ms: u64) -> Instant {
-        Instant(ms.saturating_mul(1_000_000))
+        Instant::from_nanos(ms.saturating_mul(1_000_000))
     }
 
     /// `s` seconds after the origin.
     pub const fn from_secs(s: u64) -> Instant {
-        Instant(s.saturating_mul(1_000_000_000))
+        Instant::from_nanos(s.saturating_mul(1_000_000_000))
     }
 
     /// Nanoseconds after the origin.
     pub const fn nanos(self) -> u64 {
-        self.0
+        self.0.get() - 1
     }
 
     /// This instant plus `d` (saturating).
     pub fn after(self, d: core::time::Duration) -> Instant {
-        Instant(
-            self.0
+        Instant::from_nanos(
+            self.nanos()
                 .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
         )
     }

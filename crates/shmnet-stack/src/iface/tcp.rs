@@ -477,6 +477,7 @@ impl Interface {
         tx: &mut T,
         beyond_limit: bool,
     ) -> Result<usize, TcpError> {
+        let base = self.tcp.cfg.snd_buf;
         let c = self.tcp.get_mut(h)?;
         match c.state() {
             State::SynSent | State::SynReceived | State::Established | State::CloseWait => {}
@@ -488,7 +489,7 @@ impl Interface {
         let n = if beyond_limit {
             c.send_beyond_limit(pool, data)
         } else {
-            c.send(pool, data)
+            c.send(pool, data, base)
         };
         if n == 0 && !data.is_empty() {
             return Err(TcpError::WouldBlock);

@@ -10,6 +10,7 @@
 
 use std::net::SocketAddrV4;
 
+use super::autotune::{Look, RcvSpace};
 use super::cc::{AckAction, DupAckAction, NewReno};
 use super::queue::{ChainQueue, Cursor, Ooo, OooInsert};
 use super::rtt::Rtt;
@@ -166,6 +167,11 @@ pub struct Conn {
     rcv_nxt: Seq,
     rcv_adv: Seq,
     rcv_buf: u32,
+    /// The receive-buffer tuner's measurement ([`super::autotune`]).
+    rcv_space: RcvSpace,
+    /// The bytes autotuning added to this connection's buffers as the table last
+    /// counted them (`Tcp::finish`).
+    tuned_accounted: u32,
     rx: ChainQueue,
     ooo: Ooo,
     ooo_fin: Option<Seq>,
@@ -269,6 +275,10 @@ struct Flags {
     orphan: bool,
     /// Our window scale option was offered (on a SYN we sent).
     ws_offered: bool,
+    /// The application set the receive buffer: it is not autotuned.
+    rcv_buf_set: bool,
+    /// The application set the send buffer: it is not autotuned.
+    snd_buf_set: bool,
     /// Both sides agreed to SACK.
     sack_ok: bool,
     /// Both sides agreed to timestamps.
@@ -314,6 +324,8 @@ impl Conn {
             rcv_nxt: Seq(0),
             rcv_adv: Seq(0),
             rcv_buf: cfg.rcv_buf,
+            rcv_space: RcvSpace::default(),
+            tuned_accounted: 0,
             rx: ChainQueue::default(),
             ooo: Ooo::default(),
             ooo_fin: None,
@@ -355,7 +367,7 @@ impl Conn {
     /// An active open: SYN-SENT, with the SYN ready to go.
     pub fn active(local: SocketAddrV4, remote: SocketAddrV4, iss: Seq, cfg: &TcpConfig) -> Conn {
         let mut c = Conn::new(local, remote, iss, State::SynSent, cfg);
-        c.rcv_wscale = window_shift(c.rcv_buf);
+        c.rcv_wscale = c.offered_shift(cfg);
         c.flags.ws_offered = true;
         c
     }
@@ -373,6 +385,8 @@ impl Conn {
         let mut c = Conn::new(local, remote, iss, State::SynReceived, cfg);
         c.snd_buf = sizes.send;
         c.rcv_buf = sizes.recv;
+        c.flags.rcv_buf_set = sizes.recv_set;
+        c.flags.snd_buf_set = sizes.send_set;
         c.take_syn_options(seg, cfg);
         c.irs = seg.seq;
         c.rcv_nxt = seg.seq.add(1);
@@ -400,6 +414,8 @@ impl Conn {
         let mut c = Conn::new(local, remote, iss, State::Established, cfg);
         c.snd_buf = sizes.send;
         c.rcv_buf = sizes.recv;
+        c.flags.rcv_buf_set = sizes.recv_set;
+        c.flags.snd_buf_set = sizes.send_set;
         c.smss = mss;
         c.cc = NewReno::new(mss);
         c.cc.algorithm = cfg.congestion;
@@ -418,6 +434,16 @@ impl Conn {
         c
     }
 
+    /// The window scale to offer: enough for the buffer, or for what autotuning may grow it
+    /// to unless the application chose the buffer.
+    fn offered_shift(&self, cfg: &TcpConfig) -> u8 {
+        if self.flags.rcv_buf_set {
+            window_shift(self.rcv_buf)
+        } else {
+            window_shift(self.rcv_buf.max(cfg.rcv_buf_max))
+        }
+    }
+
     fn take_syn_options(&mut self, seg: &SegIn, cfg: &TcpConfig) {
         let ours = cfg.mss;
         self.smss = seg.mss.map_or(536, |m| m.max(64)).min(ours);
@@ -434,7 +460,7 @@ impl Conn {
             Some(s) if self.state == State::SynReceived || self.flags.ws_offered => {
                 self.snd_wscale = s.min(14);
                 if self.state == State::SynReceived {
-                    self.rcv_wscale = window_shift(self.rcv_buf);
+                    self.rcv_wscale = self.offered_shift(cfg);
                     self.flags.ws_offered = true;
                 }
             }
@@ -492,10 +518,14 @@ impl Conn {
     pub fn set_buffer(&mut self, which: Buffer, bytes: u32) {
         let bytes = super::buffer_size(bytes);
         match which {
-            Buffer::Send => self.snd_buf = bytes,
+            Buffer::Send => {
+                self.snd_buf = bytes;
+                self.flags.snd_buf_set = true;
+            }
             Buffer::Recv => {
                 let before = self.rcv_window();
                 self.rcv_buf = bytes;
+                self.flags.rcv_buf_set = true;
                 if self.state.synchronized()
                     && !self.flags.rx_fin
                     && self.rcv_window() > before.max(self.rcv_adv.since(self.rcv_nxt))
@@ -567,8 +597,18 @@ impl Conn {
     // ------------------------------------------------------------------ application side
 
     /// Queue `data` for sending; returns the bytes taken (0 when the send buffer is full).
-    pub fn send<P: BufferPool + ?Sized>(&mut self, pool: &mut P, data: &[u8]) -> usize {
-        self.tx.write(pool, data, self.snd_buf, 0)
+    ///
+    /// Under memory pressure (less than a quarter of the pool free) a send buffer that
+    /// autotuning grew takes no more than `base` (the configured size), as Linux's
+    /// `sk_stream_moderate_sndbuf` cuts one back: what is queued stays, but many
+    /// connections that grew cannot together take the pool.
+    pub fn send<P: BufferPool + ?Sized>(&mut self, pool: &mut P, data: &[u8], base: u32) -> usize {
+        let limit = if self.snd_buf > base && super::autotune::under_pressure(pool) {
+            base
+        } else {
+            self.snd_buf
+        };
+        self.tx.write(pool, data, limit, 0)
     }
 
     /// Queue `data` past the send buffer's limit (as many bytes as the pool has buffers
@@ -950,6 +990,8 @@ impl Conn {
                 data = data.saturating_sub(1);
                 self.flags.fin_acked = true;
             }
+            // A writer may be waiting for room (Linux's SOCK_NOSPACE).
+            let queue_was_full = self.tx.bytes() + u32::from(self.smss) > self.snd_buf;
             self.tx.consume(pool, data, Some(&mut self.tx_cursor));
             self.snd_una = ack;
             if self.snd_nxt.lt(ack) {
@@ -985,6 +1027,9 @@ impl Conn {
                 self.rtt_probe = None;
                 self.retransmits = self.retransmits.wrapping_add(1);
                 ctr.fast_retransmits += 1;
+            }
+            if queue_was_full && !self.flags.snd_buf_set {
+                self.autotune_snd_buf(pool, flight, cfg, ctr);
             }
             self.flags.early_fired = false;
             if !self.cc.in_recovery
@@ -1202,6 +1247,9 @@ impl Conn {
             if had_ooo {
                 self.update_sack_out(pool, None);
             }
+            if !self.flags.rcv_buf_set {
+                self.autotune_rcv_buf(pool, seg, now, cfg, ctr);
+            }
             self.unacked_segs = self.unacked_segs.saturating_add(1);
             if had_ooo || self.unacked_segs >= 2 {
                 self.flags.ack_now = true;
@@ -1223,6 +1271,122 @@ impl Conn {
             self.ooo_fin = None;
             self.take_fin(now, cfg);
         }
+    }
+
+    /// One look of the receive-buffer tuner ([`super::autotune`]) after in-order data.
+    /// The pool bounds the growth as Linux's `tcp_mem` does: the receive queue holds a
+    /// buffer per segment, so one connection's buffer may cover an eighth of the pool's
+    /// buffers at most, none grows while less than half of the pool is free, and a grown
+    /// one is cut back to the configured size while less than a quarter is.
+    fn autotune_rcv_buf<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &P,
+        seg: &SegIn,
+        now: Instant,
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) {
+        if super::autotune::under_pressure(pool) {
+            // Cut a grown buffer back (Linux's tcp_clamp_window): the window already
+            // offered stands, later ones are the configured size's.
+            self.rcv_buf = self.rcv_buf.min(cfg.rcv_buf);
+            return;
+        }
+        let smss = u32::from(self.smss);
+        let by_pool = u32::try_from(pool.total() / 8)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(smss);
+        let look = Look {
+            taken_to: self.rcv_nxt.sub(self.rx.bytes()),
+            now_ms: (now.nanos() / 1_000_000) as u32,
+            rtt_ms: self.receiver_rtt_ms(seg, now),
+            rcv_buf: self.rcv_buf,
+            smss,
+            ceiling: cfg
+                .rcv_buf_max
+                .min(by_pool)
+                .min(0xffff << self.rcv_wscale)
+                .min(super::MAX_BUFFER),
+        };
+        if let Some(grown) = self.rcv_space.look(look)
+            && super::autotune::may_grow(pool)
+        {
+            self.rcv_buf = grown;
+            ctr.rcv_buf_grown += 1;
+        }
+    }
+
+    /// The send buffer's tuning, after Linux's `tcp_should_expand_sndbuf` and
+    /// `tcp_sndbuf_expand`: a writer held back by a full send buffer while the congestion
+    /// window had room (`flight` below it: the buffer, not the network, limited) gets a
+    /// buffer of twice the window, ten segments' worth at least — bounded as the receive
+    /// buffer is, by the configured ceiling and the pool.
+    fn autotune_snd_buf<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &P,
+        flight: u32,
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) {
+        if flight >= self.cc.cwnd || self.cc.in_recovery {
+            return;
+        }
+        let smss = u32::from(self.smss);
+        let by_pool = u32::try_from(pool.total() / 8)
+            .unwrap_or(u32::MAX)
+            .saturating_mul(smss);
+        let want = self
+            .cc
+            .cwnd
+            .max(10 * smss)
+            .saturating_mul(2)
+            .min(cfg.snd_buf_max)
+            .min(by_pool)
+            .min(super::MAX_BUFFER);
+        if want > self.snd_buf && super::autotune::may_grow(pool) {
+            self.snd_buf = want;
+            ctr.snd_buf_grown += 1;
+        }
+    }
+
+    /// Bytes autotuning has added to the buffers (beyond the configured sizes): as last
+    /// accounted, and now (which becomes the accounted figure).
+    pub(crate) fn account_tuning(&mut self, cfg: &TcpConfig) -> (u32, u32) {
+        let extra = |set: bool, buf: u32, base: u32| if set { 0 } else { buf.saturating_sub(base) };
+        let now = extra(self.flags.snd_buf_set, self.snd_buf, cfg.snd_buf).saturating_add(extra(
+            self.flags.rcv_buf_set,
+            self.rcv_buf,
+            cfg.rcv_buf,
+        ));
+        (std::mem::replace(&mut self.tuned_accounted, now), now)
+    }
+
+    /// Gives back up to `excess` bytes of what tuning added (the send buffer's first),
+    /// never below the configured sizes; what is queued stays, and the window already
+    /// offered stands.
+    pub(crate) fn untune(&mut self, excess: u32, cfg: &TcpConfig) {
+        let mut left = excess;
+        for (set, buf, base) in [
+            (self.flags.snd_buf_set, &mut self.snd_buf, cfg.snd_buf),
+            (self.flags.rcv_buf_set, &mut self.rcv_buf, cfg.rcv_buf),
+        ] {
+            if !set {
+                let give = buf.saturating_sub(base).min(left);
+                *buf -= give;
+                left -= give;
+            }
+        }
+    }
+
+    /// The round trip as the receiver sees it: from the timestamp the peer echoes (our
+    /// clock, milliseconds), else the smoothed RTT of what we sent; 0 if neither is known.
+    fn receiver_rtt_ms(&self, seg: &SegIn, now: Instant) -> u32 {
+        let echoed = seg
+            .ts
+            .filter(|&(_, ecr)| self.flags.ts_ok && ecr != 0)
+            .map(|(_, ecr)| self.tsval(now).wrapping_sub(ecr))
+            .filter(|&ms| ms < 60_000);
+        echoed.unwrap_or(self.rtt.srtt_us() / 1_000)
     }
 
     fn take_fin(&mut self, now: Instant, cfg: &TcpConfig) {

@@ -25,6 +25,7 @@
 //! (RFC 2018, 6675), timestamps and PAWS, CUBIC, SYN cookies, keepalive, path-MTU discovery
 //! (the MSS is the interface MTU's).
 
+pub mod autotune;
 pub mod cc;
 pub mod conn;
 pub mod queue;
@@ -71,8 +72,13 @@ pub fn buffer_size(bytes: u32) -> u32 {
 pub struct BufferSizes {
     /// `SO_SNDBUF`.
     pub send: u32,
+    /// The application set `send` itself: it is not autotuned (`SOCK_SNDBUF_LOCK`).
+    pub send_set: bool,
     /// `SO_RCVBUF`.
     pub recv: u32,
+    /// The application set `recv` itself: it is not autotuned (Linux's
+    /// `SOCK_RCVBUF_LOCK`).
+    pub recv_set: bool,
 }
 
 impl BufferSizes {
@@ -82,10 +88,12 @@ impl BufferSizes {
         match which {
             Buffer::Send => Self {
                 send: bytes,
+                send_set: true,
                 ..self
             },
             Buffer::Recv => Self {
                 recv: bytes,
+                recv_set: true,
                 ..self
             },
         }
@@ -97,10 +105,25 @@ impl BufferSizes {
 pub struct TcpConfig {
     /// The MSS we announce and the most we send: the MTU less the IPv4 and TCP headers.
     pub mss: u16,
-    /// Receive buffer per connection (bytes): the most we offer in the window.
+    /// Receive buffer per connection (bytes): the most we offer in the window, until
+    /// autotuning grows it ([`autotune`]).
     pub rcv_buf: u32,
-    /// Send buffer per connection (bytes queued and not yet acknowledged).
+    /// The most autotuning grows a receive buffer to (Linux's `tcp_rmem[2]`, 6 MiB); no
+    /// more than `rcv_buf` turns it off. The window scale we offer is chosen for it.
+    ///
+    /// Off by default (= `rcv_buf`), for now: in the server, an application that dies with
+    /// sends parked has them all queued at once, past every limit, in the one pool (they
+    /// have nowhere else to wait); a receive window grown beside them let a writer park
+    /// more than the pool then held, and bytes were lost (tcp_hostile's dead writers).
+    /// Draining a dead application's sends as room appears will lift this.
+    pub rcv_buf_max: u32,
+    /// Send buffer per connection (bytes queued and not yet acknowledged), until
+    /// autotuning grows it (see `snd_buf_max`).
     pub snd_buf: u32,
+    /// The most autotuning grows a send buffer to (Linux's `tcp_wmem[2]`, 4 MiB): a writer
+    /// held back by a full buffer while the congestion window has room gets twice the
+    /// window. No more than `snd_buf` turns it off.
+    pub snd_buf_max: u32,
     /// Connections start with Nagle off.
     pub nodelay: bool,
     /// Congestion avoidance: CUBIC (the default, as on Linux) or Reno.
@@ -136,7 +159,9 @@ impl TcpConfig {
     pub fn buffer_sizes(&self) -> BufferSizes {
         BufferSizes {
             send: self.snd_buf,
+            send_set: false,
             recv: self.rcv_buf,
+            recv_set: false,
         }
     }
 }
@@ -146,6 +171,8 @@ impl Default for TcpConfig {
         TcpConfig {
             mss: 1460,
             rcv_buf: 256 * 1024,
+            rcv_buf_max: 256 * 1024,
+            snd_buf_max: 4 << 20,
             snd_buf: 256 * 1024,
             nodelay: false,
             congestion: cc::Algorithm::Cubic,
@@ -296,6 +323,10 @@ tcp_counters! {
     /// Challenge ACKs and ACKs for out-of-window segments not sent: one per half second
     /// per connection at most.
     oow_acks_limited,
+    /// Receive buffers grown by autotuning (one count per growth).
+    rcv_buf_grown,
+    /// Send buffers grown by autotuning (one count per growth).
+    snd_buf_grown,
     /// SYN-ACKs sent with a cookie (a listener's queue was full).
     syn_cookies_sent,
     /// Connections made from a returning cookie.
@@ -447,6 +478,9 @@ pub struct Tcp {
     pending_out: Vec<u32>,
     next_ephemeral: u16,
     live: usize,
+    /// Bytes autotuning added to connections' buffers, in all (each connection's share as
+    /// it was last accounted in [`Tcp::finish`]).
+    tuned_bytes: u64,
 }
 
 const EPHEMERAL_FIRST: u16 = 49152;
@@ -508,6 +542,7 @@ impl Tcp {
             last_cookie: None,
             next_ephemeral: EPHEMERAL_FIRST,
             live: 0,
+            tuned_bytes: 0,
         }
     }
 
@@ -779,6 +814,21 @@ impl Tcp {
         };
         let generation = slot.generation;
         let Some(c) = slot.conn.as_mut() else { return };
+        // Every connection's tuned growth together stays within a thirty-second of the pool
+        // (its buffers in MSS-sized segments): past it, this one gives the excess back. Each connection's own growth is bounded too (an eighth of the
+        // pool a direction), but many growing at once would together hold it all — and the
+        // configured sizes are already promised: four applications that never read, with
+        // four writers flooding them, hold 80 % of a 4,096-buffer pool without any tuning
+        // (tcp_hostile's never-readers); a quarter more exhausted it.
+        let (was, now) = c.account_tuning(&self.cfg);
+        self.tuned_bytes = (self.tuned_bytes + u64::from(now)).saturating_sub(u64::from(was));
+        let budget = (pool.total() / 32) as u64 * u64::from(self.cfg.mss);
+        if now > 0 && self.tuned_bytes > budget {
+            let excess = u32::try_from(self.tuned_bytes - budget).unwrap_or(u32::MAX);
+            c.untune(excess, &self.cfg);
+            let (was, now) = c.account_tuning(&self.cfg);
+            self.tuned_bytes = (self.tuned_bytes + u64::from(now)).saturating_sub(u64::from(was));
+        }
         if c.state() == State::Closed {
             if c.orphaned() {
                 self.free(pool, idx);
@@ -804,6 +854,9 @@ impl Tcp {
             return;
         };
         c.clear(pool);
+        self.tuned_bytes = self
+            .tuned_bytes
+            .saturating_sub(u64::from(c.account_tuning(&self.cfg).0));
         let k = key(c.remote, c.local.port());
         if self.demux.get(&k) == Some(&idx) {
             self.demux.remove(&k);
