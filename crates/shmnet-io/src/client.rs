@@ -46,7 +46,6 @@ mod lent;
 mod pending;
 mod poll;
 mod regions;
-mod spin;
 mod tcp;
 
 pub use lent::Lent;
@@ -121,8 +120,6 @@ struct Inner {
     tcp: tcp::Book,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
     alive_checked: Duration,
-    /// Whether a wait's yield let another task run (then it sleeps instead of spinning).
-    yields: spin::YieldGauge,
 }
 
 /// How often a send looks whether the server is still there. A send into a ring with room
@@ -194,8 +191,7 @@ pub const MAX_DATAGRAM: usize = 65_507;
 /// wake-up that ends it cost the waker as much (an eventfd write that must interrupt a
 /// halted vCPU), so an application in a conversation that slept at every pause would pay it
 /// per message: with this, `shmnet rr`'s applications sleep about once per 100 transactions
-/// instead of twice per transaction. A yield that let another task run ends the spinning at
-/// once ([`spin`]): on a CPU shared with a party that has work, spinning only takes its time.
+/// instead of twice per transaction.
 const SPIN_POLLS: u32 = 1024;
 
 /// The application's producing rings.
@@ -339,7 +335,6 @@ impl Client {
             gone: false,
             tcp: tcp::Book::default(),
             alive_checked: Duration::ZERO,
-            yields: spin::YieldGauge::default(),
             lend_scratch: Vec::new(),
         };
         let client = Self {
@@ -813,16 +808,12 @@ impl Inner {
             }
             if polls < SPIN_POLLS {
                 polls += 1;
-                if polls % 16 != 0 {
+                if polls % 16 == 0 {
+                    std::thread::yield_now();
+                } else {
                     std::hint::spin_loop();
-                    continue;
                 }
-                // A yield that let another task run: someone here has work, and the
-                // spinning takes its CPU (spin.rs). Sleep now.
-                if !self.yields.yield_was_contended() {
-                    continue;
-                }
-                polls = SPIN_POLLS;
+                continue;
             }
             self.sleep_rx(deadline)?;
         }

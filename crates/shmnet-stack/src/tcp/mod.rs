@@ -1084,6 +1084,7 @@ impl Tcp {
         self.timers.clear();
         self.pending_out.clear();
         self.live = 0;
+        self.tuned_bytes = 0;
     }
 
     /// Whether `ip` may be connected to.
