@@ -869,45 +869,43 @@ fn long_path_transfer(
 /// run makes the other side's buffer large, so the one under test is what limits.
 #[test]
 fn autotuning_grows_the_buffers_on_a_long_round_trip() {
-    let big_snd = |c: &mut Config| c.tcp.snd_buf = 8 << 20;
-    let big_rcv = |c: &mut Config| c.tcp.rcv_buf = 8 << 20;
-    let fixed_rcv = |c: &mut Config| c.tcp.rcv_buf_max = c.tcp.rcv_buf;
-    let fixed_snd = |c: &mut Config| c.tcp.snd_buf_max = c.tcp.snd_buf;
-    let s = |us: u64| us as f64 / 1e6;
-
-    let (fixed, _, b) = long_path_transfer(&big_snd, &fixed_rcv);
-    assert_eq!(
-        b.rcv_buf_grown, 0,
-        "a receiver told not to tune grew its buffer"
-    );
-    let (tuned, _, b) = long_path_transfer(&big_snd, &|c| c.tcp.rcv_buf_max = 4 << 20);
-    eprintln!(
-        "receive buffer: 8 MiB over 40 ms in {:.2} s fixed, {:.2} s tuned ({} growths)",
-        s(fixed),
-        s(tuned),
-        b.rcv_buf_grown
-    );
-    assert!(b.rcv_buf_grown >= 3, "grew {} times", b.rcv_buf_grown);
-    assert!(
-        tuned * 5 < fixed * 3,
-        "tuned {tuned} µs against fixed {fixed} µs"
-    );
-
-    let (fixed, a, _) = long_path_transfer(&fixed_snd, &big_rcv);
-    assert_eq!(
-        a.snd_buf_grown, 0,
-        "a sender told not to tune grew its buffer"
-    );
-    let (tuned, a, _) = long_path_transfer(&|_| {}, &big_rcv);
-    eprintln!(
-        "send buffer: 8 MiB over 40 ms in {:.2} s fixed, {:.2} s tuned ({} growths)",
-        s(fixed),
-        s(tuned),
-        a.snd_buf_grown
-    );
-    assert!(a.snd_buf_grown >= 3, "grew {} times", a.snd_buf_grown);
-    assert!(
-        tuned * 5 < fixed * 3,
-        "tuned {tuned} µs against fixed {fixed} µs"
-    );
+    type Tweak = &'static dyn Fn(&mut Config);
+    type Growths = fn(&TcpCounters, &TcpCounters) -> u64;
+    // (which buffer, A and B with it fixed, A and B with it tuned, its growths).
+    let cases: [(&str, [Tweak; 2], [Tweak; 2], Growths); 2] = [
+        (
+            "receive",
+            [&|c| c.tcp.snd_buf = 8 << 20, &|c| {
+                c.tcp.rcv_buf_max = c.tcp.rcv_buf
+            }],
+            [&|c| c.tcp.snd_buf = 8 << 20, &|c| {
+                c.tcp.rcv_buf_max = 4 << 20
+            }],
+            |_, b| b.rcv_buf_grown,
+        ),
+        (
+            "send",
+            [&|c| c.tcp.snd_buf_max = c.tcp.snd_buf, &|c| {
+                c.tcp.rcv_buf = 8 << 20
+            }],
+            [&|_| {}, &|c| c.tcp.rcv_buf = 8 << 20],
+            |a, _| a.snd_buf_grown,
+        ),
+    ];
+    for (which, fixed_cfg, tuned_cfg, grown) in cases {
+        let (fixed, a, b) = long_path_transfer(fixed_cfg[0], fixed_cfg[1]);
+        assert_eq!(grown(&a, &b), 0, "{which} buffer told not to tune grew");
+        let (tuned, a, b) = long_path_transfer(tuned_cfg[0], tuned_cfg[1]);
+        let n = grown(&a, &b);
+        eprintln!(
+            "{which} buffer: 8 MiB over 40 ms in {:.2} s fixed, {:.2} s tuned ({n} growths)",
+            fixed as f64 / 1e6,
+            tuned as f64 / 1e6,
+        );
+        assert!(n >= 3, "{which} buffer grew {n} times");
+        assert!(
+            tuned * 5 < fixed * 3,
+            "{which} buffer: tuned {tuned} µs against fixed {fixed} µs"
+        );
+    }
 }

@@ -14,6 +14,14 @@
 use super::seq::Seq;
 use crate::buf::BufferPool;
 
+/// The most one connection's buffer may grow to in one direction: an eighth of the pool's
+/// buffers, each holding one segment of `smss` bytes.
+pub fn pool_share<P: BufferPool + ?Sized>(pool: &P, smss: u32) -> u32 {
+    u32::try_from(pool.total() / 8)
+        .unwrap_or(u32::MAX)
+        .saturating_mul(smss)
+}
+
 /// Whether buffers may grow now: half the pool or more is free.
 pub fn may_grow<P: BufferPool + ?Sized>(pool: &P) -> bool {
     pool.free_count() * 2 >= pool.total()

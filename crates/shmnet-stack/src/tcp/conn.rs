@@ -1293,9 +1293,7 @@ impl Conn {
             return;
         }
         let smss = u32::from(self.smss);
-        let by_pool = u32::try_from(pool.total() / 8)
-            .unwrap_or(u32::MAX)
-            .saturating_mul(smss);
+        let by_pool = super::autotune::pool_share(pool, smss);
         let look = Look {
             taken_to: self.rcv_nxt.sub(self.rx.bytes()),
             now_ms: (now.nanos() / 1_000_000) as u32,
@@ -1332,9 +1330,7 @@ impl Conn {
             return;
         }
         let smss = u32::from(self.smss);
-        let by_pool = u32::try_from(pool.total() / 8)
-            .unwrap_or(u32::MAX)
-            .saturating_mul(smss);
+        let by_pool = super::autotune::pool_share(pool, smss);
         let want = self
             .cc
             .cwnd
