@@ -120,6 +120,8 @@ struct Inner {
     tcp: tcp::Book,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
     alive_checked: Duration,
+    /// Looks at an empty receive ring before a wait sleeps ([`Client::set_spin_polls`]).
+    spin_polls: u32,
 }
 
 /// How often a send looks whether the server is still there. A send into a ring with room
@@ -186,8 +188,9 @@ const MAX_SEND_CHAIN: usize = 64;
 /// The largest UDP payload in one IPv4 datagram (65,535 less the IP and UDP headers).
 pub const MAX_DATAGRAM: usize = 65_507;
 
-/// Times `recv` looks at an empty receive ring before it sleeps (yielding the CPU every
-/// 16th look, so a party that shares it runs): tens of microseconds. On a VM a sleep and the
+/// Times `recv` looks at an empty receive ring before it sleeps, unless the application
+/// chose otherwise ([`Client::set_spin_polls`]), yielding the CPU every 16th look, so a
+/// party that shares it runs: tens of microseconds. On a VM a sleep and the
 /// wake-up that ends it cost the waker as much (an eventfd write that must interrupt a
 /// halted vCPU), so an application in a conversation that slept at every pause would pay it
 /// per message: with this, `shmnet rr`'s applications sleep about once per 100 transactions
@@ -335,6 +338,7 @@ impl Client {
             gone: false,
             tcp: tcp::Book::default(),
             alive_checked: Duration::ZERO,
+            spin_polls: SPIN_POLLS,
             lend_scratch: Vec::new(),
         };
         let client = Self {
@@ -412,6 +416,17 @@ impl Client {
                 "expected Unregistered, got {other:?}"
             ))),
         }
+    }
+
+    /// How many times a blocking receive looks at an empty receive ring before it sleeps
+    /// (default 1,024: tens of microseconds, yielding the CPU every 16th look). Spinning
+    /// saves the sleep and the wake-up a reply that comes soon would cost — on a VM they
+    /// cost the waker as much as the sleeper — at the price of a CPU that looks meanwhile:
+    /// 0 sleeps at once (a receiver that shares its CPUs with busier parties), more suits a
+    /// latency-bound conversation on a CPU of its own. Like Linux's `SO_BUSY_POLL`, but
+    /// counted in looks, not time (a look reads no clock). No effect under `ipc`.
+    pub fn set_spin_polls(&self, polls: u32) {
+        self.inner.borrow_mut().spin_polls = polls;
     }
 
     /// Bytes of the two windows this application maps (data, own); zeros in the `ipc`
@@ -793,20 +808,26 @@ impl Inner {
 
     /// Waits for the next delivery for socket `id` until `deadline` (`None`: without
     /// limit): spins a while on an empty ring, then sleeps on its wake-up.
+    ///
+    /// Invariant: the last thing that reads the receive ring before [`Inner::sleep_rx`] is
+    /// the look for `id`'s delivery. A delivery read anywhere after that look (the `reap`
+    /// used to come there) sits in its socket's queue while the ring looks empty, and the
+    /// sleep waits out its deadline for a wake-up that was already spent — in a
+    /// request-response exchange, forever.
     fn wait_delivery(&mut self, id: u16, deadline: Option<Instant>) -> Result<Desc, ClientError> {
         let mut polls = 0u32;
         loop {
-            if let Some(d) = self.next_for(id) {
-                return Ok(d);
-            }
             // Completions that came meanwhile: free their extents, and send again what
             // missed (drop-on-miss) — a request-response client waits here for the reply to
             // a request that may have to go again.
             self.reap();
+            if let Some(d) = self.next_for(id) {
+                return Ok(d);
+            }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(ClientError::TimedOut);
             }
-            if polls < SPIN_POLLS {
+            if polls < self.spin_polls {
                 polls += 1;
                 if polls % 16 == 0 {
                     std::thread::yield_now();
