@@ -1,8 +1,12 @@
 //! ICMP: echo replies and port-unreachable errors, built with smoltcp's `Icmpv4Repr` /
-//! `Icmpv4Packet`, and the token bucket that rate-limits the errors.
+//! `Icmpv4Packet`, the token bucket that rate-limits the errors, and the reading of a
+//! router's "fragmentation needed" (RFC 1191 path-MTU discovery).
 
 use smoltcp::phy::ChecksumCapabilities;
-use smoltcp::wire::{Icmpv4DstUnreachable, Icmpv4Message, Icmpv4Packet, Icmpv4Repr};
+use smoltcp::wire::{
+    Icmpv4DstUnreachable, Icmpv4Message, Icmpv4Packet, Icmpv4Repr, IpProtocol, Ipv4Packet,
+};
+use std::net::Ipv4Addr;
 
 use crate::Instant;
 
@@ -86,6 +90,70 @@ pub fn echo_reply(ident: u16, seq_no: u16, data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// What a "fragmentation needed and DF set" message (type 3, code 4) says of a TCP
+/// segment we sent: the path's MTU toward its destination, and the segment it quotes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragNeeded {
+    /// The next hop's MTU (RFC 1191), or — from a router older than RFC 1191, which sends
+    /// 0 — the largest plateau below the quoted datagram's length.
+    pub mtu: u16,
+    /// The quoted datagram's source address (ours, if the segment was ours).
+    pub src: Ipv4Addr,
+    /// Its destination (the peer).
+    pub dst: Ipv4Addr,
+    /// The quoted TCP header's source port (our local port).
+    pub src_port: u16,
+    /// Its destination port (the peer's).
+    pub dst_port: u16,
+    /// Its sequence number (RFC 5927: checked against what is in flight).
+    pub seq: u32,
+}
+
+/// RFC 1191's plateau table (section 7): the MTUs to try below a datagram's length when a
+/// router does not say the next hop's.
+const PLATEAUS: [u16; 10] = [
+    32_000, 17_914, 8_166, 4_352, 2_002, 1_492, 1_006, 508, 296, 68,
+];
+
+/// Reads a "fragmentation needed" message `bytes` (the ICMP header and what it quotes) about
+/// a TCP segment. `None` for anything else, or when the quote is shorter than the IP header
+/// and the 8 bytes of TCP header it must carry (RFC 792) — the message is then useless.
+pub fn frag_needed(bytes: &[u8]) -> Option<FragNeeded> {
+    let p = Icmpv4Packet::new_checked(bytes).ok()?;
+    if p.msg_type() != Icmpv4Message::DstUnreachable
+        || p.msg_code() != u8::from(Icmpv4DstUnreachable::FragRequired)
+    {
+        return None;
+    }
+    let said = u16::from_be_bytes([bytes[6], bytes[7]]);
+    // The quote is cut short of the datagram's total length, so smoltcp's checked view
+    // (which wants all of it) does not apply: the lengths it reads are checked here.
+    let quoted = bytes.get(HEADER_LEN..)?;
+    let ihl = usize::from(quoted.first()? & 0x0f) * 4;
+    if ihl < 20 {
+        return None;
+    }
+    let tcp = quoted.get(ihl..)?.get(..8)?;
+    let ip = Ipv4Packet::new_unchecked(quoted);
+    if ip.version() != 4 || ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 {
+        return None;
+    }
+    let mtu = if said != 0 {
+        said
+    } else {
+        let len = ip.total_len();
+        PLATEAUS.into_iter().find(|&m| m < len)?
+    };
+    Some(FragNeeded {
+        mtu,
+        src: ip.src_addr(),
+        dst: ip.dst_addr(),
+        src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+        dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
+        seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+    })
+}
+
 /// A port-unreachable message quoting `quoted` (the offending IP header and the first
 /// 8 bytes of its payload), checksum filled.
 pub fn port_unreachable(quoted: &[u8]) -> Vec<u8> {
@@ -96,4 +164,81 @@ pub fn port_unreachable(quoted: &[u8]) -> Vec<u8> {
     p.data_mut().copy_from_slice(quoted);
     p.fill_checksum();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A "fragmentation needed" saying `mtu`, quoting a TCP segment of `total` bytes
+    /// 10.0.0.1:4000 → 10.0.0.2:80 with sequence number 77, `tcp_bytes` of its header.
+    fn message(mtu: u16, total: u16, proto: IpProtocol, tcp_bytes: usize) -> Vec<u8> {
+        let mut quoted = vec![0u8; 20 + tcp_bytes];
+        let mut ip = Ipv4Packet::new_unchecked(&mut quoted[..20]);
+        ip.set_version(4);
+        ip.set_header_len(20);
+        ip.set_total_len(total);
+        ip.set_next_header(proto);
+        ip.set_src_addr(Ipv4Addr::new(10, 0, 0, 1));
+        ip.set_dst_addr(Ipv4Addr::new(10, 0, 0, 2));
+        let tcp = [0x0f, 0xa0, 0x00, 0x50, 0, 0, 0, 77];
+        let n = tcp_bytes.min(8);
+        quoted[20..20 + n].copy_from_slice(&tcp[..n]);
+        let mut out = vec![0u8; HEADER_LEN + quoted.len()];
+        let mut p = Icmpv4Packet::new_unchecked(&mut out[..]);
+        p.set_msg_type(Icmpv4Message::DstUnreachable);
+        p.set_msg_code(Icmpv4DstUnreachable::FragRequired.into());
+        p.data_mut().copy_from_slice(&quoted);
+        out[6..8].copy_from_slice(&mtu.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_routers_frag_needed_names_the_mtu_and_the_quoted_segment() {
+        let f = frag_needed(&message(1280, 1500, IpProtocol::Tcp, 8)).unwrap();
+        assert_eq!(
+            f,
+            FragNeeded {
+                mtu: 1280,
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+                src_port: 4000,
+                dst_port: 80,
+                seq: 77,
+            }
+        );
+    }
+
+    #[test]
+    fn a_router_that_says_no_mtu_gets_the_plateau_below_the_datagram() {
+        assert_eq!(
+            frag_needed(&message(0, 1500, IpProtocol::Tcp, 8))
+                .unwrap()
+                .mtu,
+            1492
+        );
+        assert_eq!(
+            frag_needed(&message(0, 1492, IpProtocol::Tcp, 8))
+                .unwrap()
+                .mtu,
+            1006
+        );
+        assert_eq!(frag_needed(&message(0, 68, IpProtocol::Tcp, 8)), None);
+    }
+
+    #[test]
+    fn a_short_quote_another_protocol_or_another_code_is_not_read() {
+        assert_eq!(frag_needed(&message(1280, 1500, IpProtocol::Tcp, 7)), None);
+        assert_eq!(frag_needed(&message(1280, 1500, IpProtocol::Udp, 8)), None);
+        let mut port = message(1280, 1500, IpProtocol::Tcp, 8);
+        port[1] = Icmpv4DstUnreachable::PortUnreachable.into();
+        assert_eq!(frag_needed(&port), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_read_without_a_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80)) {
+            let _ = frag_needed(&bytes);
+        }
+    }
 }

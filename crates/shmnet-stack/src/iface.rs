@@ -643,6 +643,7 @@ impl Interface {
             proto: IpProtocol::Udp,
             ttl: dg.ttl,
             ident: dg.ident,
+            dont_frag: false,
         };
         ipv4::write_header(&mut quoted, &orig, dg.len, 0, false);
         udp::write_header(&mut quoted[ipv4::HEADER_LEN..], uh);
@@ -673,6 +674,10 @@ impl Interface {
             pool.free_chain(dg.head);
             return;
         }
+        if ih.msg_type == Icmpv4Message::DstUnreachable && dg.dst == self.cfg.ipv4 {
+            self.rx_dst_unreachable(pool, dg, now, tx);
+            return;
+        }
         if ih.msg_type != Icmpv4Message::EchoRequest || ih.code != 0 || dg.dst != self.cfg.ipv4 {
             self.stats.icmp_ignored += 1;
             pool.free_chain(dg.head);
@@ -688,6 +693,50 @@ impl Interface {
             .is_ok()
         {
             self.stats.icmp_echo_replies += 1;
+        }
+    }
+
+    /// A destination-unreachable message (checksum verified, addressed to us). A router's
+    /// "fragmentation needed" about one of our TCP segments lowers its connection's MSS
+    /// ([`crate::tcp::conn::Conn::on_frag_needed`] checks it) and resends what was in
+    /// flight at once; every other one is ignored and counted (a UDP socket has no error
+    /// queue, and TCP does not abort on hard errors during a connection, RFC 1122 4.2.3.9).
+    fn rx_dst_unreachable<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        dg: Datagram,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        // The header and the quote (a 60-byte IP header at most and 8 bytes of TCP): the
+        // first buffer holds them whenever the message has them.
+        let head = valid(pool, dg.head);
+        let msg = &head[..head.len().min(dg.len).min(icmp::HEADER_LEN + 68)];
+        let said = icmp::frag_needed(msg);
+        pool.free_chain(dg.head);
+        let Some(f) = said else {
+            self.stats.icmp_ignored += 1;
+            return;
+        };
+        if !self.tcp.cfg.pmtu_discovery {
+            self.stats.icmp_ignored += 1;
+            return;
+        }
+        let remote = std::net::SocketAddrV4::new(f.dst, f.dst_port);
+        let idx = (f.src == self.cfg.ipv4)
+            .then(|| self.tcp.lookup(remote, f.src_port))
+            .flatten();
+        let lowered = idx.and_then(|idx| {
+            let (c, _, ctr) = self.tcp.parts(idx)?;
+            Some((
+                idx,
+                c.on_frag_needed(f.mtu, crate::tcp::seq::Seq(f.seq), ctr),
+            ))
+        });
+        match lowered {
+            Some((idx, true)) => self.tcp_after(pool, idx, now, tx),
+            Some((_, false)) => {}
+            None => self.tcp.counters.frag_needed_ignored += 1,
         }
     }
 
@@ -760,6 +809,7 @@ impl Interface {
             proto,
             ttl: self.cfg.ttl,
             ident,
+            dont_frag: false,
         }
     }
 

@@ -166,11 +166,15 @@ pub struct EmitHeader {
     pub ttl: u8,
     /// Identification.
     pub ident: u16,
+    /// Don't fragment: set on TCP's segments for path-MTU discovery (RFC 1191; a router
+    /// that cannot forward one whole says so instead of cutting it), never on datagrams
+    /// the stack fragments itself.
+    pub dont_frag: bool,
 }
 
 /// Write a 20-byte IPv4 header (no options) at the start of `buf` for a packet carrying
 /// `payload_len` bytes at fragment offset `frag_offset` (bytes, a multiple of 8), with the
-/// header checksum filled in. Don't-fragment is never set.
+/// header checksum filled in.
 pub fn write_header(
     buf: &mut [u8],
     h: &EmitHeader,
@@ -190,6 +194,7 @@ pub fn write_header(
     repr.emit(&mut p, &ChecksumCapabilities::ignored());
     p.set_ident(h.ident);
     p.clear_flags();
+    p.set_dont_frag(h.dont_frag);
     p.set_more_frags(more_frags);
     p.set_frag_offset(frag_offset as u16);
     p.fill_checksum();
@@ -231,6 +236,7 @@ mod tests {
             proto: IpProtocol::Udp,
             ttl: 64,
             ident: 9,
+            dont_frag: false,
         };
         write_header(&mut h, &emit, 0, frag_offset, more_frags);
         h

@@ -39,6 +39,50 @@ struct Wire {
     rng: fastrand::Rng,
     impair: Impair,
     frames: u64,
+    /// A router's MTU on the path (`None`: as wide as the stacks'): a larger frame with
+    /// don't-fragment set is dropped and answered with "fragmentation needed" from
+    /// [`ROUTER`]; one without goes through (as if fragmented and put together again).
+    path_mtu: Option<u16>,
+    /// Frames the router refused.
+    too_big: u64,
+}
+
+/// The router on the path, when it has an MTU of its own.
+const ROUTER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
+
+/// A router's "fragmentation needed" for the frame `bytes` (Ethernet, IPv4, TCP), saying
+/// `mtu`, addressed to its sender: an Ethernet frame quoting its IP header and eight bytes.
+fn frag_needed(bytes: &[u8], mtu: u16) -> Vec<u8> {
+    use smoltcp::wire::{Icmpv4Packet, IpProtocol, Ipv4Packet};
+    let ip = &bytes[14..];
+    let sender = Ipv4Packet::new_unchecked(ip).src_addr();
+    let quote = &ip[..28];
+    let mut icmp = vec![0u8; 8 + quote.len()];
+    icmp[0] = 3;
+    icmp[1] = 4;
+    icmp[6..8].copy_from_slice(&mtu.to_be_bytes());
+    icmp[8..].copy_from_slice(quote);
+    Icmpv4Packet::new_unchecked(&mut icmp[..]).fill_checksum();
+    let mut frame = vec![0u8; 14 + 20 + icmp.len()];
+    frame[..6].copy_from_slice(&bytes[6..12]);
+    frame[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 0xfe]);
+    frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let mut p = Ipv4Packet::new_unchecked(&mut frame[14..]);
+    p.set_version(4);
+    p.set_header_len(20);
+    p.set_total_len((20 + icmp.len()) as u16);
+    p.set_hop_limit(64);
+    p.set_next_header(IpProtocol::Icmp);
+    p.set_src_addr(ROUTER);
+    p.set_dst_addr(sender);
+    p.fill_checksum();
+    frame[34..].copy_from_slice(&icmp);
+    frame
+}
+
+/// Whether IPv4 frame `bytes` has don't-fragment set.
+fn dont_frag(bytes: &[u8]) -> bool {
+    bytes[14 + 6] & 0x40 != 0
 }
 
 fn side(mac: u8, ip: Ipv4Addr, tweak: &dyn Fn(&mut Config)) -> Side {
@@ -82,6 +126,8 @@ impl Wire {
             rng: fastrand::Rng::with_seed(seed),
             impair,
             frames: 0,
+            path_mtu: None,
+            too_big: 0,
         }
     }
 
@@ -100,6 +146,16 @@ impl Wire {
             let bytes = shmnet_stack::buf::valid(&s.pool, f).to_vec();
             s.pool.free(f);
             self.frames += 1;
+            if let Some(mtu) = self.path_mtu {
+                let total = u16::from_be_bytes([bytes[16], bytes[17]]);
+                if bytes[12..14] == [8, 0] && total > mtu && dont_frag(&bytes) {
+                    self.too_big += 1;
+                    let icmp = frag_needed(&bytes, mtu);
+                    self.flight
+                        .push((self.now_us + ONE_WAY_US / 2, self.frames, !from_a, icmp));
+                    continue;
+                }
+            }
             if self.rng.f64() < self.impair.loss {
                 continue;
             }
@@ -908,4 +964,99 @@ fn autotuning_grows_the_buffers_on_a_long_round_trip() {
             "{which} buffer: tuned {tuned} µs against fixed {fixed} µs"
         );
     }
+}
+
+/// Path-MTU discovery (RFC 1191): a router between the stacks forwards 1,280 bytes at most
+/// and answers a larger segment (sent with don't-fragment) with "fragmentation needed".
+/// Each side's MSS comes down to the path's once, what was in flight goes again at once
+/// (no retransmission timeout), and the megabytes each way arrive whole.
+#[test]
+fn a_narrow_path_lowers_the_mss_and_the_stream_goes_on_without_a_timeout() {
+    let mut w = Wire::new(7, Impair::default());
+    w.path_mtu = Some(1280);
+    let (ca, cb) = connect(&mut w, 5001);
+    assert_eq!(
+        w.a.ifc.tcp_info(ca).unwrap().mss,
+        1460,
+        "the link's MSS first"
+    );
+    let (a_data, b_data) = (data(1 << 20, 7), data(1 << 20, 8));
+    let (got_a, got_b) = exchange(&mut w, ca, cb, &a_data, &b_data);
+    assert!(
+        got_b == a_data && got_a == b_data,
+        "the streams arrive whole"
+    );
+    for (side, h) in [(&w.a, ca), (&w.b, cb)] {
+        let c = side.ifc.tcp_counters();
+        assert_eq!(c.pmtu_lowered, 1, "{c:?}");
+        assert_eq!(
+            c.rto_retransmits, 0,
+            "resent at the message, not the timer: {c:?}"
+        );
+        assert_eq!(side.ifc.tcp_info(h).unwrap().mss, 1280 - 40);
+    }
+    assert!(
+        w.too_big > 0 && w.too_big <= 40,
+        "the router refused the first flights only: {}",
+        w.too_big
+    );
+    close_and_drain(&mut w, ca, Some(cb));
+}
+
+/// "Fragmentation needed" is believed only for a segment in flight of a connection of ours
+/// and an MTU below the one in use (RFC 5927), and never below `MIN_PMTU`: a path narrower
+/// than that gets `MIN_PMTU`-sized segments without don't-fragment.
+#[test]
+fn fragmentation_needed_is_checked_before_it_is_believed() {
+    let mut w = Wire::new(9, Impair::default());
+    let (ca, _cb) = connect(&mut w, 5001);
+    let payload = data(20_000, 9);
+    w.with(true, |s, now, out| {
+        s.ifc.tcp_send(&mut s.pool, ca, &payload, now, out)
+    })
+    .unwrap();
+    // A segment of A's on its way, not acknowledged yet.
+    let seg = w
+        .flight
+        .iter()
+        .find(|f| f.2 && f.3.len() > 1000)
+        .map(|f| f.3.clone())
+        .expect("a data segment in flight");
+    assert!(dont_frag(&seg), "segments go with don't-fragment");
+    let to_a = |w: &mut Wire, frame: Vec<u8>| {
+        w.with(true, |s, now, out| {
+            let b = s.pool.alloc_with(0, &frame).unwrap();
+            s.ifc.receive(&mut s.pool, b, now, out);
+        });
+    };
+    let with_tcp = |at: usize, bytes: &[u8]| {
+        let mut f = seg.clone();
+        f[34 + at..34 + at + bytes.len()].copy_from_slice(bytes);
+        f
+    };
+    let seq = u32::from_be_bytes(seg[38..42].try_into().unwrap());
+    let forged = [
+        // A sequence number far from what is in flight.
+        frag_needed(&with_tcp(4, &seq.wrapping_add(1 << 30).to_be_bytes()), 1280),
+        // A port no connection has.
+        frag_needed(&with_tcp(0, &9u16.to_be_bytes()), 1280),
+        // An MTU no smaller than the link's.
+        frag_needed(&seg, 1500),
+    ];
+    for f in forged {
+        to_a(&mut w, f);
+    }
+    let c = w.a.ifc.tcp_counters();
+    assert_eq!((c.frag_needed_ignored, c.pmtu_lowered), (3, 0), "{c:?}");
+    assert_eq!(w.a.ifc.tcp_info(ca).unwrap().mss, 1460);
+    // A path of 300 bytes: the floor, and fragments from then on.
+    to_a(&mut w, frag_needed(&seg, 300));
+    let c = w.a.ifc.tcp_counters();
+    assert_eq!(c.pmtu_lowered, 1, "{c:?}");
+    assert_eq!(
+        w.a.ifc.tcp_info(ca).unwrap().mss,
+        shmnet_stack::tcp::MIN_PMTU - 40
+    );
+    let resent = w.flight.iter().rev().find(|f| f.2).expect("resent at once");
+    assert!(!dont_frag(&resent.3), "no don't-fragment below MIN_PMTU");
 }

@@ -852,3 +852,108 @@ fn scapy_crafted_segments_meet_the_rfc_at_the_server() {
     assert!(u(&report, &["tcp", "challenge_acks"]) >= 2, "{report}");
     assert!(u(&report, &["tcp", "ack_unsent"]) >= 1, "{report}");
 }
+
+/// Path-MTU discovery against a Linux router: shmnet (`server` structure, MTU 1,500) sends
+/// a file to Linux's `nc -l` in a second namespace behind the first one's kernel, which
+/// forwards onto a link of MTU 1,280. shmnet's segments go with don't-fragment, so the
+/// router answers the first large ones with "fragmentation needed" instead of cutting them;
+/// shmnet's MSS comes down to the path's, and every byte arrives. The router fragmented
+/// nothing.
+#[test]
+fn shmnet_learns_a_narrow_paths_mtu_from_a_linux_router() {
+    const TEST: &str = "shmnet_learns_a_narrow_paths_mtu_from_a_linux_router";
+    if !root() {
+        shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    let (Some(ns), Some(far)) = (netns("pmtu"), Netns::new("shmnet-tcp", "pmtu-far")) else {
+        shmnet_testkit::skip(TEST, "cannot make network namespaces with veth pairs");
+        return;
+    };
+    let sh = |n: &Netns, line: &str| {
+        let st = n.cmd("sh").args(["-c", line]).status().expect("run sh");
+        assert!(st.success(), "{line}: {st}");
+    };
+    assert!(netns::ip(&[
+        "-n", &ns.0, "link", "add", "w1", "type", "veth", "peer", "name", "w0", "netns", &far.0,
+    ]));
+    // The kernel forwards between v1 and w1, but not what arrives on v0 (shmnet's end,
+    // which has no address of its own): frames Linux sends shmnet would otherwise come back
+    // in on v0 and be forwarded out of v1 again, each one looping until its TTL ran out.
+    sh(
+        &ns,
+        "ip addr add 10.94.0.1/24 dev w1 && ip link set w1 mtu 1280 up \
+         && sysctl -qw net.ipv4.ip_forward=1 && sysctl -qw net.ipv4.conf.v0.forwarding=0",
+    );
+    sh(
+        &far,
+        "ip addr add 10.94.0.2/24 dev w0 && ip link set w0 up \
+         && ip route add default via 10.94.0.1",
+    );
+    let sock = std::env::temp_dir().join(format!("shmnet-pmtu-{}.sock", std::process::id()));
+    let sock_arg = sock.to_str().unwrap().to_string();
+    let server = Server::start(
+        &ns,
+        &[
+            "--structure",
+            "server",
+            "--socket",
+            &sock_arg,
+            "--gateway",
+            "10.93.0.2",
+        ],
+    );
+    const BYTES: usize = 8 << 20;
+    let file = random_file(BYTES, "pmtu");
+    let got = std::env::temp_dir().join(format!("shmnet-pmtu-{}-got", std::process::id()));
+    let mut listen = far.cmd("nc");
+    listen
+        .args(["-l", "10.94.0.2", "5003"])
+        .stdout(std::fs::File::create(&got).unwrap())
+        .stderr(Stdio::null());
+    let listen = listen.spawn().expect("start nc -l");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+            .args(["app", "send-file", "10.94.0.2:5003"])
+            .arg(&file)
+            .args(["--socket", &sock_arg, "--json", "--connect-timeout", "2"])
+            .output()
+            .expect("run send-file");
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "send-file failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_ok(listen, "nc -l", limit(BYTES));
+    assert!(
+        std::fs::read(&got).unwrap() == std::fs::read(&file).unwrap(),
+        "the file arrived changed"
+    );
+    let snmp = ns
+        .cmd("cat")
+        .arg("/proc/net/snmp")
+        .output()
+        .expect("read snmp");
+    let snmp = String::from_utf8_lossy(&snmp.stdout);
+    let ip: Vec<Vec<&str>> = snmp
+        .lines()
+        .filter(|l| l.starts_with("Ip: "))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let col = ip[0]
+        .iter()
+        .position(|&k| k == "FragCreates")
+        .expect("FragCreates");
+    assert_eq!(ip[1][col], "0", "the router fragmented nothing: {snmp}");
+    let report = server.stop();
+    assert!(u(&report, &["tcp", "pmtu_lowered"]) >= 1, "{report}");
+    let _ = std::fs::remove_file(&got);
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&sock);
+}

@@ -333,6 +333,7 @@ impl<P: Pacer> Softnic<P> {
             proto: IpProtocol::Udp,
             ttl: 64,
             ident: 0,
+            dont_frag: false,
         };
         let per_frag = (cfg.mtu - IP) & !7;
         let mut frames = Vec::new();

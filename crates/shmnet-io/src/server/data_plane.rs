@@ -759,6 +759,7 @@ impl DataPlane {
             out_queue_full: self.out_full,
             ipc_drops: self.ipc_drops,
             stack: self.iface.stats().clone(),
+            tcp: self.iface.tcp_counters().clone(),
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
             regions: Default::default(),

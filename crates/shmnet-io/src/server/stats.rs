@@ -34,6 +34,8 @@ pub struct ServerStats {
     pub ipc_drops: u64,
     /// The protocol stack's counters.
     pub stack: shmnet_stack::Stats,
+    /// TCP's counters (every connection's, and every segment refused).
+    pub tcp: shmnet_stack::tcp::TcpCounters,
     /// The data plane's own counters.
     pub data_plane: DataPlaneCounters,
     /// The control plane's counters.

@@ -218,7 +218,7 @@ impl Interface {
 
     /// After an event on connection `idx`: hand over a finished handshake, send what is
     /// due, free it if it is gone, re-arm its timer.
-    fn tcp_after<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+    pub(super) fn tcp_after<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
         idx: u32,
@@ -246,6 +246,7 @@ impl Interface {
                 return;
             };
             let (local, remote) = (c.local, c.remote);
+            let dont_frag = cfg.pmtu_discovery && !c.may_fragment();
             let Some(frame) = pool.alloc() else {
                 // Lost like a frame on the wire: the retransmission timer recovers it.
                 ctr.no_buffers += 1;
@@ -257,7 +258,14 @@ impl Interface {
             ctr.bytes_out += u64::from(copied);
             ctr.sack_retransmits += u64::from(seg.rexmit);
             ctr.resets_sent += u64::from(seg.rst);
-            let len = self.tcp_frame(pool, frame, &seg, local.port(), remote, copied as usize);
+            let len = self.tcp_frame(
+                pool,
+                frame,
+                &seg,
+                (local.port(), remote),
+                copied as usize,
+                dont_frag,
+            );
             set_window(pool, frame, 0, len);
             self.tcp_emit(pool, frame, remote, now, tx);
         }
@@ -279,22 +287,24 @@ impl Interface {
         };
         self.tcp.counters.segs_out += 1;
         self.tcp.counters.resets_sent += u64::from(seg.rst);
-        let len = self.tcp_frame(pool, frame, seg, local_port, remote, 0);
+        let dont_frag = self.tcp.cfg.pmtu_discovery;
+        let len = self.tcp_frame(pool, frame, seg, (local_port, remote), 0, dont_frag);
         set_window(pool, frame, 0, len);
         self.tcp_emit(pool, frame, remote, now, tx);
     }
 
     /// Write the Ethernet, IPv4 and TCP headers of `seg` into `frame`, whose payload
     /// (`data_len` bytes after the TCP header) is already in place, with the checksum over
-    /// the bytes as they lie in the frame. Returns the frame's length.
+    /// the bytes as they lie in the frame, don't-fragment as `dont_frag` says. Returns the
+    /// frame's length.
     fn tcp_frame<P: BufferPool + ?Sized>(
         &mut self,
         pool: &mut P,
         frame: BufIdx,
         seg: &SegOut,
-        local_port: u16,
-        remote: SocketAddrV4,
+        (local_port, remote): (u16, SocketAddrV4),
         data_len: usize,
+        dont_frag: bool,
     ) -> usize {
         let ident = self.next_ident;
         self.next_ident = self.next_ident.wrapping_add(1);
@@ -326,6 +336,7 @@ impl Interface {
             proto: IpProtocol::Tcp,
             ttl: self.cfg.ttl,
             ident,
+            dont_frag,
         };
         ipv4::write_header(&mut buf[eth::HEADER_LEN..], &hdr, tcp_len, 0, false);
         eth::write_header(

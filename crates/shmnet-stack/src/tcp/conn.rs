@@ -292,6 +292,10 @@ struct Flags {
     /// The path reorders (a recovery proved spurious): losses are found by time only,
     /// not by three segments' worth of SACKs (RACK's answer to reordering, coarsely).
     reordering: bool,
+    /// A router said the path is narrower than [`super::MIN_PMTU`]: segments go without
+    /// don't-fragment, sized for `MIN_PMTU`, and routers cut them (Linux locks such a
+    /// path's MTU the same way).
+    may_fragment: bool,
 }
 
 impl Conn {
@@ -1455,6 +1459,43 @@ impl Conn {
         .into_iter()
         .flatten()
         .min()
+    }
+
+    /// A router could not forward a segment of ours whole and said the path's MTU is
+    /// `mtu` (ICMP "fragmentation needed", RFC 1191), quoting the segment's sequence number
+    /// `seq`. Believed only if `seq` is in flight (RFC 5927 section 4.1: a blind attacker
+    /// must guess it) and `mtu` is below the MTU in use; never below [`super::MIN_PMTU`]
+    /// (a smaller path is sent `MIN_PMTU`-sized segments without don't-fragment). Returns
+    /// whether the MSS came down; counted either way.
+    ///
+    /// What is in flight went in segments too large for the path, and each was dropped at
+    /// the router: they are sent again now, cut to the new size, from `SND.UNA` — without
+    /// the congestion response a loss earns (nothing was lost to congestion; Linux's
+    /// `tcp_simple_retransmit`).
+    pub fn on_frag_needed(&mut self, mtu: u16, seq: Seq, ctr: &mut TcpCounters) -> bool {
+        const HEADERS: u16 = 40;
+        let in_flight = self.state.synchronized() && seq.ge(self.snd_una) && seq.lt(self.snd_max);
+        let mss = mtu.max(super::MIN_PMTU).saturating_sub(HEADERS);
+        if !in_flight || mss >= self.smss {
+            ctr.frag_needed_ignored += 1;
+            return false;
+        }
+        self.smss = mss;
+        self.flags.may_fragment = mtu < super::MIN_PMTU;
+        ctr.pmtu_lowered += 1;
+        self.rtt_probe = None;
+        self.snd_nxt = self.snd_una;
+        self.flags.retransmit_one = false;
+        self.sacked.clear();
+        self.high_rxt = self.snd_una;
+        self.retransmits = self.retransmits.wrapping_add(1);
+        true
+    }
+
+    /// Whether this connection's segments may be fragmented on the way (don't-fragment
+    /// off): the path is narrower than [`super::MIN_PMTU`].
+    pub fn may_fragment(&self) -> bool {
+        self.flags.may_fragment
     }
 
     /// Run the timers due at `now`.

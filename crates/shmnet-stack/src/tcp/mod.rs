@@ -53,6 +53,12 @@ pub enum Buffer {
     Recv,
 }
 
+/// The smallest path MTU a "fragmentation needed" can lower a connection to (Linux's
+/// `min_pmtu`): a forged message cannot shrink a connection's segments to a few bytes each
+/// (RFC 5927 section 7.1). A path narrower than this gets segments fragmented on the way
+/// no more, and loses them: as on Linux.
+pub const MIN_PMTU: u16 = 552;
+
 /// The smallest buffer a socket option can set (bytes); smaller requests are raised to it.
 pub const MIN_BUFFER: u32 = 4 * 1024;
 
@@ -152,6 +158,11 @@ pub struct TcpConfig {
     pub keepalive_probes: u8,
     /// When a listener answers SYNs with SYN cookies (RFC 4987) instead of keeping state.
     pub syn_cookies: SynCookies,
+    /// Path-MTU discovery (RFC 1191, as Linux's `ip_no_pmtu_disc` 0): segments go with
+    /// don't-fragment set, and a router's "fragmentation needed" about one of them lowers
+    /// its connection's MSS (never below [`MIN_PMTU`]'s) — see [`conn::Conn::on_frag_needed`].
+    /// Off: segments may be fragmented on the way, and such messages are ignored.
+    pub pmtu_discovery: bool,
 }
 
 impl TcpConfig {
@@ -187,6 +198,7 @@ impl Default for TcpConfig {
             keepalive_interval_us: 75_000_000,
             keepalive_probes: 9,
             syn_cookies: SynCookies::WhenFull,
+            pmtu_discovery: true,
         }
     }
 }
@@ -351,6 +363,9 @@ tcp_counters! {
     /// Connections that saw their path reorder (a resend DSACKed, or a recovery undone):
     /// from then on they find losses by time only.
     reordering_detected,
+    /// Times a router's "fragmentation needed" lowered a connection's MSS (path-MTU
+    /// discovery, RFC 1191).
+    pmtu_lowered,
     // ---- refusals
     /// Too short, bad offset, bad options or flags.
     malformed,
@@ -380,6 +395,9 @@ tcp_counters! {
     table_full,
     /// No buffer for a segment to send.
     no_buffers,
+    /// "Fragmentation needed" messages ignored (RFC 5927): for no connection of ours, for a
+    /// sequence number not in flight, or saying an MTU no smaller than the one in use.
+    frag_needed_ignored,
 }
 
 /// What an application of a connection polls for: readable bytes, end of stream, failure.
