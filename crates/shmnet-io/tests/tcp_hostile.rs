@@ -641,6 +641,12 @@ fn dies_with_sends_parked(kind: Kind, mode: &str) {
         got, wrote,
         "{kind:?}/{mode}: every byte the dead writer handed over arrived"
     );
+    // What its connection's send buffer had no room for when it went waited in the stack's
+    // memory (a spill), not in the pool; none was refused. (How much that was depends on how
+    // far the reader had read by then: it starts as soon as the writer is gone.)
+    let tcp = srv.stats().tcp;
+    eprintln!("{kind:?}/{mode}: {} bytes spilled", tcp.spilled);
+    assert_eq!(tcp.spill_refused, 0, "{kind:?}/{mode}");
     drop(s);
     drop(l);
     honest_stream(&srv.path, 13, 1 << 20);

@@ -1060,3 +1060,59 @@ fn fragmentation_needed_is_checked_before_it_is_believed() {
     let resent = w.flight.iter().rev().find(|f| f.2).expect("resent at once");
     assert!(!dont_frag(&resent.3), "no don't-fragment below MIN_PMTU");
 }
+
+/// What an application wrote before it went away, past its send buffer (the server hands it
+/// over with `tcp_send_beyond_limit`, then closes): the buffer takes what fits, the rest
+/// waits in the stack's own memory — not the pool — and follows as the peer acknowledges,
+/// the FIN after the last byte. The pool never holds more than the send buffer's worth.
+#[test]
+fn a_departed_writers_bytes_follow_from_the_stacks_memory_then_the_fin() {
+    let mut w = Wire::new(11, Impair::default());
+    let (ca, cb) = connect(&mut w, 5001);
+    let payload = data(3 << 20, 11);
+    let taken = w.with(true, |s, now, out| {
+        let n = s
+            .ifc
+            .tcp_send_beyond_limit(&mut s.pool, ca, &payload, now, out)
+            .unwrap();
+        s.ifc.tcp_close(&mut s.pool, ca, now, out).unwrap();
+        n
+    });
+    assert_eq!(taken, payload.len(), "every byte taken");
+    let spilled = w.a.ifc.tcp_counters().spilled;
+    assert!(
+        spilled >= (payload.len() - (256 << 10)) as u64,
+        "past the send buffer, spilled: {spilled}"
+    );
+    let (mut got, mut buf) = (Vec::new(), vec![0u8; 64 << 10]);
+    let mut most_used = 0;
+    for _ in 0..50_000_000u64 {
+        most_used = most_used.max(w.a.pool.total() - w.a.pool.free_count());
+        let eof = w.with(false, |s, now, out| {
+            loop {
+                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
+                    Ok(0) => break true,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(TcpError::WouldBlock) => break false,
+                    Err(e) => panic!("recv: {e}"),
+                }
+            }
+        });
+        if eof {
+            break;
+        }
+        w.step();
+    }
+    assert!(
+        got == payload,
+        "B read {} of {} bytes",
+        got.len(),
+        payload.len()
+    );
+    let limit = (256 << 10) / 1460 + 64;
+    assert!(
+        most_used <= limit,
+        "A's pool held {most_used} buffers (send buffer: {limit})"
+    );
+    close_and_drain(&mut w, ca, Some(cb));
+}

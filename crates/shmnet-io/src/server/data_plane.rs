@@ -21,7 +21,6 @@ use crate::control::{self, Response};
 use crate::driver::{Driver, RxFrame};
 use crate::driver_host::DriverThreadStats;
 use crate::pool::ChanPool;
-use crate::windows;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::OwnedFd;
 use shmnet_chan::handles::Pch;
@@ -31,10 +30,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long the data plane waits, when an application goes, for the lines its parked TCP
-/// sends missed on (the one wait of the data plane outside `idle`: it happens only when an
-/// application dies with bytes still parked behind a miss).
+/// How long the data plane waits without progress, when an application goes, for the
+/// lines its parked TCP sends missed on (the one wait of the data plane outside `idle`: it
+/// happens only when an application dies with bytes still parked behind a miss). Each line
+/// that arrives lets some sends out and starts the wait again: a writer that parked
+/// megabytes over hundreds of lines needs many.
 const DETACH_MISS_PATIENCE: Duration = Duration::from_millis(200);
+
+/// The longest an application's going may hold the data plane, however much progress its
+/// parked sends make (an application that closed its control socket but still writes its
+/// rings would otherwise keep it there).
+const DETACH_LIMIT: Duration = Duration::from_secs(2);
 
 /// `ipc`: frames the server holds for a driver socket that is full, at most.
 const IPC_TX_PENDING: usize = 1024;
@@ -528,19 +534,26 @@ impl DataPlane {
         // A TCP send waiting for a line (`--isolation regions`) is waited for a little:
         // the miss thread serves it while the application's regions are still mapped.
         r.last_call = true;
-        let patience = Instant::now() + DETACH_MISS_PATIENCE;
-        for _ in 0..4 * windows::APP_RING {
+        let start = Instant::now();
+        let mut progress = start;
+        loop {
             r.handles.install_served();
             let work = app
                 .transport
                 .take(&mut r, &mut app.sockets, &mut app.counters);
             r.handles.kick();
-            if work == 0 {
-                if app.transport.parked() == 0 || Instant::now() > patience {
-                    break;
-                }
-                std::thread::sleep(Duration::from_micros(50));
+            let now = Instant::now();
+            if now.duration_since(start) > DETACH_LIMIT {
+                break;
             }
+            if work > 0 {
+                progress = now;
+                continue;
+            }
+            if app.transport.parked() == 0 || now.duration_since(progress) > DETACH_MISS_PATIENCE {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(50));
         }
         let udp = app.sockets.close_all(&mut r);
         app.transport.reclaim(&mut self.pool, &mut self.tcp_lent);

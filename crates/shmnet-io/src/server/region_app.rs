@@ -350,6 +350,9 @@ impl AppTransport for RegionApp {
     fn take(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
         let mut work = 0;
         let misses = c.send_misses;
+        // An application that went away reads no more completions: its RX may be full, and
+        // its last requests must not wait for room there.
+        let last_call = r.last_call;
         if !self.backlog.is_empty() {
             let (pch, rx) = (self.pch, &mut self.rx);
             work += self.backlog.retry(
@@ -357,6 +360,7 @@ impl AppTransport for RegionApp {
                 |d, status| {
                     d.flags & windows::REQ_OP != 0
                         || rx.enqueue(windows::done_desc(d, status)).is_ok()
+                        || last_call
                 },
             );
         }
@@ -365,7 +369,11 @@ impl AppTransport for RegionApp {
         // cannot keep the data plane from everyone else.
         for _ in 0..BURSTS_PER_ROUND {
             // Each send answers on RX: take no more than RX has room for.
-            let room = (self.rx.room_for(BURST as u32) as usize).min(BURST);
+            let room = if last_call {
+                BURST
+            } else {
+                (self.rx.room_for(BURST as u32) as usize).min(BURST)
+            };
             if room == 0 {
                 break;
             }

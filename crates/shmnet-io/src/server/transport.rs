@@ -233,8 +233,13 @@ impl AppTransport for ShmApp {
         let mut done = [Desc::default(); BURST];
         for _ in 0..BURSTS_PER_ROUND {
             // A send by handle answers on RX: take no more than RX has room for (known
-            // without touching the application's cache line while RX has a burst of room).
-            let room = (self.rx.room_for(BURST as u32) as usize).min(BURST);
+            // without touching the application's cache line while RX has a burst of room),
+            // unless the application went away (it reads no more completions).
+            let room = if r.last_call {
+                BURST
+            } else {
+                (self.rx.room_for(BURST as u32) as usize).min(BURST)
+            };
             if room == 0 {
                 break;
             }

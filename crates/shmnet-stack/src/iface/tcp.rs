@@ -11,6 +11,7 @@ use crate::buf::{BufIdx, BufferPool, set_window, valid};
 use crate::checksum::{Sum, pseudo_v4};
 use crate::ipv4::{self, Datagram, EmitHeader};
 use crate::tcp::conn::{Accept, rst_for};
+use crate::tcp::spill;
 use crate::tcp::{
     Buffer, CloseReason, Conn, ListenHandle, SegIn, SegOut, State, TcpCounters, TcpError,
     TcpHandle, TcpInfo,
@@ -226,6 +227,7 @@ impl Interface {
         tx: &mut T,
     ) {
         self.tcp.settle(pool, idx);
+        self.tcp.refill(pool, idx);
         self.tcp_flush(pool, idx, now, tx);
         self.tcp.finish(pool, idx);
     }
@@ -466,8 +468,11 @@ impl Interface {
         self.tcp_send_inner(pool, h, data, now, tx, false)
     }
 
-    /// As [`Interface::tcp_send`], past the send buffer's limit (bounded by the pool): the
-    /// bytes an application wrote before it went away, which its server must not drop.
+    /// As [`Interface::tcp_send`], taking every byte: what the send buffer has no room for
+    /// waits in the stack's own memory and is queued as ACKs make room, a later shutdown or
+    /// close after it ([`crate::tcp::spill`]). For the bytes an application wrote before it
+    /// went away, which its server must not drop. Fewer bytes are taken only when every
+    /// spill together is full (counted in `spill_refused`).
     pub fn tcp_send_beyond_limit<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -489,6 +494,8 @@ impl Interface {
         beyond_limit: bool,
     ) -> Result<usize, TcpError> {
         let base = self.tcp.cfg.snd_buf;
+        let idx = h_idx(h);
+        let spilling = beyond_limit && self.tcp.spills.holds(idx);
         let c = self.tcp.get_mut(h)?;
         match c.state() {
             State::SynSent | State::SynReceived | State::Established | State::CloseWait => {}
@@ -497,15 +504,22 @@ impl Interface {
             }
             _ => return Err(TcpError::NotConnected),
         }
-        let n = if beyond_limit {
-            c.send_beyond_limit(pool, data)
+        // Bytes behind a spill join it: the stream stays in order.
+        let mut n = if spilling {
+            0
         } else {
             c.send(pool, data, base)
         };
+        if beyond_limit && n < data.len() {
+            let took = self.tcp.spills.add(idx, &data[n..]);
+            self.tcp.counters.spilled += took as u64;
+            self.tcp.counters.spill_refused += (data.len() - n - took) as u64;
+            n += took;
+        }
         if n == 0 && !data.is_empty() {
             return Err(TcpError::WouldBlock);
         }
-        self.tcp_after(pool, h_idx(h), now, tx);
+        self.tcp_after(pool, idx, now, tx);
         Ok(n)
     }
 
@@ -585,7 +599,10 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) -> Result<(), TcpError> {
-        self.tcp.get_mut(h)?.shutdown_write();
+        self.tcp.get_mut(h)?;
+        if !self.tcp.spills.defer(h_idx(h), spill::After::Shutdown) {
+            self.tcp.get_mut(h)?.shutdown_write();
+        }
         self.tcp_after(pool, h_idx(h), now, tx);
         Ok(())
     }
@@ -599,8 +616,16 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) -> Result<(), TcpError> {
-        self.tcp.get_mut(h)?.close(pool);
-        self.tcp_after(pool, h_idx(h), now, tx);
+        let idx = h_idx(h);
+        let spilled = self.tcp.spills.holds(idx);
+        let c = self.tcp.get_mut(h)?;
+        if spilled && c.close_later() {
+            self.tcp.spills.defer(idx, spill::After::Close);
+        } else {
+            c.close(pool);
+            self.tcp.spills.drop_for(idx);
+        }
+        self.tcp_after(pool, idx, now, tx);
         Ok(())
     }
 
@@ -614,6 +639,7 @@ impl Interface {
     ) -> Result<(), TcpError> {
         let c = self.tcp.get_mut(h)?;
         c.orphan_and_abort(pool);
+        self.tcp.spills.drop_for(h_idx(h));
         self.tcp_after(pool, h_idx(h), now, tx);
         Ok(())
     }

@@ -615,17 +615,6 @@ impl Conn {
         self.tx.write(pool, data, limit, 0)
     }
 
-    /// Queue `data` past the send buffer's limit (as many bytes as the pool has buffers
-    /// for): for the bytes an application wrote before it went away, which have nowhere
-    /// else to wait.
-    pub fn send_beyond_limit<P: BufferPool + ?Sized>(
-        &mut self,
-        pool: &mut P,
-        data: &[u8],
-    ) -> usize {
-        self.tx.write(pool, data, u32::MAX, 0)
-    }
-
     /// Copy received bytes into `dst`; returns how many. Opens the window: a window that
     /// grew by two segments or half the buffer is announced at once.
     pub fn recv<P: BufferPool + ?Sized>(&mut self, pool: &mut P, dst: &mut [u8]) -> usize {
@@ -689,6 +678,17 @@ impl Conn {
         } else {
             self.shutdown_write();
         }
+    }
+
+    /// The application closed its handle, and its FIN waits for bytes still to be queued
+    /// (a spill, see [`super::spill`]): orphans the connection now. `false` if unread data
+    /// makes the close an abort, which the caller does at once with [`Conn::close`].
+    pub(crate) fn close_later(&mut self) -> bool {
+        if !self.rx.is_empty() {
+            return false;
+        }
+        self.flags.orphan = true;
+        true
     }
 
     /// Nobody will take this connection (its listener is gone, or its handshake failed):

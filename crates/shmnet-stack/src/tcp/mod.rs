@@ -18,12 +18,15 @@
 //! # What is built, and what is not yet
 //!
 //! Built: the state machine with simultaneous open, half-close and TIME-WAIT; RFC 6298's
-//! timer with Karn's rule; NewReno (RFC 5681, 6582) with the initial window of RFC 6928;
-//! MSS and window scaling (RFC 7323); delayed ACKs; Nagle with a no-delay switch;
-//! zero-window probes; RFC 5961's challenge ACKs for in-window RSTs and SYNs and for ACKs
-//! too old; RFC 6528 initial sequence numbers; a bounded out-of-order queue. Not yet: SACK
-//! (RFC 2018, 6675), timestamps and PAWS, CUBIC, SYN cookies, keepalive, path-MTU discovery
-//! (the MSS is the interface MTU's).
+//! timer with Karn's rule; NewReno (RFC 5681, 6582) and CUBIC (RFC 9438, the default) with
+//! the initial window of RFC 6928; SACK with RFC 6675 recovery, DSACK and undo; loss found
+//! by time (RACK's rule on sequence ranges) and tail-loss probes; window scaling,
+//! timestamps and PAWS (RFC 7323); MSS and path-MTU discovery (RFC 1191, checked as RFC
+//! 5927 says); delayed ACKs; Nagle with a no-delay switch; zero-window probes; keepalive;
+//! RFC 5961's challenge ACKs; RFC 6528 initial sequence numbers; SYN cookies (RFC 4987); a
+//! bounded out-of-order queue; send and receive buffer autotuning ([`autotune`]); a
+//! departed application's bytes kept in [`spill`]s. docs/tcp.md lists what is not built yet
+//! (zero-copy send, RACK's per-segment send times, a path MTU shared per destination).
 
 pub mod autotune;
 pub mod cc;
@@ -32,6 +35,7 @@ pub mod queue;
 pub mod rtt;
 pub mod sack;
 pub mod seq;
+pub mod spill;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -114,14 +118,13 @@ pub struct TcpConfig {
     /// Receive buffer per connection (bytes): the most we offer in the window, until
     /// autotuning grows it ([`autotune`]).
     pub rcv_buf: u32,
-    /// The most autotuning grows a receive buffer to (Linux's `tcp_rmem[2]`, 6 MiB); no
-    /// more than `rcv_buf` turns it off. The window scale we offer is chosen for it.
+    /// The most autotuning grows a receive buffer to (6 MiB by default, Linux's
+    /// `tcp_rmem[2]`); no more than `rcv_buf` turns it off. The window scale we offer is
+    /// chosen for it.
     ///
-    /// Off by default (= `rcv_buf`), for now: in the server, an application that dies with
-    /// sends parked has them all queued at once, past every limit, in the one pool (they
-    /// have nowhere else to wait); a receive window grown beside them let a writer park
-    /// more than the pool then held, and bytes were lost (tcp_hostile's dead writers).
-    /// Draining a dead application's sends as room appears will lift this.
+    /// (It was off until a dead application's parked sends stopped going into the pool all
+    /// at once, past every limit: beside a grown receive window they once took more buffers
+    /// than the pool had, and bytes were lost. They wait in a [`spill`] now.)
     pub rcv_buf_max: u32,
     /// Send buffer per connection (bytes queued and not yet acknowledged), until
     /// autotuning grows it (see `snd_buf_max`).
@@ -182,7 +185,7 @@ impl Default for TcpConfig {
         TcpConfig {
             mss: 1460,
             rcv_buf: 256 * 1024,
-            rcv_buf_max: 256 * 1024,
+            rcv_buf_max: 6 << 20,
             snd_buf_max: 4 << 20,
             snd_buf: 256 * 1024,
             nodelay: false,
@@ -366,6 +369,9 @@ tcp_counters! {
     /// Times a router's "fragmentation needed" lowered a connection's MSS (path-MTU
     /// discovery, RFC 1191).
     pmtu_lowered,
+    /// Bytes applications that went away had written past their connections' send buffers,
+    /// kept in the stack's memory and sent as room appeared ([`spill`]).
+    spilled,
     // ---- refusals
     /// Too short, bad offset, bad options or flags.
     malformed,
@@ -398,6 +404,8 @@ tcp_counters! {
     /// "Fragmentation needed" messages ignored (RFC 5927): for no connection of ours, for a
     /// sequence number not in flight, or saying an MTU no smaller than the one in use.
     frag_needed_ignored,
+    /// Bytes refused a spill: every spill together was full ([`spill::MAX_SPILLED`]).
+    spill_refused,
 }
 
 /// What an application of a connection polls for: readable bytes, end of stream, failure.
@@ -499,6 +507,8 @@ pub struct Tcp {
     /// Bytes autotuning added to connections' buffers, in all (each connection's share as
     /// it was last accounted in [`Tcp::finish`]).
     tuned_bytes: u64,
+    /// Bytes applications that went away wrote past their connections' send buffers.
+    pub(crate) spills: spill::Spills,
 }
 
 const EPHEMERAL_FIRST: u16 = 49152;
@@ -561,6 +571,7 @@ impl Tcp {
             next_ephemeral: EPHEMERAL_FIRST,
             live: 0,
             tuned_bytes: 0,
+            spills: spill::Spills::default(),
         }
     }
 
@@ -871,6 +882,7 @@ impl Tcp {
         let Some(mut c) = self.slots[idx as usize].conn.take() else {
             return;
         };
+        self.spills.drop_for(idx);
         c.clear(pool);
         self.tuned_bytes = self
             .tuned_bytes
@@ -1103,6 +1115,36 @@ impl Tcp {
         self.pending_out.clear();
         self.live = 0;
         self.tuned_bytes = 0;
+        self.spills.clear();
+    }
+
+    /// Queues what connection `idx`'s send buffer has room for of its spill, if it has one
+    /// (see [`spill`]); the spill's last byte queued, the shutdown or close that waited for it
+    /// is done. A connection that can send no more loses its spill.
+    pub(crate) fn refill<P: BufferPool + ?Sized>(&mut self, pool: &mut P, idx: u32) {
+        if self.spills.is_empty() {
+            return;
+        }
+        let base = self.cfg.snd_buf;
+        let Some(c) = self
+            .slots
+            .get_mut(idx as usize)
+            .and_then(|s| s.conn.as_mut())
+        else {
+            return;
+        };
+        if !matches!(
+            c.state(),
+            State::SynSent | State::SynReceived | State::Established | State::CloseWait
+        ) {
+            self.spills.drop_for(idx);
+            return;
+        }
+        match self.spills.drain(idx, |b| c.send(pool, b, base)) {
+            Some(spill::After::Shutdown) => c.shutdown_write(),
+            Some(spill::After::Close) => c.close(pool),
+            Some(spill::After::Nothing) | None => {}
+        }
     }
 
     /// Whether `ip` may be connected to.
