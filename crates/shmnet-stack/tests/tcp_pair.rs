@@ -45,6 +45,8 @@ struct Wire {
     path_mtu: Option<u16>,
     /// Frames the router refused.
     too_big: u64,
+    /// Every free buffer of A's pool is taken (by other connections, say) while A polls.
+    starve_a: bool,
 }
 
 /// The router on the path, when it has an MTU of its own.
@@ -128,6 +130,7 @@ impl Wire {
             frames: 0,
             path_mtu: None,
             too_big: 0,
+            starve_a: false,
         }
     }
 
@@ -215,8 +218,18 @@ impl Wire {
         }
         for on_a in [true, false] {
             let mut out = Vec::new();
+            let starve = on_a && self.starve_a;
             let s = self.side(!on_a);
+            let mut held = Vec::new();
+            if starve {
+                while let Some(b) = s.pool.alloc() {
+                    held.push(b);
+                }
+            }
             s.ifc.poll(&mut s.pool, now, &mut out);
+            for b in held {
+                s.pool.free(b);
+            }
             self.launch(on_a, out);
         }
         let next_frame = self.flight.iter().map(|f| f.0).min();
@@ -1115,4 +1128,262 @@ fn a_departed_writers_bytes_follow_from_the_stacks_memory_then_the_fin() {
         "A's pool held {most_used} buffers (send buffer: {limit})"
     );
     close_and_drain(&mut w, ca, Some(cb));
+}
+
+/// A 2 MiB transfer A→B whose path narrows to 1,280 bytes once 300 KB have arrived —
+/// `drop_one`: while the earliest data frame on its way is lost, so A is in SACK recovery
+/// when the router's message comes. Returns the simulated time, how many data frames A sent
+/// at the moment its MSS came down, and A's counters.
+fn pmtu_during_recovery(drop_one: bool) -> (u64, usize, TcpCounters) {
+    let mut w = Wire::new(21, Impair::default());
+    let (ca, cb) = connect(&mut w, 5001);
+    let payload = data(2 << 20, 21);
+    let (mut sent, mut got, mut buf) = (0usize, Vec::new(), vec![0u8; 64 << 10]);
+    let mut armed = false;
+    let start = w.now_us;
+    let mut at_once = usize::MAX;
+    for _ in 0..50_000_000u64 {
+        w.with(true, |s, now, out| {
+            while sent < payload.len() {
+                match s.ifc.tcp_send(&mut s.pool, ca, &payload[sent..], now, out) {
+                    Ok(n) => sent += n,
+                    Err(TcpError::WouldBlock) => break,
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+        });
+        w.with(false, |s, now, out| {
+            loop {
+                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
+                    Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        });
+        if got.len() == payload.len() {
+            break;
+        }
+        if !armed && got.len() > 300_000 {
+            let in_flight_to_b: Vec<usize> = (0..w.flight.len())
+                .filter(|&i| w.flight[i].2 && w.flight[i].3.len() > 1000)
+                .collect();
+            if in_flight_to_b.len() >= 20 {
+                armed = true;
+                if drop_one {
+                    // the earliest data frame on its way to B is lost
+                    let first = *in_flight_to_b
+                        .iter()
+                        .min_by_key(|&&i| (w.flight[i].0, w.flight[i].1))
+                        .unwrap();
+                    w.flight.remove(first);
+                }
+                // ...and the path narrows from now on (route change)
+                w.path_mtu = Some(1280);
+            }
+        }
+        let before = w.a.ifc.tcp_counters().pmtu_lowered;
+        let (rec_before, t) = (w.a.ifc.tcp_counters().sack_recoveries, w.now_us);
+        let in_rec = w.a.ifc.tcp_info(ca).unwrap();
+        w.step();
+        if before == 0 && w.a.ifc.tcp_counters().pmtu_lowered == 1 {
+            let resent = w
+                .flight
+                .iter()
+                .filter(|f| f.2 && f.0 == t + ONE_WAY_US && f.3.len() > 1000)
+                .count();
+            at_once = resent;
+            let _ = (rec_before, in_rec);
+        }
+    }
+    assert!(got == payload, "B read {} of {}", got.len(), payload.len());
+    (w.now_us - start, at_once, w.a.ifc.tcp_counters().clone())
+}
+
+/// A "fragmentation needed" in SACK recovery resends at once, as outside it: leaving the
+/// recovery was the fix (before, its pipe counted everything rewound as still out, and
+/// nothing went until a probe timeout — found by a hostile review).
+#[test]
+fn fragmentation_needed_in_sack_recovery_resends_at_once() {
+    let (t0, big0, _) = pmtu_during_recovery(false);
+    let (t1, big1, c1) = pmtu_during_recovery(true);
+    assert_eq!(c1.pmtu_lowered, 1);
+    assert!(
+        c1.sack_recoveries >= 1,
+        "the scenario needs a SACK recovery: {c1:?}"
+    );
+    assert!(big0 > 0, "control: resent at once outside recovery");
+    assert!(
+        big1 > 0,
+        "in SACK recovery nothing is resent when the MSS comes down ({t1} us vs {t0} us)"
+    );
+}
+
+/// A path narrower than `MIN_PMTU` on a connection whose MSS is already below it (the peer
+/// offered 500) clears don't-fragment all the same (before, the message was ignored as
+/// naming no smaller MSS, and every segment was dropped until the connection timed out).
+#[test]
+fn a_path_below_min_pmtu_clears_dont_fragment_even_with_a_small_mss() {
+    let mut w = Wire::configured(5, Impair::default(), &|c| c.tcp.mss = 500);
+    let (ca, cb) = connect(&mut w, 5001);
+    assert_eq!(w.a.ifc.tcp_info(ca).unwrap().mss, 500);
+    w.path_mtu = Some(300);
+    let payload = data(100_000, 5);
+    let (mut sent, mut got, mut buf) = (0usize, Vec::new(), vec![0u8; 64 << 10]);
+    for _ in 0..2_000_000u64 {
+        w.with(true, |s, now, out| {
+            while sent < payload.len() {
+                match s.ifc.tcp_send(&mut s.pool, ca, &payload[sent..], now, out) {
+                    Ok(n) => sent += n,
+                    _ => break,
+                }
+            }
+        });
+        w.with(false, |s, now, out| {
+            loop {
+                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
+                    Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
+                    _ => break,
+                }
+            }
+        });
+        if got.len() == payload.len() {
+            break;
+        }
+        w.step();
+    }
+    let c = w.a.ifc.tcp_counters();
+    assert_eq!(
+        got.len(),
+        payload.len(),
+        "too_big {} state {:?} counters {c:?}",
+        w.too_big,
+        w.a.ifc.tcp_state(ca)
+    );
+}
+
+/// A spill that found no pool buffer when its connection last heard from its peer is tried
+/// again by the stack's poll: the pool runs dry for 5 ms while everything queued is on the
+/// wire, and the stream still ends whole (before, with the queue empty and no timer armed,
+/// nothing called for the spill again: found by a hostile review).
+#[test]
+fn a_spill_that_found_no_buffer_is_tried_again() {
+    let mut w = Wire::sized(
+        11,
+        Impair::default(),
+        2048,
+        &|c| {
+            c.tcp.snd_buf = 64 << 10;
+            c.tcp.snd_buf_max = 64 << 10;
+            c.tcp.nodelay = true;
+        },
+        &|c| c.tcp.rcv_buf = 1 << 20,
+    );
+    let (ca, cb) = connect(&mut w, 5001);
+    let payload = data(3 << 20, 11);
+    w.with(true, |s, now, out| {
+        let n = s
+            .ifc
+            .tcp_send_beyond_limit(&mut s.pool, ca, &payload, now, out)
+            .unwrap();
+        assert_eq!(n, payload.len());
+        s.ifc.tcp_close(&mut s.pool, ca, now, out).unwrap();
+    });
+    let (mut got, mut buf) = (Vec::new(), vec![0u8; 64 << 10]);
+    let mut starve_until = None;
+    let mut eof = false;
+    for _ in 0..5_000_000u64 {
+        eof = w.with(false, |s, now, out| {
+            loop {
+                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
+                    Ok(0) => break true,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(_) => break false,
+                }
+            }
+        });
+        if eof || w.now_us > 30_000_000 {
+            break;
+        }
+        if starve_until.is_none() && got.len() > 1 << 20 {
+            let i = w.a.ifc.tcp_info(ca).unwrap();
+            if i.in_flight > 0 && i.in_flight == i.send_queued {
+                // everything queued is on the wire: the pool runs dry for a while
+                starve_until = Some(w.now_us + 5_000);
+                w.starve_a = true;
+            }
+        }
+        if starve_until.is_some_and(|t| w.now_us >= t) {
+            w.starve_a = false;
+        }
+        w.step();
+    }
+    assert!(starve_until.is_some(), "scenario not reached");
+    let info = w.a.ifc.tcp_info(ca);
+    assert!(
+        eof && got == payload,
+        "B read {} of {} bytes, eof {eof}; A: {info:?}, A's next timer {:?}",
+        got.len(),
+        payload.len(),
+        w.a.ifc.poll_at()
+    );
+}
+
+/// A departed writer's bytes past its spill's bound are refused, and its connection is
+/// reset: the peer never takes a cut stream for a whole one.
+#[test]
+fn bytes_past_a_spills_bound_reset_the_connection() {
+    let mut w = Wire::new(13, Impair::default());
+    let (ca, cb) = connect(&mut w, 5001);
+    let payload = vec![0x42u8; shmnet_stack::tcp::spill::MAX_SPILL + (1 << 20)];
+    let sent = w.with(true, |s, now, out| {
+        s.ifc
+            .tcp_send_beyond_limit(&mut s.pool, ca, &payload, now, out)
+    });
+    assert_eq!(sent, Err(TcpError::Closed(CloseReason::Aborted)));
+    let c = w.a.ifc.tcp_counters();
+    assert!(c.spill_refused > 0 && c.resets_sent >= 1, "{c:?}");
+    let mut buf = vec![0u8; 64 << 10];
+    let end = loop {
+        match w.with(false, |s, now, out| {
+            s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out)
+        }) {
+            Ok(0) => break Ok(0),
+            Ok(_) | Err(TcpError::WouldBlock) => w.step(),
+            Err(e) => break Err(e),
+        }
+    };
+    assert_eq!(
+        end,
+        Err(TcpError::Closed(CloseReason::Reset)),
+        "a reset, not an end"
+    );
+}
+
+/// A spill whose peer takes nothing for two minutes (it never reads: the window stays shut,
+/// its probes answered) is given up and its connection reset: one peer cannot hold the
+/// spills' budget for ever.
+#[test]
+fn a_spill_the_peer_never_takes_is_given_up() {
+    let mut w = Wire::new(17, Impair::default());
+    let (ca, _cb) = connect(&mut w, 5001);
+    let payload = data(2 << 20, 17);
+    w.with(true, |s, now, out| {
+        let n = s
+            .ifc
+            .tcp_send_beyond_limit(&mut s.pool, ca, &payload, now, out)
+            .unwrap();
+        assert_eq!(n, payload.len());
+        s.ifc.tcp_close(&mut s.pool, ca, now, out).unwrap();
+    });
+    let start = w.now_us;
+    while w.a.ifc.tcp_counters().spills_abandoned == 0 {
+        assert!(w.now_us - start < 200_000_000, "still held after 200 s");
+        w.step();
+    }
+    let waited = (w.now_us - start) as f64 / 1e6;
+    assert!(
+        waited >= 120.0,
+        "given up after {waited} s, not before its patience"
+    );
+    assert!(w.a.ifc.tcp_counters().resets_sent >= 1);
 }

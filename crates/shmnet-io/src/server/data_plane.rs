@@ -40,7 +40,7 @@ const DETACH_MISS_PATIENCE: Duration = Duration::from_millis(200);
 /// The longest an application's going may hold the data plane, however much progress its
 /// parked sends make (an application that closed its control socket but still writes its
 /// rings would otherwise keep it there).
-const DETACH_LIMIT: Duration = Duration::from_secs(2);
+const DETACH_LIMIT: Duration = Duration::from_secs(1);
 
 /// `ipc`: frames the server holds for a driver socket that is full, at most.
 const IPC_TX_PENDING: usize = 1024;
@@ -543,6 +543,8 @@ impl DataPlane {
                 .take(&mut r, &mut app.sockets, &mut app.counters);
             r.handles.kick();
             let now = Instant::now();
+            // The stack's clock moves on while this lasts.
+            r.now = shmnet_stack::Instant::from_nanos(crate::coarse_clock::now().as_nanos() as u64);
             if now.duration_since(start) > DETACH_LIMIT {
                 break;
             }
@@ -555,7 +557,10 @@ impl DataPlane {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
-        let udp = app.sockets.close_all(&mut r);
+        // What could not be carried out is lost: those connections are reset.
+        let mut abort = Vec::new();
+        app.transport.parked_sockets(&mut abort);
+        let udp = app.sockets.close_all(&mut r, &abort);
         app.transport.reclaim(&mut self.pool, &mut self.tcp_lent);
         for h in udp {
             let _ = self.iface.udp_close(&mut self.pool, h);

@@ -623,4 +623,8 @@ impl AppTransport for RegionApp {
     fn parked(&self) -> usize {
         self.backlog.len()
     }
+
+    fn parked_sockets(&self, out: &mut Vec<u32>) {
+        self.backlog.sockets(out);
+    }
 }

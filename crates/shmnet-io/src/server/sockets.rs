@@ -418,15 +418,18 @@ impl Sockets {
     }
 
     /// The application has gone: every TCP socket closes (in order, as the kernel closes
-    /// the sockets of a process that exits), every UDP socket is returned.
-    pub(crate) fn close_all(&mut self, r: &mut Round<'_>) -> Vec<SocketHandle> {
+    /// the sockets of a process that exits) — those numbered in `abort` are reset instead —
+    /// and every UDP socket is returned.
+    pub(crate) fn close_all(&mut self, r: &mut Round<'_>, abort: &[u32]) -> Vec<SocketHandle> {
         let mut udp = Vec::new();
-        for s in self.slots.drain(..).flatten() {
+        for (n, s) in self.slots.drain(..).enumerate() {
+            let aborted = abort.contains(&(n as u32));
             match s {
-                AppSocket::Udp(h) => udp.push(h),
-                AppSocket::Releasing => {}
-                AppSocket::Lingering(t) => release(r, AppSocket::Tcp(t), false),
-                other => release(r, other, false),
+                None => {}
+                Some(AppSocket::Udp(h)) => udp.push(h),
+                Some(AppSocket::Releasing) => {}
+                Some(AppSocket::Lingering(t)) => release(r, AppSocket::Tcp(t), aborted),
+                Some(other) => release(r, other, aborted),
             }
         }
         self.tcp = 0;
@@ -552,6 +555,11 @@ impl Backlog {
             }
             !mine
         });
+    }
+
+    /// The sockets with requests parked, into `out`.
+    pub(crate) fn sockets(&self, out: &mut Vec<u32>) {
+        out.extend(self.q.iter().map(|p| p.d.aux));
     }
 
     /// How many requests are parked.

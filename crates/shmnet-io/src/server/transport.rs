@@ -81,6 +81,10 @@ pub(crate) trait AppTransport: Send {
     }
     /// TCP requests it has made that wait for the stack (or a line).
     fn parked(&self) -> usize;
+    /// The sockets of the requests parked now (an application going away with requests
+    /// that could not be carried out: their connections are reset, not closed, so their
+    /// peers never take what they got for the whole stream).
+    fn parked_sockets(&self, out: &mut Vec<u32>);
 }
 
 /// An application of the `server` structure.
@@ -431,6 +435,10 @@ impl AppTransport for ShmApp {
 
     fn parked(&self) -> usize {
         self.backlog.len()
+    }
+
+    fn parked_sockets(&self, out: &mut Vec<u32>) {
+        self.backlog.sockets(out);
     }
 }
 
@@ -833,6 +841,10 @@ impl AppTransport for IpcApp {
 
     fn parked(&self) -> usize {
         usize::from(self.stash.is_some())
+    }
+
+    fn parked_sockets(&self, out: &mut Vec<u32>) {
+        out.extend(self.stash.as_ref().map(|(s, _)| u32::from(*s)));
     }
 }
 

@@ -227,7 +227,7 @@ impl Interface {
         tx: &mut T,
     ) {
         self.tcp.settle(pool, idx);
-        self.tcp.refill(pool, idx);
+        self.tcp.refill(pool, idx, now);
         self.tcp_flush(pool, idx, now, tx);
         self.tcp.finish(pool, idx);
     }
@@ -393,12 +393,44 @@ impl Interface {
         tx: &mut T,
     ) {
         self.flush(pool, now, tx);
+        if self.tcp.spill_retry.is_some_and(|t| t <= now) {
+            self.retry_spills(pool, now, tx);
+        }
         while let Some(idx) = self.tcp.due(now) {
             if let Some((c, cfg, ctr)) = self.tcp.parts(idx) {
                 c.on_timer(pool, now, cfg, ctr);
             }
             self.tcp_after(pool, idx, now, tx);
         }
+    }
+
+    /// Every spill tried again (one that found no pool buffer when its connection last
+    /// heard from its peer would otherwise wait for ever), and a spill stalled past its
+    /// patience given up: its connection is reset.
+    fn retry_spills<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        let mut i = 0;
+        while let Some(idx) = self.tcp.spills.idx_at(i) {
+            self.tcp_after(pool, idx, now, tx);
+            // A spill that ended left the list: the one now at `i` is tried next.
+            if self.tcp.spills.idx_at(i) == Some(idx) {
+                i += 1;
+            }
+        }
+        while let Some(idx) = self.tcp.spills.stalled(now) {
+            self.tcp.spills.drop_for(idx);
+            self.tcp.counters.spills_abandoned += 1;
+            if let Some(c) = self.tcp.conn_at(idx) {
+                c.abort(pool);
+            }
+            self.tcp_after(pool, idx, now, tx);
+        }
+        self.tcp.spill_retry = (!self.tcp.spills.is_empty())
+            .then(|| Instant::from_nanos(now.nanos() + spill::SPILL_RETRY_NS));
     }
 
     // ------------------------------------------------------------------ socket calls
@@ -495,7 +527,12 @@ impl Interface {
     ) -> Result<usize, TcpError> {
         let base = self.tcp.cfg.snd_buf;
         let idx = h_idx(h);
-        let spilling = beyond_limit && self.tcp.spills.holds(idx);
+        let spilling = self.tcp.spills.holds(idx);
+        if spilling && self.tcp.spills.ended(idx) {
+            // Shut down or closed behind its spill: no more bytes.
+            self.tcp.get_mut(h)?;
+            return Err(TcpError::NotConnected);
+        }
         let c = self.tcp.get_mut(h)?;
         match c.state() {
             State::SynSent | State::SynReceived | State::Established | State::CloseWait => {}
@@ -504,17 +541,32 @@ impl Interface {
             }
             _ => return Err(TcpError::NotConnected),
         }
-        // Bytes behind a spill join it: the stream stays in order.
+        // Bytes behind a spill join it (or wait, from an application still there): the
+        // stream stays in order.
         let mut n = if spilling {
             0
         } else {
             c.send(pool, data, base)
         };
         if beyond_limit && n < data.len() {
-            let took = self.tcp.spills.add(idx, &data[n..]);
+            let took = self.tcp.spills.add(idx, &data[n..], now);
             self.tcp.counters.spilled += took as u64;
-            self.tcp.counters.spill_refused += (data.len() - n - took) as u64;
             n += took;
+            if n < data.len() {
+                // Past every bound: these bytes are lost, and the peer must not take what
+                // it gets for the whole stream.
+                self.tcp.counters.spill_refused += (data.len() - n) as u64;
+                self.tcp.spills.drop_for(idx);
+                if let Some(c) = self.tcp.conn_at(idx) {
+                    c.abort(pool);
+                }
+                self.tcp_after(pool, idx, now, tx);
+                return Err(TcpError::Closed(crate::tcp::CloseReason::Aborted));
+            }
+            if self.tcp.spill_retry.is_none() {
+                self.tcp.spill_retry =
+                    Some(Instant::from_nanos(now.nanos() + spill::SPILL_RETRY_NS));
+            }
         }
         if n == 0 && !data.is_empty() {
             return Err(TcpError::WouldBlock);

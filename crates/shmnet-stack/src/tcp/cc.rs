@@ -280,6 +280,15 @@ impl NewReno {
         self.prior_cwnd = 0;
     }
 
+    /// Everything in flight is to go again for a reason that is not congestion (a router
+    /// said the path's MTU is smaller, and dropped it): leave recovery, keeping the window,
+    /// so the resend is paced by `cwnd` over what is sent from now on (Linux's
+    /// `tcp_simple_retransmit`).
+    pub fn resend_all(&mut self) {
+        self.dupacks = 0;
+        self.in_recovery = false;
+    }
+
     /// The last recovery was spurious — the peer already had every segment it resent (its
     /// DSACKs said so: RFC 2883, RFC 3708) —: give back the window and threshold it cut, and
     /// leave recovery. Returns whether there was a cut to undo.

@@ -1476,13 +1476,21 @@ impl Conn {
         const HEADERS: u16 = 40;
         let in_flight = self.state.synchronized() && seq.ge(self.snd_una) && seq.lt(self.snd_max);
         let mss = mtu.max(super::MIN_PMTU).saturating_sub(HEADERS);
-        if !in_flight || mss >= self.smss {
+        // A path narrower than MIN_PMTU clears don't-fragment even when the MSS is already
+        // that small (the peer offered little): the segments were dropped all the same.
+        let fragments = mtu < super::MIN_PMTU && !self.flags.may_fragment;
+        if !in_flight || (mss >= self.smss && !fragments) {
             ctr.frag_needed_ignored += 1;
             return false;
         }
-        self.smss = mss;
-        self.flags.may_fragment = mtu < super::MIN_PMTU;
+        self.smss = self.smss.min(mss);
+        self.flags.may_fragment |= fragments;
         ctr.pmtu_lowered += 1;
+        // Not congestion: out of recovery (whose pipe would count everything resent as
+        // still out), the window kept, nothing to undo.
+        self.cc.resend_all();
+        self.undo_retrans = 0;
+        self.flags.eifel_armed = false;
         self.rtt_probe = None;
         self.snd_nxt = self.snd_una;
         self.flags.retransmit_one = false;

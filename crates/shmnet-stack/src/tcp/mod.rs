@@ -404,8 +404,12 @@ tcp_counters! {
     /// "Fragmentation needed" messages ignored (RFC 5927): for no connection of ours, for a
     /// sequence number not in flight, or saying an MTU no smaller than the one in use.
     frag_needed_ignored,
-    /// Bytes refused a spill: every spill together was full ([`spill::MAX_SPILLED`]).
+    /// Bytes refused a spill: its own or every spill's bound was reached
+    /// ([`spill::MAX_SPILL`], [`spill::MAX_SPILLED`]); their connection is reset.
     spill_refused,
+    /// Spills given up after [`spill::SPILL_PATIENCE_NS`] without progress (the peer took
+    /// nothing): their connections are reset.
+    spills_abandoned,
 }
 
 /// What an application of a connection polls for: readable bytes, end of stream, failure.
@@ -509,6 +513,8 @@ pub struct Tcp {
     tuned_bytes: u64,
     /// Bytes applications that went away wrote past their connections' send buffers.
     pub(crate) spills: spill::Spills,
+    /// When every spill is next tried again (`None`: no spill).
+    pub(crate) spill_retry: Option<Instant>,
 }
 
 const EPHEMERAL_FIRST: u16 = 49152;
@@ -572,6 +578,7 @@ impl Tcp {
             live: 0,
             tuned_bytes: 0,
             spills: spill::Spills::default(),
+            spill_retry: None,
         }
     }
 
@@ -954,7 +961,8 @@ impl Tcp {
         if !self.pending_out.is_empty() {
             return Some(Instant::ZERO);
         }
-        self.timers.peek().map(|r| r.0.0)
+        let timer = self.timers.peek().map(|r| r.0.0);
+        [timer, self.spill_retry].into_iter().flatten().min()
     }
 
     /// Listen on `port` (0: a free ephemeral port, which [`Tcp::listen_port`] names) with an
@@ -1116,12 +1124,13 @@ impl Tcp {
         self.live = 0;
         self.tuned_bytes = 0;
         self.spills.clear();
+        self.spill_retry = None;
     }
 
     /// Queues what connection `idx`'s send buffer has room for of its spill, if it has one
     /// (see [`spill`]); the spill's last byte queued, the shutdown or close that waited for it
     /// is done. A connection that can send no more loses its spill.
-    pub(crate) fn refill<P: BufferPool + ?Sized>(&mut self, pool: &mut P, idx: u32) {
+    pub(crate) fn refill<P: BufferPool + ?Sized>(&mut self, pool: &mut P, idx: u32, now: Instant) {
         if self.spills.is_empty() {
             return;
         }
@@ -1140,7 +1149,7 @@ impl Tcp {
             self.spills.drop_for(idx);
             return;
         }
-        match self.spills.drain(idx, |b| c.send(pool, b, base)) {
+        match self.spills.drain(idx, now, |b| c.send(pool, b, base)) {
             Some(spill::After::Shutdown) => c.shutdown_write(),
             Some(spill::After::Close) => c.close(pool),
             Some(spill::After::Nothing) | None => {}
