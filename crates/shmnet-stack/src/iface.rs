@@ -734,7 +734,11 @@ impl Interface {
             ))
         });
         match lowered {
-            Some((idx, true)) => self.tcp_after(pool, idx, now, tx),
+            Some((idx, true)) => {
+                // Connections to the same place start within it (for ten minutes).
+                self.tcp.paths.learn(f.dst, f.mtu, now);
+                self.tcp_after(pool, idx, now, tx);
+            }
             Some((_, false)) => {}
             None => self.tcp.counters.frag_needed_ignored += 1,
         }

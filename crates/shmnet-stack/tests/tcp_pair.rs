@@ -1387,3 +1387,30 @@ fn a_spill_the_peer_never_takes_is_given_up() {
     );
     assert!(w.a.ifc.tcp_counters().resets_sent >= 1);
 }
+
+/// A path MTU a router taught one connection is remembered for its destination: the next
+/// connection there starts within it and loses no flight finding it again.
+#[test]
+fn a_second_connection_to_a_narrow_path_starts_within_it() {
+    let mut w = Wire::new(19, Impair::default());
+    w.path_mtu = Some(1280);
+    let (ca, cb) = connect(&mut w, 5001);
+    let (a_data, b_data) = (data(200_000, 19), data(0, 20));
+    let (_, got_b) = exchange(&mut w, ca, cb, &a_data, &b_data);
+    assert!(got_b == a_data);
+    let refused = w.too_big;
+    assert!(refused > 0 && w.a.ifc.tcp_counters().pmtu_lowered == 1);
+    let (ca2, cb2) = connect(&mut w, 5002);
+    assert_eq!(
+        w.a.ifc.tcp_info(ca2).unwrap().mss,
+        1280 - 40,
+        "from the start"
+    );
+    let (_, got_b) = exchange(&mut w, ca2, cb2, &a_data, &b_data);
+    assert!(got_b == a_data);
+    assert_eq!(
+        w.too_big, refused,
+        "the router refused nothing of the second"
+    );
+    assert_eq!(w.a.ifc.tcp_counters().pmtu_lowered, 1);
+}

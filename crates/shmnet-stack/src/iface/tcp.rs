@@ -157,6 +157,9 @@ impl Interface {
                 let iss = self.tcp.isn(local, remote, now);
                 let sizes = self.tcp.listener_sizes(l);
                 let mut c = Conn::passive(local, remote, &seg, iss, sizes, &self.tcp.cfg);
+                if let Some(mtu) = self.tcp.paths.mtu(*remote.ip(), now) {
+                    c.limit_to_path(mtu);
+                }
                 c.accept = Accept::HalfOpen(l);
                 match self.tcp.insert(c) {
                     Some(idx) => self.tcp.mark(idx),
@@ -481,7 +484,10 @@ impl Interface {
         self.cap_mss(pool);
         let local = SocketAddrV4::new(self.cfg.ipv4, port);
         let iss = self.tcp.isn(local, remote, now);
-        let c = Conn::active(local, remote, iss, &self.tcp.cfg);
+        let mut c = Conn::active(local, remote, iss, &self.tcp.cfg);
+        if let Some(mtu) = self.tcp.paths.mtu(*remote.ip(), now) {
+            c.limit_to_path(mtu);
+        }
         let idx = self.tcp.insert(c).ok_or(TcpError::TableFull)?;
         self.tcp_after(pool, idx, now, tx);
         Ok(self.tcp.handle_of(idx))

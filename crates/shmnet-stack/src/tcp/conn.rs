@@ -157,6 +157,8 @@ pub struct Conn {
     snd_wl1: Seq,
     snd_wl2: Seq,
     smss: u16,
+    /// The most the path to the peer carries, as a router told us (`u16::MAX`: no word).
+    path_mss: u16,
     snd_wscale: u8,
     rcv_wscale: u8,
     tx: ChainQueue,
@@ -319,6 +321,7 @@ impl Conn {
             snd_wl1: Seq(0),
             snd_wl2: Seq(0),
             smss: 536,
+            path_mss: u16::MAX,
             snd_wscale: 0,
             rcv_wscale: 0,
             tx: ChainQueue::default(),
@@ -450,7 +453,11 @@ impl Conn {
 
     fn take_syn_options(&mut self, seg: &SegIn, cfg: &TcpConfig) {
         let ours = cfg.mss;
-        self.smss = seg.mss.map_or(536, |m| m.max(64)).min(ours);
+        self.smss = seg
+            .mss
+            .map_or(536, |m| m.max(64))
+            .min(ours)
+            .min(self.path_mss);
         self.cc = NewReno::new(self.smss);
         self.cc.algorithm = cfg.congestion;
         // Offered on every SYN we send when configured; agreed when the peer's SYN has it.
@@ -1484,6 +1491,7 @@ impl Conn {
             return false;
         }
         self.smss = self.smss.min(mss);
+        self.path_mss = self.smss;
         self.flags.may_fragment |= fragments;
         ctr.pmtu_lowered += 1;
         // Not congestion: out of recovery (whose pipe would count everything resent as
@@ -1498,6 +1506,15 @@ impl Conn {
         self.high_rxt = self.snd_una;
         self.retransmits = self.retransmits.wrapping_add(1);
         true
+    }
+
+    /// A path MTU learnt for this peer by an earlier connection ([`super::paths`]): the MSS
+    /// stays within it from the start, and a path narrower than [`super::MIN_PMTU`] gets
+    /// segments without don't-fragment.
+    pub fn limit_to_path(&mut self, mtu: u16) {
+        self.path_mss = mtu.max(super::MIN_PMTU) - 40;
+        self.smss = self.smss.min(self.path_mss);
+        self.flags.may_fragment |= mtu < super::MIN_PMTU;
     }
 
     /// Whether this connection's segments may be fragmented on the way (don't-fragment

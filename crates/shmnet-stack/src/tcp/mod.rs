@@ -31,6 +31,7 @@
 pub mod autotune;
 pub mod cc;
 pub mod conn;
+pub mod paths;
 pub mod queue;
 pub mod rtt;
 pub mod sack;
@@ -515,6 +516,8 @@ pub struct Tcp {
     pub(crate) spills: spill::Spills,
     /// When every spill is next tried again (`None`: no spill).
     pub(crate) spill_retry: Option<Instant>,
+    /// Path MTUs routers told us of, per destination.
+    pub(crate) paths: paths::Paths,
 }
 
 const EPHEMERAL_FIRST: u16 = 49152;
@@ -579,6 +582,7 @@ impl Tcp {
             tuned_bytes: 0,
             spills: spill::Spills::default(),
             spill_retry: None,
+            paths: paths::Paths::default(),
         }
     }
 
@@ -692,6 +696,9 @@ impl Tcp {
             sizes,
             &self.cfg,
         );
+        if let Some(mtu) = self.paths.mtu(*remote.ip(), now) {
+            c.limit_to_path(mtu);
+        }
         c.accept = conn::Accept::Ready(l);
         let Some(idx) = self.insert(c) else {
             self.counters.table_full += 1;
@@ -1125,6 +1132,7 @@ impl Tcp {
         self.tuned_bytes = 0;
         self.spills.clear();
         self.spill_retry = None;
+        self.paths.clear();
     }
 
     /// Queues what connection `idx`'s send buffer has room for of its spill, if it has one
