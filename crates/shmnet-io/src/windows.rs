@@ -277,6 +277,11 @@ pub enum TcpOp {
     /// The receive buffer, bytes (`SO_RCVBUF`), as [`TcpOp::SendBuffer`]; set on a listener
     /// it also chooses its connections' window scale.
     RecvBuffer(u32),
+    /// On a listener: the application took one of the connections it announced
+    /// (`accept`). The server announces at most the listen backlog's worth of connections
+    /// not yet taken; the rest wait in the stack's accept queue, and past it SYNs are
+    /// dropped (or answered with cookies), as a kernel's full backlog does.
+    Claimed,
 }
 
 impl TcpOp {
@@ -293,6 +298,7 @@ impl TcpOp {
             8 => Self::SendBuffer(arg),
             9 => Self::RecvBuffer(arg),
             10 => Self::CloseLinger,
+            11 => Self::Claimed,
             _ => return None,
         })
     }
@@ -315,6 +321,7 @@ impl TcpOp {
             Self::SendBuffer(_) => 8,
             Self::RecvBuffer(_) => 9,
             Self::CloseLinger => 10,
+            Self::Claimed => 11,
         }
     }
 
@@ -530,7 +537,7 @@ mod tcp_tests {
         };
         assert_eq!(event_of(&junk), None);
         assert_eq!(event_of(&Desc::new(3, 100)), None);
-        for code in 1..=10 {
+        for code in 1..=11 {
             let op = TcpOp::decode(code, 70_000).expect("a code");
             assert_eq!(op.code(), code);
             assert_eq!(TcpOp::of_desc(&op_desc(4, op)), Some(op));
@@ -538,7 +545,8 @@ mod tcp_tests {
         assert_eq!(TcpOp::decode(9, 70_000), Some(TcpOp::RecvBuffer(70_000)));
         assert_eq!(TcpOp::decode(0, 0), None);
         assert_eq!(TcpOp::decode(10, 0), Some(TcpOp::CloseLinger));
-        assert_eq!(TcpOp::decode(11, 0), None);
+        assert_eq!(TcpOp::decode(11, 0), Some(TcpOp::Claimed));
+        assert_eq!(TcpOp::decode(12, 0), None);
         let to = SocketAddrV4::new(Ipv4Addr::new(192, 168, 1, 2), 443);
         let d = connect_desc(77, to);
         assert_eq!(connect_of(&d), Some((77, to)));

@@ -448,3 +448,50 @@ fn lingering_closes_shared() {
 fn lingering_closes_ipc() {
     lingering_closes(Kind::Ipc);
 }
+
+/// The listen backlog bounds what the server announces: with a backlog of 2 and an
+/// application that does not accept, two connections are announced, two more wait in the
+/// stack's accept queue, and later SYNs are dropped (`listen_overflow`) — as a kernel's
+/// full backlog does — until the application takes some; then every connection comes in.
+fn backlog_bounds_what_is_announced(kind: Kind) {
+    const CONNECTS: usize = 8;
+    let srv = server("backlog", kind);
+    let c = Client::connect(&srv.path).expect("attach");
+    let l = c.tcp_listen(0, 2).expect("listen");
+    let to = SocketAddrV4::new(US, l.port());
+    let path = srv.path.clone();
+    let connector = std::thread::spawn(move || {
+        let c = Client::connect(&path).expect("attach the connector");
+        (0..CONNECTS)
+            .map(|_| c.tcp_connect(to, Duration::from_secs(20)).map(|_| ()))
+            .collect::<Vec<_>>()
+    });
+    let stats = stepped::stats_until(&srv.path, |s| s.tcp.listen_overflow > 0);
+    assert!(
+        stats.tcp.listen_overflow > 0,
+        "{kind:?}: SYNs past the backlog are dropped while nobody accepts: {:?}",
+        stats.tcp
+    );
+    for k in 0..CONNECTS {
+        l.accept_timeout(Duration::from_secs(20))
+            .unwrap()
+            .unwrap_or_else(|| panic!("{kind:?}: connection {k} accepted"));
+    }
+    let made = connector.join().unwrap();
+    assert!(made.iter().all(Result::is_ok), "{kind:?}: {made:?}");
+}
+
+#[test]
+fn backlog_bounds_what_is_announced_regions() {
+    backlog_bounds_what_is_announced(Kind::Regions);
+}
+
+#[test]
+fn backlog_bounds_what_is_announced_shared() {
+    backlog_bounds_what_is_announced(Kind::Shared);
+}
+
+#[test]
+fn backlog_bounds_what_is_announced_ipc() {
+    backlog_bounds_what_is_announced(Kind::Ipc);
+}

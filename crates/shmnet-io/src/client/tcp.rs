@@ -465,6 +465,9 @@ impl TcpListener {
             match i.tcp_next(self.id, deadline)? {
                 Some(Item::Event(TcpEvent::Accepted { socket, peer })) => {
                     i.tcp.ids.insert(socket);
+                    // Taken: the server may announce one more (the backlog bounds those
+                    // announced and not taken).
+                    i.tcp_op(self.id, TcpOp::Claimed)?;
                     return Ok(Some(TcpStream {
                         inner: self.inner.clone(),
                         id: socket,

@@ -452,8 +452,14 @@ impl DataPlane {
         let Some(app) = self.apps.iter_mut().find(|a| a.id == id) else {
             return Response::Error("say Hello first".into());
         };
-        match self.iface.tcp_listen(port, backlog.clamp(1, 65_535)) {
-            Ok(l) => match app.sockets.insert(AppSocket::Listener { l, owed: None }) {
+        let backlog = backlog.clamp(1, 65_535);
+        match self.iface.tcp_listen(port, backlog) {
+            Ok(l) => match app.sockets.insert(AppSocket::Listener {
+                l,
+                owed: None,
+                backlog: backlog as u16,
+                unclaimed: 0,
+            }) {
                 Some(socket) => Response::TcpSocket {
                     socket: u32::from(socket),
                     port: self.iface.tcp_listen_port(l).unwrap_or(port),

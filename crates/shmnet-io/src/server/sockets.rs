@@ -22,8 +22,15 @@ use super::transport::Round;
 pub(crate) enum AppSocket {
     /// A bound UDP socket.
     Udp(SocketHandle),
-    /// A TCP listener, and the number of an accepted connection not yet announced.
-    Listener { l: ListenHandle, owed: Option<u16> },
+    /// A TCP listener, the number of an accepted connection not yet announced, its backlog,
+    /// and how many connections it announced that the application has not yet taken
+    /// ([`TcpOp::Claimed`]): no more than the backlog are announced at once.
+    Listener {
+        l: ListenHandle,
+        owed: Option<u16>,
+        backlog: u16,
+        unclaimed: u16,
+    },
     /// A TCP connection.
     Tcp(TcpSock),
     /// Closed by the application; its `Released` event is still to be delivered.
@@ -216,9 +223,15 @@ impl Sockets {
             AppSocket::Udp(_) => None,
             AppSocket::Releasing => Some(TcpItem::Event(socket, TcpEvent::Released)),
             AppSocket::Lingering(t) => self.linger_item(r, i, t),
-            AppSocket::Listener { l, owed } => {
+            AppSocket::Listener {
+                l,
+                owed,
+                backlog,
+                unclaimed,
+            } => {
                 let new = match owed {
                     Some(n) => n,
+                    None if unclaimed >= backlog => return None,
                     None => {
                         let h = iface.tcp_accept(l).ok()??;
                         let Some(n) = self.insert_tcp(h, true) else {
@@ -228,7 +241,12 @@ impl Sockets {
                             self.refusals.bad_ops += 1;
                             return None;
                         };
-                        self.slots[i] = Some(AppSocket::Listener { l, owed: Some(n) });
+                        self.slots[i] = Some(AppSocket::Listener {
+                            l,
+                            owed: Some(n),
+                            backlog,
+                            unclaimed,
+                        });
                         n
                     }
                 };
@@ -310,8 +328,14 @@ impl Sockets {
             (Some(AppSocket::Tcp(t) | AppSocket::Lingering(t)), TcpEvent::Failed(_)) => {
                 t.said_failed = true
             }
-            (Some(AppSocket::Listener { owed, .. }), TcpEvent::Accepted { socket: new, .. }) => {
+            (
+                Some(AppSocket::Listener {
+                    owed, unclaimed, ..
+                }),
+                TcpEvent::Accepted { socket: new, .. },
+            ) => {
                 *owed = None;
+                *unclaimed = unclaimed.saturating_add(1);
                 if let Some(Some(AppSocket::Tcp(t))) = self.slots.get_mut(usize::from(new)) {
                     t.announced = true;
                 }
@@ -386,6 +410,13 @@ impl Sockets {
                 .is_ok(),
             (AppSocket::Listener { l, .. }, TcpOp::SendBuffer(n) | TcpOp::RecvBuffer(n)) => {
                 r.iface.tcp_set_listener_buffer(l, buffer_of(op), n).is_ok()
+            }
+            (AppSocket::Listener { unclaimed, .. }, TcpOp::Claimed) => {
+                if let Some(Some(AppSocket::Listener { unclaimed: u, .. })) = self.slots.get_mut(i)
+                {
+                    *u = u.saturating_sub(1);
+                }
+                unclaimed > 0
             }
             (AppSocket::Tcp(t), TcpOp::CloseLinger) => {
                 let _ = r.iface.tcp_shutdown(r.pool, t.h, r.now, r.tx);
