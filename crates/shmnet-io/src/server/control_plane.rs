@@ -412,6 +412,7 @@ impl ControlPlane {
                 (stop, listener, driver, ready)
             };
             if stop {
+                self.hear_the_driver_out();
                 break;
             }
             if driver {
@@ -428,6 +429,34 @@ impl ControlPlane {
             self.count(|c| c.open = open);
         }
         // Dropping the connections closes them: applications see the server go.
+    }
+
+    /// The server is stopping: tells a driver process so (our end of its control socket
+    /// stops writing, which it reads as the server going) and reads its last word — its
+    /// final counters, which it sends as it stops — so the server's final report has them,
+    /// not those of up to 100 ms before. Waits a second at most.
+    fn hear_the_driver_out(&mut self) {
+        let Some((fd, _)) = &self.spec.driver else {
+            return;
+        };
+        let _ = rustix::net::shutdown(fd, rustix::net::Shutdown::Write);
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while let Some((fd, _)) = &self.spec.driver {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let mut fds = [PollFd::new(fd, PollFlags::IN)];
+            let ts = Timespec {
+                tv_sec: left.as_secs() as _,
+                tv_nsec: left.subsec_nanos() as _,
+            };
+            if rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) == 0 {
+                continue;
+            }
+            // Reads what came; at the driver's end of file it forgets the driver.
+            self.watch_driver();
+        }
     }
 
     /// Reads a driver process's counters; notices its death.
