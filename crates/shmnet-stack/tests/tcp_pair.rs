@@ -1130,6 +1130,32 @@ fn a_departed_writers_bytes_follow_from_the_stacks_memory_then_the_fin() {
     close_and_drain(&mut w, ca, Some(cb));
 }
 
+/// One turn of a one-way transfer on connection (`ca` on A, `cb` on B): A writes what it
+/// can of `payload` past `sent`, B reads what has come into `got`.
+fn one_way_turn(
+    w: &mut Wire,
+    (ca, cb): (TcpHandle, TcpHandle),
+    payload: &[u8],
+    sent: &mut usize,
+    got: &mut Vec<u8>,
+) {
+    w.with(true, |s, now, out| {
+        while *sent < payload.len() {
+            match s.ifc.tcp_send(&mut s.pool, ca, &payload[*sent..], now, out) {
+                Ok(n) => *sent += n,
+                Err(TcpError::WouldBlock) => break,
+                Err(e) => panic!("send: {e}"),
+            }
+        }
+    });
+    let mut buf = [0u8; 16 << 10];
+    w.with(false, |s, now, out| {
+        while let Ok(n @ 1..) = s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
+            got.extend_from_slice(&buf[..n]);
+        }
+    });
+}
+
 /// A 2 MiB transfer A→B whose path narrows to 1,280 bytes once 300 KB have arrived —
 /// `drop_one`: while the earliest data frame on its way is lost, so A is in SACK recovery
 /// when the router's message comes. Returns the simulated time, how many data frames A sent
@@ -1138,28 +1164,12 @@ fn pmtu_during_recovery(drop_one: bool) -> (u64, usize, TcpCounters) {
     let mut w = Wire::new(21, Impair::default());
     let (ca, cb) = connect(&mut w, 5001);
     let payload = data(2 << 20, 21);
-    let (mut sent, mut got, mut buf) = (0usize, Vec::new(), vec![0u8; 64 << 10]);
+    let (mut sent, mut got) = (0usize, Vec::new());
     let mut armed = false;
     let start = w.now_us;
     let mut at_once = usize::MAX;
     for _ in 0..50_000_000u64 {
-        w.with(true, |s, now, out| {
-            while sent < payload.len() {
-                match s.ifc.tcp_send(&mut s.pool, ca, &payload[sent..], now, out) {
-                    Ok(n) => sent += n,
-                    Err(TcpError::WouldBlock) => break,
-                    Err(e) => panic!("send: {e}"),
-                }
-            }
-        });
-        w.with(false, |s, now, out| {
-            loop {
-                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
-                    Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
-                    _ => break,
-                }
-            }
-        });
+        one_way_turn(&mut w, (ca, cb), &payload, &mut sent, &mut got);
         if got.len() == payload.len() {
             break;
         }
@@ -1228,24 +1238,9 @@ fn a_path_below_min_pmtu_clears_dont_fragment_even_with_a_small_mss() {
     assert_eq!(w.a.ifc.tcp_info(ca).unwrap().mss, 500);
     w.path_mtu = Some(300);
     let payload = data(100_000, 5);
-    let (mut sent, mut got, mut buf) = (0usize, Vec::new(), vec![0u8; 64 << 10]);
+    let (mut sent, mut got) = (0usize, Vec::new());
     for _ in 0..2_000_000u64 {
-        w.with(true, |s, now, out| {
-            while sent < payload.len() {
-                match s.ifc.tcp_send(&mut s.pool, ca, &payload[sent..], now, out) {
-                    Ok(n) => sent += n,
-                    _ => break,
-                }
-            }
-        });
-        w.with(false, |s, now, out| {
-            loop {
-                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
-                    Ok(n) if n > 0 => got.extend_from_slice(&buf[..n]),
-                    _ => break,
-                }
-            }
-        });
+        one_way_turn(&mut w, (ca, cb), &payload, &mut sent, &mut got);
         if got.len() == payload.len() {
             break;
         }

@@ -435,6 +435,30 @@ fn wait_ok(mut child: Child, what: &str, limit: Duration) -> String {
     }
 }
 
+/// Runs `shmnet app send-file TO FILE` against the server at `sock` until it succeeds —
+/// until `nc -l` listens, its connection is refused — for 10 s at most; returns its JSON
+/// report.
+fn send_file(to: &str, file: &std::path::Path, sock: &str, what: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+            .args(["app", "send-file", to])
+            .arg(file)
+            .args(["--socket", sock, "--json", "--connect-timeout", "2"])
+            .output()
+            .expect("run send-file");
+        if out.status.success() {
+            return serde_json::from_slice(&out.stdout).expect("its report");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: send-file failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Seed 002's ftp through the `server` and `ipc` structures: `shmnet app recv-file` takes a
 /// file from Linux's `nc`, `shmnet app send-file` gives one to Linux's `nc -l`, every byte
 /// compared.
@@ -502,30 +526,12 @@ fn files_cross_the_server_structures_to_and_from_linux() {
             .stdout(std::fs::File::create(&got).unwrap())
             .stderr(Stdio::null());
         let listen = listen.spawn().expect("start nc -l");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut send = Command::new(shmnet);
-            send.args(["app", "send-file", "10.93.0.2:5002"])
-                .arg(&file)
-                .args(["--socket", &sock_arg, "--json", "--connect-timeout", "2"]);
-            let out = send.output().expect("run send-file");
-            if out.status.success() {
-                let report: serde_json::Value =
-                    serde_json::from_slice(&out.stdout).expect("its report");
-                assert_eq!(
-                    u(&report, &["bytes"]),
-                    BYTES as u64,
-                    "{structure}: {report}"
-                );
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{structure}: send-file failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let report = send_file("10.93.0.2:5002", &file, &sock_arg, structure);
+        assert_eq!(
+            u(&report, &["bytes"]),
+            BYTES as u64,
+            "{structure}: {report}"
+        );
         wait_ok(listen, "nc -l", limit(BYTES));
         assert!(
             std::fs::read(&got).unwrap() == std::fs::read(&file).unwrap(),
@@ -912,24 +918,7 @@ fn shmnet_learns_a_narrow_paths_mtu_from_a_linux_router() {
         .stdout(std::fs::File::create(&got).unwrap())
         .stderr(Stdio::null());
     let listen = listen.spawn().expect("start nc -l");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
-            .args(["app", "send-file", "10.94.0.2:5003"])
-            .arg(&file)
-            .args(["--socket", &sock_arg, "--json", "--connect-timeout", "2"])
-            .output()
-            .expect("run send-file");
-        if out.status.success() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "send-file failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    send_file("10.94.0.2:5003", &file, &sock_arg, "pmtu");
     wait_ok(listen, "nc -l", limit(BYTES));
     assert!(
         std::fs::read(&got).unwrap() == std::fs::read(&file).unwrap(),

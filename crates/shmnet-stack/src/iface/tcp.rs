@@ -157,9 +157,7 @@ impl Interface {
                 let iss = self.tcp.isn(local, remote, now);
                 let sizes = self.tcp.listener_sizes(l);
                 let mut c = Conn::passive(local, remote, &seg, iss, sizes, &self.tcp.cfg);
-                if let Some(mtu) = self.tcp.paths.mtu(*remote.ip(), now) {
-                    c.limit_to_path(mtu);
-                }
+                self.tcp.fit_to_path(&mut c, now);
                 c.accept = Accept::HalfOpen(l);
                 match self.tcp.insert(c) {
                     Some(idx) => self.tcp.mark(idx),
@@ -432,8 +430,7 @@ impl Interface {
             }
             self.tcp_after(pool, idx, now, tx);
         }
-        self.tcp.spill_retry = (!self.tcp.spills.is_empty())
-            .then(|| Instant::from_nanos(now.nanos() + spill::SPILL_RETRY_NS));
+        self.tcp.spill_retry = (!self.tcp.spills.is_empty()).then(|| spill::retry_at(now));
     }
 
     // ------------------------------------------------------------------ socket calls
@@ -485,9 +482,7 @@ impl Interface {
         let local = SocketAddrV4::new(self.cfg.ipv4, port);
         let iss = self.tcp.isn(local, remote, now);
         let mut c = Conn::active(local, remote, iss, &self.tcp.cfg);
-        if let Some(mtu) = self.tcp.paths.mtu(*remote.ip(), now) {
-            c.limit_to_path(mtu);
-        }
+        self.tcp.fit_to_path(&mut c, now);
         let idx = self.tcp.insert(c).ok_or(TcpError::TableFull)?;
         self.tcp_after(pool, idx, now, tx);
         Ok(self.tcp.handle_of(idx))
@@ -509,8 +504,9 @@ impl Interface {
     /// As [`Interface::tcp_send`], taking every byte: what the send buffer has no room for
     /// waits in the stack's own memory and is queued as ACKs make room, a later shutdown or
     /// close after it ([`crate::tcp::spill`]). For the bytes an application wrote before it
-    /// went away, which its server must not drop. Fewer bytes are taken only when every
-    /// spill together is full (counted in `spill_refused`).
+    /// went away, which its server must not drop. Past a spill's bounds the bytes are
+    /// refused (counted in `spill_refused`) and the connection is reset:
+    /// `Err(Closed(Aborted))`.
     pub fn tcp_send_beyond_limit<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -570,8 +566,7 @@ impl Interface {
                 return Err(TcpError::Closed(crate::tcp::CloseReason::Aborted));
             }
             if self.tcp.spill_retry.is_none() {
-                self.tcp.spill_retry =
-                    Some(Instant::from_nanos(now.nanos() + spill::SPILL_RETRY_NS));
+                self.tcp.spill_retry = Some(spill::retry_at(now));
             }
         }
         if n == 0 && !data.is_empty() {

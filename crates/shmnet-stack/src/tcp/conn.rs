@@ -1499,13 +1499,20 @@ impl Conn {
         self.cc.resend_all();
         self.undo_retrans = 0;
         self.flags.eifel_armed = false;
+        self.resend_from_una();
+        true
+    }
+
+    /// Everything in flight goes again from `SND.UNA` (a timeout, or a path too narrow for
+    /// it): no RTT sample from it (Karn), and the SACK scoreboard forgotten — after a
+    /// timeout the receiver may have discarded what it SACKed (RFC 2018).
+    fn resend_from_una(&mut self) {
         self.rtt_probe = None;
         self.snd_nxt = self.snd_una;
         self.flags.retransmit_one = false;
         self.sacked.clear();
         self.high_rxt = self.snd_una;
         self.retransmits = self.retransmits.wrapping_add(1);
-        true
     }
 
     /// A path MTU learnt for this peer by an earlier connection ([`super::paths`]): the MSS
@@ -1587,13 +1594,7 @@ impl Conn {
                 self.cc.on_timeout(flight, self.smss);
             }
             self.rtt.back_off();
-            self.rtt_probe = None;
-            self.snd_nxt = self.snd_una;
-            self.flags.retransmit_one = false;
-            // RFC 2018: after a timeout the receiver may have discarded what it SACKed.
-            self.sacked.clear();
-            self.high_rxt = self.snd_una;
-            self.retransmits = self.retransmits.wrapping_add(1);
+            self.resend_from_una();
         }
     }
 

@@ -696,9 +696,7 @@ impl Tcp {
             sizes,
             &self.cfg,
         );
-        if let Some(mtu) = self.paths.mtu(*remote.ip(), now) {
-            c.limit_to_path(mtu);
-        }
+        self.fit_to_path(&mut c, now);
         c.accept = conn::Accept::Ready(l);
         let Some(idx) = self.insert(c) else {
             self.counters.table_full += 1;
@@ -1133,6 +1131,14 @@ impl Tcp {
         self.spills.clear();
         self.spill_retry = None;
         self.paths.clear();
+    }
+
+    /// Keeps new connection `c` within the path MTU learnt for its peer, if any
+    /// ([`paths`]).
+    pub(crate) fn fit_to_path(&self, c: &mut Conn, now: Instant) {
+        if let Some(mtu) = self.paths.mtu(*c.remote.ip(), now) {
+            c.limit_to_path(mtu);
+        }
     }
 
     /// Queues what connection `idx`'s send buffer has room for of its spill, if it has one

@@ -36,6 +36,11 @@ pub const SPILL_PATIENCE_NS: u64 = 120_000_000_000;
 /// How often spills are tried again whatever happens on their connections (nanoseconds).
 pub const SPILL_RETRY_NS: u64 = 10_000_000;
 
+/// When spills are next tried again, from `now`.
+pub(crate) fn retry_at(now: Instant) -> Instant {
+    Instant::from_nanos(now.nanos() + SPILL_RETRY_NS)
+}
+
 /// What follows a spill's last byte.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum After {
