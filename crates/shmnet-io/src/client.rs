@@ -37,7 +37,7 @@ use shmnet_chan::{Consumer, Desc, Producer, ServerPools, Window};
 use shmnet_stack::{BufIdx, NoHook, RecvHook};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -49,7 +49,7 @@ mod regions;
 mod tcp;
 
 pub use lent::Lent;
-pub use poll::{Interest, PollItem, PollSocket};
+pub use poll::{Interest, PollItem, PollSocket, WakeFds};
 pub use tcp::{Linger, TcpListener, TcpStream};
 
 /// What went wrong, in terms an application can act on.
@@ -116,6 +116,11 @@ struct Inner {
     /// first use).
     lend_scratch: Vec<u8>,
     gone: bool,
+    /// The server's address on its interface, as its `Welcome` said.
+    address: Option<Ipv4Addr>,
+    /// Items (deliveries, events, completions) moved off the receive ring or the data
+    /// socket so far: grows whenever a look found something ([`Client::gather`]).
+    moved: u64,
     /// The TCP sockets.
     tcp: tcp::Book,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
@@ -263,8 +268,13 @@ impl Client {
                 version: PROTOCOL_VERSION,
             },
         )?;
-        let (ipc, isolated) = match control::recv_blocking::<Response>(ctl.as_fd())? {
-            Response::Welcome { ipc, isolated, .. } => (ipc, isolated),
+        let (ipc, isolated, address) = match control::recv_blocking::<Response>(ctl.as_fd())? {
+            Response::Welcome {
+                ipc,
+                isolated,
+                address,
+                ..
+            } => (ipc, isolated, address),
             Response::Error(e) => return Err(ClientError::Refused(e)),
             other => {
                 return Err(ClientError::Protocol(format!(
@@ -336,6 +346,8 @@ impl Client {
             ipc_pending: HashMap::new(),
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
             gone: false,
+            address,
+            moved: 0,
             tcp: tcp::Book::default(),
             alive_checked: Duration::ZERO,
             spin_polls: SPIN_POLLS,
@@ -416,6 +428,12 @@ impl Client {
                 "expected Unregistered, got {other:?}"
             ))),
         }
+    }
+
+    /// The address the server answers for on its interface (`None` from a server older
+    /// than the field).
+    pub fn address(&self) -> Option<Ipv4Addr> {
+        self.inner.borrow().address
     }
 
     /// How many times a blocking receive looks at an empty receive ring before it sleeps
@@ -569,6 +587,7 @@ impl Inner {
     /// Sets aside an `ipc` packet of `n` bytes in `self.packet`: a datagram for its UDP
     /// socket, stream bytes or an event for its TCP socket.
     fn stash_ipc(&mut self, n: usize) {
+        self.moved += 1;
         if let Some(d) = control::parse_ipc_event(&self.packet[..n]) {
             if let Some((sock, ev)) = windows::event_of(&d)
                 && self.note_tcp(sock, Some(ev))
@@ -692,6 +711,7 @@ impl Inner {
     /// Keeps `d` for later — a completion in `done`, a delivery in its socket's queue —
     /// unless it is a delivery for socket `wanted`, which is returned.
     fn stash_unless(&mut self, d: Desc, wanted: Option<u16>) -> Option<Desc> {
+        self.moved += 1;
         if d.len & windows::RX_DONE != 0 {
             self.done.push_back(d);
             return None;

@@ -249,6 +249,10 @@ pub enum Response {
         /// handle (docs/isolation.md).
         #[serde(default)]
         isolated: bool,
+        /// The address the server answers for on its interface (what an application's
+        /// sockets are bound to); `None` to a driver, or from a server older than this field.
+        #[serde(default)]
+        address: Option<std::net::Ipv4Addr>,
     },
     /// A socket was bound.
     Bound {

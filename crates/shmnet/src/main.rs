@@ -10,6 +10,7 @@ mod iface_lock;
 mod lab;
 mod netbench;
 mod replay;
+mod run;
 mod serve;
 mod sim;
 
@@ -78,6 +79,8 @@ enum Command {
     /// An application for a server started with --structure server.
     #[command(subcommand)]
     App(app::AppCmd),
+    /// Run an unmodified program with its IPv4 TCP sockets on a shmnet server.
+    Run(run::RunArgs),
     /// A driver process of the server structure (started by `shmnet serve`).
     #[command(hide = true)]
     Driver(serve::DriverProcessArgs),
@@ -437,6 +440,7 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::TcpSetup(a)) => bench_tcp_setup(a),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
+        Command::Run(a) => run::run(a),
         Command::Stats(a) => app::stats(a),
         Command::Driver(a) => serve::run_driver(a),
         Command::Ttcp(a) => netbench::ttcp(a),

@@ -6,14 +6,15 @@
 //!
 //! Needs root and network namespaces: skips loudly without them, fails under `CI=true`.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "common/netns.rs"]
 mod netns;
+#[path = "common/served.rs"]
+mod served;
 use netns::Netns;
+use served::{Server, random_file, root, run_ok, wait_ok};
 
 /// The echo client: sends N random bytes while reading the echo in a thread, then checks
 /// the echo byte for byte. Prints `ok <bytes>`; exits non-zero on a mismatch or a timeout.
@@ -39,123 +40,11 @@ if hashlib.sha256(got).digest() != hashlib.sha256(data).digest():
 print("ok", len(got))
 "#;
 
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// The test bed: a veth pair in a namespace, `v0` for shmnet (no kernel address), `v1` with
 /// 10.93.0.2/24 for Linux.
 fn netns(tag: &str) -> Option<Netns> {
     let ns = Netns::new("shmnet-tcp", tag)?;
     netns::ip(&["-n", &ns.0, "addr", "add", "10.93.0.2/24", "dev", "v1"]).then_some(ns)
-}
-
-/// A running `shmnet serve`, its stdout collected.
-struct Server {
-    child: Child,
-    stdout: Arc<Mutex<String>>,
-}
-
-impl Server {
-    /// Starts it and waits for its banner (it then answers on the interface).
-    fn start(ns: &Netns, extra: &[&str]) -> Server {
-        let mut child = ns
-            .cmd(env!("CARGO_BIN_EXE_shmnet"))
-            .args([
-                "serve",
-                "--driver",
-                "af_packet:v0",
-                "--ip",
-                "10.93.0.1/24",
-                "--json",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start shmnet serve");
-        let stdout = Arc::new(Mutex::new(String::new()));
-        let out = Arc::clone(&stdout);
-        let mut so = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = so.read_to_string(&mut s);
-            out.lock().unwrap().push_str(&s);
-        });
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        // The inline structure's banner, or the server structure's.
-        let started = |l: &str| l.contains("Ctrl-C to stop") || l.contains("control socket");
-        while err.read_line(&mut line).unwrap_or(0) > 0 {
-            if started(&line) {
-                break;
-            }
-            line.clear();
-        }
-        assert!(started(&line), "shmnet serve did not start: {line}");
-        std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-        Server { child, stdout }
-    }
-
-    /// SIGTERM, and the final report it prints.
-    fn stop(mut self) -> serde_json::Value {
-        // SAFETY: kill has no memory preconditions; the pid is our child's.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let st = self.child.wait().expect("wait for shmnet serve");
-        assert!(st.success(), "shmnet serve exited with {st}");
-        std::thread::sleep(Duration::from_millis(100));
-        let out = self.stdout.lock().unwrap().clone();
-        let last = out.lines().last().unwrap_or_default().to_string();
-        serde_json::from_str(&last).unwrap_or_else(|e| panic!("final report {last:?}: {e}"))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs `cmd` to completion within `limit`; panics with its output if it fails.
-fn run_ok(mut cmd: Command, what: &str, limit: Duration) -> String {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            let mut out = String::new();
-            let mut err = String::new();
-            let _ = child.stdout.take().unwrap().read_to_string(&mut out);
-            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
-            assert!(st.success(), "{what} failed ({st}): {out} {err}");
-            return out;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{what} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn random_file(bytes: usize, tag: &str) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("shmnet-tcp-{}-{tag}", std::process::id()));
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let data: Vec<u8> = (0..bytes)
-        .map(|_| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng as u8
-        })
-        .collect();
-    std::fs::write(&path, data).expect("write the test file");
-    path
 }
 
 fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
@@ -409,30 +298,6 @@ fn tshark_finds_no_malformed_segment_in_shmnets_tcp() {
         "shmnet's segments with a bad checksum"
     );
     let _ = std::fs::remove_file(&pcap);
-}
-
-/// Waits for `child` within `limit`; panics with its output if it fails. Returns stdout.
-fn wait_ok(mut child: Child, what: &str, limit: Duration) -> String {
-    let start = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            let mut out = String::new();
-            let mut err = String::new();
-            if let Some(mut o) = child.stdout.take() {
-                let _ = o.read_to_string(&mut out);
-            }
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
-            assert!(st.success(), "{what} failed ({st}): {out} {err}");
-            return out;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{what} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Runs `shmnet app send-file TO FILE` against the server at `sock` until it succeeds —

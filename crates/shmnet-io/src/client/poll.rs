@@ -17,6 +17,7 @@ use super::{TcpListener, TcpStream};
 use crate::windows::{self, TcpEvent};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -129,6 +130,100 @@ impl Client {
             }
             let writers = items.iter().any(|it| it.interest.writable);
             i.sleep_any(deadline, writers)?;
+        }
+    }
+}
+
+/// What a thread waits on when it waits for a [`Client`] outside of it — among fds of its
+/// own, as a sockets library's `poll` does, with the client free for other threads
+/// meanwhile: from [`Client::prepare_sleep`]. Every fd is waited on for `POLLIN`.
+#[derive(Clone, Copy, Debug)]
+pub struct WakeFds {
+    fds: [RawFd; 2],
+    n: usize,
+    nap: bool,
+}
+
+impl WakeFds {
+    /// The fds to wait on for `POLLIN` (the control socket, which also reports the server's
+    /// death, and the receive ring's wake-up or the data socket).
+    pub fn fds(&self) -> &[RawFd] {
+        &self.fds[..self.n]
+    }
+
+    /// Whether deliveries raise none of them (a ring in polling mode): the wait must then be
+    /// short, and look again.
+    pub fn must_nap(&self) -> bool {
+        self.nap
+    }
+}
+
+impl Client {
+    /// Moves everything the server has delivered to its sockets' queues, without waiting.
+    /// Returns how many items this client has moved in all, so a caller can tell whether
+    /// this look (or any call since its last look) found something.
+    pub fn gather(&self) -> Result<u64, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        i.gather()?;
+        Ok(i.moved)
+    }
+
+    /// The first half of a wait outside the client: announces that a thread is about to
+    /// sleep, so the server raises the receive ring's wake-up with its next delivery.
+    /// `None` when something arrived meanwhile ([`Client::gather`] again instead of
+    /// sleeping). After `Some`, block on [`WakeFds::fds`] (and any fds of your own) without
+    /// using the client, then call [`Client::finish_sleep`].
+    ///
+    /// Several threads may sleep at once; `finish_sleep` consumes the wake-up, so the
+    /// thread that takes it must let the others know when what it gathered is theirs.
+    pub fn prepare_sleep(&self) -> Result<Option<WakeFds>, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        if i.gone {
+            return Err(ClientError::ServerGone);
+        }
+        let ctl = i.ctl.as_raw_fd();
+        let Some(shm) = i.shm.as_mut() else {
+            let data = i.data_sock.as_ref().map_or(ctl, |s| s.as_raw_fd());
+            return Ok(Some(WakeFds {
+                fds: [ctl, data],
+                n: 2,
+                nap: false,
+            }));
+        };
+        let Some(wake) = shm.rx.wake_fd().map(|fd| fd.as_raw_fd()) else {
+            return Ok(Some(WakeFds {
+                fds: [ctl, ctl],
+                n: 1,
+                nap: true,
+            }));
+        };
+        if !shm.rx.prepare_wait() {
+            return Ok(None);
+        }
+        Ok(Some(WakeFds {
+            fds: [ctl, wake],
+            n: 2,
+            nap: false,
+        }))
+    }
+
+    /// The second half of a wait outside the client: withdraws the announcement, consumes
+    /// the wake-up, and notes the server's death if the control socket reported it (the
+    /// next call then fails with [`ClientError::ServerGone`]).
+    pub fn finish_sleep(&self) {
+        let mut i = self.inner.borrow_mut();
+        if let Some(shm) = i.shm.as_mut() {
+            shm.rx.finish_wait();
+        }
+        let mut fds = [PollFd::new(&i.ctl, PollFlags::IN)];
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let hup = rustix::event::poll(&mut fds, Some(&zero)).unwrap_or(0) > 0
+            && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR);
+        if hup {
+            i.gone = true;
         }
     }
 }

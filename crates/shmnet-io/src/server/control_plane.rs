@@ -218,6 +218,8 @@ pub(crate) struct ControlSpec {
     pub(crate) driver: Option<(OwnedFd, Arc<Mutex<DriverThreadStats>>)>,
     /// Every application's registered regions.
     pub(crate) table: Arc<Mutex<RegionTable>>,
+    /// The interface's address, told to each application in its `Welcome`.
+    pub(crate) address: std::net::Ipv4Addr,
 }
 
 /// The running control plane.
@@ -837,6 +839,7 @@ impl ControlPlane {
                     app_window: 0,
                     ipc: true,
                     isolated: false,
+                    address: Some(self.spec.address),
                 },
             )?;
             control::send_fd(&conn.fd, theirs.as_fd())?;
@@ -852,6 +855,7 @@ impl ControlPlane {
                     app_window: win.size(),
                     ipc: false,
                     isolated: true,
+                    address: Some(self.spec.address),
                 },
             )?;
             send_window(&conn.fd, &win)?;
@@ -866,6 +870,7 @@ impl ControlPlane {
                     app_window: win.size(),
                     ipc: false,
                     isolated: false,
+                    address: Some(self.spec.address),
                 },
             )?;
             send_window(&conn.fd, &self.spec.data)?;

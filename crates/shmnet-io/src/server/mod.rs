@@ -299,6 +299,7 @@ impl Server {
                 app_window: 0,
                 ipc: false,
                 isolated: false,
+                address: None,
             },
         )?;
         let setup = DriverSetup {
@@ -381,6 +382,7 @@ impl Server {
             counters,
             driver: driver_ctl,
             table,
+            address: opts.serve.ip,
         })?;
         Ok(Self {
             dp,

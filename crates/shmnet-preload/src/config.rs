@@ -1,0 +1,38 @@
+//! What the environment asks of the library, read once: `shmnet run` sets these.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The library's settings.
+#[derive(Debug)]
+pub(crate) struct Config {
+    /// The server's control socket (`SHMNET_SERVER`, else the default `shmnet serve` uses).
+    pub(crate) server: PathBuf,
+    /// Log every call that shmnet takes, and every decision (`SHMNET_LOG=debug`).
+    pub(crate) debug: bool,
+    /// With no server reachable, leave sockets to the kernel instead of failing them
+    /// (`SHMNET_FALLBACK=1`).
+    pub(crate) fallback: bool,
+}
+
+/// The settings, read at the first call that needs them.
+pub(crate) fn get() -> &'static Config {
+    static CONFIG: OnceLock<Config> = OnceLock::new();
+    CONFIG.get_or_init(|| Config {
+        server: std::env::var_os("SHMNET_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(shmnet_io::control::default_socket),
+        debug: std::env::var("SHMNET_LOG").is_ok_and(|v| v == "debug"),
+        fallback: std::env::var("SHMNET_FALLBACK").is_ok_and(|v| v == "1"),
+    })
+}
+
+/// Writes `shmnet: …` to stderr when `SHMNET_LOG=debug`.
+macro_rules! debug {
+    ($($arg:tt)*) => {
+        if $crate::config::get().debug {
+            eprintln!("shmnet: {}", format_args!($($arg)*));
+        }
+    };
+}
+pub(crate) use debug;

@@ -1,0 +1,353 @@
+//! Moving bytes: `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`,
+//! `sendto`, `sendmsg` on the server's connections (every other descriptor: the kernel's).
+
+use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
+
+use crate::net::{self, Call};
+use crate::table::{self, Mark, Sock};
+use crate::{fail, guarded, real, wait};
+
+/// Reads into `buf` from the server's connection `fd`, as `recv(2)` with `flags`
+/// (`MSG_DONTWAIT`, `MSG_WAITALL`; `MSG_PEEK` is not carried: `EOPNOTSUPP`).
+fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
+    if flags & libc::MSG_PEEK != 0 {
+        return fail(libc::EOPNOTSUPP);
+    }
+    let mut got = 0usize;
+    guarded(|| {
+        loop {
+            let mut st = table::lock();
+            let (s, nonblock, shut_rd) = match st.socks.get_mut(&fd) {
+                Some(Sock::Stream {
+                    s, opts, shut_rd, ..
+                }) => (s, opts.nonblock, *shut_rd),
+                _ => return fail(libc::ENOTCONN),
+            };
+            if shut_rd || buf.is_empty() {
+                return got as ssize_t;
+            }
+            let read = s.try_read(&mut buf[got..]);
+            st.note_moves();
+            drop(st);
+            match read {
+                Ok(Some(0)) => return got as ssize_t,
+                Ok(Some(n)) => {
+                    got += n;
+                    if flags & libc::MSG_WAITALL == 0 || got == buf.len() {
+                        return got as ssize_t;
+                    }
+                }
+                Ok(None) if got > 0 && flags & libc::MSG_WAITALL == 0 => return got as ssize_t,
+                Ok(None) if nonblock || flags & libc::MSG_DONTWAIT != 0 => {
+                    return if got > 0 {
+                        got as ssize_t
+                    } else {
+                        fail(libc::EAGAIN)
+                    };
+                }
+                Ok(None) => {}
+                Err(_) if got > 0 => return got as ssize_t,
+                Err(e) => return fail(net::errno_of(&e, Call::Read)),
+            }
+            if let Err(e) = wait::until_ready(fd, libc::POLLIN) {
+                return if got > 0 { got as ssize_t } else { fail(e) };
+            }
+        }
+    })
+}
+
+/// A write that failed because this side can send no more: `EPIPE`, and `SIGPIPE` unless
+/// the program asked for none.
+fn broken_pipe(flags: c_int) -> ssize_t {
+    if flags & libc::MSG_NOSIGNAL == 0 {
+        // SAFETY: raises a signal on this thread, as the kernel's write would.
+        unsafe { libc::raise(libc::SIGPIPE) };
+    }
+    fail(libc::EPIPE)
+}
+
+/// Writes `data` to the server's connection `fd`, as `send(2)` with `flags`
+/// (`MSG_DONTWAIT`, `MSG_NOSIGNAL`): some bytes, or an error, or `EAGAIN` when the send
+/// buffer is full and the socket does not block.
+fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
+    guarded(|| {
+        loop {
+            let mut st = table::lock();
+            let (s, nonblock, shut_wr) = match st.socks.get_mut(&fd) {
+                Some(Sock::Stream {
+                    s, opts, shut_wr, ..
+                }) => (s, opts.nonblock, *shut_wr),
+                _ => return fail(libc::ENOTCONN),
+            };
+            if shut_wr {
+                return broken_pipe(flags);
+            }
+            if data.is_empty() {
+                return 0;
+            }
+            let wrote = s.try_write(data);
+            st.note_moves();
+            drop(st);
+            match wrote {
+                Ok(0) if nonblock || flags & libc::MSG_DONTWAIT != 0 => return fail(libc::EAGAIN),
+                Ok(0) => {}
+                Ok(n) => return n as ssize_t,
+                Err(e) => {
+                    let errno = net::errno_of(&e, Call::Write);
+                    return if errno == libc::EPIPE {
+                        broken_pipe(flags)
+                    } else {
+                        fail(errno)
+                    };
+                }
+            }
+            if let Err(e) = wait::until_ready(fd, libc::POLLOUT) {
+                return fail(e);
+            }
+        }
+    })
+}
+
+/// The buffers of an iovec array.
+///
+/// # Safety
+/// `iov` must be valid for `n` entries, each valid for its length (null or empty allowed).
+unsafe fn iovecs<'a>(iov: *const iovec, n: c_int) -> impl Iterator<Item = (*mut u8, usize)> + 'a {
+    let n = if iov.is_null() { 0 } else { n.max(0) as usize };
+    (0..n).map(move |i| {
+        // SAFETY: the caller's contract: `iov` holds `n` entries.
+        let v = unsafe { *iov.add(i) };
+        (v.iov_base.cast::<u8>(), v.iov_len)
+    })
+}
+
+/// `readv` over the server's connection: fills the buffers in order, waiting (unless
+/// non-blocking) only for the first byte.
+///
+/// # Safety
+/// As [`iovecs`].
+unsafe fn stream_readv(fd: c_int, iov: *const iovec, n: c_int, flags: c_int) -> ssize_t {
+    let mut total: ssize_t = 0;
+    // SAFETY: the caller's contract.
+    for (base, len) in unsafe { iovecs(iov, n) } {
+        if len == 0 || base.is_null() {
+            continue;
+        }
+        // SAFETY: the caller's contract: `base` is valid for `len` bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(base, len) };
+        let more = if total > 0 {
+            flags | libc::MSG_DONTWAIT
+        } else {
+            flags
+        };
+        let r = stream_read(fd, buf, more & !libc::MSG_WAITALL);
+        if r < 0 {
+            return if total > 0 { total } else { r };
+        }
+        total += r;
+        if (r as usize) < len {
+            break;
+        }
+    }
+    total
+}
+
+/// `writev` over the server's connection: writes the buffers in order until one is taken
+/// only in part.
+///
+/// # Safety
+/// As [`iovecs`].
+unsafe fn stream_writev(fd: c_int, iov: *const iovec, n: c_int, flags: c_int) -> ssize_t {
+    let mut total: ssize_t = 0;
+    // SAFETY: the caller's contract.
+    for (base, len) in unsafe { iovecs(iov, n) } {
+        if len == 0 || base.is_null() {
+            continue;
+        }
+        // SAFETY: the caller's contract: `base` is valid for `len` bytes.
+        let data = unsafe { std::slice::from_raw_parts(base.cast_const(), len) };
+        let more = if total > 0 {
+            flags | libc::MSG_DONTWAIT
+        } else {
+            flags
+        };
+        let r = stream_write(fd, data, more);
+        if r < 0 {
+            return if total > 0 { total } else { r };
+        }
+        total += r;
+        if (r as usize) < len {
+            break;
+        }
+    }
+    total
+}
+
+/// # Safety
+/// `buf` valid for `n` bytes, or null with `n` 0.
+unsafe fn slice_mut<'a>(buf: *mut c_void, n: size_t) -> &'a mut [u8] {
+    if buf.is_null() || n == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(buf.cast(), n) }
+}
+
+/// # Safety
+/// `buf` valid for `n` bytes, or null with `n` 0.
+unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
+    if buf.is_null() || n == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(buf.cast(), n) }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::read(fd, buf, n) };
+    }
+    // SAFETY: the caller's contract.
+    stream_read(fd, unsafe { slice_mut(buf, n) }, 0)
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::write(fd, buf, n) };
+    }
+    // SAFETY: the caller's contract.
+    stream_write(fd, unsafe { slice(buf, n) }, 0)
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::readv(fd, iov, n) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { stream_readv(fd, iov, n, 0) }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::writev(fd, iov, n) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { stream_writev(fd, iov, n, 0) }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::recv(fd, buf, n, flags) };
+    }
+    // SAFETY: the caller's contract.
+    stream_read(fd, unsafe { slice_mut(buf, n) }, flags)
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvfrom(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::recvfrom(fd, buf, n, flags, addr, len) };
+    }
+    // A connected stream names no sender (as Linux's TCP leaves `addr` alone).
+    // SAFETY: the caller's contract.
+    stream_read(fd, unsafe { slice_mut(buf, n) }, flags)
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::recvmsg(fd, msg, flags) };
+    }
+    if msg.is_null() {
+        return fail(libc::EFAULT);
+    }
+    // SAFETY: the caller's contract: `msg` is a valid msghdr.
+    let m = unsafe { &mut *msg };
+    m.msg_namelen = 0;
+    m.msg_controllen = 0;
+    m.msg_flags = 0;
+    // SAFETY: the caller's contract covers the iovecs.
+    unsafe { stream_readv(fd, m.msg_iov, m.msg_iovlen as c_int, flags) }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::send(fd, buf, n, flags) };
+    }
+    // SAFETY: the caller's contract.
+    stream_write(fd, unsafe { slice(buf, n) }, flags)
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::sendto(fd, buf, n, flags, addr, len) };
+    }
+    // A connected stream ignores a destination, as Linux's TCP does.
+    // SAFETY: the caller's contract.
+    stream_write(fd, unsafe { slice(buf, n) }, flags)
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    }
+    if msg.is_null() {
+        return fail(libc::EFAULT);
+    }
+    // SAFETY: the caller's contract: `msg` is a valid msghdr.
+    let m = unsafe { &*msg };
+    // SAFETY: the caller's contract covers the iovecs.
+    unsafe { stream_writev(fd, m.msg_iov, m.msg_iovlen as c_int, flags) }
+}

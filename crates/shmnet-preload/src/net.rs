@@ -1,0 +1,93 @@
+//! Socket addresses across the C boundary, and what each client error means to a program.
+
+use libc::{c_int, sockaddr, sockaddr_in, socklen_t};
+use shmnet_io::client::ClientError;
+use shmnet_io::windows::TcpFailure;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+/// The IPv4 address at `addr`, or `None` if it is another family or too short.
+///
+/// # Safety
+/// `addr` must be null or valid for `len` bytes.
+pub(crate) unsafe fn read_v4(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddrV4> {
+    if addr.is_null() || (len as usize) < std::mem::size_of::<sockaddr_in>() {
+        return None;
+    }
+    // SAFETY: the caller's contract: `addr` holds at least a `sockaddr_in`'s bytes.
+    let sin = unsafe { std::ptr::read_unaligned(addr.cast::<sockaddr_in>()) };
+    (sin.sin_family == libc::AF_INET as libc::sa_family_t).then(|| {
+        SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+            u16::from_be(sin.sin_port),
+        )
+    })
+}
+
+/// Writes `a` to `addr` as `getsockname(2)` does: at most `*len` bytes, and `*len` set to
+/// the full size. Null pointers write nothing.
+///
+/// # Safety
+/// `addr` and `len` must be null or valid (`addr` for `*len` bytes).
+pub(crate) unsafe fn write_v4(a: SocketAddrV4, addr: *mut sockaddr, len: *mut socklen_t) {
+    if addr.is_null() || len.is_null() {
+        return;
+    }
+    // SAFETY: zero is a valid sockaddr_in.
+    let mut sin: sockaddr_in = unsafe { std::mem::zeroed() };
+    sin.sin_family = libc::AF_INET as libc::sa_family_t;
+    sin.sin_port = a.port().to_be();
+    sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+    let full = std::mem::size_of::<sockaddr_in>();
+    // SAFETY: `len` is valid (checked non-null; the caller's contract).
+    let room = unsafe { *len } as usize;
+    // SAFETY: copies at most `room` bytes, which `addr` holds, from a local.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            (&raw const sin).cast::<u8>(),
+            addr.cast::<u8>(),
+            room.min(full),
+        );
+        *len = full as socklen_t;
+    }
+}
+
+/// Whether connections to (or listeners on) `ip` are the kernel's: loopback.
+pub(crate) fn kernels(ip: Ipv4Addr) -> bool {
+    ip.is_loopback()
+}
+
+/// The call a client error happened in, which decides its `errno`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Call {
+    Listen,
+    Connect,
+    Read,
+    Write,
+    Other,
+}
+
+/// The `errno` a program expects for `e` in `call`.
+pub(crate) fn errno_of(e: &ClientError, call: Call) -> c_int {
+    match e {
+        ClientError::Connection(TcpFailure::Reset) => libc::ECONNRESET,
+        ClientError::Connection(TcpFailure::Refused) => libc::ECONNREFUSED,
+        ClientError::Connection(TcpFailure::TimedOut) => libc::ETIMEDOUT,
+        ClientError::Connection(TcpFailure::Failed) => libc::ENETUNREACH,
+        ClientError::TimedOut if call == Call::Connect => libc::ETIMEDOUT,
+        ClientError::TimedOut => libc::EAGAIN,
+        ClientError::Refused(_) => match call {
+            Call::Listen => libc::EADDRINUSE,
+            Call::Connect => libc::EADDRNOTAVAIL,
+            Call::Write => libc::EPIPE,
+            Call::Read | Call::Other => libc::ENOTCONN,
+        },
+        ClientError::ServerGone => match call {
+            Call::Write => libc::EPIPE,
+            _ => libc::ECONNRESET,
+        },
+        ClientError::MessageTooLarge(_) => libc::EMSGSIZE,
+        ClientError::UntrustedServer { .. } => libc::EACCES,
+        ClientError::Protocol(_) => libc::EPROTO,
+        ClientError::Control(_) => libc::EIO,
+    }
+}

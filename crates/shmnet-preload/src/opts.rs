@@ -1,0 +1,238 @@
+//! Options and modes: `setsockopt`, `getsockopt`, `fcntl`, `ioctl`.
+//!
+//! On an undecided socket an option goes to the kernel socket (so an option the kernel
+//! refuses is refused) and the ones the server carries are noted for when it takes the
+//! socket. On the server's sockets: `TCP_NODELAY`, `SO_KEEPALIVE`, `SO_SNDBUF` and
+//! `SO_RCVBUF` are carried; options that only tune the kernel's own behaviour
+//! (`SO_REUSEADDR`, `SO_REUSEPORT`, `SO_LINGER`, `TCP_KEEPIDLE`…) are accepted and noted in
+//! the debug log; `getsockopt` answers from what was set (`SO_ERROR` 0, `SO_TYPE`
+//! `SOCK_STREAM`).
+
+use libc::{c_int, c_ulong, c_void, socklen_t};
+
+use crate::config::debug;
+use crate::table::{self, Mark, Opts, Sock};
+use crate::{fail, guarded, real};
+
+/// An `int` option's value, if `val` holds one.
+///
+/// # Safety
+/// `val` valid for `len` bytes, or null.
+unsafe fn int_of(val: *const c_void, len: socklen_t) -> Option<c_int> {
+    if val.is_null() || (len as usize) < std::mem::size_of::<c_int>() {
+        return None;
+    }
+    // SAFETY: the caller's contract: at least an int's bytes.
+    Some(unsafe { std::ptr::read_unaligned(val.cast::<c_int>()) })
+}
+
+/// Notes option `(level, name) = v` in `o`; whether the server carries it.
+fn note(o: &mut Opts, level: c_int, name: c_int, v: c_int) -> bool {
+    match (level, name) {
+        (libc::IPPROTO_TCP, libc::TCP_NODELAY) => o.nodelay = v != 0,
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => o.keepalive = v != 0,
+        (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf = Some(v.max(0) as u32),
+        (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf = Some(v.max(0) as u32),
+        _ => return false,
+    }
+    true
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    let mark = table::marked(fd);
+    if mark != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        let r = unsafe { real::setsockopt(fd, level, name, val, len) };
+        if r == 0 && mark == Mark::Undecided {
+            // SAFETY: the kernel read `val` for `len` bytes just now.
+            if let Some(v) = unsafe { int_of(val, len) } {
+                guarded(|| {
+                    let mut st = table::lock();
+                    if let Some(sock) = st.socks.get_mut(&fd) {
+                        note(sock.opts_mut(), level, name, v);
+                    }
+                    0
+                });
+            }
+        }
+        return r;
+    }
+    // SAFETY: the caller's contract covers `val` for `len` bytes.
+    let v = unsafe { int_of(val, len) };
+    guarded(|| {
+        let mut st = table::lock();
+        let Some(sock) = st.socks.get_mut(&fd) else {
+            return fail(libc::EBADF);
+        };
+        let Some(v) = v else {
+            debug!("setsockopt({fd}, {level}, {name}): accepted, not carried");
+            return 0;
+        };
+        if !note(sock.opts_mut(), level, name, v) {
+            debug!("setsockopt({fd}, {level}, {name}, {v}): accepted, not carried");
+            return 0;
+        }
+        let on = v != 0;
+        let bytes = v.max(0) as u32;
+        let r = match sock {
+            Sock::Stream { s, .. } => match (level, name) {
+                (libc::IPPROTO_TCP, libc::TCP_NODELAY) => s.set_nodelay(on),
+                (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => s.set_keepalive(on),
+                (libc::SOL_SOCKET, libc::SO_SNDBUF) => s.set_send_buffer(bytes).map(drop),
+                _ => s.set_recv_buffer(bytes).map(drop),
+            },
+            Sock::Listener { l, .. } => match (level, name) {
+                (libc::SOL_SOCKET, libc::SO_SNDBUF) => l.set_send_buffer(bytes).map(drop),
+                (libc::SOL_SOCKET, libc::SO_RCVBUF) => l.set_recv_buffer(bytes).map(drop),
+                _ => Ok(()),
+            },
+            Sock::Undecided { .. } => Ok(()),
+        };
+        st.note_moves();
+        match r {
+            Ok(()) => 0,
+            Err(e) => fail(crate::net::errno_of(&e, crate::net::Call::Other)),
+        }
+    })
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getsockopt(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    val: *mut c_void,
+    len: *mut socklen_t,
+) -> c_int {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::getsockopt(fd, level, name, val, len) };
+    }
+    if val.is_null() || len.is_null() {
+        return fail(libc::EFAULT);
+    }
+    let answer = guarded(|| {
+        let st = table::lock();
+        let Some(sock) = st.socks.get(&fd) else {
+            return fail(libc::EBADF);
+        };
+        let (o, listening) = match sock {
+            Sock::Undecided { opts, .. } => (*opts, 0),
+            Sock::Listener { opts, .. } => (*opts, 1),
+            Sock::Stream { opts, .. } => (*opts, 0),
+        };
+        match (level, name) {
+            (libc::SOL_SOCKET, libc::SO_ERROR) => 0,
+            (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
+            (libc::SOL_SOCKET, libc::SO_DOMAIN) => libc::AF_INET,
+            (libc::SOL_SOCKET, libc::SO_PROTOCOL) => libc::IPPROTO_TCP,
+            (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => listening,
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => c_int::from(o.nodelay),
+            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => c_int::from(o.keepalive),
+            (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf.map_or(256 * 1024, |b| b as c_int),
+            (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf.map_or(256 * 1024, |b| b as c_int),
+            _ => {
+                debug!("getsockopt({fd}, {level}, {name}): not carried, answered 0");
+                0
+            }
+        }
+    });
+    if answer < 0 {
+        return answer;
+    }
+    // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
+    unsafe {
+        let room = (*len as usize).min(std::mem::size_of::<c_int>());
+        std::ptr::copy_nonoverlapping((&raw const answer).cast::<u8>(), val.cast::<u8>(), room);
+        *len = room as socklen_t;
+    }
+    0
+}
+
+/// Notes a socket's non-blocking mode.
+fn set_nonblock(fd: c_int, on: bool) {
+    guarded(|| {
+        let mut st = table::lock();
+        if let Some(sock) = st.socks.get_mut(&fd) {
+            sock.opts_mut().nonblock = on;
+        }
+        0
+    });
+}
+
+/// # Safety
+/// The C call's contract (`arg` is the optional third argument, as a register).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // The eventfd holding a shmnet socket's number keeps the flags too, so F_GETFL answers
+    // for itself; F_SETFL is also noted.
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::fcntl(fd, cmd, arg) };
+    if r >= 0 && cmd == libc::F_SETFL && table::marked(fd) != Mark::NotOurs {
+        set_nonblock(fd, arg as c_int & libc::O_NONBLOCK != 0);
+    }
+    r
+}
+
+/// `fcntl64` is the same call in glibc's large-file interface.
+///
+/// # Safety
+/// As [`fcntl`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { fcntl(fd, cmd, arg) }
+}
+
+/// # Safety
+/// The C call's contract (`arg` is the optional third argument, as a register).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
+    if table::marked(fd) == Mark::NotOurs {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::ioctl(fd, req, arg) };
+    }
+    match req {
+        libc::FIONBIO => {
+            if arg == 0 {
+                return fail(libc::EFAULT);
+            }
+            // SAFETY: FIONBIO's argument is a pointer to an int.
+            let on = unsafe { *(arg as *const c_int) } != 0;
+            // SAFETY: the same request on the descriptor itself keeps its flags in step.
+            let r = unsafe { real::ioctl(fd, req, arg) };
+            if r == 0 {
+                set_nonblock(fd, on);
+            }
+            r
+        }
+        libc::FIONREAD if table::marked(fd) == Mark::Shmnet => {
+            if arg == 0 {
+                return fail(libc::EFAULT);
+            }
+            // Whether bytes are waiting, not how many: the client library tells only that.
+            let mut p = [libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let n = crate::wait::poll_mixed(&mut p, Some(std::time::Duration::ZERO));
+            // SAFETY: FIONREAD's argument is a pointer to an int.
+            unsafe { *(arg as *mut c_int) = c_int::from(n > 0) };
+            0
+        }
+        // SAFETY: the caller's arguments, passed on.
+        _ => unsafe { real::ioctl(fd, req, arg) },
+    }
+}

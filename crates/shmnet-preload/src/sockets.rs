@@ -1,0 +1,424 @@
+//! Making, naming, connecting and closing sockets: `socket`, `bind`, `listen`, `accept`,
+//! `accept4`, `connect`, `shutdown`, `close`, `getsockname`, `getpeername`.
+
+use libc::{c_int, sockaddr, socklen_t};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::time::Duration;
+
+use crate::config::debug;
+use crate::net::{self, Call};
+use crate::table::{self, Mark, NoServer, Opts, Sock};
+use crate::{fail, guarded, real, wait};
+
+/// How long a `connect` waits for the handshake (the kernel gives up after about two
+/// minutes of SYN retries; a program that wants less sets an alarm or uses its own
+/// timeout).
+const CONNECT_PATIENCE: Duration = Duration::from_secs(75);
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::socket(domain, ty, proto) };
+    let tcp = domain == libc::AF_INET
+        && ty & 0xf == libc::SOCK_STREAM
+        && (proto == 0 || proto == libc::IPPROTO_TCP);
+    if fd < 0 || !tcp || fd as usize >= table::MAX_FD || table::forked() {
+        return fd;
+    }
+    guarded(|| {
+        let mut st = table::lock();
+        match st.client() {
+            Ok(_) => {
+                st.adopt(
+                    fd,
+                    Opts {
+                        nonblock: ty & libc::SOCK_NONBLOCK != 0,
+                        ..Opts::default()
+                    },
+                );
+                debug!("socket() = {fd}: IPv4 TCP, shmnet's unless bound or connected to loopback");
+                fd
+            }
+            Err(NoServer::Fallback) => fd,
+            Err(NoServer::Fail) => {
+                // SAFETY: closes the socket made above, which the program never saw.
+                unsafe { real::close(fd) };
+                fail(libc::ENETDOWN)
+            }
+        }
+    })
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    match table::marked(fd) {
+        // SAFETY: the caller's arguments, passed on.
+        Mark::NotOurs => return unsafe { real::bind(fd, addr, len) },
+        Mark::Shmnet => return fail(libc::EINVAL),
+        Mark::Undecided => {}
+    }
+    // SAFETY: the caller's contract covers `addr` for `len` bytes.
+    let at = unsafe { net::read_v4(addr, len) };
+    guarded(|| {
+        let mut st = table::lock();
+        let ours = at.filter(|a| {
+            a.ip().is_unspecified() || st.server_address().is_some_and(|s| s == *a.ip())
+        });
+        let Some(a) = ours else {
+            st.release(fd);
+            drop(st);
+            debug!("bind({fd}, {at:?}): the kernel's");
+            // SAFETY: the caller's arguments, passed on.
+            return unsafe { real::bind(fd, addr, len) };
+        };
+        if let Some(Sock::Undecided { bound, .. }) = st.socks.get_mut(&fd) {
+            *bound = Some(a);
+        }
+        debug!("bind({fd}, {a}): noted for the server");
+        0
+    })
+}
+
+/// Puts an eventfd in place of the kernel socket at `fd` (same number, same close-on-exec
+/// and non-blocking flags); the kernel socket is closed by it.
+fn take_number(fd: c_int, nonblock: bool) -> Result<(), c_int> {
+    // SAFETY: fcntl(F_GETFD) on a descriptor the program owns.
+    let fdflags = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
+    let cloexec = fdflags >= 0 && fdflags & libc::FD_CLOEXEC != 0;
+    let mut flags = libc::EFD_CLOEXEC;
+    if nonblock {
+        flags |= libc::EFD_NONBLOCK;
+    }
+    // SAFETY: eventfd takes no pointers.
+    let ev = unsafe { libc::eventfd(0, flags) };
+    if ev < 0 {
+        return Err(libc::EMFILE);
+    }
+    // SAFETY: dup3 onto the program's own descriptor number, closing its kernel socket.
+    let r = unsafe { libc::dup3(ev, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) };
+    // SAFETY: closes the eventfd made above (its copy at `fd` stays).
+    unsafe { real::close(ev) };
+    if r < 0 {
+        return Err(libc::EBADF);
+    }
+    Ok(())
+}
+
+/// The options noted on an undecided socket, applied to a stream of the server's.
+fn apply(s: &mut shmnet_io::client::TcpStream, o: &Opts) {
+    if o.nodelay {
+        let _ = s.set_nodelay(true);
+    }
+    if o.keepalive {
+        let _ = s.set_keepalive(true);
+    }
+    if let Some(b) = o.sndbuf {
+        let _ = s.set_send_buffer(b);
+    }
+    if let Some(b) = o.rcvbuf {
+        let _ = s.set_recv_buffer(b);
+    }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    match table::marked(fd) {
+        // SAFETY: the caller's arguments, passed on.
+        Mark::NotOurs => return unsafe { real::listen(fd, backlog) },
+        Mark::Shmnet => return 0, // listening already, as a second listen(2)
+        Mark::Undecided => {}
+    }
+    guarded(|| {
+        let mut st = table::lock();
+        let (opts, bound) = match st.socks.get(&fd) {
+            Some(Sock::Undecided { opts, bound }) => (*opts, *bound),
+            _ => return fail(libc::EBADF),
+        };
+        let port = bound.map_or(0, |b| b.port());
+        let backlog = backlog.clamp(1, 4096) as u32;
+        let listened = match st.client() {
+            Ok(client) => client.tcp_listen(port, backlog),
+            Err(_) => return fail(libc::ENETDOWN),
+        };
+        let l = match listened {
+            Ok(l) => l,
+            Err(e) => return fail(net::errno_of(&e, Call::Listen)),
+        };
+        if let Some(b) = opts.rcvbuf {
+            let _ = l.set_recv_buffer(b);
+        }
+        if let Some(b) = opts.sndbuf {
+            let _ = l.set_send_buffer(b);
+        }
+        if let Err(e) = take_number(fd, opts.nonblock) {
+            return fail(e);
+        }
+        let addr = SocketAddrV4::new(bound.map_or(Ipv4Addr::UNSPECIFIED, |b| *b.ip()), l.port());
+        debug!("listen({fd}) on the server's {addr}");
+        st.install(fd, Sock::Listener { l, addr, opts });
+        0
+    })
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { accept4(fd, addr, len, 0) }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::accept4(fd, addr, len, flags) };
+    }
+    guarded(|| {
+        loop {
+            let mut st = table::lock();
+            let (got, nonblock, laddr) = match st.socks.get(&fd) {
+                Some(Sock::Listener { l, opts, addr }) => (l.try_accept(), opts.nonblock, *addr),
+                _ => return fail(libc::EINVAL),
+            };
+            st.note_moves();
+            match got {
+                Ok(Some(s)) => {
+                    let mut ev_flags = 0;
+                    if flags & libc::SOCK_CLOEXEC != 0 {
+                        ev_flags |= libc::EFD_CLOEXEC;
+                    }
+                    if flags & libc::SOCK_NONBLOCK != 0 {
+                        ev_flags |= libc::EFD_NONBLOCK;
+                    }
+                    // SAFETY: eventfd takes no pointers.
+                    let nfd = unsafe { libc::eventfd(0, ev_flags) };
+                    if nfd < 0 || nfd as usize >= table::MAX_FD {
+                        if nfd >= 0 {
+                            // SAFETY: our own new descriptor.
+                            unsafe { real::close(nfd) };
+                        }
+                        drop(s.abort());
+                        return fail(libc::EMFILE);
+                    }
+                    let peer = s.peer_addr();
+                    let local = SocketAddrV4::new(
+                        st.server_address().unwrap_or(*laddr.ip()),
+                        s.local_port(),
+                    );
+                    // SAFETY: the caller's contract covers `addr` and `len`.
+                    unsafe { net::write_v4(peer, addr, len) };
+                    debug!("accept({fd}) = {nfd}: {peer}");
+                    let opts = Opts {
+                        nonblock: flags & libc::SOCK_NONBLOCK != 0,
+                        ..Opts::default()
+                    };
+                    st.install(
+                        nfd,
+                        Sock::Stream {
+                            s,
+                            local,
+                            opts,
+                            shut_rd: false,
+                            shut_wr: false,
+                        },
+                    );
+                    return nfd;
+                }
+                Ok(None) if nonblock => return fail(libc::EAGAIN),
+                Ok(None) => {}
+                Err(e) => return fail(net::errno_of(&e, Call::Other)),
+            }
+            drop(st);
+            if let Err(e) = wait::until_ready(fd, libc::POLLIN) {
+                return fail(e);
+            }
+        }
+    })
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    match table::marked(fd) {
+        // SAFETY: the caller's arguments, passed on.
+        Mark::NotOurs => return unsafe { real::connect(fd, addr, len) },
+        Mark::Shmnet => return fail(libc::EISCONN),
+        Mark::Undecided => {}
+    }
+    // SAFETY: the caller's contract covers `addr` for `len` bytes.
+    let to = unsafe { net::read_v4(addr, len) };
+    guarded(|| {
+        let mut st = table::lock();
+        let Some(to) = to.filter(|a| !net::kernels(*a.ip())) else {
+            st.release(fd);
+            drop(st);
+            debug!("connect({fd}, {to:?}): the kernel's");
+            // SAFETY: the caller's arguments, passed on.
+            return unsafe { real::connect(fd, addr, len) };
+        };
+        let opts = match st.socks.get(&fd) {
+            Some(Sock::Undecided { opts, .. }) => *opts,
+            _ => return fail(libc::EBADF),
+        };
+        // Non-blocking or not, the handshake is waited for here (docs/preload.md).
+        let connected = match st.client() {
+            Ok(client) => client.tcp_connect(to, CONNECT_PATIENCE),
+            Err(_) => return fail(libc::ENETDOWN),
+        };
+        let mut s = match connected {
+            Ok(s) => s,
+            Err(e) => {
+                debug!("connect({fd}, {to}) failed: {e}");
+                return fail(net::errno_of(&e, Call::Connect));
+            }
+        };
+        apply(&mut s, &opts);
+        if let Err(e) = take_number(fd, opts.nonblock) {
+            return fail(e);
+        }
+        let local = SocketAddrV4::new(
+            st.server_address().unwrap_or(Ipv4Addr::UNSPECIFIED),
+            s.local_port(),
+        );
+        debug!("connect({fd}, {to}) through the server from {local}");
+        st.install(
+            fd,
+            Sock::Stream {
+                s,
+                local,
+                opts,
+                shut_rd: false,
+                shut_wr: false,
+            },
+        );
+        st.note_moves();
+        0
+    })
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if table::marked(fd) != Mark::NotOurs {
+        guarded(|| {
+            let mut st = table::lock();
+            let sock = st.release(fd);
+            if table::forked() {
+                // The parent's connection: not ours to end.
+                std::mem::forget(sock);
+            } else {
+                match sock {
+                    Some(Sock::Stream { s, .. }) => drop(s.close()),
+                    Some(Sock::Listener { l, .. }) => drop(l.close()),
+                    _ => {}
+                }
+                st.note_moves();
+            }
+            debug!("close({fd})");
+            0
+        });
+    }
+    // SAFETY: the caller's descriptor, passed on (the eventfd holding a shmnet socket's
+    // number, or the kernel's own).
+    unsafe { real::close(fd) }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
+    if table::marked(fd) != Mark::Shmnet {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::shutdown(fd, how) };
+    }
+    guarded(|| {
+        let mut st = table::lock();
+        let Some(Sock::Stream {
+            s,
+            shut_rd,
+            shut_wr,
+            ..
+        }) = st.socks.get_mut(&fd)
+        else {
+            return fail(libc::ENOTCONN);
+        };
+        if how == libc::SHUT_RD || how == libc::SHUT_RDWR {
+            *shut_rd = true;
+        }
+        if (how == libc::SHUT_WR || how == libc::SHUT_RDWR) && !*shut_wr {
+            *shut_wr = true;
+            if let Err(e) = s.shutdown() {
+                return fail(net::errno_of(&e, Call::Other));
+            }
+        }
+        st.note_moves();
+        0
+    })
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    let named = match table::marked(fd) {
+        Mark::NotOurs => None,
+        _ => crate::caught(
+            || {
+                let st = table::lock();
+                match st.socks.get(&fd) {
+                    Some(Sock::Listener { addr, .. }) => Some(*addr),
+                    Some(Sock::Stream { local, .. }) => Some(*local),
+                    Some(Sock::Undecided { bound, .. }) => *bound,
+                    None => None,
+                }
+            },
+            || None,
+        ),
+    };
+    match named {
+        Some(a) => {
+            // SAFETY: the caller's contract covers `addr` and `len`.
+            unsafe { net::write_v4(a, addr, len) };
+            0
+        }
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::getsockname(fd, addr, len) },
+    }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    match table::marked(fd) {
+        // SAFETY: the caller's arguments, passed on.
+        Mark::NotOurs | Mark::Undecided => unsafe { real::getpeername(fd, addr, len) },
+        Mark::Shmnet => guarded(|| {
+            let st = table::lock();
+            match st.socks.get(&fd) {
+                Some(Sock::Stream { s, .. }) => {
+                    // SAFETY: the caller's contract covers `addr` and `len`.
+                    unsafe { net::write_v4(s.peer_addr(), addr, len) };
+                    0
+                }
+                _ => fail(libc::ENOTCONN),
+            }
+        }),
+    }
+}

@@ -1,0 +1,273 @@
+//! Which descriptors are shmnet's, and the one connection to the server they share.
+//!
+//! A descriptor is in one of three states:
+//!
+//! - **not ours** (almost all): every call goes to the kernel; telling costs one atomic load
+//!   ([`marked`]), so a program's other descriptors pay nothing noticeable;
+//! - **undecided**: an IPv4 TCP socket the program made and has not yet bound, listened on or
+//!   connected. It is a real kernel socket meanwhile (its options go to the kernel as well
+//!   as being noted); `bind`, `listen` or `connect` to an address the server serves makes it
+//!   shmnet's, anything else (loopback, another interface's address) leaves it the kernel's;
+//! - **shmnet's**: a listener or a connection of the server. The descriptor number stays
+//!   taken by an eventfd put in the kernel socket's place (`dup3`), so numbering, `select`'s
+//!   limit and `close` behave as the program expects.
+//!
+//! Everything about the server's sockets lives in one [`State`] behind one mutex: the client
+//! library is single-threaded, so a program's threads take turns at it, and no thread sleeps
+//! holding it ([`crate::wait`]).
+
+use shmnet_io::client::{Client, TcpListener, TcpStream};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::config::{self, debug};
+
+/// Descriptors at or above this are never taken (they stay the kernel's).
+pub(crate) const MAX_FD: usize = 1 << 16;
+
+/// A descriptor's mark.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Mark {
+    NotOurs = 0,
+    Undecided = 1,
+    Shmnet = 2,
+}
+
+static MARKS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(0) }; MAX_FD];
+
+/// Set in a child after `fork`: the server's sockets belong to the parent.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// The mark of `fd` (one relaxed load: a program that closes a descriptor while another
+/// thread uses it has a race of its own, as with the kernel's descriptors).
+#[inline]
+pub(crate) fn marked(fd: libc::c_int) -> Mark {
+    match usize::try_from(fd).ok().and_then(|i| MARKS.get(i)) {
+        Some(m) => match m.load(Ordering::Relaxed) {
+            1 => Mark::Undecided,
+            2 => Mark::Shmnet,
+            _ => Mark::NotOurs,
+        },
+        None => Mark::NotOurs,
+    }
+}
+
+fn set_mark(fd: libc::c_int, m: Mark) {
+    if let Some(slot) = usize::try_from(fd).ok().and_then(|i| MARKS.get(i)) {
+        slot.store(m as u8, Ordering::Relaxed);
+    }
+}
+
+/// Whether this process is a child forked after it had shmnet sockets.
+pub(crate) fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// Options a program set, applied when the socket becomes the server's (and answered back
+/// from here by `getsockopt`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Opts {
+    pub(crate) nonblock: bool,
+    pub(crate) nodelay: bool,
+    pub(crate) keepalive: bool,
+    pub(crate) sndbuf: Option<u32>,
+    pub(crate) rcvbuf: Option<u32>,
+}
+
+/// One of the program's sockets that this library looks after.
+pub(crate) enum Sock {
+    /// A kernel socket not yet bound, listened on or connected; `bound` is where `bind`
+    /// put it if that address is the server's (the kernel socket itself stays unbound).
+    Undecided {
+        opts: Opts,
+        bound: Option<SocketAddrV4>,
+    },
+    /// A listener of the server.
+    Listener {
+        l: TcpListener,
+        addr: SocketAddrV4,
+        opts: Opts,
+    },
+    /// A connection of the server.
+    Stream {
+        s: TcpStream,
+        local: SocketAddrV4,
+        opts: Opts,
+        shut_rd: bool,
+        shut_wr: bool,
+    },
+}
+
+impl Sock {
+    pub(crate) fn opts_mut(&mut self) -> &mut Opts {
+        match self {
+            Sock::Undecided { opts, .. }
+            | Sock::Listener { opts, .. }
+            | Sock::Stream { opts, .. } => opts,
+        }
+    }
+}
+
+/// The connection to the server and the sockets on it.
+pub(crate) struct State {
+    /// `None` until the first IPv4 TCP socket; then the client, or the reason there is none.
+    pub(crate) client: Option<Result<Client, ()>>,
+    pub(crate) socks: HashMap<libc::c_int, Sock, BuildHasherDefault<DefaultHasher>>,
+    /// Threads asleep in [`crate::wait`] for this client.
+    pub(crate) sleepers: u32,
+    /// The client's count of moved items at the last look (see [`State::note_moves`]).
+    pub(crate) moved_seen: u64,
+    /// Raised when a thread moved deliveries while others slept: theirs may be among them
+    /// (the server's wake-up went to whichever thread took it).
+    pub(crate) kick: Option<OwnedFd>,
+}
+
+// SAFETY: `State` holds the client library's `Rc`-shared sockets. Every one of them lives
+// inside the one `State` value, which is only reached through `STATE`'s mutex: no `Rc`
+// clone is ever handed out of it, so no two threads touch a reference count at once.
+unsafe impl Send for State {}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    client: None,
+    socks: HashMap::with_hasher(BuildHasherDefault::new()),
+    sleepers: 0,
+    moved_seen: 0,
+    kick: None,
+});
+
+/// The state, locked (a panic while it was held is not a reason to stop: the data it
+/// guards stays consistent between calls).
+pub(crate) fn lock() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why a socket cannot be the server's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NoServer {
+    /// No server answered; the program asked to fail (the default).
+    Fail,
+    /// No server answered; `SHMNET_FALLBACK=1` leaves the socket to the kernel.
+    Fallback,
+}
+
+impl State {
+    /// The client, connecting at the first call. Says once, on stderr, why there is none.
+    pub(crate) fn client(&mut self) -> Result<&Client, NoServer> {
+        if self.client.is_none() {
+            let cfg = config::get();
+            self.client = Some(match Client::connect(&cfg.server) {
+                Ok(c) => {
+                    debug!(
+                        "attached to the server at {} (address {:?})",
+                        cfg.server.display(),
+                        c.address()
+                    );
+                    // SAFETY: eventfd has no pointer arguments; a negative result is checked.
+                    let kick = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+                    // SAFETY: `kick` is a new descriptor that nothing else owns.
+                    self.kick = (kick >= 0).then(|| unsafe { OwnedFd::from_raw_fd(kick) });
+                    install_fork_handler();
+                    Ok(c)
+                }
+                Err(e) => {
+                    if cfg.fallback {
+                        eprintln!(
+                            "shmnet: no server at {} ({e}): the kernel carries this program's sockets (SHMNET_FALLBACK=1)",
+                            cfg.server.display()
+                        );
+                    } else {
+                        eprintln!(
+                            "shmnet: no server at {} ({e}): start `shmnet serve --structure server`, give its socket with `shmnet run --server PATH`, or add --fallback to use the kernel",
+                            cfg.server.display()
+                        );
+                    }
+                    Err(())
+                }
+            });
+        }
+        match self.client.as_ref().expect("set above") {
+            Ok(c) => Ok(c),
+            Err(()) if config::get().fallback => Err(NoServer::Fallback),
+            Err(()) => Err(NoServer::Fail),
+        }
+    }
+
+    /// The server's address (where its listeners and connections are bound), if known.
+    pub(crate) fn server_address(&self) -> Option<Ipv4Addr> {
+        match &self.client {
+            Some(Ok(c)) => c.address(),
+            _ => None,
+        }
+    }
+
+    /// Starts looking after kernel socket `fd`.
+    pub(crate) fn adopt(&mut self, fd: libc::c_int, opts: Opts) {
+        self.socks.insert(fd, Sock::Undecided { opts, bound: None });
+        set_mark(fd, Mark::Undecided);
+    }
+
+    /// Leaves `fd` to the kernel from now on.
+    pub(crate) fn release(&mut self, fd: libc::c_int) -> Option<Sock> {
+        set_mark(fd, Mark::NotOurs);
+        self.socks.remove(&fd)
+    }
+
+    /// Records `sock` as the server's under `fd` (whose number an eventfd now holds).
+    pub(crate) fn install(&mut self, fd: libc::c_int, sock: Sock) {
+        self.socks.insert(fd, sock);
+        set_mark(fd, Mark::Shmnet);
+    }
+
+    /// After a call that may have moved deliveries off the ring: if some moved while other
+    /// threads sleep, wakes them so they look (what moved may be theirs).
+    pub(crate) fn note_moves(&mut self) {
+        let Some(Ok(c)) = &self.client else { return };
+        let Ok(moved) = c.gather() else { return };
+        if moved != self.moved_seen {
+            self.moved_seen = moved;
+            if self.sleepers > 0 {
+                self.raise_kick();
+            }
+        }
+    }
+
+    pub(crate) fn raise_kick(&self) {
+        if let Some(k) = &self.kick {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a local to our own eventfd (a full counter only
+            // means it is raised already).
+            unsafe {
+                crate::real::write(
+                    std::os::fd::AsRawFd::as_raw_fd(k),
+                    (&raw const one).cast(),
+                    8,
+                )
+            };
+        }
+    }
+
+    pub(crate) fn clear_kick(&self) {
+        if let Some(k) = &self.kick {
+            let mut v: u64 = 0;
+            // SAFETY: reads 8 bytes into a local from our own non-blocking eventfd.
+            unsafe {
+                crate::real::read(std::os::fd::AsRawFd::as_raw_fd(k), (&raw mut v).cast(), 8)
+            };
+        }
+    }
+}
+
+/// After `fork`, the child's copies of the server's sockets are the parent's connections:
+/// the child forgets them without telling the server (see docs/preload.md).
+fn install_fork_handler() {
+    extern "C" fn child() {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+    // SAFETY: registers a handler with no arguments that only stores to an atomic.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}

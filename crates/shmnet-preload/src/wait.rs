@@ -1,0 +1,218 @@
+//! The one way this library waits: for a set of descriptors, some the server's sockets and
+//! some the kernel's, as `poll(2)` does — and every blocking call waits through it too.
+//!
+//! A waiting thread looks at the server's sockets (through the client) and the kernel's
+//! descriptors (a zero-timeout `poll`) while holding the state's lock; if nothing is ready
+//! it announces a sleep to the client ([`Client::prepare_sleep`]), lets the lock go, and
+//! sleeps in the kernel on its own descriptors, the client's wake-ups and the *kick*
+//! eventfd together. So the program's other threads use the server meanwhile.
+//!
+//! Lost wake-ups between threads: the server raises the client's wake-up once, and the
+//! thread that consumes it moves every delivery off the ring, its own and other sockets'.
+//! Whoever moves deliveries while other threads sleep raises the kick
+//! ([`State::note_moves`]); the kick is cleared only when no thread is left asleep, so a
+//! sleeper that has not reached its `poll` yet still finds it raised.
+//!
+//! [`Client::prepare_sleep`]: shmnet_io::client::Client::prepare_sleep
+//! [`State::note_moves`]: crate::table::State::note_moves
+
+use libc::{c_int, c_short, pollfd};
+use shmnet_io::client::{Interest, PollItem, PollSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::real;
+use crate::table::{self, Mark, Sock, State};
+
+/// How long a wait for send memory sleeps before it looks again: under `--isolation
+/// shared` send buffers come back through the pool, whose wake-up is not among the fds.
+const WRITABLE_NAP: Duration = Duration::from_millis(1);
+
+/// What was asked of one of the server's sockets, in `poll` terms.
+fn interest(events: c_short) -> Interest {
+    Interest {
+        readable: events & (libc::POLLIN | libc::POLLRDNORM | libc::POLLPRI) != 0,
+        writable: events & (libc::POLLOUT | libc::POLLWRNORM) != 0,
+    }
+}
+
+fn revents(events: c_short, ready: Interest) -> c_short {
+    let mut r = 0;
+    if ready.readable {
+        r |= events & (libc::POLLIN | libc::POLLRDNORM);
+    }
+    if ready.writable {
+        r |= events & (libc::POLLOUT | libc::POLLWRNORM);
+    }
+    r
+}
+
+/// Fills in `revents` of the server's sockets among `fds`; returns how many are ready.
+fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
+    let State { client, socks, .. } = st;
+    let client = match client {
+        Some(Ok(c)) => c,
+        _ => return 0,
+    };
+    let mut items = Vec::new();
+    let mut at = Vec::new();
+    for (i, p) in fds.iter_mut().enumerate() {
+        if table::marked(p.fd) != Mark::Shmnet {
+            continue;
+        }
+        p.revents = 0;
+        let socket = match socks.get(&p.fd) {
+            Some(Sock::Listener { l, .. }) => PollSocket::Listener(l),
+            Some(Sock::Stream { s, .. }) => PollSocket::Stream(s),
+            _ => {
+                p.revents = libc::POLLNVAL;
+                continue;
+            }
+        };
+        items.push(PollItem::new(socket, interest(p.events)));
+        at.push(i);
+    }
+    let mut ready = fds
+        .iter()
+        .filter(|p| table::marked(p.fd) == Mark::Shmnet && p.revents != 0)
+        .count() as c_int;
+    match client.poll(&mut items, Some(Duration::ZERO)) {
+        Ok(_) => {
+            for (item, &i) in items.iter().zip(&at) {
+                fds[i].revents = revents(fds[i].events, item.ready());
+                ready += c_int::from(fds[i].revents != 0);
+            }
+        }
+        Err(_) => {
+            // The server is gone: every one of its sockets reports it.
+            for &i in &at {
+                fds[i].revents = libc::POLLERR | libc::POLLHUP;
+                ready += 1;
+            }
+        }
+    }
+    ready
+}
+
+/// Whether any of the server's sockets among `fds` waits to write.
+fn wants_writable(fds: &[pollfd]) -> bool {
+    fds.iter()
+        .any(|p| table::marked(p.fd) == Mark::Shmnet && interest(p.events).writable)
+}
+
+/// `poll(2)` over `fds`, which may mix the server's sockets and the kernel's descriptors.
+/// `timeout`: `None` waits without limit. Returns the number of entries with events, or
+/// -1 with `errno` set by the kernel's `poll`.
+pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let kernel_idx: Vec<usize> = (0..fds.len())
+        .filter(|&i| table::marked(fds[i].fd) != Mark::Shmnet)
+        .collect();
+    let mut set: Vec<pollfd> = Vec::with_capacity(kernel_idx.len() + 3);
+    loop {
+        let mut st = table::lock();
+        let mut ready = look_shmnet(&mut st, fds);
+        st.note_moves();
+        // The kernel's descriptors, without waiting.
+        set.clear();
+        set.extend(kernel_idx.iter().map(|&i| pollfd {
+            revents: 0,
+            ..fds[i]
+        }));
+        if !set.is_empty() {
+            // SAFETY: `set` is a valid array of `set.len()` pollfds.
+            let n = unsafe { real::poll(set.as_mut_ptr(), set.len() as libc::nfds_t, 0) };
+            if n < 0 {
+                return n;
+            }
+            for (k, &i) in kernel_idx.iter().enumerate() {
+                fds[i].revents = set[k].revents;
+                ready += c_int::from(set[k].revents != 0);
+            }
+        }
+        if ready > 0 {
+            return ready;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return 0;
+        }
+        // Nothing yet: sleep on everything at once, the lock let go.
+        let wake = match &st.client {
+            Some(Ok(c)) => match c.prepare_sleep() {
+                Ok(Some(w)) => Some(w),
+                Ok(None) => continue,
+                Err(_) => None,
+            },
+            _ => None,
+        };
+        let mut nap = wants_writable(fds);
+        if let Some(w) = &wake {
+            nap |= w.must_nap();
+            set.extend(w.fds().iter().map(|&fd| pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            }));
+        }
+        if let Some(k) = &st.kick {
+            set.push(pollfd {
+                fd: k.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        st.sleepers += 1;
+        drop(st);
+        let mut left = deadline.map(|d| d.saturating_duration_since(now));
+        if nap {
+            left = Some(left.map_or(WRITABLE_NAP, |l| l.min(WRITABLE_NAP)));
+        }
+        let ts = left.map(|l| libc::timespec {
+            tv_sec: l.as_secs() as libc::time_t,
+            tv_nsec: l.subsec_nanos() as libc::c_long,
+        });
+        let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+        // SAFETY: `set` is a valid array; `ts_ptr` null or a local timespec; no sigmask.
+        let r = unsafe {
+            real::ppoll(
+                set.as_mut_ptr(),
+                set.len() as libc::nfds_t,
+                ts_ptr,
+                std::ptr::null(),
+            )
+        };
+        let err = (r < 0).then(std::io::Error::last_os_error);
+        let mut st = table::lock();
+        st.sleepers -= 1;
+        if wake.is_some()
+            && let Some(Ok(c)) = &st.client
+        {
+            c.finish_sleep();
+        }
+        if st.sleepers == 0 {
+            st.clear_kick();
+        }
+        drop(st);
+        if let Some(e) = err {
+            // A signal (EINTR) ends the wait as it ends the kernel's poll.
+            crate::set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+            return -1;
+        }
+    }
+}
+
+/// Blocks until shmnet socket `fd` is ready for `events` (`POLLIN` or `POLLOUT`). Returns
+/// `Err(errno)` if the wait itself failed (`EINTR`).
+pub(crate) fn until_ready(fd: c_int, events: c_short) -> Result<(), c_int> {
+    let mut p = [pollfd {
+        fd,
+        events,
+        revents: 0,
+    }];
+    if poll_mixed(&mut p, None) < 0 {
+        // SAFETY: reads this thread's errno.
+        return Err(unsafe { *libc::__errno_location() });
+    }
+    Ok(())
+}

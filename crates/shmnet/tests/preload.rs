@@ -1,0 +1,276 @@
+//! Unmodified programs on shmnet: stock Debian programs under `shmnet run` (the sockets
+//! library preloaded) against the Linux kernel across a veth pair, each way — OpenBSD
+//! netcat moving a file, curl against Python's `http.server` — and what a program sees with
+//! no server, or on loopback.
+//!
+//! Needs root and network namespaces: skips loudly without them, fails under `CI=true`.
+//! The library must be built beside `shmnet` (`cargo build -p shmnet-preload`; scripts/test
+//! does it before the tests).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "common/netns.rs"]
+mod netns;
+#[path = "common/served.rs"]
+mod served;
+use netns::Netns;
+use served::{Server, random_file, root, run_ok, wait_ok};
+
+const SHMNET: &str = env!("CARGO_BIN_EXE_shmnet");
+
+/// The library `shmnet run` loads: beside `shmnet`.
+fn library() -> PathBuf {
+    let lib = Path::new(SHMNET)
+        .parent()
+        .expect("shmnet's directory")
+        .join("libshmnet_preload.so");
+    assert!(
+        lib.exists(),
+        "{} is missing: build it with `cargo build -p shmnet-preload` (and --release for release tests); scripts/test does",
+        lib.display()
+    );
+    lib
+}
+
+/// A namespace with shmnet's server structure on `v0` (10.93.0.1) and Linux on `v1`
+/// (10.93.0.2), and the server's control socket.
+fn bed(test: &str, tag: &str) -> Option<(Netns, Server, String)> {
+    if !root() {
+        shmnet_testkit::skip(test, "needs root (network namespaces, AF_PACKET)");
+        return None;
+    }
+    library();
+    let Some(ns) = Netns::new("shmnet-pre", tag) else {
+        shmnet_testkit::skip(test, "cannot make a network namespace with a veth pair");
+        return None;
+    };
+    assert!(netns::ip(&[
+        "-n",
+        &ns.0,
+        "addr",
+        "add",
+        "10.93.0.2/24",
+        "dev",
+        "v1"
+    ]));
+    assert!(netns::ip(&["-n", &ns.0, "link", "set", "lo", "up"]));
+    let sock = std::env::temp_dir()
+        .join(format!("shmnet-pre-{}-{tag}.sock", std::process::id()))
+        .to_str()
+        .unwrap()
+        .to_string();
+    let server = Server::start(&ns, &["--structure", "server", "--socket", &sock]);
+    Some((ns, server, sock))
+}
+
+/// `shmnet run --server SOCK -- prog`, outside the namespace (the program reaches the
+/// server through its control socket; its kernel sockets are this host's).
+fn under_shmnet(sock: &str, prog: &str) -> Command {
+    let mut c = Command::new(SHMNET);
+    c.args(["run", "--server", sock, "--", prog]);
+    c
+}
+
+/// Runs `make()` until it succeeds (a listener may not be up yet), for 10 s at most.
+fn until_it_connects(what: &str, mut make: impl FnMut() -> Command) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = make().output().unwrap_or_else(|e| panic!("{what}: {e}"));
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never succeeded: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn same_file(a: &Path, b: &Path, what: &str) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert!(
+        x == y,
+        "{what}: {} bytes arrived for {} sent, or they differ",
+        y.len(),
+        x.len()
+    );
+}
+
+#[test]
+fn netcat_under_shmnet_run_moves_a_file_each_way_with_linux() {
+    const TEST: &str = "netcat_under_shmnet_run_moves_a_file_each_way_with_linux";
+    let Some((ns, server, sock)) = bed(TEST, "nc") else {
+        return;
+    };
+    const BYTES: usize = 64 << 20;
+    let file = random_file(BYTES, "pre-nc");
+    let got = std::env::temp_dir().join(format!("shmnet-pre-{}-nc-got", std::process::id()));
+    let limit = Duration::from_secs(60);
+
+    // shmnet's nc connects to Linux's nc -l.
+    let mut listen = ns.cmd("nc");
+    listen
+        .args(["-l", "10.93.0.2", "5000"])
+        .stdout(std::fs::File::create(&got).unwrap())
+        .stderr(Stdio::piped());
+    let listen = listen.spawn().expect("start Linux's nc -l");
+    until_it_connects("nc under shmnet run", || {
+        let mut c = under_shmnet(&sock, "nc");
+        c.args(["-N", "10.93.0.2", "5000"])
+            .stdin(std::fs::File::open(&file).unwrap())
+            .stdout(Stdio::null());
+        c
+    });
+    wait_ok(listen, "Linux's nc -l", limit);
+    same_file(&file, &got, "shmnet's nc → Linux");
+
+    // Linux's nc connects to shmnet's nc -l (which listens on the server's 10.93.0.1).
+    let mut listen = under_shmnet(&sock, "nc");
+    listen
+        .args(["-l", "5001"])
+        .stdout(std::fs::File::create(&got).unwrap())
+        .stderr(Stdio::piped());
+    let listen = listen.spawn().expect("start nc -l under shmnet run");
+    until_it_connects("Linux's nc", || {
+        let mut c = ns.cmd("nc");
+        c.args(["-N", "10.93.0.1", "5001"])
+            .stdin(std::fs::File::open(&file).unwrap())
+            .stdout(Stdio::null());
+        c
+    });
+    wait_ok(listen, "nc -l under shmnet run", limit);
+    same_file(&file, &got, "Linux's nc → shmnet");
+
+    server.stop();
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&got);
+}
+
+#[test]
+fn curl_and_python_http_server_work_under_shmnet_run_each_way() {
+    const TEST: &str = "curl_and_python_http_server_work_under_shmnet_run_each_way";
+    let Some((ns, _server, sock)) = bed(TEST, "http") else {
+        return;
+    };
+    let file = random_file(8 << 20, "pre-http");
+    let dir = file.parent().unwrap().to_str().unwrap().to_string();
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    let got = std::env::temp_dir().join(format!("shmnet-pre-{}-http-got", std::process::id()));
+
+    // curl under shmnet run fetches from Linux's http.server.
+    let mut linux_http = ns.cmd("python3");
+    linux_http
+        .args([
+            "-m",
+            "http.server",
+            "8000",
+            "--bind",
+            "10.93.0.2",
+            "--directory",
+            &dir,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut linux_http = linux_http.spawn().expect("start Linux's http.server");
+    until_it_connects("curl under shmnet run", || {
+        let mut c = under_shmnet(&sock, "curl");
+        c.args(["-sf", "-o"])
+            .arg(&got)
+            .arg(format!("http://10.93.0.2:8000/{name}"));
+        c
+    });
+    let _ = linux_http.kill();
+    let _ = linux_http.wait();
+    same_file(&file, &got, "curl under shmnet run");
+
+    // Python's http.server (threads, select-based accept) under shmnet run, fetched by
+    // Linux's curl.
+    let mut http = under_shmnet(&sock, "python3");
+    http.args(["-m", "http.server", "8001", "--directory", &dir])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut http = http.spawn().expect("start http.server under shmnet run");
+    for _ in 0..3 {
+        let _ = std::fs::remove_file(&got);
+        until_it_connects("Linux's curl", || {
+            let mut c = ns.cmd("curl");
+            c.args(["-sf", "-o"])
+                .arg(&got)
+                .arg(format!("http://10.93.0.1:8001/{name}"));
+            c
+        });
+        same_file(&file, &got, "http.server under shmnet run");
+    }
+    let _ = http.kill();
+    let _ = http.wait();
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&got);
+}
+
+#[test]
+fn with_no_server_the_first_socket_fails_and_says_why() {
+    library();
+    let sock = std::env::temp_dir().join(format!("shmnet-pre-{}-none.sock", std::process::id()));
+    let program = "import socket\ntry:\n    socket.socket()\nexcept OSError as e:\n    print('refused', e.errno)\nelse:\n    print('made')\n";
+    let start = Instant::now();
+    let out = Command::new(SHMNET)
+        .args(["run", "--server"])
+        .arg(&sock)
+        .args(["--", "python3", "-c", program])
+        .output()
+        .expect("run python3 under shmnet run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.trim() == format!("refused {}", libc::ENETDOWN),
+        "socket() without a server: {stdout} {stderr}"
+    );
+    assert!(
+        stderr.contains("no server at") && stderr.contains("--fallback"),
+        "the reason on stderr: {stderr}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "it took {:?}",
+        start.elapsed()
+    );
+
+    // With --fallback the kernel carries it.
+    let out = Command::new(SHMNET)
+        .args(["run", "--fallback", "--server"])
+        .arg(&sock)
+        .args(["--", "python3", "-c", program])
+        .output()
+        .expect("run python3 under shmnet run --fallback");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "made");
+}
+
+/// Loopback stays the kernel's: a program under `shmnet run`, attached to a server, talks to
+/// itself over 127.0.0.1.
+#[test]
+fn loopback_stays_the_kernels_under_shmnet_run() {
+    const TEST: &str = "loopback_stays_the_kernels_under_shmnet_run";
+    let Some((_ns, _server, sock)) = bed(TEST, "lo") else {
+        return;
+    };
+    let program = r#"
+import socket
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
+c = socket.create_connection(l.getsockname(), timeout=10)
+a, _ = l.accept()
+c.sendall(b"over loopback"); c.shutdown(socket.SHUT_WR)
+print(a.recv(100).decode())
+"#;
+    let mut c = under_shmnet(&sock, "python3");
+    c.args(["-c", program]);
+    let out = run_ok(
+        c,
+        "python3 on loopback under shmnet run",
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.trim(), "over loopback");
+}
