@@ -1,52 +1,82 @@
 //! Socket addresses across the C boundary, and what each client error means to a program.
 
-use libc::{c_int, sockaddr, sockaddr_in, socklen_t};
+use libc::{c_int, sockaddr, sockaddr_in, sockaddr_in6, socklen_t};
 use shmnet_io::client::ClientError;
 use shmnet_io::windows::TcpFailure;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
-/// The IPv4 address at `addr`, or `None` if it is another family or too short.
+/// The IPv4 address at `addr`: an `AF_INET` one, or an `AF_INET6` one that names IPv4 —
+/// `::` (any, which a dual-stack socket binds to) or `::ffff:a.b.c.d`. `None` for anything
+/// else (a real IPv6 address, another family, too short).
 ///
 /// # Safety
 /// `addr` must be null or valid for `len` bytes.
 pub(crate) unsafe fn read_v4(addr: *const sockaddr, len: socklen_t) -> Option<SocketAddrV4> {
-    if addr.is_null() || (len as usize) < std::mem::size_of::<sockaddr_in>() {
+    if addr.is_null() || (len as usize) < std::mem::size_of::<libc::sa_family_t>() {
         return None;
     }
-    // SAFETY: the caller's contract: `addr` holds at least a `sockaddr_in`'s bytes.
-    let sin = unsafe { std::ptr::read_unaligned(addr.cast::<sockaddr_in>()) };
-    (sin.sin_family == libc::AF_INET as libc::sa_family_t).then(|| {
-        SocketAddrV4::new(
-            Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
-            u16::from_be(sin.sin_port),
-        )
-    })
+    // SAFETY: the caller's contract: `addr` holds at least a family's bytes.
+    let family = unsafe { std::ptr::read_unaligned(addr.cast::<libc::sa_family_t>()) };
+    match family as c_int {
+        libc::AF_INET if len as usize >= std::mem::size_of::<sockaddr_in>() => {
+            // SAFETY: the caller's contract: `addr` holds a `sockaddr_in`'s bytes.
+            let sin = unsafe { std::ptr::read_unaligned(addr.cast::<sockaddr_in>()) };
+            Some(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            ))
+        }
+        libc::AF_INET6 if len as usize >= std::mem::size_of::<sockaddr_in6>() => {
+            // SAFETY: the caller's contract: `addr` holds a `sockaddr_in6`'s bytes.
+            let sin6 = unsafe { std::ptr::read_unaligned(addr.cast::<sockaddr_in6>()) };
+            let ip6 = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            let ip = if ip6.is_unspecified() {
+                Ipv4Addr::UNSPECIFIED
+            } else {
+                ip6.to_ipv4_mapped()?
+            };
+            Some(SocketAddrV4::new(ip, u16::from_be(sin6.sin6_port)))
+        }
+        _ => None,
+    }
 }
 
-/// Writes `a` to `addr` as `getsockname(2)` does: at most `*len` bytes, and `*len` set to
+/// Writes `a` to `addr` as `getsockname(2)` does — as `AF_INET6` (`::ffff:a.b.c.d`, or
+/// `::` for any) when `v6`, the socket's family — at most `*len` bytes, and `*len` set to
 /// the full size. Null pointers write nothing.
 ///
 /// # Safety
 /// `addr` and `len` must be null or valid (`addr` for `*len` bytes).
-pub(crate) unsafe fn write_v4(a: SocketAddrV4, addr: *mut sockaddr, len: *mut socklen_t) {
+pub(crate) unsafe fn write_v4(a: SocketAddrV4, v6: bool, addr: *mut sockaddr, len: *mut socklen_t) {
     if addr.is_null() || len.is_null() {
         return;
     }
-    // SAFETY: zero is a valid sockaddr_in.
-    let mut sin: sockaddr_in = unsafe { std::mem::zeroed() };
-    sin.sin_family = libc::AF_INET as libc::sa_family_t;
-    sin.sin_port = a.port().to_be();
-    sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-    let full = std::mem::size_of::<sockaddr_in>();
+    // SAFETY: zero is a valid sockaddr_in6 and sockaddr_in.
+    let (mut sin, mut sin6): (sockaddr_in, sockaddr_in6) = unsafe { std::mem::zeroed() };
+    let (src, full) = if v6 {
+        sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+        sin6.sin6_port = a.port().to_be();
+        if !a.ip().is_unspecified() {
+            sin6.sin6_addr.s6_addr = a.ip().to_ipv6_mapped().octets();
+        }
+        (
+            (&raw const sin6).cast::<u8>(),
+            std::mem::size_of::<sockaddr_in6>(),
+        )
+    } else {
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_port = a.port().to_be();
+        sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+        (
+            (&raw const sin).cast::<u8>(),
+            std::mem::size_of::<sockaddr_in>(),
+        )
+    };
     // SAFETY: `len` is valid (checked non-null; the caller's contract).
     let room = unsafe { *len } as usize;
     // SAFETY: copies at most `room` bytes, which `addr` holds, from a local.
     unsafe {
-        std::ptr::copy_nonoverlapping(
-            (&raw const sin).cast::<u8>(),
-            addr.cast::<u8>(),
-            room.min(full),
-        );
+        std::ptr::copy_nonoverlapping(src, addr.cast::<u8>(), room.min(full));
         *len = full as socklen_t;
     }
 }

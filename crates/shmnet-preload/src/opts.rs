@@ -33,6 +33,7 @@ fn note(o: &mut Opts, level: c_int, name: c_int, v: c_int) -> bool {
         (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => o.keepalive = v != 0,
         (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf = Some(v.max(0) as u32),
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf = Some(v.max(0) as u32),
+        (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => o.v6only = v != 0,
         _ => return false,
     }
     true
@@ -122,42 +123,56 @@ pub unsafe extern "C" fn getsockopt(
     if val.is_null() || len.is_null() {
         return fail(libc::EFAULT);
     }
-    let answer = guarded(|| {
-        let st = table::lock();
-        let Some(sock) = st.socks.get(&fd) else {
-            return fail(libc::EBADF);
-        };
-        let (o, listening) = match sock {
-            Sock::Undecided { opts, .. } => (*opts, 0),
-            Sock::Listener { opts, .. } => (*opts, 1),
-            Sock::Stream { opts, .. } => (*opts, 0),
-        };
-        match (level, name) {
-            (libc::SOL_SOCKET, libc::SO_ERROR) => 0,
-            (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
-            (libc::SOL_SOCKET, libc::SO_DOMAIN) => libc::AF_INET,
-            (libc::SOL_SOCKET, libc::SO_PROTOCOL) => libc::IPPROTO_TCP,
-            (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => listening,
-            (libc::IPPROTO_TCP, libc::TCP_NODELAY) => c_int::from(o.nodelay),
-            (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => c_int::from(o.keepalive),
-            (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf.map_or(256 * 1024, |b| b as c_int),
-            (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf.map_or(256 * 1024, |b| b as c_int),
-            _ => {
-                debug!("getsockopt({fd}, {level}, {name}): not carried, answered 0");
-                0
+    // Ok(Some(v)): an int option; Ok(None): one not carried, answered with zeros.
+    let answer: Result<Option<c_int>, c_int> = crate::caught(
+        || {
+            let st = table::lock();
+            let Some(sock) = st.socks.get(&fd) else {
+                return Err(libc::EBADF);
+            };
+            let (o, listening) = match sock {
+                Sock::Undecided { opts, .. } => (*opts, 0),
+                Sock::Listener { opts, .. } => (*opts, 1),
+                Sock::Stream { opts, .. } => (*opts, 0),
+            };
+            Ok(Some(match (level, name) {
+                (libc::SOL_SOCKET, libc::SO_ERROR) => 0,
+                (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
+                (libc::SOL_SOCKET, libc::SO_DOMAIN) if o.v6 => libc::AF_INET6,
+                (libc::SOL_SOCKET, libc::SO_DOMAIN) => libc::AF_INET,
+                (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => c_int::from(o.v6only),
+                (libc::SOL_SOCKET, libc::SO_PROTOCOL) => libc::IPPROTO_TCP,
+                (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => listening,
+                (libc::IPPROTO_TCP, libc::TCP_NODELAY) => c_int::from(o.nodelay),
+                (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => c_int::from(o.keepalive),
+                (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf.map_or(256 * 1024, |b| b as c_int),
+                (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf.map_or(256 * 1024, |b| b as c_int),
+                _ => {
+                    debug!("getsockopt({fd}, {level}, {name}): not carried, answered with zeros");
+                    return Ok(None);
+                }
+            }))
+        },
+        || Err(libc::EIO),
+    );
+    match answer {
+        Err(e) => fail(e),
+        Ok(Some(v)) => {
+            // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
+            unsafe {
+                let room = (*len as usize).min(std::mem::size_of::<c_int>());
+                std::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), val.cast::<u8>(), room);
+                *len = room as socklen_t;
             }
+            0
         }
-    });
-    if answer < 0 {
-        return answer;
+        Ok(None) => {
+            // A structure the server does not fill (TCP_INFO…): zeros, its whole size.
+            // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
+            unsafe { std::ptr::write_bytes(val.cast::<u8>(), 0, *len as usize) };
+            0
+        }
     }
-    // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
-    unsafe {
-        let room = (*len as usize).min(std::mem::size_of::<c_int>());
-        std::ptr::copy_nonoverlapping((&raw const answer).cast::<u8>(), val.cast::<u8>(), room);
-        *len = room as socklen_t;
-    }
-    0
 }
 
 /// Notes a socket's non-blocking mode.

@@ -21,7 +21,7 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(75);
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on.
     let fd = unsafe { real::socket(domain, ty, proto) };
-    let tcp = domain == libc::AF_INET
+    let tcp = (domain == libc::AF_INET || domain == libc::AF_INET6)
         && ty & 0xf == libc::SOCK_STREAM
         && (proto == 0 || proto == libc::IPPROTO_TCP);
     if fd < 0 || !tcp || fd as usize >= table::MAX_FD || table::forked() {
@@ -34,11 +34,14 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
                 st.adopt(
                     fd,
                     Opts {
+                        v6: domain == libc::AF_INET6,
                         nonblock: ty & libc::SOCK_NONBLOCK != 0,
                         ..Opts::default()
                     },
                 );
-                debug!("socket() = {fd}: IPv4 TCP, shmnet's unless bound or connected to loopback");
+                debug!(
+                    "socket() = {fd}: TCP, the server's if bound or connected to its IPv4 addresses"
+                );
                 fd
             }
             Err(NoServer::Fallback) => fd,
@@ -65,8 +68,13 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
     let at = unsafe { net::read_v4(addr, len) };
     guarded(|| {
         let mut st = table::lock();
+        let v6only = st.socks.get(&fd).is_some_and(|s| {
+            let o = s.opts();
+            o.v6 && o.v6only
+        });
         let ours = at.filter(|a| {
-            a.ip().is_unspecified() || st.server_address().is_some_and(|s| s == *a.ip())
+            !v6only
+                && (a.ip().is_unspecified() || st.server_address().is_some_and(|s| s == *a.ip()))
         });
         let Some(a) = ours else {
             st.release(fd);
@@ -190,8 +198,8 @@ pub unsafe extern "C" fn accept4(
     guarded(|| {
         loop {
             let mut st = table::lock();
-            let (got, nonblock, laddr) = match st.socks.get(&fd) {
-                Some(Sock::Listener { l, opts, addr }) => (l.try_accept(), opts.nonblock, *addr),
+            let (got, lopts, laddr) = match st.socks.get(&fd) {
+                Some(Sock::Listener { l, opts, addr }) => (l.try_accept(), *opts, *addr),
                 _ => return fail(libc::EINVAL),
             };
             st.note_moves();
@@ -220,9 +228,10 @@ pub unsafe extern "C" fn accept4(
                         s.local_port(),
                     );
                     // SAFETY: the caller's contract covers `addr` and `len`.
-                    unsafe { net::write_v4(peer, addr, len) };
+                    unsafe { net::write_v4(peer, lopts.v6, addr, len) };
                     debug!("accept({fd}) = {nfd}: {peer}");
                     let opts = Opts {
+                        v6: lopts.v6,
                         nonblock: flags & libc::SOCK_NONBLOCK != 0,
                         ..Opts::default()
                     };
@@ -238,7 +247,7 @@ pub unsafe extern "C" fn accept4(
                     );
                     return nfd;
                 }
-                Ok(None) if nonblock => return fail(libc::EAGAIN),
+                Ok(None) if lopts.nonblock => return fail(libc::EAGAIN),
                 Ok(None) => {}
                 Err(e) => return fail(net::errno_of(&e, Call::Other)),
             }
@@ -264,7 +273,11 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     let to = unsafe { net::read_v4(addr, len) };
     guarded(|| {
         let mut st = table::lock();
-        let Some(to) = to.filter(|a| !net::kernels(*a.ip())) else {
+        let v6only = st.socks.get(&fd).is_some_and(|s| {
+            let o = s.opts();
+            o.v6 && o.v6only
+        });
+        let Some(to) = to.filter(|a| !v6only && !net::kernels(*a.ip())) else {
             st.release(fd);
             drop(st);
             debug!("connect({fd}, {to:?}): the kernel's");
@@ -381,20 +394,21 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
         _ => crate::caught(
             || {
                 let st = table::lock();
-                match st.socks.get(&fd) {
-                    Some(Sock::Listener { addr, .. }) => Some(*addr),
-                    Some(Sock::Stream { local, .. }) => Some(*local),
-                    Some(Sock::Undecided { bound, .. }) => *bound,
-                    None => None,
-                }
+                let sock = st.socks.get(&fd)?;
+                let at = match sock {
+                    Sock::Listener { addr, .. } => Some(*addr),
+                    Sock::Stream { local, .. } => Some(*local),
+                    Sock::Undecided { bound, .. } => *bound,
+                };
+                at.map(|a| (a, sock.opts().v6))
             },
             || None,
         ),
     };
     match named {
-        Some(a) => {
+        Some((a, v6)) => {
             // SAFETY: the caller's contract covers `addr` and `len`.
-            unsafe { net::write_v4(a, addr, len) };
+            unsafe { net::write_v4(a, v6, addr, len) };
             0
         }
         // SAFETY: the caller's arguments, passed on.
@@ -412,9 +426,9 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut s
         Mark::Shmnet => guarded(|| {
             let st = table::lock();
             match st.socks.get(&fd) {
-                Some(Sock::Stream { s, .. }) => {
+                Some(Sock::Stream { s, opts, .. }) => {
                     // SAFETY: the caller's contract covers `addr` and `len`.
-                    unsafe { net::write_v4(s.peer_addr(), addr, len) };
+                    unsafe { net::write_v4(s.peer_addr(), opts.v6, addr, len) };
                     0
                 }
                 _ => fail(libc::ENOTCONN),

@@ -72,6 +72,10 @@ pub(crate) fn forked() -> bool {
 /// from here by `getsockopt`).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Opts {
+    /// Made `AF_INET6`: addresses go back to the program as `::ffff:a.b.c.d`.
+    pub(crate) v6: bool,
+    /// `IPV6_V6ONLY` set: the socket wants no IPv4, so it stays the kernel's.
+    pub(crate) v6only: bool,
     pub(crate) nonblock: bool,
     pub(crate) nodelay: bool,
     pub(crate) keepalive: bool,
@@ -104,6 +108,14 @@ pub(crate) enum Sock {
 }
 
 impl Sock {
+    pub(crate) fn opts(&self) -> &Opts {
+        match self {
+            Sock::Undecided { opts, .. }
+            | Sock::Listener { opts, .. }
+            | Sock::Stream { opts, .. } => opts,
+        }
+    }
+
     pub(crate) fn opts_mut(&mut self) -> &mut Opts {
         match self {
             Sock::Undecided { opts, .. }

@@ -73,13 +73,17 @@ fn under_shmnet(sock: &str, prog: &str) -> Command {
     c
 }
 
-/// Runs `make()` until it succeeds (a listener may not be up yet), for 10 s at most.
-fn until_it_connects(what: &str, mut make: impl FnMut() -> Command) {
+/// Runs `make()` until it succeeds (a listener may not be up yet), for 10 s at most;
+/// returns its standard output.
+fn until_it_connects(what: &str, mut make: impl FnMut() -> Command) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let out = make().output().unwrap_or_else(|e| panic!("{what}: {e}"));
-        if out.status.success() {
-            return;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        // iperf3 -J exits 0 when it could not connect, and says so in its JSON.
+        let refused = stdout.starts_with('{') && stdout.contains("\"error\":");
+        if out.status.success() && !refused {
+            return stdout;
         }
         assert!(
             Instant::now() < deadline,
@@ -273,4 +277,55 @@ print(a.recv(100).decode())
         Duration::from_secs(30),
     );
     assert_eq!(out.trim(), "over loopback");
+}
+
+/// iperf3's JSON report: bytes the receiving end counted over the run, summed over streams.
+fn iperf_received(out: &str, what: &str) -> u64 {
+    let v: serde_json::Value =
+        serde_json::from_str(out).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {out}"));
+    v["end"]["sum_received"]["bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{what}: no end.sum_received.bytes in {v}"))
+}
+
+#[test]
+fn iperf3_under_shmnet_run_streams_each_way_against_linux() {
+    const TEST: &str = "iperf3_under_shmnet_run_streams_each_way_against_linux";
+    let Some((ns, _server, sock)) = bed(TEST, "iperf") else {
+        return;
+    };
+    let limit = Duration::from_secs(60);
+    // The client under shmnet run, Linux's iperf3 -s: one stream, four, and reversed.
+    for extra in [&[][..], &["-P", "4"][..], &["-R"][..]] {
+        let what = format!("iperf3 -c {extra:?} under shmnet run");
+        let mut s = ns.cmd("iperf3");
+        s.args(["-s", "-1", "-B", "10.93.0.2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let s = s.spawn().expect("start Linux's iperf3 -s");
+        let out = until_it_connects(&what, || {
+            let mut c = under_shmnet(&sock, "iperf3");
+            c.args(["-c", "10.93.0.2", "-t", "1", "-J"]).args(extra);
+            c
+        });
+        assert!(iperf_received(&out, &what) > 0, "{what}: nothing received");
+        wait_ok(s, "Linux's iperf3 -s", limit);
+    }
+    // The server under shmnet run (it listens on `::`, dual-stack: the server's IPv4),
+    // Linux's iperf3 -c.
+    for extra in [&["-P", "4"][..], &["-R"][..]] {
+        let what = format!("Linux's iperf3 -c {extra:?} against iperf3 -s under shmnet run");
+        let mut s = under_shmnet(&sock, "iperf3");
+        s.args(["-s", "-1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let s = s.spawn().expect("start iperf3 -s under shmnet run");
+        let out = until_it_connects(&what, || {
+            let mut c = ns.cmd("iperf3");
+            c.args(["-c", "10.93.0.1", "-t", "1", "-J"]).args(extra);
+            c
+        });
+        assert!(iperf_received(&out, &what) > 0, "{what}: nothing received");
+        wait_ok(s, "iperf3 -s under shmnet run", limit);
+    }
 }
