@@ -42,6 +42,7 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
                     return if got > 0 {
                         got as ssize_t
                     } else {
+                        table::lock().drained(fd, libc::EPOLLIN as u32);
                         fail(libc::EAGAIN)
                     };
                 }
@@ -89,7 +90,10 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
             st.note_moves();
             drop(st);
             match wrote {
-                Ok(0) if nonblock || flags & libc::MSG_DONTWAIT != 0 => return fail(libc::EAGAIN),
+                Ok(0) if nonblock || flags & libc::MSG_DONTWAIT != 0 => {
+                    table::lock().drained(fd, libc::EPOLLOUT as u32);
+                    return fail(libc::EAGAIN);
+                }
                 Ok(0) => {}
                 Ok(n) => return n as ssize_t,
                 Err(e) => {

@@ -21,6 +21,7 @@
 //! What is carried and what is not yet is in docs/preload.md.
 
 mod config;
+mod epoll;
 mod io;
 mod net;
 mod opts;

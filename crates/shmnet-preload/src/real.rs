@@ -78,6 +78,10 @@ real! {
     fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int;
     ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int;
     poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int;
+    epoll_create1(flags: c_int) -> c_int;
+    epoll_ctl(ep: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int;
+    epoll_wait(ep: c_int, ev: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int;
+    epoll_pwait(ep: c_int, ev: *mut libc::epoll_event, max: c_int, timeout: c_int, mask: *const libc::sigset_t) -> c_int;
     ppoll(fds: *mut pollfd, n: nfds_t, t: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
     pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;

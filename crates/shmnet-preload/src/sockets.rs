@@ -60,7 +60,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
-        Mark::NotOurs => return unsafe { real::bind(fd, addr, len) },
+        Mark::NotOurs | Mark::Epoll => return unsafe { real::bind(fd, addr, len) },
         Mark::Shmnet => return fail(libc::EINVAL),
         Mark::Undecided => {}
     }
@@ -138,7 +138,7 @@ fn apply(s: &mut shmnet_io::client::TcpStream, o: &Opts) {
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
-        Mark::NotOurs => return unsafe { real::listen(fd, backlog) },
+        Mark::NotOurs | Mark::Epoll => return unsafe { real::listen(fd, backlog) },
         Mark::Shmnet => return 0, // listening already, as a second listen(2)
         Mark::Undecided => {}
     }
@@ -247,7 +247,10 @@ pub unsafe extern "C" fn accept4(
                     );
                     return nfd;
                 }
-                Ok(None) if lopts.nonblock => return fail(libc::EAGAIN),
+                Ok(None) if lopts.nonblock => {
+                    st.drained(fd, libc::EPOLLIN as u32);
+                    return fail(libc::EAGAIN);
+                }
                 Ok(None) => {}
                 Err(e) => return fail(net::errno_of(&e, Call::Other)),
             }
@@ -265,7 +268,7 @@ pub unsafe extern "C" fn accept4(
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
-        Mark::NotOurs => return unsafe { real::connect(fd, addr, len) },
+        Mark::NotOurs | Mark::Epoll => return unsafe { real::connect(fd, addr, len) },
         Mark::Shmnet => return fail(libc::EISCONN),
         Mark::Undecided => {}
     }
@@ -328,7 +331,12 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if table::marked(fd) != Mark::NotOurs {
+    if table::marked(fd) == Mark::Epoll {
+        guarded(|| {
+            table::lock().forget_epoll(fd);
+            0
+        });
+    } else if table::marked(fd) != Mark::NotOurs {
         guarded(|| {
             let mut st = table::lock();
             let sock = st.release(fd);
@@ -422,7 +430,7 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
-        Mark::NotOurs | Mark::Undecided => unsafe { real::getpeername(fd, addr, len) },
+        Mark::NotOurs | Mark::Undecided | Mark::Epoll => unsafe { real::getpeername(fd, addr, len) },
         Mark::Shmnet => guarded(|| {
             let st = table::lock();
             match st.socks.get(&fd) {

@@ -36,6 +36,8 @@ pub(crate) enum Mark {
     NotOurs = 0,
     Undecided = 1,
     Shmnet = 2,
+    /// An epoll instance watching some of the server's sockets ([`crate::epoll`]).
+    Epoll = 3,
 }
 
 static MARKS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(0) }; MAX_FD];
@@ -51,6 +53,7 @@ pub(crate) fn marked(fd: libc::c_int) -> Mark {
         Some(m) => match m.load(Ordering::Relaxed) {
             1 => Mark::Undecided,
             2 => Mark::Shmnet,
+            3 => Mark::Epoll,
             _ => Mark::NotOurs,
         },
         None => Mark::NotOurs,
@@ -137,6 +140,25 @@ pub(crate) struct State {
     /// Raised when a thread moved deliveries while others slept: theirs may be among them
     /// (the server's wake-up went to whichever thread took it).
     pub(crate) kick: Option<OwnedFd>,
+    /// What each epoll instance watches of this library's sockets ([`crate::epoll`]).
+    pub(crate) epolls: HashMap<libc::c_int, Vec<Watch>, BuildHasherDefault<DefaultHasher>>,
+}
+
+/// One socket an epoll instance watches, kept here because the kernel's instance cannot
+/// see the server's sockets.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Watch {
+    pub(crate) fd: libc::c_int,
+    /// `EPOLLIN`, `EPOLLOUT`, `EPOLLET`, `EPOLLONESHOT`… as the program gave them.
+    pub(crate) events: u32,
+    pub(crate) data: u64,
+    /// Edge-triggered: the readiness last reported, so only a rise is reported again.
+    pub(crate) reported: u32,
+    /// A one-shot watch that fired: silent until `EPOLL_CTL_MOD` arms it again.
+    pub(crate) disarmed: bool,
+    /// Watched while the socket was undecided: the kernel's instance watches it too, and
+    /// this copy takes over if the server gets the socket.
+    pub(crate) kernel: bool,
 }
 
 // SAFETY: `State` holds the client library's `Rc`-shared sockets. Every one of them lives
@@ -150,6 +172,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     sleepers: 0,
     moved_seen: 0,
     kick: None,
+    epolls: HashMap::with_hasher(BuildHasherDefault::new()),
 });
 
 /// The state, locked (a panic while it was held is not a reason to stop: the data it
@@ -223,16 +246,49 @@ impl State {
         set_mark(fd, Mark::Undecided);
     }
 
-    /// Leaves `fd` to the kernel from now on.
+    /// Leaves `fd` to the kernel from now on (or forgets it, closed): no epoll instance
+    /// watches it here any more.
     pub(crate) fn release(&mut self, fd: libc::c_int) -> Option<Sock> {
         set_mark(fd, Mark::NotOurs);
+        for watches in self.epolls.values_mut() {
+            watches.retain(|w| w.fd != fd);
+        }
         self.socks.remove(&fd)
     }
 
-    /// Records `sock` as the server's under `fd` (whose number an eventfd now holds).
+    /// Records `sock` as the server's under `fd` (whose number an eventfd now holds). The
+    /// kernel's epoll instances lost the socket with its file: those that watched it watch
+    /// it here from now on.
     pub(crate) fn install(&mut self, fd: libc::c_int, sock: Sock) {
         self.socks.insert(fd, sock);
         set_mark(fd, Mark::Shmnet);
+        for (&ep, watches) in &mut self.epolls {
+            for w in watches.iter_mut().filter(|w| w.fd == fd) {
+                w.kernel = false;
+                set_mark(ep, Mark::Epoll);
+            }
+        }
+    }
+
+    /// A read, write or accept on `fd` found nothing (`EAGAIN`): an edge-triggered watch
+    /// reports its next rise of `bits` (`EPOLLIN`, `EPOLLOUT`) again.
+    pub(crate) fn drained(&mut self, fd: libc::c_int, bits: u32) {
+        for watches in self.epolls.values_mut() {
+            for w in watches.iter_mut().filter(|w| w.fd == fd) {
+                w.reported &= !bits;
+            }
+        }
+    }
+
+    /// Marks `ep` as an epoll instance that watches some of the server's sockets.
+    pub(crate) fn mark_epoll(ep: libc::c_int) {
+        set_mark(ep, Mark::Epoll);
+    }
+
+    /// Forgets epoll instance `ep` (closed).
+    pub(crate) fn forget_epoll(&mut self, ep: libc::c_int) {
+        set_mark(ep, Mark::NotOurs);
+        self.epolls.remove(&ep);
     }
 
     /// After a call that may have moved deliveries off the ring: if some moved while other
