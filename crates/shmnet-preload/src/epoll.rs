@@ -61,9 +61,14 @@ pub unsafe extern "C" fn epoll_ctl(ep: c_int, op: c_int, fd: c_int, ev: *mut epo
         // takes over if the server gets it.
         // SAFETY: the caller's arguments, passed on.
         let r = unsafe {
-            real::epoll_ctl(ep, op, fd, ev.as_ref().map_or(std::ptr::null_mut(), |e| {
-                (e as *const epoll_event).cast_mut()
-            }))
+            real::epoll_ctl(
+                ep,
+                op,
+                fd,
+                ev.as_ref().map_or(std::ptr::null_mut(), |e| {
+                    (e as *const epoll_event).cast_mut()
+                }),
+            )
         };
         if r == 0 {
             guarded(|| {
@@ -220,9 +225,8 @@ fn wait_mixed(ep: c_int, out: &mut [epoll_event], timeout: Option<Duration>) -> 
         let mut n = look(ep, out);
         if n < out.len() {
             // SAFETY: `out[n..]` is valid for the rest of the entries.
-            let k = unsafe {
-                real::epoll_wait(ep, out[n..].as_mut_ptr(), (out.len() - n) as c_int, 0)
-            };
+            let k =
+                unsafe { real::epoll_wait(ep, out[n..].as_mut_ptr(), (out.len() - n) as c_int, 0) };
             if k < 0 {
                 return k;
             }

@@ -10,6 +10,9 @@ use crate::{fail, guarded, real, wait};
 /// Reads into `buf` from the server's connection `fd`, as `recv(2)` with `flags`
 /// (`MSG_DONTWAIT`, `MSG_WAITALL`; `MSG_PEEK` is not carried: `EOPNOTSUPP`).
 fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
+    if table::forked() {
+        return fail(libc::EBADF);
+    }
     if flags & libc::MSG_PEEK != 0 {
         return fail(libc::EOPNOTSUPP);
     }
@@ -17,7 +20,7 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
     guarded(|| {
         loop {
             let mut st = table::lock();
-            let (s, nonblock, shut_rd) = match st.socks.get_mut(&fd) {
+            let (s, nonblock, shut_rd) = match st.sock_mut(fd) {
                 Some(Sock::Stream {
                     s, opts, shut_rd, ..
                 }) => (s, opts.nonblock, *shut_rd),
@@ -71,10 +74,13 @@ fn broken_pipe(flags: c_int) -> ssize_t {
 /// (`MSG_DONTWAIT`, `MSG_NOSIGNAL`): some bytes, or an error, or `EAGAIN` when the send
 /// buffer is full and the socket does not block.
 fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
+    if table::forked() {
+        return fail(libc::EBADF);
+    }
     guarded(|| {
         loop {
             let mut st = table::lock();
-            let (s, nonblock, shut_wr) = match st.socks.get_mut(&fd) {
+            let (s, nonblock, shut_wr) = match st.sock_mut(fd) {
                 Some(Sock::Stream {
                     s, opts, shut_wr, ..
                 }) => (s, opts.nonblock, *shut_wr),
@@ -97,8 +103,15 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
                 Ok(0) => {}
                 Ok(n) => return n as ssize_t,
                 Err(e) => {
+                    // As Linux's TCP: the failure once (ECONNRESET…), then EPIPE.
                     let errno = net::errno_of(&e, Call::Write);
-                    return if errno == libc::EPIPE {
+                    let mut st = table::lock();
+                    let first = match st.sock_mut(fd) {
+                        Some(Sock::Stream { failed, .. }) => !std::mem::replace(failed, true),
+                        _ => false,
+                    };
+                    drop(st);
+                    return if errno == libc::EPIPE || !first {
                         broken_pipe(flags)
                     } else {
                         fail(errno)

@@ -21,6 +21,7 @@
 //! What is carried and what is not yet is in docs/preload.md.
 
 mod config;
+mod dup;
 mod epoll;
 mod io;
 mod net;

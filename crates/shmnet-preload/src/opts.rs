@@ -58,7 +58,7 @@ pub unsafe extern "C" fn setsockopt(
             if let Some(v) = unsafe { int_of(val, len) } {
                 guarded(|| {
                     let mut st = table::lock();
-                    if let Some(sock) = st.socks.get_mut(&fd) {
+                    if let Some(sock) = st.sock_mut(fd) {
                         note(sock.opts_mut(), level, name, v);
                     }
                     0
@@ -71,7 +71,7 @@ pub unsafe extern "C" fn setsockopt(
     let v = unsafe { int_of(val, len) };
     guarded(|| {
         let mut st = table::lock();
-        let Some(sock) = st.socks.get_mut(&fd) else {
+        let Some(sock) = st.sock_mut(fd) else {
             return fail(libc::EBADF);
         };
         let Some(v) = v else {
@@ -127,7 +127,7 @@ pub unsafe extern "C" fn getsockopt(
     let answer: Result<Option<c_int>, c_int> = crate::caught(
         || {
             let st = table::lock();
-            let Some(sock) = st.socks.get(&fd) else {
+            let Some(sock) = st.sock(fd) else {
                 return Err(libc::EBADF);
             };
             let (o, listening) = match sock {
@@ -179,7 +179,7 @@ pub unsafe extern "C" fn getsockopt(
 fn set_nonblock(fd: c_int, on: bool) {
     guarded(|| {
         let mut st = table::lock();
-        if let Some(sock) = st.socks.get_mut(&fd) {
+        if let Some(sock) = st.sock_mut(fd) {
             sock.opts_mut().nonblock = on;
         }
         0
@@ -194,8 +194,12 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
     // for itself; F_SETFL is also noted.
     // SAFETY: the caller's arguments, passed on.
     let r = unsafe { real::fcntl(fd, cmd, arg) };
-    if r >= 0 && cmd == libc::F_SETFL && table::marked(fd) != Mark::NotOurs {
-        set_nonblock(fd, arg as c_int & libc::O_NONBLOCK != 0);
+    if r >= 0 && table::marked(fd) != Mark::NotOurs {
+        match cmd {
+            libc::F_SETFL => set_nonblock(fd, arg as c_int & libc::O_NONBLOCK != 0),
+            libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => return crate::dup::note(fd, r),
+            _ => {}
+        }
     }
     r
 }

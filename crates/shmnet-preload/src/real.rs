@@ -70,6 +70,9 @@ real! {
     sendto(fd: c_int, buf: *const c_void, n: size_t, flags: c_int, addr: *const sockaddr, len: socklen_t) -> ssize_t;
     sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t;
     close(fd: c_int) -> c_int;
+    dup(fd: c_int) -> c_int;
+    dup2(old: c_int, new: c_int) -> c_int;
+    dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
     shutdown(fd: c_int, how: c_int) -> c_int;
     getsockname(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;
     getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int;

@@ -68,7 +68,7 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
     let at = unsafe { net::read_v4(addr, len) };
     guarded(|| {
         let mut st = table::lock();
-        let v6only = st.socks.get(&fd).is_some_and(|s| {
+        let v6only = st.sock(fd).is_some_and(|s| {
             let o = s.opts();
             o.v6 && o.v6only
         });
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
             // SAFETY: the caller's arguments, passed on.
             return unsafe { real::bind(fd, addr, len) };
         };
-        if let Some(Sock::Undecided { bound, .. }) = st.socks.get_mut(&fd) {
+        if let Some(Sock::Undecided { bound, .. }) = st.sock_mut(fd) {
             *bound = Some(a);
         }
         debug!("bind({fd}, {a}): noted for the server");
@@ -107,7 +107,7 @@ fn take_number(fd: c_int, nonblock: bool) -> Result<(), c_int> {
         return Err(libc::EMFILE);
     }
     // SAFETY: dup3 onto the program's own descriptor number, closing its kernel socket.
-    let r = unsafe { libc::dup3(ev, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) };
+    let r = unsafe { real::dup3(ev, fd, if cloexec { libc::O_CLOEXEC } else { 0 }) };
     // SAFETY: closes the eventfd made above (its copy at `fd` stays).
     unsafe { real::close(ev) };
     if r < 0 {
@@ -144,7 +144,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     }
     guarded(|| {
         let mut st = table::lock();
-        let (opts, bound) = match st.socks.get(&fd) {
+        let (opts, bound) = match st.sock(fd) {
             Some(Sock::Undecided { opts, bound }) => (*opts, *bound),
             _ => return fail(libc::EBADF),
         };
@@ -195,10 +195,13 @@ pub unsafe extern "C" fn accept4(
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::accept4(fd, addr, len, flags) };
     }
+    if table::forked() {
+        return fail(libc::EBADF);
+    }
     guarded(|| {
         loop {
             let mut st = table::lock();
-            let (got, lopts, laddr) = match st.socks.get(&fd) {
+            let (got, lopts, laddr) = match st.sock(fd) {
                 Some(Sock::Listener { l, opts, addr }) => (l.try_accept(), *opts, *addr),
                 _ => return fail(libc::EINVAL),
             };
@@ -243,6 +246,7 @@ pub unsafe extern "C" fn accept4(
                             opts,
                             shut_rd: false,
                             shut_wr: false,
+                            failed: false,
                         },
                     );
                     return nfd;
@@ -276,7 +280,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     let to = unsafe { net::read_v4(addr, len) };
     guarded(|| {
         let mut st = table::lock();
-        let v6only = st.socks.get(&fd).is_some_and(|s| {
+        let v6only = st.sock(fd).is_some_and(|s| {
             let o = s.opts();
             o.v6 && o.v6only
         });
@@ -287,7 +291,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             // SAFETY: the caller's arguments, passed on.
             return unsafe { real::connect(fd, addr, len) };
         };
-        let opts = match st.socks.get(&fd) {
+        let opts = match st.sock(fd) {
             Some(Sock::Undecided { opts, .. }) => *opts,
             _ => return fail(libc::EBADF),
         };
@@ -320,6 +324,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
                 opts,
                 shut_rd: false,
                 shut_wr: false,
+                failed: false,
             },
         );
         st.note_moves();
@@ -327,34 +332,49 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     })
 }
 
+/// Forgets descriptor `fd` before the kernel closes it: an epoll instance's watches; a
+/// duplicate of the server's socket; or the socket itself, whose connection is closed
+/// (`close(2)` on the last descriptor of a TCP socket).
+pub(crate) fn forget(fd: c_int) {
+    match table::marked(fd) {
+        Mark::NotOurs => {}
+        Mark::Epoll => {
+            guarded(|| {
+                table::lock().forget_epoll(fd);
+                0
+            });
+        }
+        Mark::Undecided | Mark::Shmnet => {
+            guarded(|| {
+                let mut st = table::lock();
+                if st.close_duplicate(fd) {
+                    debug!("close({fd}): a duplicate");
+                    return 0;
+                }
+                let sock = st.release(fd);
+                if table::forked() {
+                    // The parent's connection: not ours to end.
+                    std::mem::forget(sock);
+                } else {
+                    match sock {
+                        Some(Sock::Stream { s, .. }) => drop(s.close()),
+                        Some(Sock::Listener { l, .. }) => drop(l.close()),
+                        _ => {}
+                    }
+                    st.note_moves();
+                }
+                debug!("close({fd})");
+                0
+            });
+        }
+    }
+}
+
 /// # Safety
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if table::marked(fd) == Mark::Epoll {
-        guarded(|| {
-            table::lock().forget_epoll(fd);
-            0
-        });
-    } else if table::marked(fd) != Mark::NotOurs {
-        guarded(|| {
-            let mut st = table::lock();
-            let sock = st.release(fd);
-            if table::forked() {
-                // The parent's connection: not ours to end.
-                std::mem::forget(sock);
-            } else {
-                match sock {
-                    Some(Sock::Stream { s, .. }) => drop(s.close()),
-                    Some(Sock::Listener { l, .. }) => drop(l.close()),
-                    _ => {}
-                }
-                st.note_moves();
-            }
-            debug!("close({fd})");
-            0
-        });
-    }
+    forget(fd);
     // SAFETY: the caller's descriptor, passed on (the eventfd holding a shmnet socket's
     // number, or the kernel's own).
     unsafe { real::close(fd) }
@@ -375,7 +395,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
             shut_rd,
             shut_wr,
             ..
-        }) = st.socks.get_mut(&fd)
+        }) = st.sock_mut(fd)
         else {
             return fail(libc::ENOTCONN);
         };
@@ -402,7 +422,7 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
         _ => crate::caught(
             || {
                 let st = table::lock();
-                let sock = st.socks.get(&fd)?;
+                let sock = st.sock(fd)?;
                 let at = match sock {
                     Sock::Listener { addr, .. } => Some(*addr),
                     Sock::Stream { local, .. } => Some(*local),
@@ -430,10 +450,12 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
 pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
-        Mark::NotOurs | Mark::Undecided | Mark::Epoll => unsafe { real::getpeername(fd, addr, len) },
+        Mark::NotOurs | Mark::Undecided | Mark::Epoll => unsafe {
+            real::getpeername(fd, addr, len)
+        },
         Mark::Shmnet => guarded(|| {
             let st = table::lock();
-            match st.socks.get(&fd) {
+            match st.sock(fd) {
                 Some(Sock::Stream { s, opts, .. }) => {
                     // SAFETY: the caller's contract covers `addr` and `len`.
                     unsafe { net::write_v4(s.peer_addr(), opts.v6, addr, len) };

@@ -107,6 +107,8 @@ pub(crate) enum Sock {
         opts: Opts,
         shut_rd: bool,
         shut_wr: bool,
+        /// A write reported the connection's failure: later ones say `EPIPE`.
+        failed: bool,
     },
 }
 
@@ -133,6 +135,9 @@ pub(crate) struct State {
     /// `None` until the first IPv4 TCP socket; then the client, or the reason there is none.
     pub(crate) client: Option<Result<Client, ()>>,
     pub(crate) socks: HashMap<libc::c_int, Sock, BuildHasherDefault<DefaultHasher>>,
+    /// Descriptors made by `dup` and its kin from one of the server's sockets: each names
+    /// the descriptor under which `socks` holds the socket.
+    pub(crate) aliases: HashMap<libc::c_int, libc::c_int, BuildHasherDefault<DefaultHasher>>,
     /// Threads asleep in [`crate::wait`] for this client.
     pub(crate) sleepers: u32,
     /// The client's count of moved items at the last look (see [`State::note_moves`]).
@@ -169,6 +174,7 @@ unsafe impl Send for State {}
 static STATE: Mutex<State> = Mutex::new(State {
     client: None,
     socks: HashMap::with_hasher(BuildHasherDefault::new()),
+    aliases: HashMap::with_hasher(BuildHasherDefault::new()),
     sleepers: 0,
     moved_seen: 0,
     kick: None,
@@ -238,6 +244,54 @@ impl State {
             Some(Ok(c)) => c.address(),
             _ => None,
         }
+    }
+
+    /// The socket behind descriptor `fd` (itself, or the one it is a duplicate of).
+    pub(crate) fn sock(&self, fd: libc::c_int) -> Option<&Sock> {
+        self.socks
+            .get(&self.aliases.get(&fd).copied().unwrap_or(fd))
+    }
+
+    /// As [`State::sock`], to change.
+    pub(crate) fn sock_mut(&mut self, fd: libc::c_int) -> Option<&mut Sock> {
+        let key = self.aliases.get(&fd).copied().unwrap_or(fd);
+        self.socks.get_mut(&key)
+    }
+
+    /// `new` is a duplicate of the server's socket at `old` (made by `dup` or its kin).
+    pub(crate) fn alias(&mut self, old: libc::c_int, new: libc::c_int) {
+        let key = self.aliases.get(&old).copied().unwrap_or(old);
+        self.aliases.insert(new, key);
+        set_mark(new, Mark::Shmnet);
+    }
+
+    /// Descriptor `fd` is being closed: whether the socket behind it lives on under
+    /// another descriptor (a duplicate), in which case only `fd` goes.
+    pub(crate) fn close_duplicate(&mut self, fd: libc::c_int) -> bool {
+        if self.aliases.remove(&fd).is_some() {
+            set_mark(fd, Mark::NotOurs);
+            return true;
+        }
+        // The socket's own descriptor: a duplicate, if any, holds it from now on.
+        let Some(heir) = self
+            .aliases
+            .iter()
+            .find(|&(_, &k)| k == fd)
+            .map(|(&a, _)| a)
+        else {
+            return false;
+        };
+        self.aliases.remove(&heir);
+        for k in self.aliases.values_mut() {
+            if *k == fd {
+                *k = heir;
+            }
+        }
+        if let Some(sock) = self.socks.remove(&fd) {
+            self.socks.insert(heir, sock);
+        }
+        set_mark(fd, Mark::NotOurs);
+        true
     }
 
     /// Starts looking after kernel socket `fd`.

@@ -49,7 +49,12 @@ fn revents(events: c_short, ready: Interest) -> c_short {
 
 /// Fills in `revents` of the server's sockets among `fds`; returns how many are ready.
 fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
-    let State { client, socks, .. } = st;
+    let State {
+        client,
+        socks,
+        aliases,
+        ..
+    } = st;
     let client = match client {
         Some(Ok(c)) => c,
         _ => return 0,
@@ -61,7 +66,13 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
             continue;
         }
         p.revents = 0;
-        let socket = match socks.get(&p.fd) {
+        if table::forked() {
+            // The parent's socket (docs/preload.md).
+            p.revents = libc::POLLNVAL;
+            continue;
+        }
+        let key = aliases.get(&p.fd).copied().unwrap_or(p.fd);
+        let socket = match socks.get(&key) {
             Some(Sock::Listener { l, .. }) => PollSocket::Listener(l),
             Some(Sock::Stream { s, .. }) => PollSocket::Stream(s),
             _ => {

@@ -329,3 +329,112 @@ fn iperf3_under_shmnet_run_streams_each_way_against_linux() {
         wait_ok(s, "iperf3 -s under shmnet run", limit);
     }
 }
+
+/// The C test program's peer (see tests/c/calls.c): echo on 6000, a byte count on 6001, a
+/// reset on 6002, a connection back on 6003. Prints `ready` once all listen.
+const PEER: &str = r#"
+import socket, socketserver, struct, sys, threading
+host = sys.argv[1]
+class Echo(socketserver.BaseRequestHandler):
+    def handle(self):
+        while True:
+            b = self.request.recv(65536)
+            if not b:
+                return
+            self.request.sendall(b)
+class Count(socketserver.BaseRequestHandler):
+    def handle(self):
+        n = 0
+        while True:
+            b = self.request.recv(65536)
+            if not b:
+                break
+            n += len(b)
+        self.request.sendall(f"{n} bytes".encode())
+class Reset(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+class Back(socketserver.BaseRequestHandler):
+    def handle(self):
+        port = int(self.request.makefile().readline())
+        c = socket.create_connection((self.client_address[0], port), timeout=10)
+        c.sendall(b"back\n")
+        c.close()
+class S(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back)]:
+    s = S((host, port), h)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"#;
+
+/// Compiles tests/c/calls.c with the system's C compiler; `None` (and a skip) without one.
+fn calls_program(test: &str) -> Option<PathBuf> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/calls.c");
+    let exe = std::env::temp_dir().join(format!("shmnet-calls-{}", std::process::id()));
+    let Ok(out) = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+    else {
+        shmnet_testkit::skip(test, "no C compiler (cc): scripts/setup installs gcc");
+        return None;
+    };
+    assert!(
+        out.status.success(),
+        "cc calls.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(exe)
+}
+
+/// Each family of calls a program makes — blocking and non-blocking reads and writes, poll,
+/// select and epoll (level- and edge-triggered) over sets that mix the server's sockets and
+/// kernel pipes, half-close, SIGPIPE and MSG_NOSIGNAL, dup, fork, names and options,
+/// non-blocking and refused connects, accept — in one C program, run on the kernel's
+/// sockets and under `shmnet run`: the same lines both times.
+#[test]
+fn a_c_program_sees_the_same_calls_under_shmnet_run_as_on_the_kernel() {
+    const TEST: &str = "a_c_program_sees_the_same_calls_under_shmnet_run_as_on_the_kernel";
+    let Some((ns, _server, sock)) = bed(TEST, "calls") else {
+        return;
+    };
+    let Some(exe) = calls_program(TEST) else {
+        return;
+    };
+    let mut peer = ns.cmd("python3");
+    peer.args(["-c", PEER, "10.93.0.2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut peer = peer.spawn().expect("start the peer");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(peer.stdout.as_mut().unwrap()),
+        &mut ready,
+    )
+    .expect("the peer's banner");
+    assert_eq!(ready.trim(), "ready");
+    let limit = Duration::from_secs(60);
+    // On the kernel: in the namespace, where the peer's address is a local one.
+    let mut kernel = ns.cmd(exe.to_str().unwrap());
+    kernel.arg("10.93.0.2");
+    let on_kernel = run_ok(kernel, "calls on the kernel", limit);
+    let mut shmnet = under_shmnet(&sock, exe.to_str().unwrap());
+    shmnet.arg("10.93.0.2");
+    let on_shmnet = run_ok(shmnet, "calls under shmnet run", limit);
+    let _ = peer.kill();
+    let _ = peer.wait();
+    let _ = std::fs::remove_file(&exe);
+    assert!(
+        on_kernel.lines().count() >= 25,
+        "the kernel's run: {on_kernel}"
+    );
+    assert!(
+        !on_kernel.contains("FAILED"),
+        "the kernel's run: {on_kernel}"
+    );
+    assert_eq!(on_shmnet, on_kernel, "under shmnet run, then on the kernel");
+}
