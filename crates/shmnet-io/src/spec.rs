@@ -30,7 +30,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// `--driver` names no device shmnet knows.
-    #[error("unknown driver {0:?}: use softnic or af_packet:IFACE")]
+    #[error("unknown driver {0:?}: use softnic, loopback or af_packet:IFACE")]
     UnknownDriver(String),
     /// `--mac` was given for a device that has its own.
     #[error(
@@ -215,6 +215,10 @@ pub struct SoftnicSpec {
     /// [`DriverSpec::impair`]; boxed, as it is rare and the spec travels by value).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub impair: Option<Box<ImpairSpec>>,
+    /// `--driver loopback`: a wire that hands every frame back, as Linux's `lo` (the
+    /// server's applications then reach each other at its address); generates nothing.
+    #[serde(default)]
+    pub loopback: bool,
 }
 
 impl Default for SoftnicSpec {
@@ -228,6 +232,7 @@ impl Default for SoftnicSpec {
             mac: None,
             bench: None,
             impair: None,
+            loopback: false,
         }
     }
 }
@@ -240,9 +245,11 @@ impl SoftnicSpec {
 
     /// Whether it is a benchmark's loopback wire (the stack then reaches its own address).
     pub fn loopback(&self) -> bool {
-        self.bench
-            .as_ref()
-            .is_some_and(|b| b.role == BenchRole::Loopback)
+        self.loopback
+            || self
+                .bench
+                .as_ref()
+                .is_some_and(|b| b.role == BenchRole::Loopback)
     }
 
     /// softnic's configuration for a server at `ip`, sending to `port`: everything but its
@@ -258,6 +265,7 @@ impl SoftnicSpec {
             gap: Duration::from_secs_f64(self.gap_us.max(0.0) / 1e6),
             checksum,
             dma: self.dma,
+            loopback: self.loopback,
             ..SoftnicConfig::default()
         }
     }
@@ -305,9 +313,10 @@ impl DriverSpec {
         softnic: SoftnicSpec,
         mac: Option<[u8; 6]>,
     ) -> Result<Self, SpecError> {
-        if driver == "softnic" {
+        if driver == "softnic" || driver == "loopback" {
             return Ok(Self::Softnic(SoftnicSpec {
                 mac: mac.or(softnic.mac),
+                loopback: driver == "loopback",
                 ..softnic
             }));
         }
@@ -347,6 +356,7 @@ impl DriverSpec {
     /// Its name as `--driver` takes it: `softnic` or `af_packet:IFACE`.
     pub fn name(&self) -> String {
         match self {
+            Self::Softnic(s) if s.loopback => "loopback".into(),
             Self::Softnic(_) => "softnic".into(),
             Self::AfPacket { iface, .. } => format!("af_packet:{iface}"),
         }

@@ -44,7 +44,9 @@ pub enum Structure {
 /// The packet device and, for softnic, what it sends.
 #[derive(Args, Clone)]
 pub struct DriverArgs {
-    /// The packet device: `softnic` (a software sender, see the --softnic-* options) or
+    /// The packet device: `softnic` (a software sender, see the --softnic-* options),
+    /// `loopback` (a wire that hands every frame back, as Linux's `lo`: the server's
+    /// applications reach each other at --ip, e.g. two programs under `shmnet run`), or
     /// `af_packet:IFACE` (a real interface; needs root or CAP_NET_RAW).
     #[arg(long, default_value = "softnic")]
     driver: String,
@@ -150,6 +152,7 @@ impl DriverArgs {
             mac: None,
             bench,
             impair: None,
+            loopback: false,
         };
         let mut spec = DriverSpec::parse(&self.driver, softnic, self.mac)?;
         if let DriverSpec::AfPacket {
@@ -807,6 +810,7 @@ fn run_server(a: &ServeSpec) -> Result<()> {
         a.prefix,
         a.socket.display(),
         match softnic {
+            Some(s) if s.loopback => "; the loopback wire hands every frame back".into(),
             Some(s) => format!(
                 "; softnic sends {} messages of {} B to port {} once an application binds it",
                 s.count, s.size, s.port

@@ -438,3 +438,58 @@ fn a_c_program_sees_the_same_calls_under_shmnet_run_as_on_the_kernel() {
     );
     assert_eq!(on_shmnet, on_kernel, "under shmnet run, then on the kernel");
 }
+
+/// `shmnet serve --driver loopback` on 10.99.0.1, its control socket.
+fn loopback_server(tag: &str) -> (std::process::Child, String) {
+    let sock = std::env::temp_dir()
+        .join(format!("shmnet-pre-{}-{tag}.sock", std::process::id()))
+        .to_str()
+        .unwrap()
+        .to_string();
+    let child = Command::new(SHMNET)
+        .args(["serve", "--structure", "server", "--driver", "loopback"])
+        .args(["--ip", "10.99.0.1/24", "--mtu", "16384", "--socket", &sock])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start shmnet serve --driver loopback");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !Path::new(&sock).exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the loopback server never made {sock}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, sock)
+}
+
+/// Two programs under `shmnet run` on one server talk at its address, as over Linux's
+/// `lo`: no root, no interface.
+#[test]
+fn two_programs_under_shmnet_run_talk_over_the_loopback_wire() {
+    library();
+    let (mut server, sock) = loopback_server("lo-wire");
+    let file = random_file(16 << 20, "pre-lo");
+    let got = std::env::temp_dir().join(format!("shmnet-pre-{}-lo-got", std::process::id()));
+    let mut listen = under_shmnet(&sock, "nc");
+    listen
+        .args(["-l", "5000"])
+        .stdout(std::fs::File::create(&got).unwrap())
+        .stderr(Stdio::piped());
+    let listen = listen.spawn().expect("start nc -l under shmnet run");
+    until_it_connects("nc under shmnet run", || {
+        let mut c = under_shmnet(&sock, "nc");
+        c.args(["-N", "10.99.0.1", "5000"])
+            .stdin(std::fs::File::open(&file).unwrap())
+            .stdout(Stdio::null());
+        c
+    });
+    wait_ok(listen, "nc -l under shmnet run", Duration::from_secs(60));
+    same_file(&file, &got, "nc → nc over the loopback wire");
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&got);
+    let _ = std::fs::remove_file(&sock);
+}
