@@ -13,6 +13,10 @@ pub(crate) struct Config {
     /// With no server reachable, leave sockets to the kernel instead of failing them
     /// (`SHMNET_FALLBACK=1`).
     pub(crate) fallback: bool,
+    /// How many times a wait looks at the server's sockets before it sleeps
+    /// (`SHMNET_SPIN`, default 1,024, as the client library's blocking calls; 0 sleeps at
+    /// once).
+    pub(crate) spin: u32,
 }
 
 /// The settings, read at the first call that needs them.
@@ -24,6 +28,10 @@ pub(crate) fn get() -> &'static Config {
             .unwrap_or_else(shmnet_io::control::default_socket),
         debug: std::env::var("SHMNET_LOG").is_ok_and(|v| v == "debug"),
         fallback: std::env::var("SHMNET_FALLBACK").is_ok_and(|v| v == "1"),
+        spin: std::env::var("SHMNET_SPIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1024),
     })
 }
 

@@ -347,9 +347,13 @@ impl State {
 
     /// After a call that may have moved deliveries off the ring: if some moved while other
     /// threads sleep, wakes them so they look (what moved may be theirs).
+    ///
+    /// It must not look at the ring itself: a delivery it moved after a waiter judged its
+    /// sockets would be missed by that waiter, who then sleeps on a ring already drained
+    /// (the lost wake-up the client library's own waits guard against).
     pub(crate) fn note_moves(&mut self) {
         let Some(Ok(c)) = &self.client else { return };
-        let Ok(moved) = c.gather() else { return };
+        let moved = c.moved();
         if moved != self.moved_seen {
             self.moved_seen = moved;
             if self.sleepers > 0 {

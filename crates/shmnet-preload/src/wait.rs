@@ -120,6 +120,14 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
         .filter(|&i| table::marked(fds[i].fd) != Mark::Shmnet)
         .collect();
     let mut set: Vec<pollfd> = Vec::with_capacity(kernel_idx.len() + 3);
+    // Looks before the first sleep, as the client library's own blocking calls spin: a
+    // reply that comes within them costs no sleep and no wake-up. Only for sets of the
+    // server's sockets alone (a kernel descriptor would cost a system call per look).
+    let mut spin = if kernel_idx.is_empty() {
+        crate::config::get().spin
+    } else {
+        0
+    };
     loop {
         let mut st = table::lock();
         let mut ready = look_shmnet(&mut st, fds);
@@ -147,6 +155,16 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return 0;
+        }
+        if spin > 0 {
+            drop(st);
+            spin -= 1;
+            if spin % 16 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+            continue;
         }
         // Nothing yet: sleep on everything at once, the lock let go.
         let wake = match &st.client {

@@ -493,3 +493,97 @@ fn two_programs_under_shmnet_run_talk_over_the_loopback_wire() {
     let _ = std::fs::remove_file(&got);
     let _ = std::fs::remove_file(&sock);
 }
+
+/// A request–response conversation whose waits sleep every time (`SHMNET_SPIN=0`), under
+/// both isolations: every round trip completes. A look at the ring between a waiter's check
+/// of its sockets and its sleep once stranded a reply (the lost wake-up of the client
+/// library's own waits, found again here).
+#[test]
+fn conversations_under_shmnet_run_that_always_sleep_never_lose_a_wake_up() {
+    library();
+    const ROUND_TRIPS: usize = 50_000;
+    let conversation = r#"
+import socket, sys
+mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if mode == "s":
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("0.0.0.0", port)); l.listen(1); print("listening", flush=True)
+    c, _ = l.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        b = c.recv(64)
+        if not b:
+            break
+        c.sendall(b)
+else:
+    s = socket.create_connection(("10.99.0.1", port)); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    for i in range(n):
+        s.sendall(b"x" * 32)
+        got = 0
+        while got < 32:
+            got += len(s.recv(64))
+    print("done", n)
+"#;
+    for isolation in ["regions", "shared"] {
+        let sock = std::env::temp_dir()
+            .join(format!(
+                "shmnet-pre-{}-sleepy-{isolation}.sock",
+                std::process::id()
+            ))
+            .to_str()
+            .unwrap()
+            .to_string();
+        let mut server = Command::new(SHMNET)
+            .args(["serve", "--structure", "server", "--driver", "loopback"])
+            .args([
+                "--isolation",
+                isolation,
+                "--ip",
+                "10.99.0.1/24",
+                "--socket",
+                &sock,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start shmnet serve --driver loopback");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !Path::new(&sock).exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the loopback server never made {sock}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut echo = under_shmnet(&sock, "python3");
+        echo.env("SHMNET_SPIN", "0")
+            .args(["-c", conversation, "s", "7000", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut echo = echo.spawn().expect("start the echo under shmnet run");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(echo.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .expect("the echo's banner");
+        let mut talk = under_shmnet(&sock, "python3");
+        talk.env("SHMNET_SPIN", "0").args([
+            "-c",
+            conversation,
+            "c",
+            "7000",
+            &ROUND_TRIPS.to_string(),
+        ]);
+        let out = run_ok(
+            talk,
+            &format!("{isolation}: the conversation"),
+            Duration::from_secs(60),
+        );
+        assert_eq!(out.trim(), format!("done {ROUND_TRIPS}"), "{isolation}");
+        let _ = echo.kill();
+        let _ = echo.wait();
+        let _ = server.kill();
+        let _ = server.wait();
+        let _ = std::fs::remove_file(&sock);
+    }
+}

@@ -168,6 +168,13 @@ impl Client {
         Ok(i.moved)
     }
 
+    /// How many items this client has moved off its receive ring (or data socket) so far,
+    /// without looking for more: a caller that waits outside the client compares it before
+    /// and after a call to tell whether that call moved something.
+    pub fn moved(&self) -> u64 {
+        self.inner.borrow().moved
+    }
+
     /// The first half of a wait outside the client: announces that a thread is about to
     /// sleep, so the server raises the receive ring's wake-up with its next delivery.
     /// `None` when something arrived meanwhile ([`Client::gather`] again instead of
