@@ -9,6 +9,7 @@ mod app_file;
 mod iface_lock;
 mod lab;
 mod netbench;
+mod programs;
 mod replay;
 mod run;
 mod serve;
@@ -213,6 +214,15 @@ enum Bench {
     /// closing in order) through the server structure — a listener and a connector
     /// application — beside the kernel over 127.0.0.1, in the same run.
     TcpSetup(QuickArgs),
+    /// Unmodified programs under `shmnet run` against Linux's loopback, in the same run:
+    /// iperf3 (one TCP stream, Gbit/s) and sockperf (TCP ping-pong p50), both ends on this
+    /// host — shmnet's on one server with `--driver loopback` — and what the sockets
+    /// library costs a call on a kernel descriptor. Needs iperf3, sockperf and the library
+    /// (cargo build --release -p shmnet-preload).
+    Programs(programs::ProgramsArgs),
+    /// The interposition probe `bench programs` runs with and without the library.
+    #[command(hide = true)]
+    InterposeProbe,
 }
 
 /// The options of a benchmark that runs in one process.
@@ -266,7 +276,7 @@ fn parse_cpus(s: &str) -> Result<(usize, usize), String> {
     Ok((p, c))
 }
 
-fn spinner(hidden: bool) -> indicatif::ProgressBar {
+pub(crate) fn spinner(hidden: bool) -> indicatif::ProgressBar {
     if hidden {
         return indicatif::ProgressBar::hidden();
     }
@@ -438,6 +448,8 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::Handles(a)) => bench_handles(a),
         Command::Bench(Bench::Tcp(a)) => bench_tcp(a),
         Command::Bench(Bench::TcpSetup(a)) => bench_tcp_setup(a),
+        Command::Bench(Bench::Programs(a)) => programs::bench(a),
+        Command::Bench(Bench::InterposeProbe) => programs::interpose_probe(),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
         Command::Run(a) => run::run(a),

@@ -46,7 +46,7 @@ pub struct RunArgs {
 }
 
 /// Where the library is: `$SHMNET_PRELOAD`, else beside this executable.
-fn library() -> Result<PathBuf> {
+pub fn library() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SHMNET_PRELOAD") {
         return Ok(PathBuf::from(p));
     }
