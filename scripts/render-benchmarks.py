@@ -328,6 +328,33 @@ and `shared`:
     return s
 
 
+def programs(runs, quick):
+    rows = []
+    for key, name, digits in [("iperf3_tcp_gbit_s", "iperf3, one TCP stream (Gbit/s)", 2),
+                              ("sockperf_tcp_p50_us", "sockperf TCP ping-pong p50 (µs)", 2)]:
+        rows.append([name, fig([r[key]["shmnet"] for r in runs], digits),
+                     fig([r[key]["kernel"] for r in runs], digits),
+                     fig([r[key]["ratio"] for r in runs], 2)])
+    r0 = runs[0]
+    s = f"""## Unmodified programs (`shmnet bench programs`)
+
+Command: `shmnet bench programs{' --quick' if quick else ''} --json` ([preload.md](preload.md)). Stock Debian
+iperf3 and sockperf, both ends on this host: on the kernel over 127.0.0.1, and under
+`shmnet run` (the sockets library preloaded) on one server with `--driver loopback` (MTU
+16,384; Linux's lo has 65,536 and GSO); each figure the median of {r0['rounds']} round(s) of
+{r0['seconds']:g} s in one run, the kernel's in the same rounds:
+
+"""
+    s += table(["program", "shmnet", "kernel", "÷ kernel"], rows)
+    s += ("\nThe interposition itself: `fcntl(F_GETFD)` on a pipe costs "
+          f"{fig([r['interpose_ns']['with_library'] for r in runs], 1)} ns with the library loaded and "
+          f"{fig([r['interpose_ns']['without'] for r in runs], 1)} ns without: "
+          f"{fig([r['interpose_ns']['overhead'] for r in runs], 1)} ns per call on a kernel descriptor.\n\n")
+    for i, t in enumerate(r0["targets"]):
+        s += f"Target (issue 17): {t['what']}: **{verdict([r['targets'][i]['met'] for r in runs])}**.\n"
+    return s
+
+
 def ttcptcp(runs, quick, ethernet=None):
     r0 = runs[0]
     sizes = sorted({x["size"] for x in r0["rows"]})
@@ -818,7 +845,7 @@ def main():
     parts = [header(meta, seconds)] + [
         render(load_runs(d, name), quick)
         for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
-                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("labhandles", labhandles), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
+                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("labhandles", labhandles), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     print("\n".join(parts), end="")

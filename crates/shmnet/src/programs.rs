@@ -130,7 +130,10 @@ fn until_it_runs(what: &str, mut make: impl FnMut() -> Result<Command>) -> Resul
             return Ok(stdout);
         }
         if Instant::now() > deadline {
-            bail!("{what} failed: {}", stdout.lines().last().unwrap_or_default());
+            bail!(
+                "{what} failed: {}",
+                stdout.lines().last().unwrap_or_default()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -170,7 +173,9 @@ fn sockperf(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<f64
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .context("starting sockperf server (is sockperf installed? scripts/setup installs it)")?,
+            .context(
+                "starting sockperf server (is sockperf installed? scripts/setup installs it)",
+            )?,
     );
     let t = format!("{}", secs.ceil() as u64);
     let out = until_it_runs("sockperf ping-pong", || {
@@ -248,11 +253,17 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<ProgramsReport
         let port = 21_000 + 10 * r as u16;
         progress(&format!("round {}/{rounds}: iperf3 on the kernel", r + 1));
         ip_k.push(iperf3(None, "127.0.0.1", port, secs)?);
-        progress(&format!("round {}/{rounds}: iperf3 under shmnet run", r + 1));
+        progress(&format!(
+            "round {}/{rounds}: iperf3 under shmnet run",
+            r + 1
+        ));
         ip_s.push(iperf3(Some(&sock), SERVER_IP, port + 1, secs)?);
         progress(&format!("round {}/{rounds}: sockperf on the kernel", r + 1));
         sp_k.push(sockperf(None, "127.0.0.1", port + 2, secs)?);
-        progress(&format!("round {}/{rounds}: sockperf under shmnet run", r + 1));
+        progress(&format!(
+            "round {}/{rounds}: sockperf under shmnet run",
+            r + 1
+        ));
         sp_s.push(sockperf(Some(&sock), SERVER_IP, port + 3, secs)?);
     }
     progress("the interposition's cost");
@@ -306,12 +317,20 @@ impl std::fmt::Display for ProgramsReport {
             "unmodified programs on {} ({} CPUs): shmnet run on a loopback server ({SERVER_IP}, MTU {LOOPBACK_MTU}) against Linux's lo; median of {} round(s) of {} s",
             self.machine.cpu, self.machine.cpus, self.rounds, self.seconds
         )?;
-        writeln!(f, "{:<34} {:>10} {:>10} {:>8}", "", "shmnet", "kernel", "÷kernel")?;
+        writeln!(
+            f,
+            "{:<34} {:>10} {:>10} {:>8}",
+            "", "shmnet", "kernel", "÷kernel"
+        )?;
         for (name, p) in [
             ("iperf3 TCP, 1 stream, Gbit/s", self.iperf3_tcp_gbit_s),
             ("sockperf TCP ping-pong p50, µs", self.sockperf_tcp_p50_us),
         ] {
-            writeln!(f, "{name:<34} {:>10.2} {:>10.2} {:>8.2}", p.shmnet, p.kernel, p.ratio)?;
+            writeln!(
+                f,
+                "{name:<34} {:>10.2} {:>10.2} {:>8.2}",
+                p.shmnet, p.kernel, p.ratio
+            )?;
         }
         writeln!(
             f,
@@ -319,7 +338,12 @@ impl std::fmt::Display for ProgramsReport {
             self.interpose_ns.with_library, self.interpose_ns.without, self.interpose_ns.overhead
         )?;
         for t in &self.targets {
-            writeln!(f, "target: {} — {}", t.what, if t.met { "met" } else { "NOT met" })?;
+            writeln!(
+                f,
+                "target: {} — {}",
+                t.what,
+                if t.met { "met" } else { "NOT met" }
+            )?;
         }
         Ok(())
     }
