@@ -35,21 +35,23 @@ pub unsafe extern "C" fn dup(old: c_int) -> c_int {
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    if old != new {
-        // The kernel closes `new` first, if open.
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::dup2(old, new) };
+    if r >= 0 && old != new {
+        // The kernel closed what `new` was; it is `old`'s duplicate now.
         crate::sockets::forget(new);
     }
-    // SAFETY: the caller's arguments, passed on.
-    note(old, unsafe { real::dup2(old, new) })
+    note(old, r)
 }
 
 /// # Safety
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    if old != new {
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::dup3(old, new, flags) };
+    if r >= 0 && old != new {
         crate::sockets::forget(new);
     }
-    // SAFETY: the caller's arguments, passed on.
-    note(old, unsafe { real::dup3(old, new, flags) })
+    note(old, r)
 }

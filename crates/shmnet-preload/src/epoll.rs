@@ -35,7 +35,7 @@ pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
 pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: the caller's argument, passed on.
     let ep = unsafe { real::epoll_create1(flags) };
-    if ep >= 0 {
+    if ep >= 0 && !table::forked() {
         // A number an earlier instance may have had: what it watched is not this one's.
         guarded(|| {
             table::lock().forget_epoll(ep);
@@ -50,7 +50,10 @@ pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epoll_ctl(ep: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
     let mark = table::marked(fd);
-    if mark == Mark::NotOurs || mark == Mark::Epoll {
+    if table::forked() && mark == Mark::Shmnet {
+        return fail(libc::EBADF);
+    }
+    if mark == Mark::NotOurs || mark == Mark::Epoll || table::forked() {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::epoll_ctl(ep, op, fd, ev) };
     }
@@ -192,6 +195,10 @@ fn look(ep: c_int, out: &mut [epoll_event]) -> usize {
     };
     let mut n = 0;
     for w in watches.iter_mut().filter(|w| !w.kernel && !w.disarmed) {
+        if n == out.len() {
+            // Full: the rest keep their state, to be reported by the next wait.
+            break;
+        }
         let Some(p) = fds.iter().find(|p| p.fd == w.fd) else {
             continue;
         };
@@ -203,7 +210,7 @@ fn look(ep: c_int, out: &mut [epoll_event]) -> usize {
         } else {
             ready
         };
-        if report == 0 || n == out.len() {
+        if report == 0 {
             continue;
         }
         out[n] = epoll_event {

@@ -29,7 +29,12 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
             if shut_rd || buf.is_empty() {
                 return got as ssize_t;
             }
+            let want = buf.len() - got;
             let read = s.try_read(&mut buf[got..]);
+            if matches!(read, Ok(Some(n)) if n > 0 && n < want) {
+                // Likely all there was: an edge-triggered watch reports the next bytes.
+                st.drained(fd, libc::EPOLLIN as u32);
+            }
             st.note_moves();
             drop(st);
             match read {
@@ -77,6 +82,7 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
     if table::forked() {
         return fail(libc::EBADF);
     }
+    let mut done = 0usize;
     guarded(|| {
         loop {
             let mut st = table::lock();
@@ -87,21 +93,36 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
                 _ => return fail(libc::ENOTCONN),
             };
             if shut_wr {
-                return broken_pipe(flags);
+                drop(st);
+                return if done > 0 {
+                    done as ssize_t
+                } else {
+                    broken_pipe(flags)
+                };
             }
-            if data.is_empty() {
-                return 0;
+            if done == data.len() {
+                return done as ssize_t;
             }
-            let wrote = s.try_write(data);
+            let wrote = s.try_write(&data[done..]);
             st.note_moves();
             drop(st);
+            let blocking = !nonblock && flags & libc::MSG_DONTWAIT == 0;
             match wrote {
-                Ok(0) if nonblock || flags & libc::MSG_DONTWAIT != 0 => {
+                Ok(0) if !blocking => {
+                    if done > 0 {
+                        return done as ssize_t;
+                    }
                     table::lock().drained(fd, libc::EPOLLOUT as u32);
                     return fail(libc::EAGAIN);
                 }
                 Ok(0) => {}
+                // A blocking socket takes everything before it returns, as Linux's does.
+                Ok(n) if blocking => {
+                    done += n;
+                    continue;
+                }
                 Ok(n) => return n as ssize_t,
+                Err(_) if done > 0 => return done as ssize_t,
                 Err(e) => {
                     // As Linux's TCP: the failure once (ECONNRESET…), then EPIPE.
                     let errno = net::errno_of(&e, Call::Write);
@@ -119,7 +140,7 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
                 }
             }
             if let Err(e) = wait::until_ready(fd, libc::POLLOUT) {
-                return fail(e);
+                return if done > 0 { done as ssize_t } else { fail(e) };
             }
         }
     })

@@ -67,6 +67,9 @@ pub unsafe extern "C" fn setsockopt(
         }
         return r;
     }
+    if table::forked() {
+        return fail(libc::EBADF);
+    }
     // SAFETY: the caller's contract covers `val` for `len` bytes.
     let v = unsafe { int_of(val, len) };
     guarded(|| {
@@ -89,7 +92,8 @@ pub unsafe extern "C" fn setsockopt(
                 (libc::IPPROTO_TCP, libc::TCP_NODELAY) => s.set_nodelay(on),
                 (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => s.set_keepalive(on),
                 (libc::SOL_SOCKET, libc::SO_SNDBUF) => s.set_send_buffer(bytes).map(drop),
-                _ => s.set_recv_buffer(bytes).map(drop),
+                (libc::SOL_SOCKET, libc::SO_RCVBUF) => s.set_recv_buffer(bytes).map(drop),
+                _ => Ok(()),
             },
             Sock::Listener { l, .. } => match (level, name) {
                 (libc::SOL_SOCKET, libc::SO_SNDBUF) => l.set_send_buffer(bytes).map(drop),

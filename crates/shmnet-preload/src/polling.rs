@@ -180,11 +180,13 @@ pub unsafe extern "C" fn select(
     e: *mut fd_set,
     t: *mut timeval,
 ) -> c_int {
-    if n > libc::FD_SETSIZE as c_int {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: the caller's contract.
     let (fds, shmnet) = unsafe { to_pollfds(n, r, w, e) };
+    if shmnet && n > libc::FD_SETSIZE as c_int {
+        // Past FD_SETSIZE the sets are the program's own size: refused when a server
+        // socket is in them, passed on untouched when none is.
+        return fail(libc::EINVAL);
+    }
     if !shmnet {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::select(n, r, w, e, t) };
@@ -210,11 +212,13 @@ pub unsafe extern "C" fn pselect(
     t: *const timespec,
     mask: *const sigset_t,
 ) -> c_int {
-    if n > libc::FD_SETSIZE as c_int {
-        return fail(libc::EINVAL);
-    }
     // SAFETY: the caller's contract.
     let (fds, shmnet) = unsafe { to_pollfds(n, r, w, e) };
+    if shmnet && n > libc::FD_SETSIZE as c_int {
+        // Past FD_SETSIZE the sets are the program's own size: refused when a server
+        // socket is in them, passed on untouched when none is.
+        return fail(libc::EINVAL);
+    }
     if !shmnet {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::pselect(n, r, w, e, t, mask) };

@@ -58,6 +58,9 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    if table::forked() && table::marked(fd) == Mark::Undecided {
+        table::forget_in_child(fd);
+    }
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
         Mark::NotOurs | Mark::Epoll => return unsafe { real::bind(fd, addr, len) },
@@ -136,6 +139,9 @@ fn apply(s: &mut shmnet_io::client::TcpStream, o: &Opts) {
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    if table::forked() && table::marked(fd) == Mark::Undecided {
+        table::forget_in_child(fd);
+    }
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
         Mark::NotOurs | Mark::Epoll => return unsafe { real::listen(fd, backlog) },
@@ -270,6 +276,9 @@ pub unsafe extern "C" fn accept4(
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
+    if table::forked() && table::marked(fd) == Mark::Undecided {
+        table::forget_in_child(fd);
+    }
     match table::marked(fd) {
         // SAFETY: the caller's arguments, passed on.
         Mark::NotOurs | Mark::Epoll => return unsafe { real::connect(fd, addr, len) },
@@ -336,6 +345,11 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 /// duplicate of the server's socket; or the socket itself, whose connection is closed
 /// (`close(2)` on the last descriptor of a TCP socket).
 pub(crate) fn forget(fd: c_int) {
+    if table::forked() {
+        // The parent's socket, left open for it; the number is the kernel's here.
+        table::forget_in_child(fd);
+        return;
+    }
     match table::marked(fd) {
         Mark::NotOurs => {}
         Mark::Epoll => {
@@ -387,6 +401,9 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     if table::marked(fd) != Mark::Shmnet {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::shutdown(fd, how) };
+    }
+    if table::forked() {
+        return fail(libc::EBADF);
     }
     guarded(|| {
         let mut st = table::lock();

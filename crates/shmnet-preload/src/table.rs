@@ -66,6 +66,12 @@ fn set_mark(fd: libc::c_int, m: Mark) {
     }
 }
 
+/// In a forked child: `fd` is the kernel's from now on, without the lock (a thread of the
+/// parent may have held it at the fork, and is not here to let it go).
+pub(crate) fn forget_in_child(fd: libc::c_int) {
+    set_mark(fd, Mark::NotOurs);
+}
+
 /// Whether this process is a child forked after it had shmnet sockets.
 pub(crate) fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
@@ -138,13 +144,13 @@ pub(crate) struct State {
     /// Descriptors made by `dup` and its kin from one of the server's sockets: each names
     /// the descriptor under which `socks` holds the socket.
     pub(crate) aliases: HashMap<libc::c_int, libc::c_int, BuildHasherDefault<DefaultHasher>>,
-    /// Threads asleep in [`crate::wait`] for this client.
-    pub(crate) sleepers: u32,
+    /// The own eventfds of the threads asleep in [`crate::wait`] ([`own_eventfd`]).
+    pub(crate) sleepers: Vec<libc::c_int>,
+    /// One sleeping thread (the first to sleep) has announced its sleep to the client and
+    /// waits on its wake-ups; the others wait on their own eventfds.
+    pub(crate) ring_armed: bool,
     /// The client's count of moved items at the last look (see [`State::note_moves`]).
     pub(crate) moved_seen: u64,
-    /// Raised when a thread moved deliveries while others slept: theirs may be among them
-    /// (the server's wake-up went to whichever thread took it).
-    pub(crate) kick: Option<OwnedFd>,
     /// What each epoll instance watches of this library's sockets ([`crate::epoll`]).
     pub(crate) epolls: HashMap<libc::c_int, Vec<Watch>, BuildHasherDefault<DefaultHasher>>,
 }
@@ -175,9 +181,9 @@ static STATE: Mutex<State> = Mutex::new(State {
     client: None,
     socks: HashMap::with_hasher(BuildHasherDefault::new()),
     aliases: HashMap::with_hasher(BuildHasherDefault::new()),
-    sleepers: 0,
+    sleepers: Vec::new(),
+    ring_armed: false,
     moved_seen: 0,
-    kick: None,
     epolls: HashMap::with_hasher(BuildHasherDefault::new()),
 });
 
@@ -208,10 +214,6 @@ impl State {
                         cfg.server.display(),
                         c.address()
                     );
-                    // SAFETY: eventfd has no pointer arguments; a negative result is checked.
-                    let kick = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-                    // SAFETY: `kick` is a new descriptor that nothing else owns.
-                    self.kick = (kick >= 0).then(|| unsafe { OwnedFd::from_raw_fd(kick) });
                     install_fork_handler();
                     Ok(c)
                 }
@@ -270,6 +272,10 @@ impl State {
     pub(crate) fn close_duplicate(&mut self, fd: libc::c_int) -> bool {
         if self.aliases.remove(&fd).is_some() {
             set_mark(fd, Mark::NotOurs);
+            // An epoll instance watched that number: the watch ends with it.
+            for watches in self.epolls.values_mut() {
+                watches.retain(|w| w.fd != fd);
+            }
             return true;
         }
         // The socket's own descriptor: a duplicate, if any, holds it from now on.
@@ -291,6 +297,9 @@ impl State {
             self.socks.insert(heir, sock);
         }
         set_mark(fd, Mark::NotOurs);
+        for watches in self.epolls.values_mut() {
+            watches.retain(|w| w.fd != fd);
+        }
         true
     }
 
@@ -356,36 +365,44 @@ impl State {
         let moved = c.moved();
         if moved != self.moved_seen {
             self.moved_seen = moved;
-            if self.sleepers > 0 {
-                self.raise_kick();
-            }
+            self.wake_sleepers();
         }
     }
 
-    pub(crate) fn raise_kick(&self) {
-        if let Some(k) = &self.kick {
+    /// Wakes every thread asleep in [`crate::wait`] (each looks again).
+    pub(crate) fn wake_sleepers(&self) {
+        for &fd in &self.sleepers {
             let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a local to our own eventfd (a full counter only
-            // means it is raised already).
-            unsafe {
-                crate::real::write(
-                    std::os::fd::AsRawFd::as_raw_fd(k),
-                    (&raw const one).cast(),
-                    8,
-                )
-            };
+            // SAFETY: writes 8 bytes from a local to a sleeping thread's own eventfd (a
+            // full counter only means it is raised already).
+            unsafe { crate::real::write(fd, (&raw const one).cast(), 8) };
         }
     }
+}
 
-    pub(crate) fn clear_kick(&self) {
-        if let Some(k) = &self.kick {
-            let mut v: u64 = 0;
-            // SAFETY: reads 8 bytes into a local from our own non-blocking eventfd.
-            unsafe {
-                crate::real::read(std::os::fd::AsRawFd::as_raw_fd(k), (&raw mut v).cast(), 8)
-            };
-        }
+/// This thread's own eventfd, on which it sleeps in [`crate::wait`] unless it is the one
+/// armed on the client's wake-ups; made at its first wait, closed when the thread ends.
+pub(crate) fn own_eventfd() -> libc::c_int {
+    struct Own(OwnedFd);
+    thread_local! {
+        static OWN: Option<Own> = {
+            // SAFETY: eventfd has no pointer arguments; a negative result is checked.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+            // SAFETY: a new descriptor that nothing else owns.
+            (fd >= 0).then(|| Own(unsafe { OwnedFd::from_raw_fd(fd) }))
+        };
     }
+    OWN.with(|o| {
+        o.as_ref()
+            .map_or(-1, |o| std::os::fd::AsRawFd::as_raw_fd(&o.0))
+    })
+}
+
+/// Consumes whatever raised eventfd `fd`.
+pub(crate) fn drain_eventfd(fd: libc::c_int) {
+    let mut v: u64 = 0;
+    // SAFETY: reads 8 bytes into a local from a non-blocking eventfd of ours.
+    unsafe { crate::real::read(fd, (&raw mut v).cast(), 8) };
 }
 
 /// After `fork`, the child's copies of the server's sockets are the parent's connections:

@@ -3,22 +3,22 @@
 //!
 //! A waiting thread looks at the server's sockets (through the client) and the kernel's
 //! descriptors (a zero-timeout `poll`) while holding the state's lock; if nothing is ready
-//! it announces a sleep to the client ([`Client::prepare_sleep`]), lets the lock go, and
-//! sleeps in the kernel on its own descriptors, the client's wake-ups and the *kick*
-//! eventfd together. So the program's other threads use the server meanwhile.
+//! it lets the lock go and sleeps in the kernel on its own descriptors and its own eventfd
+//! together. So the program's other threads use the server meanwhile.
 //!
-//! Lost wake-ups between threads: the server raises the client's wake-up once, and the
-//! thread that consumes it moves every delivery off the ring, its own and other sockets'.
-//! Whoever moves deliveries while other threads sleep raises the kick
-//! ([`State::note_moves`]); the kick is cleared only when no thread is left asleep, so a
-//! sleeper that has not reached its `poll` yet still finds it raised.
+//! Threads asleep at once: the client's announcement of a sleep is one flag, so one thread
+//! at a time — the first to sleep — announces it ([`Client::prepare_sleep`]) and also
+//! sleeps on the client's wake-ups; the others sleep on their own eventfds only
+//! (`State::sleepers`). Whoever moves deliveries off the ring while others sleep — they may
+//! be theirs — wakes them all ([`State::note_moves`]), and so does the armed thread when it
+//! leaves, for whatever reason, so that another takes its place. A wake-up is never
+//! consumed for another thread: each drains only its own eventfd.
 //!
 //! [`Client::prepare_sleep`]: shmnet_io::client::Client::prepare_sleep
 //! [`State::note_moves`]: crate::table::State::note_moves
 
 use libc::{c_int, c_short, pollfd};
 use shmnet_io::client::{Interest, PollItem, PollSocket};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::real;
@@ -49,6 +49,18 @@ fn revents(events: c_short, ready: Interest) -> c_short {
 
 /// Fills in `revents` of the server's sockets among `fds`; returns how many are ready.
 fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
+    if table::forked() {
+        // The parent's sockets (docs/preload.md): the child must not touch its client.
+        let mut n = 0;
+        for p in fds
+            .iter_mut()
+            .filter(|p| table::marked(p.fd) == Mark::Shmnet)
+        {
+            p.revents = libc::POLLNVAL;
+            n += 1;
+        }
+        return n;
+    }
     let State {
         client,
         socks,
@@ -66,11 +78,6 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
             continue;
         }
         p.revents = 0;
-        if table::forked() {
-            // The parent's socket (docs/preload.md).
-            p.revents = libc::POLLNVAL;
-            continue;
-        }
         let key = aliases.get(&p.fd).copied().unwrap_or(p.fd);
         let socket = match socks.get(&key) {
             Some(Sock::Listener { l, .. }) => PollSocket::Listener(l),
@@ -168,13 +175,14 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
         }
         // Nothing yet: sleep on everything at once, the lock let go.
         let wake = match &st.client {
-            Some(Ok(c)) => match c.prepare_sleep() {
+            Some(Ok(c)) if !st.ring_armed => match c.prepare_sleep() {
                 Ok(Some(w)) => Some(w),
                 Ok(None) => continue,
                 Err(_) => None,
             },
             _ => None,
         };
+        st.ring_armed |= wake.is_some();
         let mut nap = wants_writable(fds);
         if let Some(w) = &wake {
             nap |= w.must_nap();
@@ -184,14 +192,15 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
                 revents: 0,
             }));
         }
-        if let Some(k) = &st.kick {
+        let own = table::own_eventfd();
+        if own >= 0 {
             set.push(pollfd {
-                fd: k.as_raw_fd(),
+                fd: own,
                 events: libc::POLLIN,
                 revents: 0,
             });
+            st.sleepers.push(own);
         }
-        st.sleepers += 1;
         drop(st);
         let mut left = deadline.map(|d| d.saturating_duration_since(now));
         if nap {
@@ -213,14 +222,17 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
         };
         let err = (r < 0).then(std::io::Error::last_os_error);
         let mut st = table::lock();
-        st.sleepers -= 1;
-        if wake.is_some()
-            && let Some(Ok(c)) = &st.client
-        {
-            c.finish_sleep();
+        if let Some(i) = st.sleepers.iter().position(|&f| f == own) {
+            st.sleepers.swap_remove(i);
         }
-        if st.sleepers == 0 {
-            st.clear_kick();
+        table::drain_eventfd(own);
+        if wake.is_some() {
+            if let Some(Ok(c)) = &st.client {
+                c.finish_sleep();
+            }
+            st.ring_armed = false;
+            // Another sleeper takes the watch over the client's wake-ups.
+            st.wake_sleepers();
         }
         drop(st);
         if let Some(e) = err {

@@ -47,6 +47,22 @@ pub struct RunArgs {
 
 /// Where the library is: `$SHMNET_PRELOAD`, else beside this executable.
 pub fn library() -> Result<PathBuf> {
+    let lib = found_library()?;
+    // ld.so splits LD_PRELOAD at spaces and colons and skips what it cannot open, silently:
+    // the program would then run on the kernel without a word.
+    let lib = lib
+        .canonicalize()
+        .with_context(|| format!("the sockets library {}", lib.display()))?;
+    if lib.to_string_lossy().contains([' ', ':']) {
+        bail!(
+            "the sockets library's path {} has a space or a colon, which LD_PRELOAD cannot carry: move it, or set SHMNET_PRELOAD to a copy elsewhere",
+            lib.display()
+        );
+    }
+    Ok(lib)
+}
+
+fn found_library() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SHMNET_PRELOAD") {
         return Ok(PathBuf::from(p));
     }

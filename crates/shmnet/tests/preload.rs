@@ -660,3 +660,115 @@ fn readme_running_unmodified_programs() {
     }
     let _ = std::fs::remove_file(&sock);
 }
+
+/// Threads of one program waiting at once (docs/preload.md, "How it waits"): three block in
+/// `recv` on connections of their own while the main thread's `select` over a fourth and a
+/// pipe keeps timing out; the replies to the three come while it does, and must wake them
+/// (a thread that left its wait once withdrew the client's announcement of everyone's
+/// sleep). Every wait sleeps at once (`SHMNET_SPIN=0`), and sleeping threads stay asleep:
+/// the client's CPU time is a small part of its run (they once woke each other in turn
+/// for as long as any of them slept, which took more CPU time than the run took).
+#[test]
+fn threads_blocked_in_recv_wake_while_another_thread_polls_and_times_out() {
+    library();
+    const PROGRAM: &str = r#"
+import socket, sys, threading, select, os, time
+mode, port = sys.argv[1], int(sys.argv[2])
+if mode == "s":
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("0.0.0.0", port)); l.listen(8); print("listening", flush=True)
+    def serve(c):
+        while True:
+            b = c.recv(64)
+            if not b:
+                return
+            c.sendall(b)
+    while True:
+        c, _ = l.accept()
+        threading.Thread(target=serve, args=(c,), daemon=True).start()
+else:
+    rounds = int(sys.argv[3])
+    for r in range(rounds):
+        conns = [socket.create_connection(("10.99.0.1", port)) for _ in range(4)]
+        got = []
+        def blocked(c):
+            got.append(c.recv(64))
+        waiters = [threading.Thread(target=blocked, args=(c,)) for c in conns[:3]]
+        for t in waiters:
+            t.start()
+        rd, wr = os.pipe()
+        for i in range(20):
+            select.select([conns[3], rd], [], [], 0.001)
+            if i == 10:
+                for c in conns[:3]:
+                    c.sendall(b"ping")
+        for t in waiters:
+            t.join()
+        assert got == [b"ping"] * 3, got
+        for c in conns:
+            c.close()
+        os.close(rd); os.close(wr)
+    print("done", rounds)
+"#;
+    let (mut server, sock) = loopback_server("threads");
+    let mut echo = under_shmnet(&sock, "python3");
+    echo.args(["-c", PROGRAM, "s", "7300"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut echo = echo
+        .spawn()
+        .expect("start the threaded echo under shmnet run");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(echo.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .expect("the echo's banner");
+    let out_path = std::env::temp_dir().join(format!("shmnet-pre-{}-threads", std::process::id()));
+    let start = Instant::now();
+    // Reaped below by wait4, which also reports its CPU time.
+    #[allow(clippy::zombie_processes)]
+    let mut client = under_shmnet(&sock, "python3")
+        .env("SHMNET_SPIN", "0")
+        .args(["-c", PROGRAM, "c", "7300", "200"])
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .spawn()
+        .expect("start the threaded client");
+    // Its CPU time, from the kernel's accounting of the reaped child.
+    let (status, cpu) = loop {
+        let mut status = 0;
+        // SAFETY: zero is a valid rusage; wait4 writes it and the status for our child.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: pointers to locals; the pid is our child's.
+        let r = unsafe { libc::wait4(client.id() as i32, &mut status, libc::WNOHANG, &mut usage) };
+        if r > 0 {
+            let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            break (status, tv(usage.ru_utime) + tv(usage.ru_stime));
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            for c in [&mut client, &mut echo, &mut server] {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            panic!("the threaded client hung: a thread blocked in recv was never woken");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let wall = start.elapsed().as_secs_f64();
+    let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_path);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the client failed: {out}"
+    );
+    assert_eq!(out.trim(), "done 200");
+    assert!(
+        cpu < 0.5 * wall,
+        "the client's threads kept waking: {cpu:.2} s of CPU in {wall:.2} s"
+    );
+    let _ = echo.kill();
+    let _ = echo.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&sock);
+}
