@@ -772,3 +772,39 @@ else:
     let _ = server.wait();
     let _ = std::fs::remove_file(&sock);
 }
+
+/// socat under `shmnet run` relays a Linux client's stream to a Linux listener: both of its
+/// connections are the server's (one accepted, one made).
+#[test]
+fn socat_under_shmnet_run_relays_between_linux_ends() {
+    const TEST: &str = "socat_under_shmnet_run_relays_between_linux_ends";
+    let Some((ns, _server, sock)) = bed(TEST, "socat") else {
+        return;
+    };
+    let file = random_file(16 << 20, "pre-socat");
+    let got = std::env::temp_dir().join(format!("shmnet-pre-{}-socat-got", std::process::id()));
+    let mut listen = ns.cmd("nc");
+    listen
+        .args(["-l", "10.93.0.2", "5004"])
+        .stdout(std::fs::File::create(&got).unwrap())
+        .stderr(Stdio::null());
+    let listen = listen.spawn().expect("start Linux's nc -l");
+    let mut relay = under_shmnet(&sock, "socat");
+    relay
+        .args(["TCP-LISTEN:5003,reuseaddr", "TCP:10.93.0.2:5004"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let relay = relay.spawn().expect("start socat under shmnet run");
+    until_it_connects("Linux's nc to the relay", || {
+        let mut c = ns.cmd("nc");
+        c.args(["-N", "10.93.0.1", "5003"])
+            .stdin(std::fs::File::open(&file).unwrap())
+            .stdout(Stdio::null());
+        c
+    });
+    wait_ok(relay, "socat under shmnet run", Duration::from_secs(60));
+    wait_ok(listen, "Linux's nc -l", Duration::from_secs(60));
+    same_file(&file, &got, "Linux → socat under shmnet run → Linux");
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&got);
+}
