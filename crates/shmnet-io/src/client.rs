@@ -1219,6 +1219,33 @@ impl UdpSocket {
         self.recv_in_place_until(Some(Instant::now() + timeout), f)
     }
 
+    /// As [`UdpSocket::recv_in_place`] if a message is there now (`Ok(None)` otherwise,
+    /// without waiting): what a non-blocking `recvmsg` needs — the message's whole length
+    /// (for `MSG_TRUNC`) and its bytes to scatter, with no copy but the one into the
+    /// caller's buffers.
+    pub fn try_recv_in_place<R>(
+        &self,
+        f: impl FnOnce(&Lent<'_>) -> R,
+    ) -> Result<Option<R>, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        if i.shm.is_none() {
+            let mut scratch = std::mem::take(&mut i.lend_scratch);
+            scratch.resize(MAX_DATAGRAM, 0);
+            let got = i.ipc_recv(self.id, &mut scratch, Some(Instant::now()));
+            let r = got
+                .map(|got| got.map(|(n, src)| f(&Lent::whole(BufIdx::NONE, &scratch[..n], src))));
+            i.lend_scratch = scratch;
+            return r;
+        }
+        match i.next_for(self.id) {
+            Some(d) => i.lend(d, f).map(Some),
+            None => {
+                i.reap();
+                i.check_alive().map(|()| None)
+            }
+        }
+    }
+
     fn recv_in_place_until<R>(
         &self,
         deadline: Option<Instant>,

@@ -1,10 +1,12 @@
 //! Moving bytes: `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`,
-//! `sendto`, `sendmsg` on the server's connections (every other descriptor: the kernel's).
+//! `sendto`, `sendmsg` on the server's connections and UDP sockets ([`crate::udp`]); every
+//! other descriptor: the kernel's.
 
 use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 
 use crate::net::{self, Call};
 use crate::table::{self, Mark, Sock};
+use crate::udp;
 use crate::{fail, guarded, real, wait};
 
 /// Reads into `buf` from the server's connection `fd`, as `recv(2)` with `flags`
@@ -241,6 +243,105 @@ unsafe fn slice<'a>(buf: *const c_void, n: size_t) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(buf.cast(), n) }
 }
 
+/// How many buffers a scatter keeps on the stack (more: on the heap).
+const STACK_IOVECS: usize = 8;
+
+/// Runs `f` over the buffers of an iovec array as mutable slices (no allocation for up to
+/// [`STACK_IOVECS`] of them).
+///
+/// # Safety
+/// As [`iovecs`].
+unsafe fn with_scatter<R>(
+    iov: *const iovec,
+    n: c_int,
+    f: impl FnOnce(&mut udp::Scatter<'_>) -> R,
+) -> R {
+    // SAFETY: the caller's contract.
+    let parts = unsafe { iovecs(iov, n) }.map(|(base, len)| {
+        if base.is_null() || len == 0 {
+            &mut [][..]
+        } else {
+            // SAFETY: the caller's contract: `base` is valid for `len` bytes, and the
+            // program gave distinct buffers.
+            unsafe { std::slice::from_raw_parts_mut(base, len) }
+        }
+    });
+    let count = if iov.is_null() { 0 } else { n.max(0) as usize };
+    if count <= STACK_IOVECS {
+        let mut arr: [&mut [u8]; STACK_IOVECS] = Default::default();
+        for (slot, p) in arr.iter_mut().zip(parts) {
+            *slot = p;
+        }
+        f(&mut arr[..count])
+    } else {
+        let mut v: Vec<&mut [u8]> = parts.collect();
+        f(&mut v)
+    }
+}
+
+/// Runs `f` over the bytes of an iovec array as one slice: the buffer itself when there is
+/// one, else a copy gathered into this thread's scratch (a datagram is one send).
+///
+/// # Safety
+/// As [`iovecs`].
+unsafe fn with_gather<R>(iov: *const iovec, n: c_int, f: impl FnOnce(&[u8]) -> R) -> R {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    // SAFETY: the caller's contract (each time).
+    let parts = || unsafe { iovecs(iov, n) }.filter(|&(b, l)| !b.is_null() && l > 0);
+    let mut nonempty = parts();
+    if let (Some((base, len)), None) = (nonempty.next(), nonempty.next()) {
+        // SAFETY: the caller's contract: `base` is valid for `len` bytes.
+        return f(unsafe { std::slice::from_raw_parts(base.cast_const(), len) });
+    }
+    SCRATCH.with(|cell| {
+        let mut s = cell.take();
+        s.clear();
+        for (base, len) in parts() {
+            // SAFETY: the caller's contract: `base` is valid for `len` bytes.
+            s.extend_from_slice(unsafe { std::slice::from_raw_parts(base.cast_const(), len) });
+        }
+        let r = f(&s);
+        cell.replace(s);
+        r
+    })
+}
+
+/// A UDP receive into one buffer, the sender written to `addr` (null: not asked).
+///
+/// # Safety
+/// `buf` valid for `n` bytes (or null with `n` 0); `addr`, `len` null or valid.
+unsafe fn udp_recv_one(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+) -> ssize_t {
+    // SAFETY: the caller's contract.
+    let mut one = [unsafe { slice_mut(buf, n) }];
+    match guarded_result(|| udp::recv(fd, &mut one, flags)) {
+        Ok(got) => {
+            // SAFETY: the caller's contract.
+            unsafe { got.write_from(addr, len) };
+            got.n as ssize_t
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// [`guarded`] for a call that answers `Result<_, errno>`: a panic is `EIO`.
+fn guarded_result<T>(f: impl FnOnce() -> Result<T, c_int>) -> Result<T, c_int> {
+    crate::caught(f, || Err(libc::EIO))
+}
+
+/// A UDP send of `data` to `to` (or the socket's peer).
+fn udp_send(fd: c_int, data: &[u8], to: Option<std::net::SocketAddrV4>, flags: c_int) -> ssize_t {
+    udp::ret(guarded_result(|| udp::send(fd, data, to, flags)))
+}
+
 /// # Safety
 /// The C call's contract.
 #[unsafe(no_mangle)]
@@ -248,6 +349,10 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
     if table::marked(fd) != Mark::Shmnet {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::read(fd, buf, n) };
+    }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract.
+        return unsafe { udp_recv_one(fd, buf, n, 0, std::ptr::null_mut(), std::ptr::null_mut()) };
     }
     // SAFETY: the caller's contract.
     stream_read(fd, unsafe { slice_mut(buf, n) }, 0)
@@ -261,6 +366,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::write(fd, buf, n) };
     }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract.
+        return udp_send(fd, unsafe { slice(buf, n) }, None, 0);
+    }
     // SAFETY: the caller's contract.
     stream_write(fd, unsafe { slice(buf, n) }, 0)
 }
@@ -272,6 +381,11 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, n: c_int) -> ssize_
     if table::marked(fd) != Mark::Shmnet {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::readv(fd, iov, n) };
+    }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract covers the iovecs.
+        let got = unsafe { with_scatter(iov, n, |b| guarded_result(|| udp::recv(fd, b, 0))) };
+        return udp::ret(got.map(|g| g.n));
     }
     // SAFETY: the caller's contract.
     unsafe { stream_readv(fd, iov, n, 0) }
@@ -285,6 +399,10 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, n: c_int) -> ssize
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::writev(fd, iov, n) };
     }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract covers the iovecs.
+        return unsafe { with_gather(iov, n, |d| udp_send(fd, d, None, 0)) };
+    }
     // SAFETY: the caller's contract.
     unsafe { stream_writev(fd, iov, n, 0) }
 }
@@ -296,6 +414,19 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
     if table::marked(fd) != Mark::Shmnet {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::recv(fd, buf, n, flags) };
+    }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract.
+        return unsafe {
+            udp_recv_one(
+                fd,
+                buf,
+                n,
+                flags,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
     }
     // SAFETY: the caller's contract.
     stream_read(fd, unsafe { slice_mut(buf, n) }, flags)
@@ -316,9 +447,51 @@ pub unsafe extern "C" fn recvfrom(
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::recvfrom(fd, buf, n, flags, addr, len) };
     }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract.
+        return unsafe { udp_recv_one(fd, buf, n, flags, addr, len) };
+    }
     // A connected stream names no sender (as Linux's TCP leaves `addr` alone).
     // SAFETY: the caller's contract.
     stream_read(fd, unsafe { slice_mut(buf, n) }, flags)
+}
+
+/// `recvmsg` on one of the server's sockets.
+///
+/// # Safety
+/// `msg` null or a valid msghdr whose buffers are valid.
+pub(crate) unsafe fn recvmsg_ours(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+    if msg.is_null() {
+        return fail(libc::EFAULT);
+    }
+    // SAFETY: the caller's contract: `msg` is a valid msghdr.
+    let m = unsafe { &mut *msg };
+    m.msg_controllen = 0;
+    m.msg_flags = 0;
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract covers the iovecs.
+        let got = unsafe {
+            with_scatter(m.msg_iov, m.msg_iovlen as c_int, |b| {
+                guarded_result(|| udp::recv(fd, b, flags))
+            })
+        };
+        return match got {
+            Ok(g) => {
+                if !m.msg_name.is_null() {
+                    // SAFETY: the caller's contract: `msg_name` holds `msg_namelen` bytes.
+                    unsafe { g.write_from(m.msg_name.cast(), &raw mut m.msg_namelen) };
+                }
+                if g.truncated {
+                    m.msg_flags |= libc::MSG_TRUNC;
+                }
+                g.n as ssize_t
+            }
+            Err(e) => fail(e),
+        };
+    }
+    m.msg_namelen = 0;
+    // SAFETY: the caller's contract covers the iovecs.
+    unsafe { stream_readv(fd, m.msg_iov, m.msg_iovlen as c_int, flags) }
 }
 
 /// # Safety
@@ -329,16 +502,8 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> s
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::recvmsg(fd, msg, flags) };
     }
-    if msg.is_null() {
-        return fail(libc::EFAULT);
-    }
-    // SAFETY: the caller's contract: `msg` is a valid msghdr.
-    let m = unsafe { &mut *msg };
-    m.msg_namelen = 0;
-    m.msg_controllen = 0;
-    m.msg_flags = 0;
-    // SAFETY: the caller's contract covers the iovecs.
-    unsafe { stream_readv(fd, m.msg_iov, m.msg_iovlen as c_int, flags) }
+    // SAFETY: the caller's contract.
+    unsafe { recvmsg_ours(fd, msg, flags) }
 }
 
 /// # Safety
@@ -349,8 +514,28 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::send(fd, buf, n, flags) };
     }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract.
+        return udp_send(fd, unsafe { slice(buf, n) }, None, flags);
+    }
     // SAFETY: the caller's contract.
     stream_write(fd, unsafe { slice(buf, n) }, flags)
+}
+
+/// Whether a send with destination `addr` on `fd` is the server's: one of its sockets, or
+/// an undecided UDP socket that this send decides for it.
+///
+/// # Safety
+/// `addr` null or valid for `len` bytes.
+pub(crate) unsafe fn ours_to_send(fd: c_int, addr: *const sockaddr, len: socklen_t) -> bool {
+    match table::marked(fd) {
+        Mark::Shmnet => true,
+        Mark::Undecided if !addr.is_null() && udp::is_undecided_udp(fd).is_some() => {
+            // SAFETY: the caller's contract.
+            udp::decide_by_send(fd, unsafe { net::read_v4(addr, len) })
+        }
+        _ => false,
+    }
 }
 
 /// # Safety
@@ -364,28 +549,64 @@ pub unsafe extern "C" fn sendto(
     addr: *const sockaddr,
     len: socklen_t,
 ) -> ssize_t {
-    if table::marked(fd) != Mark::Shmnet {
+    // SAFETY: the caller's contract.
+    if !unsafe { ours_to_send(fd, addr, len) } {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::sendto(fd, buf, n, flags, addr, len) };
+    }
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract.
+        return match unsafe { udp::destination(addr, len) } {
+            // SAFETY: the caller's contract.
+            Ok(to) => udp_send(fd, unsafe { slice(buf, n) }, to, flags),
+            Err(e) => fail(e),
+        };
     }
     // A connected stream ignores a destination, as Linux's TCP does.
     // SAFETY: the caller's contract.
     stream_write(fd, unsafe { slice(buf, n) }, flags)
 }
 
+/// `sendmsg` on one of the server's sockets.
+///
 /// # Safety
-/// The C call's contract.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
-    if table::marked(fd) != Mark::Shmnet {
-        // SAFETY: the caller's arguments, passed on.
-        return unsafe { real::sendmsg(fd, msg, flags) };
-    }
+/// `msg` null or a valid msghdr whose buffers are valid.
+pub(crate) unsafe fn sendmsg_ours(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     if msg.is_null() {
         return fail(libc::EFAULT);
     }
     // SAFETY: the caller's contract: `msg` is a valid msghdr.
     let m = unsafe { &*msg };
+    if table::datagram(fd) {
+        // SAFETY: the caller's contract: `msg_name` holds `msg_namelen` bytes.
+        let to = match unsafe { udp::destination(m.msg_name.cast_const().cast(), m.msg_namelen) } {
+            Ok(to) => to,
+            Err(e) => return fail(e),
+        };
+        // SAFETY: the caller's contract covers the iovecs.
+        return unsafe {
+            with_gather(m.msg_iov, m.msg_iovlen as c_int, |d| {
+                udp_send(fd, d, to, flags)
+            })
+        };
+    }
     // SAFETY: the caller's contract covers the iovecs.
     unsafe { stream_writev(fd, m.msg_iov, m.msg_iovlen as c_int, flags) }
+}
+
+/// # Safety
+/// The C call's contract.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+    // SAFETY: the caller's contract: `msg`, if not null, is a valid msghdr.
+    let (name, namelen) = unsafe { msg.as_ref() }.map_or((std::ptr::null(), 0), |m| {
+        (m.msg_name.cast_const().cast(), m.msg_namelen)
+    });
+    // SAFETY: the caller's contract.
+    if !unsafe { ours_to_send(fd, name, namelen) } {
+        // SAFETY: the caller's arguments, passed on.
+        return unsafe { real::sendmsg(fd, msg, flags) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { sendmsg_ours(fd, msg, flags) }
 }

@@ -1,7 +1,7 @@
 //! shmnet's sockets library: loaded into an unmodified program with `LD_PRELOAD` (which
-//! `shmnet run -- PROGRAM` sets up), it carries the program's IPv4 TCP sockets on a shmnet
-//! server through the client API, and leaves every other descriptor — files, pipes, Unix
-//! sockets, UDP, loopback TCP — to the kernel untouched.
+//! `shmnet run -- PROGRAM` sets up), it carries the program's IPv4 TCP and UDP sockets on a
+//! shmnet server through the client API, and leaves every other descriptor — files, pipes,
+//! Unix sockets, real IPv6, loopback — to the kernel untouched.
 //!
 //! Seed 002's protocol server ran ftp, X11 and ttcp unmodified through an emulation library
 //! of this kind; OpenOnload's `onload`, libvma and TAS's interposition library are today's.
@@ -16,20 +16,23 @@
 //! - [`wait`]: one way to wait — for shmnet sockets and kernel descriptors together, with
 //!   the client free for the program's other threads meanwhile;
 //! - `sockets`, `io`, `opts`, `polling`: the calls a program makes, each an `extern "C"`
-//!   function of the C library's name and signature.
+//!   function of the C library's name and signature; [`udp`] what they do on a UDP socket.
 //!
 //! What is carried and what is not yet is in docs/preload.md.
 
 mod config;
 mod dup;
 mod epoll;
+mod fortify;
 mod io;
+mod mmsg;
 mod net;
 mod opts;
 mod polling;
 mod real;
 mod sockets;
 mod table;
+mod udp;
 mod wait;
 
 use libc::c_int;

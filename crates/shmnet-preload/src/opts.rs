@@ -34,6 +34,7 @@ fn note(o: &mut Opts, level: c_int, name: c_int, v: c_int) -> bool {
         (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf = Some(v.max(0) as u32),
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf = Some(v.max(0) as u32),
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => o.v6only = v != 0,
+        (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_REUSEPORT) => o.reuse = v != 0,
         _ => return false,
     }
     true
@@ -100,7 +101,7 @@ pub unsafe extern "C" fn setsockopt(
                 (libc::SOL_SOCKET, libc::SO_RCVBUF) => l.set_recv_buffer(bytes).map(drop),
                 _ => Ok(()),
             },
-            Sock::Undecided { .. } => Ok(()),
+            Sock::Undecided { .. } | Sock::Udp(_) => Ok(()),
         };
         st.note_moves();
         match r {
@@ -135,18 +136,27 @@ pub unsafe extern "C" fn getsockopt(
                 return Err(libc::EBADF);
             };
             let (o, listening) = match sock {
-                Sock::Undecided { opts, .. } => (*opts, 0),
                 Sock::Listener { opts, .. } => (*opts, 1),
-                Sock::Stream { opts, .. } => (*opts, 0),
+                other => (*other.opts(), 0),
             };
             Ok(Some(match (level, name) {
                 (libc::SOL_SOCKET, libc::SO_ERROR) => 0,
+                (libc::SOL_SOCKET, libc::SO_TYPE) if o.udp => libc::SOCK_DGRAM,
                 (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
+                (libc::SOL_SOCKET, libc::SO_PROTOCOL) if o.udp => libc::IPPROTO_UDP,
+                (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_REUSEPORT) => c_int::from(o.reuse),
                 (libc::SOL_SOCKET, libc::SO_DOMAIN) if o.v6 => libc::AF_INET6,
                 (libc::SOL_SOCKET, libc::SO_DOMAIN) => libc::AF_INET,
                 (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => c_int::from(o.v6only),
                 (libc::SOL_SOCKET, libc::SO_PROTOCOL) => libc::IPPROTO_TCP,
                 (libc::SOL_SOCKET, libc::SO_ACCEPTCONN) => listening,
+                // The server does not tell the library its path MTU: a connection answers
+                // an Ethernet path's MSS with timestamps (1,500 - 40 - 12), anything else
+                // Linux's default (536). Programs size their writes by it (iperf3's UDP).
+                (libc::IPPROTO_TCP, libc::TCP_MAXSEG) if matches!(sock, Sock::Stream { .. }) => {
+                    1448
+                }
+                (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => 536,
                 (libc::IPPROTO_TCP, libc::TCP_NODELAY) => c_int::from(o.nodelay),
                 (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => c_int::from(o.keepalive),
                 (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf.map_or(256 * 1024, |b| b as c_int),
@@ -239,6 +249,20 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                 set_nonblock(fd, on);
             }
             r
+        }
+        libc::FIONREAD if table::datagram(fd) => {
+            if arg == 0 {
+                return fail(libc::EFAULT);
+            }
+            // The next datagram's length, as Linux's UDP answers.
+            match crate::caught(|| crate::udp::next_len(fd), || Err(libc::EIO)) {
+                Ok(n) => {
+                    // SAFETY: FIONREAD's argument is a pointer to an int.
+                    unsafe { *(arg as *mut c_int) = n.min(c_int::MAX as usize) as c_int };
+                    0
+                }
+                Err(e) => fail(e),
+            }
         }
         libc::FIONREAD if table::marked(fd) == Mark::Shmnet => {
             if arg == 0 {

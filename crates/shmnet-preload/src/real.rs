@@ -88,4 +88,12 @@ real! {
     ppoll(fds: *mut pollfd, n: nfds_t, t: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
     select(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
     pselect(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *const libc::timespec, mask: *const libc::sigset_t) -> c_int;
+    recvmmsg(fd: c_int, v: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int, t: *mut libc::timespec) -> c_int;
+    sendmmsg(fd: c_int, v: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int;
+    sendfile(out: c_int, input: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t;
+    __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t;
+    __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t;
+    __recvfrom_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> ssize_t;
+    __poll_chk(fds: *mut pollfd, n: nfds_t, timeout: c_int, fdslen: size_t) -> c_int;
+    __ppoll_chk(fds: *mut pollfd, n: nfds_t, t: *const libc::timespec, mask: *const libc::sigset_t, fdslen: size_t) -> c_int;
 }

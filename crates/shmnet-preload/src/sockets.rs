@@ -21,16 +21,27 @@ const CONNECT_PATIENCE: Duration = Duration::from_secs(75);
 pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on.
     let fd = unsafe { real::socket(domain, ty, proto) };
-    let tcp = (domain == libc::AF_INET || domain == libc::AF_INET6)
-        && ty & 0xf == libc::SOCK_STREAM
-        && (proto == 0 || proto == libc::IPPROTO_TCP);
-    if fd < 0 || !tcp || fd as usize >= table::MAX_FD || table::forked() {
+    let inet = domain == libc::AF_INET || domain == libc::AF_INET6;
+    let tcp = inet && ty & 0xf == libc::SOCK_STREAM && (proto == 0 || proto == libc::IPPROTO_TCP);
+    let udp = inet && ty & 0xf == libc::SOCK_DGRAM && (proto == 0 || proto == libc::IPPROTO_UDP);
+    if fd < 0 || !(tcp || udp) || fd as usize >= table::MAX_FD || table::forked() {
         return fd;
     }
     guarded(|| {
         let mut st = table::lock();
-        match st.client() {
-            Ok(_) => {
+        let taken = if udp {
+            crate::udp::adopt(
+                &mut st,
+                fd,
+                domain == libc::AF_INET6,
+                ty & libc::SOCK_NONBLOCK != 0,
+            )
+        } else {
+            st.client().map(drop)
+        };
+        match taken {
+            Ok(()) if udp => fd,
+            Ok(()) => {
                 st.adopt(
                     fd,
                     Opts {
@@ -54,14 +65,20 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
     })
 }
 
+/// The mark of `fd` for a call that may decide an undecided socket; in a forked child such
+/// a socket is the kernel's (the child must not use the parent's client).
+fn decidable_mark(fd: c_int) -> Mark {
+    if table::forked() && table::marked(fd) == Mark::Undecided {
+        table::forget_in_child(fd);
+    }
+    table::marked(fd)
+}
+
 /// # Safety
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    if table::forked() && table::marked(fd) == Mark::Undecided {
-        table::forget_in_child(fd);
-    }
-    match table::marked(fd) {
+    match decidable_mark(fd) {
         // SAFETY: the caller's arguments, passed on.
         Mark::NotOurs | Mark::Epoll => return unsafe { real::bind(fd, addr, len) },
         Mark::Shmnet => return fail(libc::EINVAL),
@@ -71,10 +88,7 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
     let at = unsafe { net::read_v4(addr, len) };
     guarded(|| {
         let mut st = table::lock();
-        let v6only = st.sock(fd).is_some_and(|s| {
-            let o = s.opts();
-            o.v6 && o.v6only
-        });
+        let v6only = st.sock(fd).is_some_and(|s| s.opts().v6_only());
         let ours = at.filter(|a| {
             !v6only
                 && (a.ip().is_unspecified() || st.server_address().is_some_and(|s| s == *a.ip()))
@@ -86,6 +100,10 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
             // SAFETY: the caller's arguments, passed on.
             return unsafe { real::bind(fd, addr, len) };
         };
+        if st.sock(fd).is_some_and(|s| s.opts().udp) {
+            // A UDP socket receives from its bind on: the server's now.
+            return crate::udp::bind(&mut st, fd, a);
+        }
         if let Some(Sock::Undecided { bound, .. }) = st.sock_mut(fd) {
             *bound = Some(a);
         }
@@ -96,7 +114,7 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
 
 /// Puts an eventfd in place of the kernel socket at `fd` (same number, same close-on-exec
 /// and non-blocking flags); the kernel socket is closed by it.
-fn take_number(fd: c_int, nonblock: bool) -> Result<(), c_int> {
+pub(crate) fn take_number(fd: c_int, nonblock: bool) -> Result<(), c_int> {
     // SAFETY: fcntl(F_GETFD) on a descriptor the program owns.
     let fdflags = unsafe { real::fcntl(fd, libc::F_GETFD, 0) };
     let cloexec = fdflags >= 0 && fdflags & libc::FD_CLOEXEC != 0;
@@ -139,10 +157,7 @@ fn apply(s: &mut shmnet_io::client::TcpStream, o: &Opts) {
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
-    if table::forked() && table::marked(fd) == Mark::Undecided {
-        table::forget_in_child(fd);
-    }
-    match table::marked(fd) {
+    match decidable_mark(fd) {
         // SAFETY: the caller's arguments, passed on.
         Mark::NotOurs | Mark::Epoll => return unsafe { real::listen(fd, backlog) },
         Mark::Shmnet => return 0, // listening already, as a second listen(2)
@@ -276,12 +291,13 @@ pub unsafe extern "C" fn accept4(
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    if table::forked() && table::marked(fd) == Mark::Undecided {
-        table::forget_in_child(fd);
-    }
-    match table::marked(fd) {
+    match decidable_mark(fd) {
         // SAFETY: the caller's arguments, passed on.
         Mark::NotOurs | Mark::Epoll => return unsafe { real::connect(fd, addr, len) },
+        Mark::Shmnet if table::datagram(fd) => {
+            // SAFETY: the caller's contract covers `addr` for `len` bytes.
+            return unsafe { crate::udp::reconnect(fd, addr, len) };
+        }
         Mark::Shmnet => return fail(libc::EISCONN),
         Mark::Undecided => {}
     }
@@ -289,10 +305,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     let to = unsafe { net::read_v4(addr, len) };
     guarded(|| {
         let mut st = table::lock();
-        let v6only = st.sock(fd).is_some_and(|s| {
-            let o = s.opts();
-            o.v6 && o.v6only
-        });
+        let v6only = st.sock(fd).is_some_and(|s| s.opts().v6_only());
         let Some(to) = to.filter(|a| !v6only && !net::kernels(*a.ip())) else {
             st.release(fd);
             drop(st);
@@ -304,6 +317,9 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             Some(Sock::Undecided { opts, .. }) => *opts,
             _ => return fail(libc::EBADF),
         };
+        if opts.udp {
+            return crate::udp::connect_undecided(&mut st, fd, to);
+        }
         // Non-blocking or not, the handshake is waited for here (docs/preload.md).
         let connected = match st.client() {
             Ok(client) => client.tcp_connect(to, CONNECT_PATIENCE),
@@ -373,6 +389,7 @@ pub(crate) fn forget(fd: c_int) {
                     match sock {
                         Some(Sock::Stream { s, .. }) => drop(s.close()),
                         Some(Sock::Listener { l, .. }) => drop(l.close()),
+                        Some(Sock::Udp(u)) => crate::udp::leave(&mut st, fd, u.port),
                         _ => {}
                     }
                     st.note_moves();
@@ -444,6 +461,14 @@ pub unsafe extern "C" fn getsockname(fd: c_int, addr: *mut sockaddr, len: *mut s
                     Sock::Listener { addr, .. } => Some(*addr),
                     Sock::Stream { local, .. } => Some(*local),
                     Sock::Undecided { bound, .. } => *bound,
+                    // Connected: the address it sends from; else the one it was bound to.
+                    Sock::Udp(u) => Some(SocketAddrV4::new(
+                        match u.peer {
+                            Some(_) => st.server_address().unwrap_or(u.ip),
+                            None => u.ip,
+                        },
+                        u.port,
+                    )),
                 };
                 at.map(|a| (a, sock.opts().v6))
             },
@@ -476,6 +501,14 @@ pub unsafe extern "C" fn getpeername(fd: c_int, addr: *mut sockaddr, len: *mut s
                 Some(Sock::Stream { s, opts, .. }) => {
                     // SAFETY: the caller's contract covers `addr` and `len`.
                     unsafe { net::write_v4(s.peer_addr(), opts.v6, addr, len) };
+                    0
+                }
+                Some(Sock::Udp(u)) if u.peer.is_some() => {
+                    let peer = u
+                        .peer
+                        .unwrap_or(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0));
+                    // SAFETY: the caller's contract covers `addr` and `len`.
+                    unsafe { net::write_v4(peer, u.opts.v6, addr, len) };
                     0
                 }
                 _ => fail(libc::ENOTCONN),

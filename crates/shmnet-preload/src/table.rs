@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::config::{self, debug};
+use crate::udp::{UdpPort, UdpSock};
 
 /// Descriptors at or above this are never taken (they stay the kernel's).
 pub(crate) const MAX_FD: usize = 1 << 16;
@@ -40,6 +41,10 @@ pub(crate) enum Mark {
     Epoll = 3,
 }
 
+/// The raw mark of a server's socket that is a UDP one: [`Mark::Shmnet`] to every caller
+/// but [`datagram`], so that the calls moving bytes tell UDP from TCP without the lock.
+const SHMNET_UDP: u8 = 4;
+
 static MARKS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(0) }; MAX_FD];
 
 /// Set in a child after `fork`: the server's sockets belong to the parent.
@@ -52,7 +57,7 @@ pub(crate) fn marked(fd: libc::c_int) -> Mark {
     match usize::try_from(fd).ok().and_then(|i| MARKS.get(i)) {
         Some(m) => match m.load(Ordering::Relaxed) {
             1 => Mark::Undecided,
-            2 => Mark::Shmnet,
+            2 | SHMNET_UDP => Mark::Shmnet,
             3 => Mark::Epoll,
             _ => Mark::NotOurs,
         },
@@ -60,9 +65,26 @@ pub(crate) fn marked(fd: libc::c_int) -> Mark {
     }
 }
 
+/// Whether `fd` is one of the server's UDP sockets (one relaxed load, as [`marked`]).
+#[inline]
+pub(crate) fn datagram(fd: libc::c_int) -> bool {
+    raw_mark(fd) == SHMNET_UDP
+}
+
+fn raw_mark(fd: libc::c_int) -> u8 {
+    usize::try_from(fd)
+        .ok()
+        .and_then(|i| MARKS.get(i))
+        .map_or(0, |m| m.load(Ordering::Relaxed))
+}
+
 fn set_mark(fd: libc::c_int, m: Mark) {
+    set_raw_mark(fd, m as u8);
+}
+
+fn set_raw_mark(fd: libc::c_int, raw: u8) {
     if let Some(slot) = usize::try_from(fd).ok().and_then(|i| MARKS.get(i)) {
-        slot.store(m as u8, Ordering::Relaxed);
+        slot.store(raw, Ordering::Relaxed);
     }
 }
 
@@ -85,6 +107,11 @@ pub(crate) struct Opts {
     pub(crate) v6: bool,
     /// `IPV6_V6ONLY` set: the socket wants no IPv4, so it stays the kernel's.
     pub(crate) v6only: bool,
+    /// A UDP (`SOCK_DGRAM`) socket ([`crate::udp`]); else TCP.
+    pub(crate) udp: bool,
+    /// `SO_REUSEADDR` or `SO_REUSEPORT` set: another of the program's UDP sockets may share
+    /// its port.
+    pub(crate) reuse: bool,
     pub(crate) nonblock: bool,
     pub(crate) nodelay: bool,
     pub(crate) keepalive: bool,
@@ -116,6 +143,15 @@ pub(crate) enum Sock {
         /// A write reported the connection's failure: later ones say `EPIPE`.
         failed: bool,
     },
+    /// A UDP socket of the server.
+    Udp(UdpSock),
+}
+
+impl Opts {
+    /// An `AF_INET6` socket that wants no IPv4 (`IPV6_V6ONLY`): the kernel's.
+    pub(crate) fn v6_only(&self) -> bool {
+        self.v6 && self.v6only
+    }
 }
 
 impl Sock {
@@ -123,7 +159,8 @@ impl Sock {
         match self {
             Sock::Undecided { opts, .. }
             | Sock::Listener { opts, .. }
-            | Sock::Stream { opts, .. } => opts,
+            | Sock::Stream { opts, .. }
+            | Sock::Udp(UdpSock { opts, .. }) => opts,
         }
     }
 
@@ -131,7 +168,8 @@ impl Sock {
         match self {
             Sock::Undecided { opts, .. }
             | Sock::Listener { opts, .. }
-            | Sock::Stream { opts, .. } => opts,
+            | Sock::Stream { opts, .. }
+            | Sock::Udp(UdpSock { opts, .. }) => opts,
         }
     }
 }
@@ -153,6 +191,8 @@ pub(crate) struct State {
     pub(crate) moved_seen: u64,
     /// What each epoll instance watches of this library's sockets ([`crate::epoll`]).
     pub(crate) epolls: HashMap<libc::c_int, Vec<Watch>, BuildHasherDefault<DefaultHasher>>,
+    /// The server's UDP sockets, by port, each with the program's sockets bound to it.
+    pub(crate) udp_ports: HashMap<u16, UdpPort, BuildHasherDefault<DefaultHasher>>,
 }
 
 /// One socket an epoll instance watches, kept here because the kernel's instance cannot
@@ -185,6 +225,7 @@ static STATE: Mutex<State> = Mutex::new(State {
     ring_armed: false,
     moved_seen: 0,
     epolls: HashMap::with_hasher(BuildHasherDefault::new()),
+    udp_ports: HashMap::with_hasher(BuildHasherDefault::new()),
 });
 
 /// The state, locked (a panic while it was held is not a reason to stop: the data it
@@ -264,7 +305,7 @@ impl State {
     pub(crate) fn alias(&mut self, old: libc::c_int, new: libc::c_int) {
         let key = self.aliases.get(&old).copied().unwrap_or(old);
         self.aliases.insert(new, key);
-        set_mark(new, Mark::Shmnet);
+        set_raw_mark(new, raw_mark(key));
     }
 
     /// Descriptor `fd` is being closed: whether the socket behind it lives on under
@@ -295,6 +336,7 @@ impl State {
         }
         if let Some(sock) = self.socks.remove(&fd) {
             self.socks.insert(heir, sock);
+            crate::udp::renamed(self, fd, heir);
         }
         set_mark(fd, Mark::NotOurs);
         for watches in self.epolls.values_mut() {
@@ -323,8 +365,13 @@ impl State {
     /// kernel's epoll instances lost the socket with its file: those that watched it watch
     /// it here from now on.
     pub(crate) fn install(&mut self, fd: libc::c_int, sock: Sock) {
+        let raw = if matches!(sock, Sock::Udp(_)) {
+            SHMNET_UDP
+        } else {
+            Mark::Shmnet as u8
+        };
         self.socks.insert(fd, sock);
-        set_mark(fd, Mark::Shmnet);
+        set_raw_mark(fd, raw);
         for (&ep, watches) in &mut self.epolls {
             for w in watches.iter_mut().filter(|w| w.fd == fd) {
                 w.kernel = false;

@@ -61,10 +61,14 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
         }
         return n;
     }
+    // A UDP port several sockets share: its datagrams go to their queues first, so each
+    // socket's readiness is its own.
+    crate::udp::route_shared(st, fds);
     let State {
         client,
         socks,
         aliases,
+        udp_ports,
         ..
     } = st;
     let client = match client {
@@ -82,6 +86,32 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
         let socket = match socks.get(&key) {
             Some(Sock::Listener { l, .. }) => PollSocket::Listener(l),
             Some(Sock::Stream { s, .. }) => PollSocket::Stream(s),
+            Some(Sock::Udp(u)) => match udp_ports.get(&u.port) {
+                Some(port) => {
+                    if u.has_queued() {
+                        p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+                    }
+                    if port.members.len() > 1 {
+                        // Routed above: what is for this socket is in its queue; only
+                        // writability is the server socket's to tell.
+                        let want = interest(p.events);
+                        items.push(PollItem::new(
+                            PollSocket::Udp(&port.u),
+                            Interest {
+                                readable: false,
+                                writable: want.writable,
+                            },
+                        ));
+                        at.push(i);
+                        continue;
+                    }
+                    PollSocket::Udp(&port.u)
+                }
+                None => {
+                    p.revents = libc::POLLNVAL;
+                    continue;
+                }
+            },
             _ => {
                 p.revents = libc::POLLNVAL;
                 continue;
@@ -97,8 +127,9 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
     match client.poll(&mut items, Some(Duration::ZERO)) {
         Ok(_) => {
             for (item, &i) in items.iter().zip(&at) {
-                fds[i].revents = revents(fds[i].events, item.ready());
-                ready += c_int::from(fds[i].revents != 0);
+                let had = fds[i].revents != 0;
+                fds[i].revents |= revents(fds[i].events, item.ready());
+                ready += c_int::from(fds[i].revents != 0 && !had);
             }
         }
         Err(_) => {

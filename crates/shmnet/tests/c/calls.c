@@ -2,7 +2,11 @@
  * kernel's sockets: both runs must print the same lines (crates/shmnet/tests/preload.rs).
  * The peer (preload.rs's PEER script) listens on PEER:6000 (echo), 6001 (reads to the end,
  * answers "N bytes" and closes), 6002 (accepts and resets), 6003 (reads a port, connects
- * back to it and says "back").
+ * back to it and says "back"), UDP 6004 (echoes each datagram; one that starts "other" is
+ * answered from port 6005 instead).
+ *
+ * preload.rs compiles it with _FORTIFY_SOURCE, so read, recv, recvfrom and poll are glibc's
+ * checked entry points (__read_chk…), as in most of Debian's programs.
  *
  *   calls PEER_IP            every case, one line each ("case: what happened")
  */
@@ -20,6 +24,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/select.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -302,6 +307,156 @@ static void accepting(void) {
     close(l);
 }
 
+static struct sockaddr_in peer_at(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, peer, &a.sin_addr);
+    return a;
+}
+
+/* Waits up to 5 s for a datagram on s; 1 if one came. */
+static int datagram_waits(int s) {
+    struct pollfd p = {.fd = s, .events = POLLIN};
+    return poll(&p, 1, 5000) == 1 && (p.revents & POLLIN);
+}
+
+static void datagrams(void) {
+    char buf[64];
+    int s = socket(AF_INET, SOCK_DGRAM, 0);
+    if (s < 0) die("udp socket");
+    struct sockaddr_in to = peer_at(6004), from;
+    if (sendto(s, "hello", 5, 0, (struct sockaddr *)&to, sizeof to) != 5) die("udp sendto");
+    printf("udp: a reply %s\n", datagram_waits(s) ? "came" : "did not come");
+    int n = -1;
+    ioctl(s, FIONREAD, &n);
+    printf("udp: FIONREAD %d\n", n);
+    ssize_t r = recv(s, buf, 2, MSG_PEEK);
+    printf("udp: peeked %d bytes, %.2s\n", (int)r, buf);
+    struct iovec iov = {.iov_base = buf, .iov_len = 3};
+    struct msghdr m = {.msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1};
+    r = recvmsg(s, &m, 0);
+    char ip[32];
+    inet_ntop(AF_INET, &from.sin_addr, ip, sizeof ip);
+    printf("udp: recvmsg %d bytes %.3s%s from %s:%d (length %d)\n", (int)r, buf,
+           m.msg_flags & MSG_TRUNC ? ", truncated" : "", ip, ntohs(from.sin_port), (int)m.msg_namelen);
+    r = recv(s, buf, sizeof buf, MSG_DONTWAIT);
+    printf("udp: then %s\n", r < 0 && errno == EAGAIN ? "EAGAIN" : "more");
+    socklen_t len = sizeof from;
+    getsockname(s, (struct sockaddr *)&from, &len);
+    printf("udp: bound to a port %s\n", ntohs(from.sin_port) ? "the sendto picked" : "zero");
+    int v = 0;
+    socklen_t vl = sizeof v;
+    getsockopt(s, SOL_SOCKET, SO_TYPE, &v, &vl);
+    printf("udp: SO_TYPE %s\n", v == SOCK_DGRAM ? "SOCK_DGRAM" : "?");
+    close(s);
+
+    /* Connected: send and recv without addresses, and the peer's name. */
+    s = socket(AF_INET, SOCK_DGRAM, 0);
+    if (connect(s, (struct sockaddr *)&to, sizeof to) < 0) die("udp connect");
+    if (send(s, "abc", 3, 0) != 3) die("udp send");
+    r = datagram_waits(s) ? read(s, buf, sizeof buf) : -1;
+    printf("udp connected: read %d bytes %.3s\n", (int)r, buf);
+    len = sizeof from;
+    if (getpeername(s, (struct sockaddr *)&from, &len) < 0) die("udp getpeername");
+    printf("udp connected: peer port %d\n", ntohs(from.sin_port));
+    r = sendto(s, "x", 1, 0, NULL, 0);
+    printf("udp connected: sendto without an address %s\n", r == 1 ? "sent" : "failed");
+    if (datagram_waits(s)) recv(s, buf, sizeof buf, 0);
+
+    /* Several at once. */
+    struct mmsghdr mm[3];
+    struct iovec v3[3];
+    char out[3][4] = {"m1", "m2", "m3"}, in[3][16];
+    memset(mm, 0, sizeof mm);
+    for (int i = 0; i < 3; i++) {
+        v3[i] = (struct iovec){.iov_base = out[i], .iov_len = 2};
+        mm[i].msg_hdr.msg_iov = &v3[i];
+        mm[i].msg_hdr.msg_iovlen = 1;
+    }
+    printf("udp: sendmmsg %d\n", sendmmsg(s, mm, 3, 0));
+    int got = 0;
+    while (got < 3 && datagram_waits(s)) {
+        for (int i = 0; i < 3; i++) {
+            v3[i] = (struct iovec){.iov_base = in[i], .iov_len = sizeof in[i]};
+            mm[i].msg_hdr.msg_iov = &v3[i];
+        }
+        int k = recvmmsg(s, mm, 3 - got, MSG_DONTWAIT, NULL);
+        for (int i = 0; i < k; i++) printf("udp: recvmmsg %.*s\n", (int)mm[i].msg_len, in[i]);
+        if (k > 0) got += k;
+    }
+    close(s);
+
+    /* Two sockets on one port: the connected one hears its peer, the other everyone else. */
+    int one = 1;
+    int a = socket(AF_INET, SOCK_DGRAM, 0), b = socket(AF_INET, SOCK_DGRAM, 0);
+    setsockopt(a, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    setsockopt(b, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in any = {.sin_family = AF_INET};
+    if (bind(a, (struct sockaddr *)&any, sizeof any) < 0) die("udp bind");
+    len = sizeof any;
+    getsockname(a, (struct sockaddr *)&any, &len);
+    any.sin_addr.s_addr = 0;
+    if (bind(b, (struct sockaddr *)&any, sizeof any) < 0) die("udp bind the same port");
+    if (connect(a, (struct sockaddr *)&to, sizeof to) < 0) die("udp connect a");
+    send(a, "mine", 4, 0);
+    r = datagram_waits(a) ? recv(a, buf, sizeof buf, 0) : -1;
+    printf("udp shared port: the connected socket heard %d bytes %.4s\n", (int)r, buf);
+    send(a, "other", 5, 0);
+    r = datagram_waits(b) ? recv(b, buf, sizeof buf, 0) : -1;
+    printf("udp shared port: the other socket heard %d bytes %.5s\n", (int)r, buf);
+    r = recv(a, buf, sizeof buf, MSG_DONTWAIT);
+    printf("udp shared port: the connected one %s\n", r < 0 && errno == EAGAIN ? "heard nothing else" : "heard more");
+    close(a);
+    close(b);
+}
+
+static void sending_a_file(void) {
+    char path[] = "/tmp/shmnet-calls-XXXXXX", buf[32];
+    int f = mkstemp(path);
+    if (f < 0) die("mkstemp");
+    unlink(path);
+    static char block[100000];
+    memset(block, 'f', sizeof block);
+    if (write(f, block, sizeof block) != sizeof block) die("file write");
+    int s = must_dial(6001, "sendfile dial");
+    off_t off = 1000;
+    ssize_t n = sendfile(s, f, &off, sizeof block);
+    printf("sendfile: %d bytes, offset now %d\n", (int)n, (int)off);
+    lseek(f, 0, SEEK_SET);
+    n = sendfile(s, f, NULL, 500);
+    printf("sendfile: %d more, the file at %d\n", (int)n, (int)lseek(f, 0, SEEK_CUR));
+    shutdown(s, SHUT_WR);
+    int got = 0;
+    ssize_t r;
+    while ((r = read(s, buf + got, sizeof buf - 1 - got)) > 0) got += r;
+    buf[got] = 0;
+    printf("sendfile: the peer counted %s\n", buf);
+    close(s);
+    close(f);
+}
+
+/* Lengths the compiler cannot see make glibc's fortified headers call the checked entry
+ * points: __poll_chk, __recv_chk, __read_chk, __recvfrom_chk. */
+static void fortified(void) {
+    char buf[16];
+    volatile size_t want = 5;
+    volatile nfds_t count = 1;
+    int s = must_dial(6000, "fortified");
+    if (write(s, "fort1", 5) != 5) die("fortified write");
+    struct pollfd p[1] = {{.fd = s, .events = POLLIN}};
+    int n = poll(p, count, 5000);
+    ssize_t r = recv(s, buf, want, MSG_WAITALL);
+    printf("fortified: poll %d, recv %d bytes %.5s\n", n, (int)r, buf);
+    if (write(s, "fort2", 5) != 5) die("fortified write");
+    poll(p, count, 5000);
+    r = read(s, buf, want);
+    printf("fortified: read %d bytes %.5s\n", (int)r, buf);
+    if (write(s, "fort3", 5) != 5) die("fortified write");
+    poll(p, count, 5000);
+    r = recvfrom(s, buf, want, 0, NULL, NULL);
+    printf("fortified: recvfrom %d bytes %.5s\n", (int)r, buf);
+    close(s);
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: calls PEER_IP\n");
@@ -321,5 +476,8 @@ int main(int argc, char **argv) {
     names();
     nonblocking_connect();
     accepting();
+    datagrams();
+    sending_a_file();
+    fortified();
     return 0;
 }
