@@ -105,7 +105,12 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
             if done == data.len() {
                 return done as ssize_t;
             }
-            let wrote = s.try_write(&data[done..]);
+            // A connection whose handshake is still going takes nothing yet.
+            let wrote = match s.connected() {
+                Ok(true) => s.try_write(&data[done..]),
+                Ok(false) => Ok(0),
+                Err(e) => Err(e),
+            };
             st.note_moves();
             drop(st);
             let blocking = !nonblock && flags & libc::MSG_DONTWAIT == 0;

@@ -128,6 +128,16 @@ pub unsafe extern "C" fn getsockopt(
     if val.is_null() || len.is_null() {
         return fail(libc::EFAULT);
     }
+    if (level, name) == (libc::SOL_SOCKET, libc::SO_ERROR) {
+        // A connection's pending error: how its handshake (a non-blocking connect) ended.
+        let err = match crate::caught(|| crate::sockets::handshake(fd), || Err(libc::EIO)) {
+            Ok(_) => 0,
+            Err(e) => e,
+        };
+        // SAFETY: `val` and `len` checked non-null; `val` holds `*len` bytes.
+        unsafe { put_int(val, len, err) };
+        return 0;
+    }
     // Ok(Some(v)): an int option; Ok(None): one not carried, answered with zeros.
     let answer: Result<Option<c_int>, c_int> = crate::caught(
         || {
@@ -140,7 +150,6 @@ pub unsafe extern "C" fn getsockopt(
                 other => (*other.opts(), 0),
             };
             Ok(Some(match (level, name) {
-                (libc::SOL_SOCKET, libc::SO_ERROR) => 0,
                 (libc::SOL_SOCKET, libc::SO_TYPE) if o.udp => libc::SOCK_DGRAM,
                 (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,
                 (libc::SOL_SOCKET, libc::SO_PROTOCOL) if o.udp => libc::IPPROTO_UDP,
@@ -173,11 +182,7 @@ pub unsafe extern "C" fn getsockopt(
         Err(e) => fail(e),
         Ok(Some(v)) => {
             // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
-            unsafe {
-                let room = (*len as usize).min(std::mem::size_of::<c_int>());
-                std::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), val.cast::<u8>(), room);
-                *len = room as socklen_t;
-            }
+            unsafe { put_int(val, len, v) };
             0
         }
         Ok(None) => {
@@ -186,6 +191,20 @@ pub unsafe extern "C" fn getsockopt(
             unsafe { std::ptr::write_bytes(val.cast::<u8>(), 0, *len as usize) };
             0
         }
+    }
+}
+
+/// Writes int option value `v` to `val` as `getsockopt(2)` does: at most `*len` bytes,
+/// and `*len` set to what was written.
+///
+/// # Safety
+/// `len` valid; `val` valid for `*len` bytes.
+unsafe fn put_int(val: *mut c_void, len: *mut socklen_t, v: c_int) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let room = (*len as usize).min(std::mem::size_of::<c_int>());
+        std::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), val.cast::<u8>(), room);
+        *len = room as socklen_t;
     }
 }
 

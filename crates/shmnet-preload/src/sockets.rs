@@ -268,6 +268,7 @@ pub unsafe extern "C" fn accept4(
                             shut_rd: false,
                             shut_wr: false,
                             failed: false,
+                            in_progress: false,
                         },
                     );
                     return nfd;
@@ -298,7 +299,15 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             // SAFETY: the caller's contract covers `addr` for `len` bytes.
             return unsafe { crate::udp::reconnect(fd, addr, len) };
         }
-        Mark::Shmnet => return fail(libc::EISCONN),
+        // Again on a connection of the server's: as Linux, where its handshake stands.
+        Mark::Shmnet => {
+            return match guarded_handshake(fd) {
+                Ok(true) if reported_connected(fd) => 0,
+                Ok(true) => fail(libc::EISCONN),
+                Ok(false) => fail(libc::EALREADY),
+                Err(e) => fail(e),
+            };
+        }
         Mark::Undecided => {}
     }
     // SAFETY: the caller's contract covers `addr` for `len` bytes.
@@ -320,12 +329,13 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         if opts.udp {
             return crate::udp::connect_undecided(&mut st, fd, to);
         }
-        // Non-blocking or not, the handshake is waited for here (docs/preload.md).
-        let connected = match st.client() {
-            Ok(client) => client.tcp_connect(to, CONNECT_PATIENCE),
+        // The handshake goes on in the server: a non-blocking socket says EINPROGRESS, a
+        // blocking one waits below with the lock let go.
+        let started = match st.client() {
+            Ok(client) => client.tcp_connect_start(to),
             Err(_) => return fail(libc::ENETDOWN),
         };
-        let mut s = match connected {
+        let mut s = match started {
             Ok(s) => s,
             Err(e) => {
                 debug!("connect({fd}, {to}) failed: {e}");
@@ -350,11 +360,79 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
                 shut_rd: false,
                 shut_wr: false,
                 failed: false,
+                in_progress: opts.nonblock,
             },
         );
         st.note_moves();
-        0
+        if opts.nonblock {
+            return fail(libc::EINPROGRESS);
+        }
+        drop(st);
+        await_handshake(fd, to)
     })
+}
+
+/// A blocking `connect`: waits (the lock let go, so the program's other threads go on)
+/// until the handshake of the server's connection `fd` ends, for [`CONNECT_PATIENCE`] at
+/// most. 0, or -1 with the failure's `errno`.
+fn await_handshake(fd: c_int, to: SocketAddrV4) -> c_int {
+    let deadline = std::time::Instant::now() + CONNECT_PATIENCE;
+    loop {
+        match handshake(fd) {
+            Ok(true) => {
+                debug!("connect({fd}, {to}): connected");
+                return 0;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                debug!("connect({fd}, {to}) failed (errno {e})");
+                return fail(e);
+            }
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return fail(libc::ETIMEDOUT);
+        }
+        let mut p = [libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        }];
+        // A signal ends the wait with EINTR, as the kernel's connect; the handshake goes on.
+        if wait::poll_mixed(&mut p, Some(left)) < 0 {
+            return -1;
+        }
+    }
+}
+
+/// Where the handshake of the server's connection `fd` stands: done (`true`), going on
+/// (`false`), or failed (`Err(errno)`).
+pub(crate) fn handshake(fd: c_int) -> Result<bool, c_int> {
+    let mut st = table::lock();
+    let r = match st.sock_mut(fd) {
+        Some(Sock::Stream { s, .. }) => s.connected().map_err(|e| net::errno_of(&e, Call::Connect)),
+        Some(_) => Ok(true),
+        None => Err(libc::EBADF),
+    };
+    st.note_moves();
+    r
+}
+
+/// Whether `fd` is a connection whose non-blocking `connect` has not yet been answered 0
+/// by a later `connect`; it has now.
+fn reported_connected(fd: c_int) -> bool {
+    crate::caught(
+        || match table::lock().sock_mut(fd) {
+            Some(Sock::Stream { in_progress, .. }) => std::mem::replace(in_progress, false),
+            _ => false,
+        },
+        || false,
+    )
+}
+
+/// [`handshake`], a panic inside failing it with `EIO`.
+fn guarded_handshake(fd: c_int) -> Result<bool, c_int> {
+    crate::caught(|| handshake(fd), || Err(libc::EIO))
 }
 
 /// Forgets descriptor `fd` before the kernel closes it: an epoll instance's watches; a

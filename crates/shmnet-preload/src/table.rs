@@ -142,6 +142,9 @@ pub(crate) enum Sock {
         shut_wr: bool,
         /// A write reported the connection's failure: later ones say `EPIPE`.
         failed: bool,
+        /// A non-blocking `connect` that said `EINPROGRESS`: the next `connect` after the
+        /// handshake says 0, as Linux's, and only later ones `EISCONN`.
+        in_progress: bool,
     },
     /// A UDP socket of the server.
     Udp(UdpSock),

@@ -34,11 +34,25 @@ pub struct ProgramsReport {
     pub iperf3_tcp_gbit_s: Pair,
     /// sockperf ping-pong over TCP (no-delay), p50 round trip in µs.
     pub sockperf_tcp_p50_us: Pair,
+    /// sockperf ping-pong over UDP (its default), p50 round trip in µs.
+    pub sockperf_udp_p50_us: Pair,
+    /// iperf3 `-u -l 64 -b 0`: 64-byte datagrams as fast as the sender goes; what arrived.
+    pub iperf3_udp_64: UdpFigures,
     /// `fcntl(F_GETFD)` on a pipe: ns per call with the library loaded, without, and the
     /// difference (what the interposition costs a call that is not shmnet's).
     pub interpose_ns: Interpose,
     /// The targets, each met or not in this run.
     pub targets: Vec<Target>,
+}
+
+/// A UDP stream's figures: datagrams that arrived per second (thousands), and the share
+/// lost on the way (the receiver's count against the sender's), each the median of the
+/// rounds.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct UdpFigures {
+    pub received_kpps: Pair,
+    pub loss_pct_shmnet: f64,
+    pub loss_pct_kernel: f64,
 }
 
 /// The interposition's cost.
@@ -163,13 +177,51 @@ fn iperf3(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<f64> 
         .context("no end.sum_received.bits_per_second in iperf3's report")
 }
 
-/// sockperf ping-pong over TCP for `secs`: the p50 round trip in µs.
-fn sockperf(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<f64> {
+/// iperf3 `-u -l 64 -b 0` for `secs`: datagrams received per second (thousands) and the
+/// percentage lost.
+fn iperf3_udp(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<(f64, f64)> {
     let p = port.to_string();
+    let _server = Running(
+        program(sock, "iperf3")?
+            .args(["-s", "-1", "-p", &p])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting iperf3 -s (is iperf3 installed? scripts/setup installs it)")?,
+    );
+    let t = format!("{secs}");
+    let out = until_it_runs("iperf3 -c -u", || {
+        let mut c = program(sock, "iperf3")?;
+        c.args(["-c", host, "-p", &p, "-t", &t, "-J"])
+            .args(["-u", "-l", "64", "-b", "0"]);
+        Ok(c)
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&out).context("iperf3's JSON")?;
+    let sum = &v["end"]["sum"];
+    let field = |k: &str| {
+        sum[k]
+            .as_f64()
+            .with_context(|| format!("no end.sum.{k} in iperf3's UDP report"))
+    };
+    let (packets, lost, seconds) = (field("packets")?, field("lost_packets")?, field("seconds")?);
+    if packets <= 0.0 || seconds <= 0.0 {
+        bail!("iperf3 -u sent nothing");
+    }
+    Ok((
+        (packets - lost).max(0.0) / seconds / 1e3,
+        100.0 * lost / packets,
+    ))
+}
+
+/// sockperf ping-pong over TCP (no-delay) or UDP for `secs`: the p50 round trip in µs.
+fn sockperf(sock: Option<&Path>, host: &str, port: u16, secs: f64, tcp: bool) -> Result<f64> {
+    let p = port.to_string();
+    let proto: &[&str] = if tcp { &["--tcp"] } else { &[] };
     // The client's retries cover the time until it listens.
     let _server = Running(
         program(sock, "sockperf")?
-            .args(["server", "--tcp", "-i", host, "-p", &p])
+            .args(["server", "-i", host, "-p", &p])
+            .args(proto)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -180,7 +232,8 @@ fn sockperf(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<f64
     let t = format!("{}", secs.ceil() as u64);
     let out = until_it_runs("sockperf ping-pong", || {
         let mut c = program(sock, "sockperf")?;
-        c.args(["ping-pong", "--tcp", "-i", host, "-p", &p, "-t", &t]);
+        c.args(["ping-pong", "-i", host, "-p", &p, "-t", &t])
+            .args(proto);
         Ok(c)
     })?;
     out.lines()
@@ -249,6 +302,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<ProgramsReport
     let _ = std::fs::remove_file(&sock);
     let _server = loopback_server(&sock)?;
     let (mut ip_s, mut ip_k, mut sp_s, mut sp_k) = (vec![], vec![], vec![], vec![]);
+    let (mut su_s, mut su_k, mut iu_s, mut iu_k) = (vec![], vec![], vec![], vec![]);
+    let (mut loss_s, mut loss_k) = (vec![], vec![]);
     for r in 0..rounds {
         let port = 21_000 + 10 * r as u16;
         progress(&format!("round {}/{rounds}: iperf3 on the kernel", r + 1));
@@ -259,12 +314,22 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<ProgramsReport
         ));
         ip_s.push(iperf3(Some(&sock), SERVER_IP, port + 1, secs)?);
         progress(&format!("round {}/{rounds}: sockperf on the kernel", r + 1));
-        sp_k.push(sockperf(None, "127.0.0.1", port + 2, secs)?);
+        sp_k.push(sockperf(None, "127.0.0.1", port + 2, secs, true)?);
         progress(&format!(
             "round {}/{rounds}: sockperf under shmnet run",
             r + 1
         ));
-        sp_s.push(sockperf(Some(&sock), SERVER_IP, port + 3, secs)?);
+        sp_s.push(sockperf(Some(&sock), SERVER_IP, port + 3, secs, true)?);
+        progress(&format!("round {}/{rounds}: UDP on the kernel", r + 1));
+        su_k.push(sockperf(None, "127.0.0.1", port + 4, secs, false)?);
+        let (kpps, loss) = iperf3_udp(None, "127.0.0.1", port + 5, secs)?;
+        iu_k.push(kpps);
+        loss_k.push(loss);
+        progress(&format!("round {}/{rounds}: UDP under shmnet run", r + 1));
+        su_s.push(sockperf(Some(&sock), SERVER_IP, port + 6, secs, false)?);
+        let (kpps, loss) = iperf3_udp(Some(&sock), SERVER_IP, port + 7, secs)?;
+        iu_s.push(kpps);
+        loss_s.push(loss);
     }
     progress("the interposition's cost");
     let mut with = Vec::new();
@@ -280,6 +345,12 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<ProgramsReport
     let _ = std::fs::remove_file(&sock);
     let iperf3_tcp_gbit_s = pair(ip_s, ip_k);
     let sockperf_tcp_p50_us = pair(sp_s, sp_k);
+    let sockperf_udp_p50_us = pair(su_s, su_k);
+    let iperf3_udp_64 = UdpFigures {
+        received_kpps: pair(iu_s, iu_k),
+        loss_pct_shmnet: shmnet_lab::tsc::median(&mut loss_s),
+        loss_pct_kernel: shmnet_lab::tsc::median(&mut loss_k),
+    };
     let interpose_ns = Interpose {
         with_library: w,
         without: wo,
@@ -295,6 +366,14 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<ProgramsReport
             met: sockperf_tcp_p50_us.ratio <= 0.5,
         },
         Target {
+            what: "sockperf UDP ping-pong p50 ≤ 0.5× kernel".into(),
+            met: sockperf_udp_p50_us.ratio <= 0.5,
+        },
+        Target {
+            what: "iperf3 UDP 64-byte datagrams ≥ 5× kernel packets/s arriving, no loss".into(),
+            met: iperf3_udp_64.received_kpps.ratio >= 5.0 && iperf3_udp_64.loss_pct_shmnet < 0.1,
+        },
+        Target {
             what: "interposition ≤ 20 ns per call on a kernel descriptor".into(),
             met: interpose_ns.overhead <= 20.0,
         },
@@ -305,6 +384,8 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<ProgramsReport
         seconds: secs,
         iperf3_tcp_gbit_s,
         sockperf_tcp_p50_us,
+        sockperf_udp_p50_us,
+        iperf3_udp_64,
         interpose_ns,
         targets,
     })
@@ -325,6 +406,11 @@ impl std::fmt::Display for ProgramsReport {
         for (name, p) in [
             ("iperf3 TCP, 1 stream, Gbit/s", self.iperf3_tcp_gbit_s),
             ("sockperf TCP ping-pong p50, µs", self.sockperf_tcp_p50_us),
+            ("sockperf UDP ping-pong p50, µs", self.sockperf_udp_p50_us),
+            (
+                "iperf3 UDP 64 B, k datagrams/s in",
+                self.iperf3_udp_64.received_kpps,
+            ),
         ] {
             writeln!(
                 f,
@@ -332,6 +418,11 @@ impl std::fmt::Display for ProgramsReport {
                 p.shmnet, p.kernel, p.ratio
             )?;
         }
+        writeln!(
+            f,
+            "iperf3 UDP 64 B lost: {:.1} % under shmnet run, {:.1} % on the kernel (-b 0: the sender as fast as it goes)",
+            self.iperf3_udp_64.loss_pct_shmnet, self.iperf3_udp_64.loss_pct_kernel
+        )?;
         writeln!(
             f,
             "interposition: fcntl(F_GETFD) on a pipe {:.1} ns with the library, {:.1} ns without: {:+.1} ns",

@@ -330,6 +330,137 @@ fn iperf3_under_shmnet_run_streams_each_way_against_linux() {
     }
 }
 
+/// iperf3's JSON report of a UDP test: bytes sent and bytes the receiving end counted.
+fn iperf_udp(out: &str, what: &str) -> (u64, u64) {
+    let v: serde_json::Value =
+        serde_json::from_str(out).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {out}"));
+    let bytes = |k: &str| {
+        v["end"][k]["bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what}: no end.{k}.bytes in {v}"))
+    };
+    (bytes("sum_sent"), bytes("sum_received"))
+}
+
+/// UDP through the server: iperf3 `-u` with each end under `shmnet run` against Linux's
+/// iperf3 across the veth pair (one stream, two, reversed). Its server connects its
+/// listening UDP socket to the client and binds a new one beside it on the same port, so
+/// this also runs the library's shared ports. At a rate both sides keep up with, most of
+/// what is sent arrives (a bound generous enough for a busy machine: loss is counted, not
+/// the subject here).
+#[test]
+fn iperf3_udp_under_shmnet_run_each_way_against_linux() {
+    const TEST: &str = "iperf3_udp_under_shmnet_run_each_way_against_linux";
+    let Some((ns, _server, sock)) = bed(TEST, "iperfu") else {
+        return;
+    };
+    let limit = Duration::from_secs(60);
+    let udp = ["-u", "-b", "20M", "-l", "1000", "-t", "1", "-J"];
+    let check = |out: &str, what: &str| {
+        let (sent, received) = iperf_udp(out, what);
+        assert!(
+            sent > 0 && received * 2 >= sent,
+            "{what}: {received} bytes received of {sent} sent"
+        );
+    };
+    for extra in [&[][..], &["-P", "2"][..], &["-R"][..]] {
+        let what = format!("iperf3 -c -u {extra:?} under shmnet run");
+        let mut s = ns.cmd("iperf3");
+        s.args(["-s", "-1", "-B", "10.93.0.2"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let s = s.spawn().expect("start Linux's iperf3 -s");
+        let out = until_it_connects(&what, || {
+            let mut c = under_shmnet(&sock, "iperf3");
+            c.args(["-c", "10.93.0.2"]).args(udp).args(extra);
+            c
+        });
+        check(&out, &what);
+        wait_ok(s, "Linux's iperf3 -s", limit);
+    }
+    for extra in [&[][..], &["-R"][..]] {
+        let what = format!("Linux's iperf3 -c -u {extra:?} against iperf3 -s under shmnet run");
+        let mut s = under_shmnet(&sock, "iperf3");
+        s.args(["-s", "-1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let s = s.spawn().expect("start iperf3 -s under shmnet run");
+        let out = until_it_connects(&what, || {
+            let mut c = ns.cmd("iperf3");
+            c.args(["-c", "10.93.0.1"]).args(udp).args(extra);
+            c
+        });
+        check(&out, &what);
+        wait_ok(s, "iperf3 -s under shmnet run", limit);
+    }
+}
+
+/// sockperf's summary line `… percentile 50.000 = X` (the p50 round trip in µs); panics
+/// without one.
+fn sockperf_p50(out: &str, what: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.split("percentile 50.000 =").nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{what}: no p50 in {out}"))
+}
+
+/// sockperf — the latency tool OpenOnload's and libvma's users reach for — under `shmnet
+/// run` against Linux's sockperf across the veth pair, each way: ping-pong over UDP (its
+/// default) and TCP, and a throughput run; every run completes with round trips measured.
+#[test]
+fn sockperf_under_shmnet_run_against_linux_each_way() {
+    const TEST: &str = "sockperf_under_shmnet_run_against_linux_each_way";
+    let Some((ns, _server, sock)) = bed(TEST, "sockperf") else {
+        return;
+    };
+    for (tcp, port) in [(false, "11111"), (true, "11112")] {
+        let proto: &[&str] = if tcp { &["--tcp"] } else { &[] };
+        // The client under shmnet run, Linux's server in the namespace.
+        let mut srv = ns.cmd("sockperf");
+        srv.args(["sr", "-i", "10.93.0.2", "-p", port])
+            .args(proto)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut srv = srv.spawn().expect("start Linux's sockperf server");
+        let what = format!("sockperf ping-pong (tcp {tcp}) under shmnet run");
+        let out = until_it_connects(&what, || {
+            let mut c = under_shmnet(&sock, "sockperf");
+            c.args(["pp", "-i", "10.93.0.2", "-p", port, "-t", "1"])
+                .args(proto);
+            c
+        });
+        assert!(sockperf_p50(&out, &what) > 0.0, "{what}");
+        let what = format!("sockperf throughput (tcp {tcp}) under shmnet run");
+        let out = until_it_connects(&what, || {
+            let mut c = under_shmnet(&sock, "sockperf");
+            c.args(["tp", "-i", "10.93.0.2", "-p", port, "-t", "1", "-m", "64"])
+                .args(proto);
+            c
+        });
+        assert!(out.contains("Summary: Message Rate"), "{what}: {out}");
+        let _ = srv.kill();
+        let _ = srv.wait();
+        // The server under shmnet run, Linux's client in the namespace.
+        let mut srv = under_shmnet(&sock, "sockperf");
+        srv.args(["sr", "-i", "10.93.0.1", "-p", port])
+            .args(proto)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut srv = srv.spawn().expect("start sockperf sr under shmnet run");
+        let what =
+            format!("Linux's sockperf ping-pong (tcp {tcp}) against sockperf under shmnet run");
+        let out = until_it_connects(&what, || {
+            let mut c = ns.cmd("sockperf");
+            c.args(["pp", "-i", "10.93.0.1", "-p", port, "-t", "1"])
+                .args(proto);
+            c
+        });
+        assert!(sockperf_p50(&out, &what) > 0.0, "{what}");
+        let _ = srv.kill();
+        let _ = srv.wait();
+    }
+}
+
 /// The C test program's peer (see tests/c/calls.c): echo on 6000, a byte count on 6001, a
 /// reset on 6002, a connection back on 6003; UDP echo on 6004 (a datagram starting "other"
 /// answered from 6005). Prints `ready` once all listen.

@@ -248,7 +248,7 @@ impl PollItem<'_> {
 impl Inner {
     /// Moves everything the server has delivered to its sockets' queues (and, under
     /// `regions`, handles send completions, which free send memory), without waiting.
-    fn gather(&mut self) -> Result<(), ClientError> {
+    pub(super) fn gather(&mut self) -> Result<(), ClientError> {
         if self.gone {
             return Err(ClientError::ServerGone);
         }
@@ -284,9 +284,12 @@ impl Inner {
                     || self.tcp_has(id, |ev| {
                         matches!(ev, None | Some(TcpEvent::Eof | TcpEvent::Failed(_)))
                     });
+                // A connection whose handshake is still going takes no writes yet.
+                let connecting = self.tcp.connecting.contains(&id)
+                    && !self.tcp_has(id, |ev| matches!(ev, Some(TcpEvent::Connected)));
                 Interest {
                     readable,
-                    writable: broken || self.send_room(),
+                    writable: broken || (!connecting && self.send_room()),
                 }
             }
         }
@@ -299,7 +302,7 @@ impl Inner {
 
     /// Whether TCP socket `id` has an item queued for which `f` holds (`None`: stream
     /// bytes; `Some`: an event).
-    fn tcp_has(&self, id: u16, f: impl Fn(Option<TcpEvent>) -> bool) -> bool {
+    pub(super) fn tcp_has(&self, id: u16, f: impl Fn(Option<TcpEvent>) -> bool) -> bool {
         self.pending_has(id, |d| f(windows::event_of(d).map(|(_, ev)| ev)))
             || self.tcp.ipc_items.get(&id).is_some_and(|q: &VecDeque<_>| {
                 q.iter().any(|item| match item {

@@ -44,6 +44,9 @@ pub(super) struct Book {
     lingered: HashMap<u16, Option<TcpFailure>>,
     /// The ticket of the next connect.
     next_ticket: u32,
+    /// Connections opened by [`super::Client::tcp_connect_start`] whose `Connected` event
+    /// has not been read yet: not writable until it comes.
+    pub(super) connecting: HashSet<u16>,
 }
 
 impl Book {
@@ -141,10 +144,19 @@ impl Inner {
             Err(ClientError::TimedOut) => return Ok(None),
             Err(e) => return Err(e),
         };
-        Ok(Some(match windows::event_of(&d) {
+        let item = match windows::event_of(&d) {
             Some((_, ev)) => Item::Event(ev),
             None => Item::Delivery(d),
-        }))
+        };
+        self.note_connected(id, &item);
+        Ok(Some(item))
+    }
+
+    /// A connection's `Connected` (or its failure) was read: it is no longer connecting.
+    fn note_connected(&mut self, id: u16, item: &Item) {
+        if matches!(item, Item::Event(TcpEvent::Connected | TcpEvent::Failed(_))) {
+            self.tcp.connecting.remove(&id);
+        }
     }
 
     fn ipc_tcp_next(
@@ -159,13 +171,15 @@ impl Inner {
                 .get_mut(&id)
                 .and_then(VecDeque::pop_front)
             {
-                return Ok(Some(match item {
+                let item = match item {
                     IpcItem::Data(v) => Item::Bytes(v),
                     IpcItem::Event(d) => match windows::event_of(&d) {
                         Some((_, ev)) => Item::Event(ev),
                         None => continue,
                     },
-                }));
+                };
+                self.note_connected(id, &item);
+                return Ok(Some(item));
             }
             let Some(n) = self.read_packet(true, deadline)? else {
                 return Ok(None);
@@ -307,6 +321,7 @@ impl Inner {
     /// is queued for it here is given back unread.
     fn tcp_release(&mut self, id: u16, op: TcpOp) -> Result<(), ClientError> {
         self.drop_unread(id);
+        self.tcp.connecting.remove(&id);
         self.tcp.closing.insert(id);
         self.tcp_op(id, op)
     }
@@ -415,6 +430,27 @@ impl super::Client {
     }
 }
 
+impl super::Client {
+    /// Opens a TCP connection to `to` without waiting for the handshake (a non-blocking
+    /// `connect`): returns once the server has made the socket, which takes no network
+    /// round trip. [`TcpStream::connected`] tells when the handshake is done; until then the
+    /// stream is not writable ([`super::Client::poll`]), and a write takes nothing.
+    pub fn tcp_connect_start(&self, to: SocketAddrV4) -> Result<TcpStream, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        let (id, local_port) = i.tcp_open(to, Instant::now() + OP_PATIENCE)?;
+        i.tcp.connecting.insert(id);
+        drop(i);
+        Ok(TcpStream {
+            inner: self.inner.clone(),
+            id,
+            local_port,
+            peer: to,
+            eof: false,
+            closed: false,
+        })
+    }
+}
+
 impl TcpListener {
     /// Its socket number.
     pub(super) fn id(&self) -> u16 {
@@ -502,6 +538,36 @@ impl Drop for TcpListener {
 }
 
 impl TcpStream {
+    /// Whether the handshake of a stream from [`super::Client::tcp_connect_start`] is done,
+    /// without waiting: `Ok(true)` connected (always, for any other stream), `Ok(false)`
+    /// still going, `Err(Connection(_))` failed (refused, timed out…).
+    pub fn connected(&mut self) -> Result<bool, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        if !i.tcp.connecting.contains(&self.id) {
+            return match i.tcp.failed.get(&self.id) {
+                Some(&f) => Err(ClientError::Connection(f)),
+                None => Ok(true),
+            };
+        }
+        i.gather()?;
+        if let Some(&f) = i.tcp.failed.get(&self.id) {
+            i.tcp.connecting.remove(&self.id);
+            return Err(ClientError::Connection(f));
+        }
+        if !i.tcp_has(self.id, |ev| matches!(ev, Some(TcpEvent::Connected))) {
+            return Ok(false);
+        }
+        // The first thing that comes for a connecting socket is its Connected.
+        match i.tcp_next(self.id, Some(Instant::now()))? {
+            Some(Item::Event(TcpEvent::Connected)) => Ok(true),
+            Some(Item::Event(TcpEvent::Failed(f))) => Err(ClientError::Connection(f)),
+            Some(_) => Err(ClientError::Protocol(
+                "a connecting socket's first delivery was not its Connected".into(),
+            )),
+            None => Ok(false),
+        }
+    }
+
     /// Its socket number, whether it read the end of the stream, whether it is closed.
     pub(super) fn poll_state(&self) -> (u16, bool, bool) {
         (self.id, self.eof, self.closed)

@@ -37,6 +37,12 @@ static void die(const char *what) {
     exit(1);
 }
 
+static struct sockaddr_in peer_at(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, peer, &a.sin_addr);
+    return a;
+}
+
 static int dial(int port, int flags) {
     int s = socket(AF_INET, SOCK_STREAM | flags, 0);
     if (s < 0) die("socket");
@@ -268,14 +274,35 @@ static void names(void) {
 }
 
 static void nonblocking_connect(void) {
-    int s = dial(6000, SOCK_NONBLOCK);
-    if (s < 0) { errno = -s; die("connect-nb"); }
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = peer_at(6000);
+    int r = connect(s, (struct sockaddr *)&a, sizeof a);
+    printf("connect-nb: %s\n", r < 0 && errno == EINPROGRESS ? "EINPROGRESS" : "returned at once");
     struct pollfd p = {.fd = s, .events = POLLOUT};
     poll(&p, 1, 5000);
     int err = -1;
     socklen_t len = sizeof err;
     getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
     printf("connect-nb: %s\n", p.revents & POLLOUT && err == 0 ? "connected" : "failed");
+    for (int i = 0; i < 2; i++) {
+        r = connect(s, (struct sockaddr *)&a, sizeof a);
+        printf("connect-nb: again %s\n", r == 0 ? "0" : errno == EISCONN ? "EISCONN" : strerror(errno));
+    }
+    if (write(s, "nb", 2) != 2) die("connect-nb write");
+    p.events = POLLIN;
+    poll(&p, 1, 5000);
+    char buf[4] = {0};
+    printf("connect-nb: echoed %d\n", (int)read(s, buf, 2));
+    close(s);
+    s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    a = peer_at(6009);
+    r = connect(s, (struct sockaddr *)&a, sizeof a);
+    p = (struct pollfd){.fd = s, .events = POLLOUT};
+    poll(&p, 1, 5000);
+    len = sizeof err;
+    getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
+    printf("refused-nb: %s, SO_ERROR %s\n", r < 0 && errno == EINPROGRESS ? "EINPROGRESS" : "?",
+           err == ECONNREFUSED ? "ECONNREFUSED" : strerror(err));
     close(s);
     s = dial(6009, 0);
     printf("refused: %s\n", s == -ECONNREFUSED ? "ECONNREFUSED" : "?");
@@ -305,12 +332,6 @@ static void accepting(void) {
     close(c);
     close(s);
     close(l);
-}
-
-static struct sockaddr_in peer_at(int port) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, peer, &a.sin_addr);
-    return a;
 }
 
 /* Waits up to 5 s for a datagram on s; 1 if one came. */
