@@ -19,6 +19,7 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
         return fail(libc::EOPNOTSUPP);
     }
     let mut got = 0usize;
+    let mut blocking = wait::Blocking::new(fd, wait::Way::In);
     guarded(|| {
         loop {
             let mut st = table::lock();
@@ -60,7 +61,7 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
                 Err(_) if got > 0 => return got as ssize_t,
                 Err(e) => return fail(net::errno_of(&e, Call::Read)),
             }
-            if let Err(e) = wait::until_ready(fd, libc::POLLIN) {
+            if let Err(e) = blocking.wait() {
                 return if got > 0 { got as ssize_t } else { fail(e) };
             }
         }
@@ -85,6 +86,7 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
         return fail(libc::EBADF);
     }
     let mut done = 0usize;
+    let mut waiting = wait::Blocking::new(fd, wait::Way::Out);
     guarded(|| {
         loop {
             let mut st = table::lock();
@@ -146,7 +148,7 @@ fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
                     };
                 }
             }
-            if let Err(e) = wait::until_ready(fd, libc::POLLOUT) {
+            if let Err(e) = waiting.wait() {
                 return if done > 0 { done as ssize_t } else { fail(e) };
             }
         }

@@ -171,7 +171,7 @@ unsafe fn send_file(out: c_int, input: c_int, off: *mut off_t, n: size_t) -> ssi
                 // SAFETY: reads this thread's errno.
                 let e = unsafe { *libc::__errno_location() };
                 if e == libc::EAGAIN && !seekable {
-                    let _ = crate::wait::until_ready(out, libc::POLLOUT);
+                    let _ = crate::wait::Blocking::new(out, crate::wait::Way::Out).wait();
                     continue;
                 }
                 return finish(off, input, seekable, pos, done, at, w);

@@ -9,6 +9,7 @@
 //! `SOCK_STREAM`).
 
 use libc::{c_int, c_ulong, c_void, socklen_t};
+use std::time::Duration;
 
 use crate::config::debug;
 use crate::table::{self, Mark, Opts, Sock};
@@ -24,6 +25,47 @@ unsafe fn int_of(val: *const c_void, len: socklen_t) -> Option<c_int> {
     }
     // SAFETY: the caller's contract: at least an int's bytes.
     Some(unsafe { std::ptr::read_unaligned(val.cast::<c_int>()) })
+}
+
+/// A `SO_RCVTIMEO`/`SO_SNDTIMEO` value: `Some(None)` for zero (wait for ever), `None` if
+/// `val` holds no `timeval`.
+///
+/// # Safety
+/// `val` valid for `len` bytes, or null.
+unsafe fn timeout_of(val: *const c_void, len: socklen_t) -> Option<Option<Duration>> {
+    if val.is_null() || (len as usize) < std::mem::size_of::<libc::timeval>() {
+        return None;
+    }
+    // SAFETY: the caller's contract: at least a timeval's bytes.
+    let tv = unsafe { std::ptr::read_unaligned(val.cast::<libc::timeval>()) };
+    if tv.tv_sec < 0 || !(0..1_000_000).contains(&tv.tv_usec) {
+        return None;
+    }
+    let d = Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1_000);
+    Some((!d.is_zero()).then_some(d))
+}
+
+/// Notes a timeout option in `o`; whether `(level, name)` is one.
+///
+/// # Safety
+/// `val` valid for `len` bytes, or null.
+unsafe fn note_timeout(
+    o: &mut Opts,
+    level: c_int,
+    name: c_int,
+    val: *const c_void,
+    len: socklen_t,
+) -> bool {
+    let slot = match (level, name) {
+        (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => &mut o.rcvtimeo,
+        (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => &mut o.sndtimeo,
+        _ => return false,
+    };
+    // SAFETY: the caller's contract.
+    if let Some(t) = unsafe { timeout_of(val, len) } {
+        *slot = t;
+    }
+    true
 }
 
 /// Notes option `(level, name) = v` in `o`; whether the server carries it.
@@ -56,15 +98,19 @@ pub unsafe extern "C" fn setsockopt(
         let r = unsafe { real::setsockopt(fd, level, name, val, len) };
         if r == 0 && mark == Mark::Undecided {
             // SAFETY: the kernel read `val` for `len` bytes just now.
-            if let Some(v) = unsafe { int_of(val, len) } {
-                guarded(|| {
-                    let mut st = table::lock();
-                    if let Some(sock) = st.sock_mut(fd) {
+            let v = unsafe { int_of(val, len) };
+            guarded(|| {
+                let mut st = table::lock();
+                if let Some(sock) = st.sock_mut(fd) {
+                    // SAFETY: as above.
+                    if !unsafe { note_timeout(sock.opts_mut(), level, name, val, len) }
+                        && let Some(v) = v
+                    {
                         note(sock.opts_mut(), level, name, v);
                     }
-                    0
-                });
-            }
+                }
+                0
+            });
         }
         return r;
     }
@@ -78,6 +124,11 @@ pub unsafe extern "C" fn setsockopt(
         let Some(sock) = st.sock_mut(fd) else {
             return fail(libc::EBADF);
         };
+        // SAFETY: the caller's contract covers `val` for `len` bytes.
+        if unsafe { note_timeout(sock.opts_mut(), level, name, val, len) } {
+            // Applied by the library's own waits (wait::Blocking).
+            return 0;
+        }
         let Some(v) = v else {
             debug!("setsockopt({fd}, {level}, {name}): accepted, not carried");
             return 0;
@@ -136,6 +187,34 @@ pub unsafe extern "C" fn getsockopt(
         };
         // SAFETY: `val` and `len` checked non-null; `val` holds `*len` bytes.
         unsafe { put_int(val, len, err) };
+        return 0;
+    }
+    if level == libc::SOL_SOCKET && (name == libc::SO_RCVTIMEO || name == libc::SO_SNDTIMEO) {
+        let t = crate::caught(
+            || {
+                let st = table::lock();
+                st.sock(fd).and_then(|s| {
+                    let o = s.opts();
+                    if name == libc::SO_RCVTIMEO {
+                        o.rcvtimeo
+                    } else {
+                        o.sndtimeo
+                    }
+                })
+            },
+            || None,
+        )
+        .unwrap_or_default();
+        let tv = libc::timeval {
+            tv_sec: t.as_secs() as libc::time_t,
+            tv_usec: t.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
+        unsafe {
+            let room = (*len as usize).min(std::mem::size_of::<libc::timeval>());
+            std::ptr::copy_nonoverlapping((&raw const tv).cast::<u8>(), val.cast::<u8>(), room);
+            *len = room as socklen_t;
+        }
         return 0;
     }
     // Ok(Some(v)): an int option; Ok(None): one not carried, answered with zeros.

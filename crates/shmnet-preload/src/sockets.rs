@@ -219,6 +219,7 @@ pub unsafe extern "C" fn accept4(
     if table::forked() {
         return fail(libc::EBADF);
     }
+    let mut blocking = wait::Blocking::new(fd, wait::Way::In);
     guarded(|| {
         loop {
             let mut st = table::lock();
@@ -281,7 +282,7 @@ pub unsafe extern "C" fn accept4(
                 Err(e) => return fail(net::errno_of(&e, Call::Other)),
             }
             drop(st);
-            if let Err(e) = wait::until_ready(fd, libc::POLLIN) {
+            if let Err(e) = blocking.wait() {
                 return fail(e);
             }
         }

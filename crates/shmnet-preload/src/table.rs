@@ -117,6 +117,10 @@ pub(crate) struct Opts {
     pub(crate) keepalive: bool,
     pub(crate) sndbuf: Option<u32>,
     pub(crate) rcvbuf: Option<u32>,
+    /// `SO_RCVTIMEO`: how long a blocking read, receive or accept waits (`None`: for ever).
+    pub(crate) rcvtimeo: Option<std::time::Duration>,
+    /// `SO_SNDTIMEO`: how long a blocking write or send waits.
+    pub(crate) sndtimeo: Option<std::time::Duration>,
 }
 
 /// One of the program's sockets that this library looks after.

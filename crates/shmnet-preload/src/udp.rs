@@ -384,6 +384,7 @@ pub(crate) fn recv(fd: c_int, bufs: &mut Scatter<'_>, flags: c_int) -> Result<Go
     if table::forked() {
         return Err(libc::EBADF);
     }
+    let mut blocking = wait::Blocking::new(fd, wait::Way::In);
     loop {
         let mut st = table::lock();
         let (nonblock, v6) = st
@@ -413,7 +414,7 @@ pub(crate) fn recv(fd: c_int, bufs: &mut Scatter<'_>, flags: c_int) -> Result<Go
             Err(e) => return Err(e),
         }
         drop(st);
-        wait::until_ready(fd, libc::POLLIN)?;
+        blocking.wait()?;
     }
 }
 
@@ -437,6 +438,7 @@ pub(crate) fn send(
     if table::forked() {
         return Err(libc::EBADF);
     }
+    let mut blocking = wait::Blocking::new(fd, wait::Way::Out);
     loop {
         let mut st = table::lock();
         let Some(Sock::Udp(u)) = st.sock(fd) else {
@@ -464,7 +466,7 @@ pub(crate) fn send(
             Err(e) => return Err(net::errno_of(&e, Call::Other)),
         }
         drop(st);
-        wait::until_ready(fd, libc::POLLOUT)?;
+        blocking.wait()?;
     }
 }
 

@@ -274,17 +274,64 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
     }
 }
 
-/// Blocks until shmnet socket `fd` is ready for `events` (`POLLIN` or `POLLOUT`). Returns
-/// `Err(errno)` if the wait itself failed (`EINTR`).
-pub(crate) fn until_ready(fd: c_int, events: c_short) -> Result<(), c_int> {
-    let mut p = [pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
-    if poll_mixed(&mut p, None) < 0 {
-        // SAFETY: reads this thread's errno.
-        return Err(unsafe { *libc::__errno_location() });
+/// Which way a blocking call moves bytes: which of the socket's timeouts bounds its wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Way {
+    /// `SO_RCVTIMEO`: reads, receives, `accept`.
+    In,
+    /// `SO_SNDTIMEO`: writes, sends.
+    Out,
+}
+
+/// A blocking call's wait on the server's socket `fd`: its deadline (from the socket's
+/// `SO_RCVTIMEO` or `SO_SNDTIMEO`, fixed at the call's first wait) and the wait itself.
+#[derive(Debug)]
+pub(crate) struct Blocking {
+    fd: c_int,
+    way: Way,
+    deadline: Option<Option<Instant>>,
+}
+
+impl Blocking {
+    pub(crate) fn new(fd: c_int, way: Way) -> Self {
+        Self {
+            fd,
+            way,
+            deadline: None,
+        }
     }
-    Ok(())
+
+    /// Waits until the socket is ready (`POLLIN` for [`Way::In`], `POLLOUT` for
+    /// [`Way::Out`]). `Err(EAGAIN)` when the socket's timeout passed, as Linux's calls say;
+    /// `Err(errno)` when the wait itself failed (`EINTR`).
+    pub(crate) fn wait(&mut self) -> Result<(), c_int> {
+        let (fd, way) = (self.fd, self.way);
+        let deadline = *self.deadline.get_or_insert_with(|| {
+            let st = table::lock();
+            let o = st.sock(fd).map(|s| *s.opts());
+            let t = o.and_then(|o| match way {
+                Way::In => o.rcvtimeo,
+                Way::Out => o.sndtimeo,
+            });
+            t.map(|t| Instant::now() + t)
+        });
+        let events = match way {
+            Way::In => libc::POLLIN,
+            Way::Out => libc::POLLOUT,
+        };
+        let mut p = [pollfd {
+            fd,
+            events,
+            revents: 0,
+        }];
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        match poll_mixed(&mut p, left) {
+            0 => Err(libc::EAGAIN),
+            n if n < 0 => {
+                // SAFETY: reads this thread's errno.
+                Err(unsafe { *libc::__errno_location() })
+            }
+            _ => Ok(()),
+        }
+    }
 }

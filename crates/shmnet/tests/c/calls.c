@@ -455,6 +455,37 @@ static void sending_a_file(void) {
     close(f);
 }
 
+/* SO_RCVTIMEO bounds a blocking read and accept; getsockopt answers it back. */
+static void timeouts(void) {
+    char buf[8];
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 200000}, back = {0};
+    int s = must_dial(6000, "timeouts");
+    if (setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0) die("SO_RCVTIMEO");
+    socklen_t len = sizeof back;
+    getsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &back, &len);
+    printf("timeouts: SO_RCVTIMEO reads back %ld us\n", (long)back.tv_usec);
+    ssize_t r = read(s, buf, sizeof buf);
+    printf("timeouts: idle read %s\n", r < 0 && errno == EAGAIN ? "EAGAIN" : "?");
+    if (write(s, "t", 1) != 1) die("timeouts write");
+    r = read(s, buf, sizeof buf);
+    printf("timeouts: then read %d\n", (int)r);
+    close(s);
+    int u = socket(AF_INET, SOCK_DGRAM, 0);
+    setsockopt(u, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in to = peer_at(6004);
+    if (connect(u, (struct sockaddr *)&to, sizeof to) < 0) die("timeouts udp connect");
+    r = recv(u, buf, sizeof buf, 0);
+    printf("timeouts: idle udp recv %s\n", r < 0 && errno == EAGAIN ? "EAGAIN" : "?");
+    close(u);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    setsockopt(l, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (bind(l, (struct sockaddr *)&a, sizeof a) < 0 || listen(l, 1) < 0) die("timeouts listen");
+    r = accept(l, NULL, NULL);
+    printf("timeouts: idle accept %s\n", r < 0 && errno == EAGAIN ? "EAGAIN" : "?");
+    close(l);
+}
+
 /* Lengths the compiler cannot see make glibc's fortified headers call the checked entry
  * points: __poll_chk, __recv_chk, __read_chk, __recvfrom_chk. */
 static void fortified(void) {
@@ -500,5 +531,6 @@ int main(int argc, char **argv) {
     datagrams();
     sending_a_file();
     fortified();
+    timeouts();
     return 0;
 }
