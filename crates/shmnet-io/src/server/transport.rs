@@ -548,6 +548,13 @@ pub(crate) fn send_by_handle(
         .udp_send_gather(r.pool, h, &[&bytes[SEND_HEADER..]], dst, r.now, r.tx)
     {
         Ok(()) => SendStatus::Sent,
+        // No buffer, or ARP's queue full for a moment: the datagram is lost as any the
+        // network has no room for (the stack counts it: `no_buffers`, `arp_queue_full`),
+        // and its bytes are free again, as after Linux's sendto whose frame a full queue
+        // dropped. A failure here would stop an application over a moment's load.
+        Err(shmnet_stack::SendError::NoBuffers | shmnet_stack::SendError::ArpQueueFull) => {
+            SendStatus::Sent
+        }
         Err(_) => SendStatus::Failed,
     }
 }
