@@ -29,6 +29,7 @@
 
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::windows::{self, REQ, RET, RX, SEND_HEADER};
+use rustc_hash::FxHashMap;
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use shmnet_chan::handles::{Perms, Region, RegionId};
@@ -36,7 +37,7 @@ use shmnet_chan::handoff::recv_window;
 use shmnet_chan::{Consumer, Desc, Producer, ServerPools, Window};
 use shmnet_stack::{BufIdx, NoHook, RecvHook};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::rc::Rc;
@@ -110,7 +111,7 @@ struct Inner {
     /// Completions of sends by handle read off the ring while receiving.
     done: VecDeque<Desc>,
     /// `ipc`: datagrams received in packets for a socket other than the one being read.
-    ipc_pending: HashMap<u16, VecDeque<(Vec<u8>, SocketAddrV4)>>,
+    ipc_pending: FxHashMap<u16, VecDeque<(Vec<u8>, SocketAddrV4)>>,
     packet: Vec<u8>,
     /// `ipc`: where a datagram lent by [`UdpSocket::recv_in_place`] lies (sized at its
     /// first use).
@@ -343,7 +344,7 @@ impl Client {
             shm,
             pending: pending::Pending::default(),
             done: VecDeque::new(),
-            ipc_pending: HashMap::new(),
+            ipc_pending: FxHashMap::default(),
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
             gone: false,
             address,

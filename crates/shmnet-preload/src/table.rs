@@ -16,9 +16,10 @@
 //! library is single-threaded, so a program's threads take turns at it, and no thread sleeps
 //! holding it ([`crate::wait`]).
 
+use rustc_hash::FxHasher;
 use shmnet_io::client::{Client, TcpListener, TcpStream};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, DefaultHasher};
+use std::hash::BuildHasherDefault;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -185,10 +186,10 @@ impl Sock {
 pub(crate) struct State {
     /// `None` until the first IPv4 TCP socket; then the client, or the reason there is none.
     pub(crate) client: Option<Result<Client, ()>>,
-    pub(crate) socks: HashMap<libc::c_int, Sock, BuildHasherDefault<DefaultHasher>>,
+    pub(crate) socks: HashMap<libc::c_int, Sock, BuildHasherDefault<FxHasher>>,
     /// Descriptors made by `dup` and its kin from one of the server's sockets: each names
     /// the descriptor under which `socks` holds the socket.
-    pub(crate) aliases: HashMap<libc::c_int, libc::c_int, BuildHasherDefault<DefaultHasher>>,
+    pub(crate) aliases: HashMap<libc::c_int, libc::c_int, BuildHasherDefault<FxHasher>>,
     /// The own eventfds of the threads asleep in [`crate::wait`] ([`own_eventfd`]).
     pub(crate) sleepers: Vec<libc::c_int>,
     /// One sleeping thread (the first to sleep) has announced its sleep to the client and
@@ -197,9 +198,9 @@ pub(crate) struct State {
     /// The client's count of moved items at the last look (see [`State::note_moves`]).
     pub(crate) moved_seen: u64,
     /// What each epoll instance watches of this library's sockets ([`crate::epoll`]).
-    pub(crate) epolls: HashMap<libc::c_int, Vec<Watch>, BuildHasherDefault<DefaultHasher>>,
+    pub(crate) epolls: HashMap<libc::c_int, Vec<Watch>, BuildHasherDefault<FxHasher>>,
     /// The server's UDP sockets, by port, each with the program's sockets bound to it.
-    pub(crate) udp_ports: HashMap<u16, UdpPort, BuildHasherDefault<DefaultHasher>>,
+    pub(crate) udp_ports: HashMap<u16, UdpPort, BuildHasherDefault<FxHasher>>,
 }
 
 /// One socket an epoll instance watches, kept here because the kernel's instance cannot
@@ -298,14 +299,23 @@ impl State {
 
     /// The socket behind descriptor `fd` (itself, or the one it is a duplicate of).
     pub(crate) fn sock(&self, fd: libc::c_int) -> Option<&Sock> {
-        self.socks
-            .get(&self.aliases.get(&fd).copied().unwrap_or(fd))
+        self.socks.get(&self.key(fd))
     }
 
     /// As [`State::sock`], to change.
     pub(crate) fn sock_mut(&mut self, fd: libc::c_int) -> Option<&mut Sock> {
-        let key = self.aliases.get(&fd).copied().unwrap_or(fd);
+        let key = self.key(fd);
         self.socks.get_mut(&key)
+    }
+
+    /// The descriptor under which `socks` holds `fd`'s socket: itself, or the one it is a
+    /// duplicate of.
+    #[inline]
+    pub(crate) fn key(&self, fd: libc::c_int) -> libc::c_int {
+        if self.aliases.is_empty() {
+            return fd;
+        }
+        self.aliases.get(&fd).copied().unwrap_or(fd)
     }
 
     /// `new` is a duplicate of the server's socket at `old` (made by `dup` or its kin).

@@ -343,6 +343,9 @@ fn try_take(
 /// Moves waiting datagrams of shared ports among `fds` into their members' queues, so
 /// that readiness can be told per socket ([`crate::wait`]).
 pub(crate) fn route_shared(st: &mut State, fds: &[libc::pollfd]) {
+    if !st.udp_ports.values().any(|p| p.members.len() > 1) {
+        return;
+    }
     for p in fds {
         let port = match st.sock(p.fd) {
             Some(Sock::Udp(u)) => u.port,

@@ -19,6 +19,7 @@
 
 use libc::{c_int, c_short, pollfd};
 use shmnet_io::client::{Interest, PollItem, PollSocket};
+use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
 use crate::real;
@@ -75,8 +76,9 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
         Some(Ok(c)) => c,
         _ => return 0,
     };
-    let mut items = Vec::new();
-    let mut at = Vec::new();
+    // A wait's few sockets on the stack: a look allocates nothing.
+    let mut items: SmallVec<[PollItem<'_>; 8]> = SmallVec::new();
+    let mut at: SmallVec<[usize; 8]> = SmallVec::new();
     for (i, p) in fds.iter_mut().enumerate() {
         if table::marked(p.fd) != Mark::Shmnet {
             continue;
@@ -153,11 +155,14 @@ fn wants_writable(fds: &[pollfd]) -> bool {
 /// `timeout`: `None` waits without limit. Returns the number of entries with events, or
 /// -1 with `errno` set by the kernel's `poll`.
 pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let kernel_idx: Vec<usize> = (0..fds.len())
+    // A zero timeout only looks: no clock is read (a busy program polls this way per
+    // message).
+    let once = timeout == Some(Duration::ZERO);
+    let deadline = timeout.filter(|_| !once).map(|t| Instant::now() + t);
+    let kernel_idx: SmallVec<[usize; 8]> = (0..fds.len())
         .filter(|&i| table::marked(fds[i].fd) != Mark::Shmnet)
         .collect();
-    let mut set: Vec<pollfd> = Vec::with_capacity(kernel_idx.len() + 3);
+    let mut set: SmallVec<[pollfd; 8]> = SmallVec::new();
     // Looks before the first sleep, as the client library's own blocking calls spin: a
     // reply that comes within them costs no sleep and no wake-up. Only for sets of the
     // server's sockets alone (a kernel descriptor would cost a system call per look).
@@ -187,22 +192,28 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
                 ready += c_int::from(set[k].revents != 0);
             }
         }
-        if ready > 0 {
+        if ready > 0 || once {
             return ready;
+        }
+        // While it spins, the clock is read once in 32 looks (a look costs less than a
+        // clock read here; a deadline is overshot by 31 looks at most), and the CPU is
+        // offered to others once in 16 (two CPUs often carry three parties).
+        if spin > 0 {
+            spin -= 1;
+            let late = spin % 32 == 0 && deadline.is_some_and(|d| Instant::now() >= d);
+            if !late {
+                drop(st);
+                if spin % 16 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return 0;
-        }
-        if spin > 0 {
-            drop(st);
-            spin -= 1;
-            if spin % 16 == 0 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-            continue;
         }
         // Nothing yet: sleep on everything at once, the lock let go.
         let wake = match &st.client {

@@ -6,8 +6,9 @@
 //! number is bounded by that memory. Events hold nothing, so a server repeating them could
 //! grow the queues without end: they are counted, and refused past [`MAX_HELD_EVENTS`].
 
+use rustc_hash::FxHashMap;
 use shmnet_chan::Desc;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Events kept at most (four per socket number: an honest server sends a connection at most
 /// `Connected`, `Eof` or `Failed`, and `Released`; a listener's `Accepted` are bounded by
@@ -19,7 +20,8 @@ pub(super) const MAX_HELD_EVENTS: usize = 4 << 16;
 /// Invariant: `events` is the number of event descriptors in `queues`.
 #[derive(Default)]
 pub(super) struct Pending {
-    queues: HashMap<u16, VecDeque<Desc>>,
+    /// By socket number (Fx: a small integer key looked up per delivery).
+    queues: FxHashMap<u16, VecDeque<Desc>>,
     events: usize,
 }
 

@@ -18,9 +18,10 @@
 use super::{ClientError, Inner};
 use crate::control::{self, Request, Response};
 use crate::windows::{self, TcpEvent, TcpFailure, TcpOp};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use shmnet_chan::Desc;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::rc::Rc;
 use std::time::{Duration, Instant};

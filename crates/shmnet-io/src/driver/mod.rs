@@ -177,6 +177,15 @@ pub trait Driver: Send {
     /// Buffers are released even when it returns `Err` (the driver has given up).
     fn tx_burst(&mut self, pools: &mut DriverPools, frames: &[u32]) -> std::io::Result<()>;
 
+    /// How many more frames `tx_burst` would take now without dropping one for lack of
+    /// room (`None`: it does not know, or never drops for that). A caller that can hold its
+    /// sends back — the server leaves applications' sends in their queues — sends no more
+    /// than this, so a sender faster than the device waits instead of losing datagrams, as
+    /// a kernel socket's send buffer makes it wait.
+    fn tx_room(&self) -> Option<usize> {
+        None
+    }
+
     /// A file descriptor that becomes readable when frames arrive, for a caller that wants
     /// to sleep instead of polling (`None`: poll). It is the same descriptor for the driver's
     /// whole life (a caller may register it in its own epoll set once), and it also becomes

@@ -768,6 +768,12 @@ impl<P: Pacer> Driver for Softnic<P> {
         Some(self.due.saturating_duration_since(Instant::now()))
     }
 
+    fn tx_room(&self) -> Option<usize> {
+        // A loopback's backlog is its transmit queue; a generator sinks what it is sent.
+        self.is_loopback()
+            .then(|| LOOPBACK_BACKLOG.saturating_sub(self.looped.len()))
+    }
+
     fn stats(&self) -> DriverStats {
         self.stats.clone()
     }

@@ -193,6 +193,7 @@ impl DataPlane {
         }
         let now = self.now();
         work += self.receive_frames(now);
+        let tx_room = self.tx_room();
         let mut r = Round {
             iface: &mut self.iface,
             pool: &mut self.pool,
@@ -203,6 +204,7 @@ impl DataPlane {
             copy_probe: self.copy_probe.as_deref_mut(),
             tcp_lent: &mut self.tcp_lent,
             last_call: false,
+            tx_room,
         };
         // Lines the miss thread served while we slept go in before the sends that wait for them.
         r.handles.install_served();
@@ -288,6 +290,18 @@ impl DataPlane {
                 }
                 n
             }
+        }
+    }
+
+    /// Frames the driver takes now without dropping one: the polled device's own count, or
+    /// the OUT ring's free slots (`usize::MAX`: no bound known).
+    fn tx_room(&mut self) -> usize {
+        match &mut self.link {
+            DriverLink::Polled(p) if p.stopped.is_none() => {
+                p.driver.tx_room().unwrap_or(usize::MAX)
+            }
+            DriverLink::Rings { out, .. } => out.free_slots() as usize,
+            _ => usize::MAX,
         }
     }
 
@@ -533,6 +547,8 @@ impl DataPlane {
             copy_probe: self.copy_probe.as_deref_mut(),
             tcp_lent: &mut self.tcp_lent,
             last_call: false,
+            // The departing application's sends are taken whatever the room.
+            tx_room: usize::MAX,
         };
         // Everything it wrote and the server still holds goes out before its sockets close
         // (as the kernel sends what a process wrote before it exited): its rings are

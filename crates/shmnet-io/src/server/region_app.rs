@@ -374,6 +374,7 @@ impl AppTransport for RegionApp {
             } else {
                 (self.rx.room_for(BURST as u32) as usize).min(BURST)
             };
+            let room = r.send_room(room);
             if room == 0 {
                 break;
             }

@@ -49,6 +49,23 @@ pub(crate) struct Round<'a> {
     /// The application is going away: TCP bytes it wrote go into the connections' send
     /// queues past their limit (they have nowhere else to wait), so none is lost.
     pub last_call: bool,
+    /// Frames the driver takes this round without dropping one (`usize::MAX`: no bound
+    /// known); the frames already in `tx` count against it. Applications' sends past it
+    /// wait in their queues for a later round ([`Round::send_room`]).
+    pub tx_room: usize,
+}
+
+impl Round<'_> {
+    /// How many of an application's sends to take now, at most `want`: as many as the
+    /// driver has room for after the frames already emitted this round (a send is at
+    /// least one frame; one that fragments may still find the device full). An
+    /// application going away is served whatever the room.
+    pub(crate) fn send_room(&self, want: usize) -> usize {
+        if self.last_call {
+            return want;
+        }
+        want.min(self.tx_room.saturating_sub(self.tx.len()))
+    }
 }
 
 /// One application's side of the data plane.
@@ -244,6 +261,7 @@ impl AppTransport for ShmApp {
             } else {
                 (self.rx.room_for(BURST as u32) as usize).min(BURST)
             };
+            let room = r.send_room(room);
             if room == 0 {
                 break;
             }
