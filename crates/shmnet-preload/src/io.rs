@@ -8,32 +8,94 @@ use crate::net::{self, Call};
 use crate::table::{self, Mark, Sock};
 use crate::udp;
 use crate::{fail, guarded, real, wait};
+use shmnet_io::client::{ClientError, TcpStream};
+
+/// Bytes a connection sets aside for `MSG_PEEK` and `FIONREAD` at most.
+const PEEK_MAX: usize = 4 << 20;
+
+/// Bytes for a read into `dst` from connection `s`: first those a peek or `FIONREAD` set
+/// aside (`peeked`), then the stream's. With `peek` they stay, set aside, for the next read.
+/// `Ok(Some(0))`: the end of the stream; `Ok(None)`: nothing yet.
+fn take_bytes(
+    s: &mut TcpStream,
+    peeked: &mut Vec<u8>,
+    dst: &mut [u8],
+    peek: bool,
+) -> Result<Option<usize>, ClientError> {
+    if peek {
+        if peeked.len() < dst.len() {
+            let mut more = vec![0; (dst.len() - peeked.len()).min(PEEK_MAX)];
+            match s.try_read(&mut more) {
+                Ok(Some(0)) | Ok(None) | Err(_) if !peeked.is_empty() => {}
+                Ok(Some(n)) => peeked.extend_from_slice(&more[..n]),
+                other => return other,
+            }
+        }
+        let n = peeked.len().min(dst.len());
+        dst[..n].copy_from_slice(&peeked[..n]);
+        return Ok(Some(n));
+    }
+    if !peeked.is_empty() {
+        let n = peeked.len().min(dst.len());
+        dst[..n].copy_from_slice(&peeked[..n]);
+        peeked.drain(..n);
+        return Ok(Some(n));
+    }
+    s.try_read(dst)
+}
+
+/// How many bytes connection `fd` has to read now, as `FIONREAD`: what is there is set
+/// aside (up to [`PEEK_MAX`]) and counted.
+pub(crate) fn stream_available(fd: c_int) -> Result<usize, c_int> {
+    let mut st = table::lock();
+    let Some(Sock::Stream { s, peeked, .. }) = st.sock_mut(fd) else {
+        return Err(libc::ENOTCONN);
+    };
+    let mut chunk = vec![0; 64 * 1024];
+    while peeked.len() < PEEK_MAX {
+        match s.try_read(&mut chunk) {
+            Ok(Some(n)) if n > 0 => peeked.extend_from_slice(&chunk[..n]),
+            _ => break,
+        }
+    }
+    let n = peeked.len();
+    st.note_moves();
+    Ok(n)
+}
 
 /// Reads into `buf` from the server's connection `fd`, as `recv(2)` with `flags`
-/// (`MSG_DONTWAIT`, `MSG_WAITALL`; `MSG_PEEK` is not carried: `EOPNOTSUPP`).
+/// (`MSG_DONTWAIT`, `MSG_WAITALL`, `MSG_PEEK`).
 fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
     if table::forked() {
         return fail(libc::EBADF);
     }
-    if flags & libc::MSG_PEEK != 0 {
-        return fail(libc::EOPNOTSUPP);
-    }
+    let peek = flags & libc::MSG_PEEK != 0;
+    // A peek returns what is there (waiting for the first byte), never waiting for all.
+    let flags = if peek {
+        flags & !libc::MSG_WAITALL
+    } else {
+        flags
+    };
     let mut got = 0usize;
     let mut blocking = wait::Blocking::new(fd, wait::Way::In);
     guarded(|| {
         loop {
             let mut st = table::lock();
-            let (s, nonblock, shut_rd) = match st.sock_mut(fd) {
+            let (s, peeked, nonblock, shut_rd) = match st.sock_mut(fd) {
                 Some(Sock::Stream {
-                    s, opts, shut_rd, ..
-                }) => (s, opts.nonblock, *shut_rd),
+                    s,
+                    opts,
+                    shut_rd,
+                    peeked,
+                    ..
+                }) => (s, peeked, opts.nonblock, *shut_rd),
                 _ => return fail(libc::ENOTCONN),
             };
             if shut_rd || buf.is_empty() {
                 return got as ssize_t;
             }
             let want = buf.len() - got;
-            let read = s.try_read(&mut buf[got..]);
+            let read = take_bytes(s, peeked, &mut buf[got..], peek);
             if matches!(read, Ok(Some(n)) if n > 0 && n < want) {
                 // Likely all there was: an edge-triggered watch reports the next bytes.
                 st.drained(fd, libc::EPOLLIN as u32);

@@ -270,6 +270,7 @@ pub unsafe extern "C" fn accept4(
                             shut_wr: false,
                             failed: false,
                             in_progress: false,
+                            peeked: Vec::new(),
                         },
                     );
                     return nfd;
@@ -362,6 +363,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
                 shut_wr: false,
                 failed: false,
                 in_progress: opts.nonblock,
+                peeked: Vec::new(),
             },
         );
         st.note_moves();

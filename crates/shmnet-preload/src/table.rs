@@ -150,6 +150,9 @@ pub(crate) enum Sock {
         /// A non-blocking `connect` that said `EINPROGRESS`: the next `connect` after the
         /// handshake says 0, as Linux's, and only later ones `EISCONN`.
         in_progress: bool,
+        /// Bytes taken off the stream by `MSG_PEEK` or `FIONREAD` and not yet read: the
+        /// next reads take them first ([`crate::io`]).
+        peeked: Vec<u8>,
     },
     /// A UDP socket of the server.
     Udp(UdpSock),

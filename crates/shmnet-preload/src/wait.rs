@@ -87,7 +87,13 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
         let key = aliases.get(&p.fd).copied().unwrap_or(p.fd);
         let socket = match socks.get(&key) {
             Some(Sock::Listener { l, .. }) => PollSocket::Listener(l),
-            Some(Sock::Stream { s, .. }) => PollSocket::Stream(s),
+            Some(Sock::Stream { s, peeked, .. }) => {
+                if !peeked.is_empty() {
+                    // Bytes set aside by a peek are there to read.
+                    p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
+                }
+                PollSocket::Stream(s)
+            }
             Some(Sock::Udp(u)) => match udp_ports.get(&u.port) {
                 Some(port) => {
                     if u.has_queued() {

@@ -647,6 +647,48 @@ fn two_programs_under_shmnet_run_talk_over_the_loopback_wire() {
     let _ = std::fs::remove_file(&sock);
 }
 
+/// iperf3 with both ends under `shmnet run` on one loopback server: TCP with four streams
+/// and reversed, and UDP (one stream, reversed) — every test moves bytes, and UDP at a
+/// rate both ends keep up with loses at most half (loss is counted, not the subject).
+#[test]
+fn iperf3_both_ends_under_shmnet_run_over_the_loopback_wire() {
+    library();
+    let (mut server, sock) = loopback_server("lo-iperf", &["--mtu", "16384"]);
+    let limit = Duration::from_secs(60);
+    let runs: [&[&str]; 4] = [
+        &["-P", "4"],
+        &["-R"],
+        &["-u", "-b", "50M", "-l", "1000"],
+        &["-u", "-b", "50M", "-l", "1000", "-R"],
+    ];
+    for extra in runs {
+        let what = format!("iperf3 {extra:?}, both ends under shmnet run");
+        let mut s = under_shmnet(&sock, "iperf3");
+        s.args(["-s", "-1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let s = s.spawn().expect("start iperf3 -s under shmnet run");
+        let out = until_it_connects(&what, || {
+            let mut c = under_shmnet(&sock, "iperf3");
+            c.args(["-c", "10.99.0.1", "-t", "1", "-J"]).args(extra);
+            c
+        });
+        if extra.contains(&"-u") {
+            let (sent, received) = iperf_udp(&out, &what);
+            assert!(
+                sent > 0 && received * 2 >= sent,
+                "{what}: {received} bytes received of {sent} sent"
+            );
+        } else {
+            assert!(iperf_received(&out, &what) > 0, "{what}: nothing received");
+        }
+        wait_ok(s, "iperf3 -s under shmnet run", limit);
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&sock);
+}
+
 /// A request–response conversation whose waits sleep every time (`SHMNET_SPIN=0`), under
 /// both isolations: every round trip completes. A look at the ring between a waiter's check
 /// of its sockets and its sleep once stranded a reply (the lost wake-up of the client

@@ -455,6 +455,28 @@ static void sending_a_file(void) {
     close(f);
 }
 
+/* MSG_PEEK and FIONREAD on a connection: bytes looked at stay for the read. */
+static void peeking(void) {
+    char buf[16] = {0};
+    int s = must_dial(6000, "peek");
+    if (write(s, "peekaboo", 8) != 8) die("peek write");
+    int n = 0;
+    for (int i = 0; i < 500 && n < 8; i++) {
+        ioctl(s, FIONREAD, &n);
+        if (n < 8) usleep(10000);
+    }
+    printf("peek: FIONREAD %d\n", n);
+    ssize_t r = recv(s, buf, 4, MSG_PEEK);
+    printf("peek: peeked %d %.4s\n", (int)r, buf);
+    struct pollfd p = {.fd = s, .events = POLLIN};
+    printf("peek: still readable %d\n", poll(&p, 1, 0));
+    r = recv(s, buf, sizeof buf, 0);
+    printf("peek: then read %d %.8s\n", (int)r, buf);
+    r = recv(s, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    printf("peek: then %s\n", r < 0 && errno == EAGAIN ? "EAGAIN" : "more");
+    close(s);
+}
+
 /* SO_RCVTIMEO bounds a blocking read and accept; getsockopt answers it back. */
 static void timeouts(void) {
     char buf[8];
@@ -532,5 +554,6 @@ int main(int argc, char **argv) {
     sending_a_file();
     fortified();
     timeouts();
+    peeking();
     return 0;
 }
