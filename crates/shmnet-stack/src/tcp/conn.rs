@@ -126,6 +126,11 @@ pub struct SegOut {
 
 /// The delayed-ACK timeout (RFC 9293 allows up to 500 ms; Linux's floor is 40 ms).
 const DELAYED_ACK_US: u32 = 40_000;
+/// In-order segments a new connection acknowledges at once before it delays its ACKs
+/// (Linux's quick-ACK mode, `TCP_MAX_QUICKACKS`): a peer's slow start grows without
+/// waiting on delayed ACKs, and a short response that a sender holds back under Nagle
+/// behind its first segment (a header, then a body) does not wait 40 ms for the ACK.
+const QUICK_ACKS: u8 = 16;
 /// Retransmissions of a SYN before the connection attempt fails (Linux: 6).
 const SYN_RETRIES: u8 = 6;
 /// How much older than TS.Recent (in our peers' timestamp ticks, milliseconds on Linux) a
@@ -223,6 +228,8 @@ pub struct Conn {
     /// Segments sent again (timer, duplicate ACKs, SACK holes), for `tcp_info`.
     retransmits: u32,
     unacked_segs: u8,
+    /// In-order segments still to be acknowledged at once ([`QUICK_ACKS`] at the start).
+    quick_acks: u8,
     flags: Flags,
     error: Option<CloseReason>,
     /// Who owns it: the application, or a listener until it is accepted.
@@ -360,6 +367,7 @@ impl Conn {
             retries: 0,
             retransmits: 0,
             unacked_segs: 0,
+            quick_acks: QUICK_ACKS,
             flags: Flags {
                 nodelay: cfg.nodelay,
                 ..Flags::default()
@@ -1262,7 +1270,8 @@ impl Conn {
                 self.autotune_rcv_buf(pool, seg, now, cfg, ctr);
             }
             self.unacked_segs = self.unacked_segs.saturating_add(1);
-            if had_ooo || self.unacked_segs >= 2 {
+            if had_ooo || self.unacked_segs >= 2 || self.quick_acks > 0 {
+                self.quick_acks = self.quick_acks.saturating_sub(1);
                 self.flags.ack_now = true;
             } else if self.ack_at.is_none() {
                 self.ack_at = Some(at(now, DELAYED_ACK_US));
