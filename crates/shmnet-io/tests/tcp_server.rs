@@ -495,3 +495,74 @@ fn backlog_bounds_what_is_announced_shared() {
 fn backlog_bounds_what_is_announced_ipc() {
     backlog_bounds_what_is_announced(Kind::Ipc);
 }
+
+/// A connection started without waiting (`tcp_connect_start`, a non-blocking `connect`)
+/// is not writable until its handshake ends, then connected; one the listener accepts and
+/// resets at once was still established first — `connected` says so, and the reset is the
+/// next call's (a blocking `connect` under `shmnet run` once failed with ECONNRESET when
+/// the reset came before it looked); one to a port nobody listens on is refused.
+fn connects_started_without_waiting(kind: Kind) {
+    let srv = server("connect-start", kind);
+    let path = srv.path.clone();
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let listener = std::thread::spawn(move || {
+        let c = Client::connect(&path).expect("attach the listener");
+        let l = c.tcp_listen(0, 16).expect("listen");
+        port_tx.send(l.port()).unwrap();
+        let s = l
+            .accept_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("accepted");
+        s.abort().expect("reset it");
+        // Stay attached until the connector has looked.
+        let _ = done_rx.recv_timeout(Duration::from_secs(30));
+    });
+    let to = SocketAddrV4::new(US, port_rx.recv().unwrap());
+    let c = Client::connect(&srv.path).expect("attach the connector");
+    let mut s = c.tcp_connect_start(to).expect("start a connect");
+    // Long enough for the handshake and the reset both to be queued before the first look.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        matches!(s.connected(), Ok(true)),
+        "{kind:?}: established before it was reset"
+    );
+    let mut buf = [0u8; 8];
+    let read = s.read_timeout(&mut buf, Duration::from_secs(10));
+    assert!(
+        matches!(read, Err(ClientError::Connection(TcpFailure::Reset))),
+        "{kind:?}: then the reset: {read:?}"
+    );
+    done_tx.send(()).unwrap();
+    listener.join().expect("the listener");
+    // Nobody listens on the port now: refused.
+    let mut r = c.tcp_connect_start(to).expect("start a connect");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let outcome = loop {
+        match r.connected() {
+            Ok(false) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(outcome, Err(ClientError::Connection(TcpFailure::Refused))),
+        "{kind:?}: refused: {outcome:?}"
+    );
+}
+
+#[test]
+fn connects_started_without_waiting_regions() {
+    connects_started_without_waiting(Kind::Regions);
+}
+
+#[test]
+fn connects_started_without_waiting_shared() {
+    connects_started_without_waiting(Kind::Shared);
+}
+
+#[test]
+fn connects_started_without_waiting_ipc() {
+    connects_started_without_waiting(Kind::Ipc);
+}

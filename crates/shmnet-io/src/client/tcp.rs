@@ -551,11 +551,13 @@ impl TcpStream {
             };
         }
         i.gather()?;
-        if let Some(&f) = i.tcp.failed.get(&self.id) {
-            i.tcp.connecting.remove(&self.id);
-            return Err(ClientError::Connection(f));
-        }
+        // A connection that was established and then failed (reset at once) connected:
+        // its Connected comes before its failure, and the failure is the next call's.
         if !i.tcp_has(self.id, |ev| matches!(ev, Some(TcpEvent::Connected))) {
+            if let Some(&f) = i.tcp.failed.get(&self.id) {
+                i.tcp.connecting.remove(&self.id);
+                return Err(ClientError::Connection(f));
+            }
             return Ok(false);
         }
         // The first thing that comes for a connecting socket is its Connected.
