@@ -122,6 +122,8 @@ struct Inner {
     /// Items (deliveries, events, completions) moved off the receive ring or the data
     /// socket so far: grows whenever a look found something ([`Client::gather`]).
     moved: u64,
+    /// Datagrams of UDP sockets dropped because too many waited unread ([`Client::udp_overflows`]).
+    udp_overflows: u64,
     /// The TCP sockets.
     tcp: tcp::Book,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
@@ -145,6 +147,11 @@ const SEND_FROM_PATIENCE: Duration = Duration::from_secs(10);
 /// Completions of sends by handle the library keeps that are not its own: the one a
 /// `send_from` awaits, and a few the server made up (dropped beyond this).
 const MAX_STRAY_COMPLETIONS: usize = 64;
+
+/// Under `--isolation shared`, deliveries held for later reads past which a UDP socket's
+/// oldest datagram is dropped (each holds a chain of the server's pool, whose buffers the
+/// driver receives every frame into).
+const HELD_SHARED: usize = 512;
 
 /// How many send buffers a writer short of memory waits for at once: a quarter of its pool,
 /// so that a writer that outruns the network is woken once per batch — as Linux wakes a
@@ -349,6 +356,7 @@ impl Client {
             gone: false,
             address,
             moved: 0,
+            udp_overflows: 0,
             tcp: tcp::Book::default(),
             alive_checked: Duration::ZERO,
             spin_polls: SPIN_POLLS,
@@ -476,6 +484,13 @@ impl Client {
             Some(Mode::Regions(own)) => (own.failed_sends, own.bad_deliveries),
             _ => (0, 0),
         }
+    }
+
+    /// Datagrams dropped here because the application left too many unread on UDP sockets
+    /// (each held receive memory its other sockets need: see `Inner::held_bound`), as a
+    /// kernel drops what overflows a socket's receive buffer.
+    pub fn udp_overflows(&self) -> u64 {
+        self.inner.borrow().udp_overflows
     }
 
     /// Whether the server runs the `ipc` structure (datagrams copied through the socket).
@@ -751,9 +766,29 @@ impl Inner {
         if Some(sock) == wanted {
             return Some(d);
         }
-        // Data holds memory of its own (see `pending`): always kept.
+        // Data holds memory of its own (see `pending`), memory every socket of the
+        // application receives into. A UDP socket that is not read would take all of it
+        // and starve the others (a TCP connection's bytes could then never be delivered):
+        // past a bound, its oldest datagram is dropped and counted, as a kernel drops what
+        // overflows a socket's receive buffer.
+        if !self.tcp.ids.contains(&sock) && self.pending.data() >= self.held_bound() {
+            if let Some(old) = self.pending.pop(sock) {
+                self.discard(old);
+                self.udp_overflows += 1;
+            }
+        }
         let _ = self.pending.push(sock, d);
         None
+    }
+
+    /// Deliveries held for later reads past which a UDP socket's oldest is dropped: three
+    /// quarters of the posted receive buffers (`regions`), or of what the app window's
+    /// deliveries may hold of the server's pool (`shared`).
+    fn held_bound(&self) -> usize {
+        match self.shm.as_ref().map(|s| &s.mode) {
+            Some(Mode::Regions(_)) => regions::POSTED_BUFFERS * 3 / 4,
+            _ => HELD_SHARED,
+        }
     }
 
     /// Copies delivery `d` into `buf` and gives its memory back, calling `hook` around the

@@ -566,3 +566,66 @@ fn connects_started_without_waiting_shared() {
 fn connects_started_without_waiting_ipc() {
     connects_started_without_waiting(Kind::Ipc);
 }
+
+/// A UDP socket the application never reads must not take all the memory its other
+/// sockets receive into: another application floods it while a connection of the same
+/// application waits for bytes, which must arrive. Past a bound the library drops the
+/// unread socket's oldest datagrams and counts them, as a kernel drops what overflows a
+/// socket's receive buffer. (Found by iperf3 -u -b 0 under `shmnet run`: after the test its
+/// server stopped reading the UDP socket, the datagrams still coming held every posted
+/// buffer, and the results on the control connection never reached it — both ends waited
+/// for ever.)
+fn an_unread_udp_socket_cannot_starve_a_connection(kind: Kind) {
+    const FLOOD: usize = 5_000;
+    let srv = server("unread-udp", kind);
+    let path = srv.path.clone();
+    let (ports_tx, ports_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let c = Client::connect(&path).expect("attach the reader");
+        let unread = c.udp_bind(0).expect("bind the unread socket");
+        let l = c.tcp_listen(0, 4).expect("listen");
+        ports_tx.send((unread.port(), l.port())).unwrap();
+        let mut s = l
+            .accept_timeout(Duration::from_secs(30))
+            .unwrap()
+            .expect("accepted");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16];
+        while got.len() < 5 {
+            match s.read_timeout(&mut buf, Duration::from_secs(10)) {
+                Ok(Some(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+                other => panic!("{kind:?}: the connection's bytes: {other:?}"),
+            }
+        }
+        let overflows = c.udp_overflows();
+        drop(unread);
+        (got, overflows)
+    });
+    let (udp_port, tcp_port) = ports_rx.recv().unwrap();
+    let c = Client::connect(&srv.path).expect("attach the flooder");
+    let u = c.udp_bind(0).expect("bind");
+    for _ in 0..FLOOD {
+        u.send_to(&[1u8; 100], SocketAddrV4::new(US, udp_port))
+            .expect("send");
+    }
+    let mut s = c
+        .tcp_connect(SocketAddrV4::new(US, tcp_port), Duration::from_secs(10))
+        .expect("connect");
+    s.write_all(b"hello").expect("write");
+    let (got, overflows) = reader.join().expect("the reader");
+    assert_eq!(got, b"hello", "{kind:?}");
+    assert!(
+        overflows > 0,
+        "{kind:?}: the flood was bounded ({overflows} dropped)"
+    );
+}
+
+#[test]
+fn an_unread_udp_socket_cannot_starve_a_connection_regions() {
+    an_unread_udp_socket_cannot_starve_a_connection(Kind::Regions);
+}
+
+#[test]
+fn an_unread_udp_socket_cannot_starve_a_connection_shared() {
+    an_unread_udp_socket_cannot_starve_a_connection(Kind::Shared);
+}

@@ -260,19 +260,7 @@ pub unsafe extern "C" fn accept4(
                         nonblock: flags & libc::SOCK_NONBLOCK != 0,
                         ..Opts::default()
                     };
-                    st.install(
-                        nfd,
-                        Sock::Stream {
-                            s,
-                            local,
-                            opts,
-                            shut_rd: false,
-                            shut_wr: false,
-                            failed: false,
-                            in_progress: false,
-                            peeked: Vec::new(),
-                        },
-                    );
+                    st.install(nfd, Sock::stream(s, local, opts, false));
                     return nfd;
                 }
                 Ok(None) if lopts.nonblock => {
@@ -353,19 +341,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
             s.local_port(),
         );
         debug!("connect({fd}, {to}) through the server from {local}");
-        st.install(
-            fd,
-            Sock::Stream {
-                s,
-                local,
-                opts,
-                shut_rd: false,
-                shut_wr: false,
-                failed: false,
-                in_progress: opts.nonblock,
-                peeked: Vec::new(),
-            },
-        );
+        st.install(fd, Sock::stream(s, local, opts, opts.nonblock));
         st.note_moves();
         if opts.nonblock {
             return fail(libc::EINPROGRESS);

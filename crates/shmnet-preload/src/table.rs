@@ -166,6 +166,20 @@ impl Opts {
 }
 
 impl Sock {
+    /// A connection of the server's, just made (`in_progress`: by a non-blocking connect).
+    pub(crate) fn stream(s: TcpStream, local: SocketAddrV4, opts: Opts, in_progress: bool) -> Self {
+        Sock::Stream {
+            s,
+            local,
+            opts,
+            shut_rd: false,
+            shut_wr: false,
+            failed: false,
+            in_progress,
+            peeked: Vec::new(),
+        }
+    }
+
     pub(crate) fn opts(&self) -> &Opts {
         match self {
             Sock::Undecided { opts, .. }

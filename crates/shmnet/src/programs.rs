@@ -156,8 +156,15 @@ fn until_it_runs(what: &str, mut make: impl FnMut() -> Result<Command>) -> Resul
     }
 }
 
-/// iperf3, one TCP stream for `secs`: the receiver's Gbit/s.
-fn iperf3(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<f64> {
+/// One iperf3 test of `secs` with `extra` options (a one-off `iperf3 -s` started for it on
+/// `port`): the client's JSON report.
+fn iperf3_run(
+    sock: Option<&Path>,
+    host: &str,
+    port: u16,
+    secs: f64,
+    extra: &[&str],
+) -> Result<serde_json::Value> {
     let p = port.to_string();
     let _server = Running(
         program(sock, "iperf3")?
@@ -170,10 +177,15 @@ fn iperf3(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<f64> 
     let t = format!("{secs}");
     let out = until_it_runs("iperf3 -c", || {
         let mut c = program(sock, "iperf3")?;
-        c.args(["-c", host, "-p", &p, "-t", &t, "-J"]);
+        c.args(["-c", host, "-p", &p, "-t", &t, "-J"]).args(extra);
         Ok(c)
     })?;
-    let v: serde_json::Value = serde_json::from_str(&out).context("iperf3's JSON")?;
+    serde_json::from_str(&out).context("iperf3's JSON")
+}
+
+/// iperf3, one TCP stream for `secs`: the receiver's Gbit/s.
+fn iperf3(sock: Option<&Path>, host: &str, port: u16, secs: f64) -> Result<f64> {
+    let v = iperf3_run(sock, host, port, secs, &[])?;
     v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .map(|b| b / 1e9)
@@ -195,23 +207,7 @@ fn iperf3_udp(
         || "0".to_string(),
         |k| format!("{}", (k * 1e3 * 64.0 * 8.0) as u64),
     );
-    let p = port.to_string();
-    let _server = Running(
-        program(sock, "iperf3")?
-            .args(["-s", "-1", "-p", &p])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting iperf3 -s (is iperf3 installed? scripts/setup installs it)")?,
-    );
-    let t = format!("{secs}");
-    let out = until_it_runs("iperf3 -c -u", || {
-        let mut c = program(sock, "iperf3")?;
-        c.args(["-c", host, "-p", &p, "-t", &t, "-J"])
-            .args(["-u", "-l", "64", "-b", &rate]);
-        Ok(c)
-    })?;
-    let v: serde_json::Value = serde_json::from_str(&out).context("iperf3's JSON")?;
+    let v = iperf3_run(sock, host, port, secs, &["-u", "-l", "64", "-b", &rate])?;
     let sum = &v["end"]["sum"];
     let field = |k: &str| {
         sum[k]

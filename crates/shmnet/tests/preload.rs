@@ -592,7 +592,30 @@ fn started(mut cmd: Command, what: &str) -> (std::process::Child, String) {
 
 /// `shmnet serve --driver loopback` on 10.99.0.1 (and `extra` options), its control
 /// socket once it exists.
-fn loopback_server(tag: &str, extra: &[&str]) -> (std::process::Child, String) {
+/// A child process killed (and reaped) when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback server ([`loopback_server`]): stopped, and its socket file removed, when
+/// dropped.
+struct LoopbackServer {
+    _child: Killed,
+    sock: String,
+}
+
+impl Drop for LoopbackServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+fn loopback_server(tag: &str, extra: &[&str]) -> (LoopbackServer, String) {
     let sock = std::env::temp_dir()
         .join(format!("shmnet-pre-{}-{tag}.sock", std::process::id()))
         .to_str()
@@ -614,7 +637,11 @@ fn loopback_server(tag: &str, extra: &[&str]) -> (std::process::Child, String) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child, sock)
+    let server = LoopbackServer {
+        _child: Killed(child),
+        sock: sock.clone(),
+    };
+    (server, sock)
 }
 
 /// Two programs under `shmnet run` on one server talk at its address, as over Linux's
@@ -622,7 +649,7 @@ fn loopback_server(tag: &str, extra: &[&str]) -> (std::process::Child, String) {
 #[test]
 fn two_programs_under_shmnet_run_talk_over_the_loopback_wire() {
     library();
-    let (mut server, sock) = loopback_server("lo-wire", &["--mtu", "16384"]);
+    let (_server, sock) = loopback_server("lo-wire", &["--mtu", "16384"]);
     let file = random_file(16 << 20, "pre-lo");
     let got = std::env::temp_dir().join(format!("shmnet-pre-{}-lo-got", std::process::id()));
     let mut listen = under_shmnet(&sock, "nc");
@@ -640,11 +667,8 @@ fn two_programs_under_shmnet_run_talk_over_the_loopback_wire() {
     });
     wait_ok(listen, "nc -l under shmnet run", Duration::from_secs(60));
     same_file(&file, &got, "nc → nc over the loopback wire");
-    let _ = server.kill();
-    let _ = server.wait();
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&got);
-    let _ = std::fs::remove_file(&sock);
 }
 
 /// iperf3 with both ends under `shmnet run` on one loopback server: TCP with four streams
@@ -653,7 +677,7 @@ fn two_programs_under_shmnet_run_talk_over_the_loopback_wire() {
 #[test]
 fn iperf3_both_ends_under_shmnet_run_over_the_loopback_wire() {
     library();
-    let (mut server, sock) = loopback_server("lo-iperf", &["--mtu", "16384"]);
+    let (_server, sock) = loopback_server("lo-iperf", &["--mtu", "16384"]);
     let limit = Duration::from_secs(60);
     let runs: [&[&str]; 4] = [
         &["-P", "4"],
@@ -684,9 +708,6 @@ fn iperf3_both_ends_under_shmnet_run_over_the_loopback_wire() {
         }
         wait_ok(s, "iperf3 -s under shmnet run", limit);
     }
-    let _ = server.kill();
-    let _ = server.wait();
-    let _ = std::fs::remove_file(&sock);
 }
 
 /// A request–response conversation whose waits sleep every time (`SHMNET_SPIN=0`), under
@@ -719,12 +740,12 @@ else:
     print("done", n)
 "#;
     for isolation in ["regions", "shared"] {
-        let (mut server, sock) =
+        let (_server, sock) =
             loopback_server(&format!("sleepy-{isolation}"), &["--isolation", isolation]);
         let mut echo = under_shmnet(&sock, "python3");
         echo.env("SHMNET_SPIN", "0")
             .args(["-c", conversation, "s", "7000", "0"]);
-        let (mut echo, _) = started(echo, "the echo under shmnet run");
+        let (echo, _) = started(echo, "the echo under shmnet run");
         let mut talk = under_shmnet(&sock, "python3");
         talk.env("SHMNET_SPIN", "0").args([
             "-c",
@@ -739,11 +760,7 @@ else:
             Duration::from_secs(60),
         );
         assert_eq!(out.trim(), format!("done {ROUND_TRIPS}"), "{isolation}");
-        let _ = echo.kill();
-        let _ = echo.wait();
-        let _ = server.kill();
-        let _ = server.wait();
-        let _ = std::fs::remove_file(&sock);
+        drop(Killed(echo));
     }
 }
 
@@ -869,15 +886,16 @@ else:
         os.close(rd); os.close(wr)
     print("done", rounds)
 "#;
-    let (mut server, sock) = loopback_server("threads", &["--mtu", "16384"]);
+    let (_server, sock) = loopback_server("threads", &["--mtu", "16384"]);
     let mut echo = under_shmnet(&sock, "python3");
     echo.args(["-c", PROGRAM, "s", "7300"]);
-    let (mut echo, _) = started(echo, "the threaded echo under shmnet run");
+    let (echo, _) = started(echo, "the threaded echo under shmnet run");
+    let _echo = Killed(echo);
     let out_path = std::env::temp_dir().join(format!("shmnet-pre-{}-threads", std::process::id()));
     let start = Instant::now();
     // Reaped below by wait4, which also reports its CPU time.
     #[allow(clippy::zombie_processes)]
-    let mut client = under_shmnet(&sock, "python3")
+    let client = under_shmnet(&sock, "python3")
         .env("SHMNET_SPIN", "0")
         .args(["-c", PROGRAM, "c", "7300", "200"])
         .stdout(std::fs::File::create(&out_path).unwrap())
@@ -895,10 +913,8 @@ else:
             break (status, tv(usage.ru_utime) + tv(usage.ru_stime));
         }
         if start.elapsed() > Duration::from_secs(60) {
-            for c in [&mut client, &mut echo, &mut server] {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
+            // The echo and the server go with their guards.
+            drop(Killed(client));
             panic!("the threaded client hung: a thread blocked in recv was never woken");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -915,11 +931,6 @@ else:
         cpu < 0.5 * wall,
         "the client's threads kept waking: {cpu:.2} s of CPU in {wall:.2} s"
     );
-    let _ = echo.kill();
-    let _ = echo.wait();
-    let _ = server.kill();
-    let _ = server.wait();
-    let _ = std::fs::remove_file(&sock);
 }
 
 /// socat under `shmnet run` relays a Linux client's stream to a Linux listener: both of its

@@ -17,12 +17,14 @@ pub(super) const MAX_HELD_EVENTS: usize = 4 << 16;
 
 /// Per-socket queues of deliveries and events.
 ///
-/// Invariant: `events` is the number of event descriptors in `queues`.
+/// Invariant: `events` is the number of event descriptors in `queues`, `data` the number
+/// of the others (deliveries, each holding receive memory).
 #[derive(Default)]
 pub(super) struct Pending {
     /// By socket number (Fx: a small integer key looked up per delivery).
     queues: FxHashMap<u16, VecDeque<Desc>>,
     events: usize,
+    data: usize,
 }
 
 impl Pending {
@@ -34,9 +36,16 @@ impl Pending {
                 return false;
             }
             self.events += 1;
+        } else {
+            self.data += 1;
         }
         self.queues.entry(sock).or_default().push_back(d);
         true
+    }
+
+    /// Deliveries held (each holds receive memory), over every socket.
+    pub(super) fn data(&self) -> usize {
+        self.data
     }
 
     /// The oldest item kept for `sock`.
@@ -44,6 +53,8 @@ impl Pending {
         let d = self.queues.get_mut(&sock)?.pop_front()?;
         if is_event(&d) {
             self.events -= 1;
+        } else {
+            self.data -= 1;
         }
         Some(d)
     }
@@ -51,7 +62,9 @@ impl Pending {
     /// Everything kept for `sock`, taken out.
     pub(super) fn take(&mut self, sock: u16) -> VecDeque<Desc> {
         let q = self.queues.remove(&sock).unwrap_or_default();
-        self.events -= q.iter().filter(|d| is_event(d)).count();
+        let events = q.iter().filter(|d| is_event(d)).count();
+        self.events -= events;
+        self.data -= q.len() - events;
         q
     }
 
