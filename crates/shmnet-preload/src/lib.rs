@@ -18,8 +18,12 @@
 //! - `sockets`, `io`, `opts`, `polling`: the calls a program makes, each an `extern "C"`
 //!   function of the C library's name and signature; [`udp`] what they do on a UDP socket.
 //!
+//! - [`api`]: the library's own two calls, `shmnet_present` and `shmnet_fd_carried`,
+//!   declared for C in `include/shmnet.h` (a program may link the library directly).
+//!
 //! What is carried and what is not yet is in docs/preload.md.
 
+mod api;
 mod config;
 mod dup;
 mod epoll;

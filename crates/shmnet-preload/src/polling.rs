@@ -77,13 +77,8 @@ pub unsafe extern "C" fn ppoll(
 ///
 /// # Safety
 /// Each set null or valid.
-unsafe fn to_pollfds(
-    n: c_int,
-    r: *mut fd_set,
-    w: *mut fd_set,
-    e: *mut fd_set,
-) -> (Vec<pollfd>, bool) {
-    let mut v = Vec::new();
+unsafe fn to_pollfds(n: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set) -> (Pollfds, bool) {
+    let mut v = Pollfds::new();
     let mut shmnet = false;
     for fd in 0..n.clamp(0, libc::FD_SETSIZE as c_int) {
         // SAFETY: each set is null or valid (the caller's contract); fd < FD_SETSIZE.
@@ -115,6 +110,25 @@ unsafe fn to_pollfds(
         });
     }
     (v, shmnet)
+}
+
+/// A select's descriptors as pollfds: on the stack for the usual few.
+type Pollfds = smallvec::SmallVec<[pollfd; 16]>;
+
+/// Whether any of the server's sockets is in the sets at or past `FD_SETSIZE` (a program
+/// that passes `n` past it sizes its sets for `n` bits, as the kernel reads them).
+///
+/// # Safety
+/// Each set null or valid for `n` bits.
+unsafe fn shmnet_past_setsize(n: c_int, r: *mut fd_set, w: *mut fd_set, e: *mut fd_set) -> bool {
+    let bits = 8 * std::mem::size_of::<libc::c_ulong>();
+    (libc::FD_SETSIZE as c_int..n).any(|fd| {
+        let (word, bit) = (fd as usize / bits, fd as usize % bits);
+        [r, w, e].iter().any(|&set| {
+            // SAFETY: the caller's contract: a set holds `n` bits, so word `word` is in it.
+            !set.is_null() && unsafe { *set.cast::<libc::c_ulong>().add(word) } >> bit & 1 == 1
+        }) && table::marked(fd) == Mark::Shmnet
+    })
 }
 
 /// Writes poll's answers back into the sets (cleared first); returns the bits set.
@@ -154,7 +168,7 @@ unsafe fn from_pollfds(fds: &[pollfd], r: *mut fd_set, w: *mut fd_set, e: *mut f
 /// # Safety
 /// Each set null or valid.
 unsafe fn select_mixed(
-    mut fds: Vec<pollfd>,
+    mut fds: Pollfds,
     r: *mut fd_set,
     w: *mut fd_set,
     e: *mut fd_set,
@@ -182,7 +196,8 @@ pub unsafe extern "C" fn select(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let (fds, shmnet) = unsafe { to_pollfds(n, r, w, e) };
-    if shmnet && n > libc::FD_SETSIZE as c_int {
+    // SAFETY: the caller's contract: the sets hold `n` bits.
+    if n > libc::FD_SETSIZE as c_int && (shmnet || unsafe { shmnet_past_setsize(n, r, w, e) }) {
         // Past FD_SETSIZE the sets are the program's own size: refused when a server
         // socket is in them, passed on untouched when none is.
         return fail(libc::EINVAL);
@@ -214,7 +229,8 @@ pub unsafe extern "C" fn pselect(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let (fds, shmnet) = unsafe { to_pollfds(n, r, w, e) };
-    if shmnet && n > libc::FD_SETSIZE as c_int {
+    // SAFETY: the caller's contract: the sets hold `n` bits.
+    if n > libc::FD_SETSIZE as c_int && (shmnet || unsafe { shmnet_past_setsize(n, r, w, e) }) {
         // Past FD_SETSIZE the sets are the program's own size: refused when a server
         // socket is in them, passed on untouched when none is.
         return fail(libc::EINVAL);

@@ -858,6 +858,58 @@ http {{ access_log off; sendfile on;
     let _ = std::fs::remove_file(&big);
 }
 
+/// A C program linked with the library directly (`-lshmnet_preload`, no LD_PRELOAD, the
+/// server named by `SHMNET_SERVER`), asking through `shmnet.h` what it got: a server is
+/// there, its UDP and TCP sockets are carried and a pipe is not, bytes cross a connection to
+/// itself, and `select` refuses a server socket past `FD_SETSIZE` cleanly where `poll`
+/// takes it.
+#[test]
+fn a_program_linked_with_the_library_asks_what_it_carries() {
+    const TEST: &str = "a_program_linked_with_the_library_asks_what_it_carries";
+    let lib = library();
+    let dir = lib.parent().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = std::env::temp_dir().join(format!("shmnet-direct-{}", std::process::id()));
+    let Ok(out) = Command::new("cc")
+        .args(["-O1", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(root.join("tests/c/direct.c"))
+        .arg("-I")
+        .arg(root.join("../shmnet-preload/include"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-lshmnet_preload")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+    else {
+        shmnet_testkit::skip(TEST, "no C compiler (cc): scripts/setup installs gcc");
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "cc direct.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_server, sock) = loopback_server("direct", &[]);
+    let mut run = Command::new(&exe);
+    run.env("SHMNET_SERVER", &sock).env_remove("LD_PRELOAD");
+    let got = run_ok(run, "direct.c", Duration::from_secs(30));
+    let _ = std::fs::remove_file(&exe);
+    let carried = "present: 1\n\
+         a pipe carried: 0\n\
+         a UDP socket sent off loopback carried: 1\n\
+         a listener, a connection and the one it accepted carried: 1 1 1\n\
+         read: direct\n";
+    let rest = got
+        .strip_prefix(carried)
+        .unwrap_or_else(|| panic!("direct.c said:\n{got}"));
+    if let Some(why) = rest.strip_prefix("select past FD_SETSIZE: not tried") {
+        // A hard fd limit under 1,501 leaves no room to place a socket there.
+        shmnet_testkit::skip(TEST, &format!("select past FD_SETSIZE{}", why.trim_end()));
+        return;
+    }
+    assert_eq!(rest, "select past FD_SETSIZE: EINVAL\npoll takes it: 1\n");
+}
+
 /// A request–response conversation whose waits sleep every time (`SHMNET_SPIN=0`), under
 /// both isolations: every round trip completes. A look at the ring between a waiter's check
 /// of its sockets and its sleep once stranded a reply (the lost wake-up of the client
