@@ -137,6 +137,12 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
             for (item, &i) in items.iter().zip(&at) {
                 let had = fds[i].revents != 0;
                 fds[i].revents |= revents(fds[i].events, item.ready());
+                if let PollSocket::Stream(s) = item.socket()
+                    && s.failure().is_some()
+                {
+                    // As Linux reports a reset or refused connection, whatever was asked.
+                    fds[i].revents |= libc::POLLERR | libc::POLLHUP;
+                }
                 ready += c_int::from(fds[i].revents != 0 && !had);
             }
         }

@@ -92,6 +92,11 @@ impl<'a> PollItem<'a> {
     pub fn ready(&self) -> Interest {
         self.ready
     }
+
+    /// The socket it looks at.
+    pub fn socket(&self) -> PollSocket<'a> {
+        self.socket
+    }
 }
 
 impl Client {

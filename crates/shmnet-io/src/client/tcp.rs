@@ -581,6 +581,18 @@ impl TcpStream {
         &self.inner
     }
 
+    /// How the connection failed, if the library has seen it fail (a reset, a refused or
+    /// timed-out handshake); bytes that came before the failure may still be there to read.
+    pub fn failure(&self) -> Option<TcpFailure> {
+        self.inner
+            .try_borrow()
+            .ok()?
+            .tcp
+            .failed
+            .get(&self.id)
+            .copied()
+    }
+
     /// The peer's address.
     pub fn peer_addr(&self) -> SocketAddrV4 {
         self.peer

@@ -200,6 +200,10 @@ static void broken_pipe(void) {
     signal(SIGPIPE, on_sigpipe);
     int s = must_dial(6002, "sigpipe");
     usleep(300 * 1000); /* the reset arrives */
+    struct pollfd p = {.fd = s, .events = POLLIN};
+    poll(&p, 1, 5000);
+    printf("sigpipe: the reset polls %s\n",
+           (p.revents & (POLLERR | POLLHUP)) == (POLLERR | POLLHUP) ? "POLLERR|POLLHUP" : "no error bits");
     int err = 0;
     for (int i = 0; i < 100 && err != EPIPE; i++) {
         if (write(s, data, sizeof data) < 0) {
@@ -301,8 +305,9 @@ static void nonblocking_connect(void) {
     poll(&p, 1, 5000);
     len = sizeof err;
     getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
-    printf("refused-nb: %s, SO_ERROR %s\n", r < 0 && errno == EINPROGRESS ? "EINPROGRESS" : "?",
-           err == ECONNREFUSED ? "ECONNREFUSED" : strerror(err));
+    printf("refused-nb: %s, SO_ERROR %s, %s\n", r < 0 && errno == EINPROGRESS ? "EINPROGRESS" : "?",
+           err == ECONNREFUSED ? "ECONNREFUSED" : strerror(err),
+           (p.revents & (POLLERR | POLLHUP)) == (POLLERR | POLLHUP) ? "POLLERR|POLLHUP" : "no error bits");
     close(s);
     s = dial(6009, 0);
     printf("refused: %s\n", s == -ECONNREFUSED ? "ECONNREFUSED" : "?");
