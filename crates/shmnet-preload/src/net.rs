@@ -81,9 +81,40 @@ pub(crate) unsafe fn write_v4(a: SocketAddrV4, v6: bool, addr: *mut sockaddr, le
     }
 }
 
-/// Whether connections to (or listeners on) `ip` are the kernel's: loopback.
-pub(crate) fn kernels(ip: Ipv4Addr) -> bool {
-    ip.is_loopback()
+/// Whether connections and datagrams to `ip` are the kernel's: loopback, or an address of
+/// one of this host's own interfaces (read once, at the first look) — unless it is the
+/// server's own address (`server`), which the server answers for.
+pub(crate) fn kernels(ip: Ipv4Addr, server: Option<Ipv4Addr>) -> bool {
+    ip.is_loopback() || (Some(ip) != server && host_addresses().contains(&ip))
+}
+
+/// The IPv4 addresses of this host's interfaces, from `getifaddrs` at the first call.
+fn host_addresses() -> &'static [Ipv4Addr] {
+    static ADDRS: std::sync::OnceLock<Vec<Ipv4Addr>> = std::sync::OnceLock::new();
+    ADDRS.get_or_init(|| {
+        let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+        // SAFETY: getifaddrs writes a list head we free below; on failure it writes nothing.
+        if unsafe { libc::getifaddrs(&raw mut head) } != 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut at = head;
+        // SAFETY: walks the list getifaddrs made, each node and address valid until freed.
+        while let Some(ifa) = unsafe { at.as_ref() } {
+            // SAFETY: the node's address is null or valid (as above).
+            if let Some(sa) = unsafe { ifa.ifa_addr.as_ref() }
+                && c_int::from(sa.sa_family) == libc::AF_INET
+            {
+                // SAFETY: an AF_INET address is a sockaddr_in.
+                let sin = unsafe { &*ifa.ifa_addr.cast::<sockaddr_in>() };
+                out.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+            }
+            at = ifa.ifa_next;
+        }
+        // SAFETY: the list getifaddrs made, freed once.
+        unsafe { libc::freeifaddrs(head) };
+        out
+    })
 }
 
 /// The call a client error happened in, which decides its `errno`.

@@ -305,7 +305,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     guarded(|| {
         let mut st = table::lock();
         let v6only = st.sock(fd).is_some_and(|s| s.opts().v6_only());
-        let Some(to) = to.filter(|a| !v6only && !net::kernels(*a.ip())) else {
+        let Some(to) = to.filter(|a| !v6only && !net::kernels(*a.ip(), st.server_address())) else {
             st.release(fd);
             drop(st);
             debug!("connect({fd}, {to:?}): the kernel's");

@@ -229,12 +229,13 @@ pub(crate) unsafe fn reconnect(fd: c_int, addr: *const sockaddr, len: socklen_t)
     let to = unsafe { net::read_v4(addr, len) };
     guarded(|| {
         let mut st = table::lock();
+        let server = st.server_address();
         let Some(Sock::Udp(u)) = st.sock_mut(fd) else {
             return fail(libc::EISCONN);
         };
         u.peer = match to {
             _ if unspec => None,
-            Some(to) if !net::kernels(*to.ip()) && !to.ip().is_unspecified() => Some(to),
+            Some(to) if !net::kernels(*to.ip(), server) && !to.ip().is_unspecified() => Some(to),
             _ => return fail(libc::ENETUNREACH),
         };
         debug!("connect({fd}, {:?}): UDP peer", u.peer);
@@ -451,7 +452,7 @@ pub(crate) fn send(
         let Some(dest) = to.or(u.peer) else {
             return Err(libc::EDESTADDRREQ);
         };
-        if net::kernels(*dest.ip()) || dest.ip().is_unspecified() {
+        if net::kernels(*dest.ip(), st.server_address()) || dest.ip().is_unspecified() {
             return Err(libc::ENETUNREACH);
         }
         let Some(p) = st.udp_ports.get(&u.port) else {
@@ -486,7 +487,9 @@ pub(crate) fn decide_by_send(fd: c_int, to: Option<SocketAddrV4>) -> bool {
         if !udp_v4 {
             return 0;
         }
-        let Some(to) = to.filter(|a| !net::kernels(*a.ip()) && !a.ip().is_unspecified()) else {
+        let Some(to) =
+            to.filter(|a| !net::kernels(*a.ip(), st.server_address()) && !a.ip().is_unspecified())
+        else {
             st.release(fd);
             debug!("sendto({fd}, {to:?}): UDP, the kernel's");
             return 0;

@@ -253,8 +253,9 @@ fn with_no_server_the_first_socket_fails_and_says_why() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "made");
 }
 
-/// Loopback stays the kernel's: a program under `shmnet run`, attached to a server, talks to
-/// itself over 127.0.0.1.
+/// Loopback and the host's own addresses stay the kernel's: a program under `shmnet run`,
+/// attached to a server, talks to itself over 127.0.0.1 and over an address of one of the
+/// host's interfaces, by TCP and by UDP.
 #[test]
 fn loopback_stays_the_kernels_under_shmnet_run() {
     const TEST: &str = "loopback_stays_the_kernels_under_shmnet_run";
@@ -262,21 +263,47 @@ fn loopback_stays_the_kernels_under_shmnet_run() {
         return;
     };
     let program = r#"
-import socket
-l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
-c = socket.create_connection(l.getsockname(), timeout=10)
-a, _ = l.accept()
-c.sendall(b"over loopback"); c.shutdown(socket.SHUT_WR)
-print(a.recv(100).decode())
+import socket, sys
+for host, what in [("127.0.0.1", "over loopback"), (sys.argv[1], "to the host's own address")]:
+    if host == "-":
+        print(what, "(no address)"); continue
+    l = socket.socket(); l.bind((host, 0)); l.listen(1)
+    c = socket.create_connection(l.getsockname(), timeout=10)
+    a, _ = l.accept()
+    c.sendall(what.encode()); c.shutdown(socket.SHUT_WR)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((host, 0))
+    v = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); v.settimeout(10)
+    v.sendto(b"d", u.getsockname())
+    print(a.recv(100).decode(), "and a datagram" if u.recv(10) == b"d" else "")
 "#;
+    // An address of this host's own (its first global one), if it has any.
+    let host = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .skip_while(|w| *w != "inet")
+                .nth(1)
+                .and_then(|a| a.split('/').next().map(str::to_string))
+        })
+        .unwrap_or_else(|| "-".into());
     let mut c = under_shmnet(&sock, "python3");
-    c.args(["-c", program]);
+    c.args(["-c", program, &host]);
     let out = run_ok(
         c,
-        "python3 on loopback under shmnet run",
+        "python3 on loopback and the host's address under shmnet run",
         Duration::from_secs(30),
     );
-    assert_eq!(out.trim(), "over loopback");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("over loopback and a datagram"));
+    let second = lines.next().unwrap_or_default();
+    assert!(
+        second == "to the host's own address and a datagram"
+            || (host == "-" && second.ends_with("(no address)")),
+        "{host}: {second}"
+    );
 }
 
 /// iperf3's JSON report: bytes the receiving end counted over the run, summed over streams.
