@@ -81,21 +81,48 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
     guarded(|| {
         loop {
             let mut st = table::lock();
-            let (s, peeked, nonblock, shut_rd) = match st.sock_mut(fd) {
+            let (s, peeked, deferred, nonblock, shut_rd) = match st.sock_mut(fd) {
                 Some(Sock::Stream {
                     s,
                     opts,
                     shut_rd,
                     peeked,
+                    deferred,
                     ..
-                }) => (s, peeked, opts.nonblock, *shut_rd),
+                }) => (s, peeked, deferred, opts.nonblock, *shut_rd),
                 _ => return fail(libc::ENOTCONN),
             };
+            if !peek
+                && got == 0
+                && let Some(e) = deferred.take()
+            {
+                return fail(e);
+            }
             if shut_rd || buf.is_empty() {
                 return got as ssize_t;
             }
             let want = buf.len() - got;
-            let read = take_bytes(s, peeked, &mut buf[got..], peek);
+            let mut read = take_bytes(s, peeked, &mut buf[got..], peek);
+            if !peek
+                && let Ok(Some(n)) = read
+                && n > 0
+            {
+                // What is there already goes into the rest of the buffer too, as the
+                // kernel's read copies all it has: one call, not one per delivery. The end
+                // of the stream or a failure after these bytes is the next read's.
+                let mut total = n;
+                while total < want {
+                    match take_bytes(s, peeked, &mut buf[got + total..], false) {
+                        Ok(Some(m)) if m > 0 => total += m,
+                        Err(e) => {
+                            *deferred = Some(net::errno_of(&e, Call::Read));
+                            break;
+                        }
+                        _ => break,
+                    }
+                }
+                read = Ok(Some(total));
+            }
             if matches!(read, Ok(Some(n)) if n > 0 && n < want) {
                 // Likely all there was: an edge-triggered watch reports the next bytes.
                 st.drained(fd, libc::EPOLLIN as u32);

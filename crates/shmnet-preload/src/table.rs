@@ -16,6 +16,7 @@
 //! library is single-threaded, so a program's threads take turns at it, and no thread sleeps
 //! holding it ([`crate::wait`]).
 
+use libc::c_int;
 use rustc_hash::FxHasher;
 use shmnet_io::client::{Client, TcpListener, TcpStream};
 use std::collections::HashMap;
@@ -153,6 +154,8 @@ pub(crate) enum Sock {
         /// Bytes taken off the stream by `MSG_PEEK` or `FIONREAD` and not yet read: the
         /// next reads take them first ([`crate::io`]).
         peeked: Vec<u8>,
+        /// A failure found by a read that returned bytes before it: the next read's.
+        deferred: Option<c_int>,
     },
     /// A UDP socket of the server.
     Udp(UdpSock),
@@ -177,6 +180,7 @@ impl Sock {
             failed: false,
             in_progress,
             peeked: Vec::new(),
+            deferred: None,
         }
     }
 

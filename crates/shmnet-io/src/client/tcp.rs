@@ -649,6 +649,12 @@ impl TcpStream {
                 return Err(ClientError::Refused("the stream is closed".into()));
             }
             let Some(item) = i.tcp_next(self.id, deadline)? else {
+                if i.tcp.failed.contains_key(&self.id) {
+                    // The failure was read already (its event said it once): from now on
+                    // the stream reads as ended, as Linux's reads give 0 after the error.
+                    self.eof = true;
+                    return Ok(Some(0));
+                }
                 return Ok(None);
             };
             match item {

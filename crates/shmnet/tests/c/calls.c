@@ -223,6 +223,20 @@ static void broken_pipe(void) {
     signal(SIGPIPE, SIG_DFL);
 }
 
+/* Reads of a connection the peer ended with a FIN and then a reset: the first read ends
+ * (Linux returns the end of the stream; shmnet may say ECONNRESET first), and later reads
+ * return the end, never wait. */
+static void reset_reads(void) {
+    char buf[8];
+    int s = must_dial(6002, "reset-read");
+    usleep(300 * 1000); /* the reset arrives */
+    ssize_t r = read(s, buf, sizeof buf);
+    printf("reset-read: %s", r == 0 || (r < 0 && errno == ECONNRESET) ? "ended" : "?");
+    r = read(s, buf, sizeof buf);
+    printf(", then %d\n", (int)r);
+    close(s);
+}
+
 static void duplicate(void) {
     char buf[16];
     int s = must_dial(6000, "dup");
@@ -550,6 +564,7 @@ int main(int argc, char **argv) {
     epoll_edge();
     half_close();
     broken_pipe();
+    reset_reads();
     duplicate();
     forking();
     names();
