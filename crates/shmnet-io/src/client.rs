@@ -124,6 +124,8 @@ struct Inner {
     moved: u64,
     /// Datagrams of UDP sockets dropped because too many waited unread ([`Client::udp_overflows`]).
     udp_overflows: u64,
+    /// Per socket, when a receive last looked for a delivery of its own (coarse clock).
+    last_read: FxHashMap<u16, Duration>,
     /// The TCP sockets.
     tcp: tcp::Book,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
@@ -152,6 +154,11 @@ const MAX_STRAY_COMPLETIONS: usize = 64;
 /// oldest datagram is dropped (each holds a chain of the server's pool, whose buffers the
 /// driver receives every frame into).
 const HELD_SHARED: usize = 512;
+
+/// How long a UDP socket goes without a receive looking at it before it counts as not being
+/// read, and its held datagrams may be dropped while too many are held (see
+/// `Inner::stash_unless`): a reader that keeps reading keeps its bursts.
+const UNREAD_AFTER: Duration = Duration::from_millis(50);
 
 /// How many send buffers a writer short of memory waits for at once: a quarter of its pool,
 /// so that a writer that outruns the network is woken once per batch — as Linux wakes a
@@ -357,6 +364,7 @@ impl Client {
             address,
             moved: 0,
             udp_overflows: 0,
+            last_read: FxHashMap::default(),
             tcp: tcp::Book::default(),
             alive_checked: Duration::ZERO,
             spin_polls: SPIN_POLLS,
@@ -484,6 +492,14 @@ impl Client {
             Some(Mode::Regions(own)) => (own.failed_sends, own.bad_deliveries),
             _ => (0, 0),
         }
+    }
+
+    /// What a wait outside the client (a sockets library's `poll`) does before it sleeps:
+    /// while too many deliveries are held, drops the datagrams of UDP sockets not being read
+    /// (see [`Client::udp_overflows`]); returns how long the sleep may last at most (`None`:
+    /// no bound), so that it looks again once another socket counts as unread.
+    pub fn trim_unread(&self) -> Option<Duration> {
+        self.inner.borrow_mut().trim_unread()
     }
 
     /// Datagrams dropped here because the application left too many unread on UDP sockets
@@ -705,6 +721,7 @@ impl Inner {
 
     /// The next delivery for socket `id`, if any is there now.
     fn next_for(&mut self, id: u16) -> Option<Desc> {
+        self.last_read.insert(id, crate::coarse_clock::now());
         if let Some(d) = self.pending.pop(id) {
             return Some(d);
         }
@@ -769,16 +786,59 @@ impl Inner {
         // Data holds memory of its own (see `pending`), memory every socket of the
         // application receives into. A UDP socket that is not read would take all of it
         // and starve the others (a TCP connection's bytes could then never be delivered):
-        // past a bound, its oldest datagram is dropped and counted, as a kernel drops what
-        // overflows a socket's receive buffer.
-        if !self.tcp.ids.contains(&sock) && self.pending.data() >= self.held_bound() {
-            if let Some(old) = self.pending.pop(sock) {
-                self.discard(old);
-                self.udp_overflows += 1;
-            }
+        // past a bound, while it is not being read, its oldest datagram is dropped and
+        // counted, as a kernel drops what overflows a socket's receive buffer. A socket
+        // being read keeps its burst (its reader is taking it).
+        if !self.tcp.ids.contains(&sock)
+            && self.pending.data() >= self.held_bound()
+            && self.unread(sock, crate::coarse_clock::now())
+        {
+            self.drop_oldest(sock);
         }
         let _ = self.pending.push(sock, d);
         None
+    }
+
+    /// Whether UDP socket `sock` counts as not being read at `now`: not looked at by a
+    /// receive for [`UNREAD_AFTER`] (never, if it never was).
+    fn unread(&self, sock: u16, now: Duration) -> bool {
+        self.last_read
+            .get(&sock)
+            .is_none_or(|&at| now.saturating_sub(at) >= UNREAD_AFTER)
+    }
+
+    /// Drops the oldest datagram held for `sock`, counted.
+    fn drop_oldest(&mut self, sock: u16) {
+        if let Some(old) = self.pending.pop(sock) {
+            self.discard(old);
+            self.udp_overflows += 1;
+        }
+    }
+
+    /// Before a sleep: while more deliveries are held than the bound, the datagrams of UDP
+    /// sockets not being read are dropped, oldest first, down to the bound (they may be all
+    /// that keeps the server from delivering what the sleeper waits for). Returns how long
+    /// the sleep may last at most: until a socket holding datagrams counts as unread, while
+    /// the bound is still passed.
+    fn trim_unread(&mut self) -> Option<Duration> {
+        if self.pending.data() < self.held_bound() {
+            return None;
+        }
+        let now = crate::coarse_clock::now();
+        let udp: Vec<u16> = self
+            .pending
+            .sockets()
+            .filter(|s| !self.tcp.ids.contains(s))
+            .collect();
+        for sock in udp {
+            while self.pending.data() >= self.held_bound()
+                && self.pending.any(sock, |_| true)
+                && self.unread(sock, now)
+            {
+                self.drop_oldest(sock);
+            }
+        }
+        (self.pending.data() >= self.held_bound()).then_some(UNREAD_AFTER)
     }
 
     /// Deliveries held for later reads past which a UDP socket's oldest is dropped: three
@@ -981,8 +1041,13 @@ impl Inner {
         if !shm.rx.prepare_wait() {
             return Ok(());
         }
+        let cap = self.trim_unread();
         let shm = self.shm.as_ref().expect("checked above");
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let left = match (left, cap) {
+            (Some(l), Some(c)) => Some(l.min(c)),
+            (l, c) => l.or(c),
+        };
         let mut fds = vec![PollFd::new(&self.ctl, PollFlags::IN)];
         if let Some(fd) = shm.rx.wake_fd() {
             fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));

@@ -227,7 +227,12 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
         if deadline.is_some_and(|d| now >= d) {
             return 0;
         }
-        // Nothing yet: sleep on everything at once, the lock let go.
+        // Nothing yet: sleep on everything at once, the lock let go — first letting go of
+        // datagrams nobody reads if they hold the memory others receive into.
+        let unread_cap = match &st.client {
+            Some(Ok(c)) => c.trim_unread(),
+            _ => None,
+        };
         let wake = match &st.client {
             Some(Ok(c)) if !st.ring_armed => match c.prepare_sleep() {
                 Ok(Some(w)) => Some(w),
@@ -257,6 +262,9 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
         }
         drop(st);
         let mut left = deadline.map(|d| d.saturating_duration_since(now));
+        if let Some(cap) = unread_cap {
+            left = Some(left.map_or(cap, |l| l.min(cap)));
+        }
         if nap {
             left = Some(left.map_or(WRITABLE_NAP, |l| l.min(WRITABLE_NAP)));
         }

@@ -43,6 +43,14 @@ impl Pending {
         true
     }
 
+    /// The sockets something is held for.
+    pub(super) fn sockets(&self) -> impl Iterator<Item = u16> + '_ {
+        self.queues
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(&s, _)| s)
+    }
+
     /// Deliveries held (each holds receive memory), over every socket.
     pub(super) fn data(&self) -> usize {
         self.data
