@@ -347,7 +347,7 @@ def programs(runs, quick):
 Command: `shmnet bench programs{' --quick' if quick else ''} --json` ([preload.md](preload.md)). Stock Debian
 iperf3 and sockperf, both ends on this host: on the kernel over 127.0.0.1, and under
 `shmnet run` (the sockets library preloaded) on one server with `--driver loopback` (MTU
-16,384; Linux's lo has 65,536 and GSO); each figure the median of {r0['rounds']} round(s) of
+16,384; Linux's lo has 65,536 and GSO; `--no-checksum`, as lo makes and checks none); each figure the median of {r0['rounds']} round(s) of
 {r0['seconds']:g} s in one run, the kernel's in the same rounds:
 
 """
