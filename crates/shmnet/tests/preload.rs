@@ -315,46 +315,70 @@ fn iperf_received(out: &str, what: &str) -> u64 {
         .unwrap_or_else(|| panic!("{what}: no end.sum_received.bytes in {v}"))
 }
 
-#[test]
-fn iperf3_under_shmnet_run_streams_each_way_against_linux() {
-    const TEST: &str = "iperf3_under_shmnet_run_streams_each_way_against_linux";
-    let Some((ns, _server, sock)) = bed(TEST, "iperf") else {
-        return;
-    };
+/// iperf3 across the veth pair with `common` options: each of `ours` with the client under
+/// `shmnet run` against Linux's `iperf3 -s`, then each of `theirs` with Linux's client
+/// against `iperf3 -s` under `shmnet run`; `check` judges each client's JSON report.
+fn iperf3_each_way(
+    ns: &Netns,
+    sock: &str,
+    common: &[&str],
+    ours: &[&[&str]],
+    theirs: &[&[&str]],
+    check: impl Fn(&str, &str),
+) {
     let limit = Duration::from_secs(60);
-    // The client under shmnet run, Linux's iperf3 -s: one stream, four, and reversed.
-    for extra in [&[][..], &["-P", "4"][..], &["-R"][..]] {
-        let what = format!("iperf3 -c {extra:?} under shmnet run");
+    for &extra in ours {
+        let what = format!("iperf3 -c {common:?} {extra:?} under shmnet run");
         let mut s = ns.cmd("iperf3");
         s.args(["-s", "-1", "-B", "10.93.0.2"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let s = s.spawn().expect("start Linux's iperf3 -s");
         let out = until_it_connects(&what, || {
-            let mut c = under_shmnet(&sock, "iperf3");
-            c.args(["-c", "10.93.0.2", "-t", "1", "-J"]).args(extra);
+            let mut c = under_shmnet(sock, "iperf3");
+            c.args(["-c", "10.93.0.2", "-t", "1", "-J"])
+                .args(common)
+                .args(extra);
             c
         });
-        assert!(iperf_received(&out, &what) > 0, "{what}: nothing received");
+        check(&out, &what);
         wait_ok(s, "Linux's iperf3 -s", limit);
     }
-    // The server under shmnet run (it listens on `::`, dual-stack: the server's IPv4),
-    // Linux's iperf3 -c.
-    for extra in [&["-P", "4"][..], &["-R"][..]] {
-        let what = format!("Linux's iperf3 -c {extra:?} against iperf3 -s under shmnet run");
-        let mut s = under_shmnet(&sock, "iperf3");
+    // The server under shmnet run listens on `::`, dual-stack: the server's IPv4.
+    for &extra in theirs {
+        let what =
+            format!("Linux's iperf3 -c {common:?} {extra:?} against iperf3 -s under shmnet run");
+        let mut s = under_shmnet(sock, "iperf3");
         s.args(["-s", "-1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let s = s.spawn().expect("start iperf3 -s under shmnet run");
         let out = until_it_connects(&what, || {
             let mut c = ns.cmd("iperf3");
-            c.args(["-c", "10.93.0.1", "-t", "1", "-J"]).args(extra);
+            c.args(["-c", "10.93.0.1", "-t", "1", "-J"])
+                .args(common)
+                .args(extra);
             c
         });
-        assert!(iperf_received(&out, &what) > 0, "{what}: nothing received");
+        check(&out, &what);
         wait_ok(s, "iperf3 -s under shmnet run", limit);
     }
+}
+
+#[test]
+fn iperf3_under_shmnet_run_streams_each_way_against_linux() {
+    const TEST: &str = "iperf3_under_shmnet_run_streams_each_way_against_linux";
+    let Some((ns, _server, sock)) = bed(TEST, "iperf") else {
+        return;
+    };
+    iperf3_each_way(
+        &ns,
+        &sock,
+        &[],
+        &[&[], &["-P", "4"], &["-R"]],
+        &[&["-P", "4"], &["-R"]],
+        |out, what| assert!(iperf_received(out, what) > 0, "{what}: nothing received"),
+    );
 }
 
 /// iperf3's JSON report of a UDP test: bytes sent and bytes the receiving end counted.
@@ -381,45 +405,20 @@ fn iperf3_udp_under_shmnet_run_each_way_against_linux() {
     let Some((ns, _server, sock)) = bed(TEST, "iperfu") else {
         return;
     };
-    let limit = Duration::from_secs(60);
-    let udp = ["-u", "-b", "20M", "-l", "1000", "-t", "1", "-J"];
-    let check = |out: &str, what: &str| {
-        let (sent, received) = iperf_udp(out, what);
-        assert!(
-            sent > 0 && received * 2 >= sent,
-            "{what}: {received} bytes received of {sent} sent"
-        );
-    };
-    for extra in [&[][..], &["-P", "2"][..], &["-R"][..]] {
-        let what = format!("iperf3 -c -u {extra:?} under shmnet run");
-        let mut s = ns.cmd("iperf3");
-        s.args(["-s", "-1", "-B", "10.93.0.2"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let s = s.spawn().expect("start Linux's iperf3 -s");
-        let out = until_it_connects(&what, || {
-            let mut c = under_shmnet(&sock, "iperf3");
-            c.args(["-c", "10.93.0.2"]).args(udp).args(extra);
-            c
-        });
-        check(&out, &what);
-        wait_ok(s, "Linux's iperf3 -s", limit);
-    }
-    for extra in [&[][..], &["-R"][..]] {
-        let what = format!("Linux's iperf3 -c -u {extra:?} against iperf3 -s under shmnet run");
-        let mut s = under_shmnet(&sock, "iperf3");
-        s.args(["-s", "-1"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let s = s.spawn().expect("start iperf3 -s under shmnet run");
-        let out = until_it_connects(&what, || {
-            let mut c = ns.cmd("iperf3");
-            c.args(["-c", "10.93.0.1"]).args(udp).args(extra);
-            c
-        });
-        check(&out, &what);
-        wait_ok(s, "iperf3 -s under shmnet run", limit);
-    }
+    iperf3_each_way(
+        &ns,
+        &sock,
+        &["-u", "-b", "20M", "-l", "1000"],
+        &[&[], &["-P", "2"], &["-R"]],
+        &[&[], &["-R"]],
+        |out, what| {
+            let (sent, received) = iperf_udp(out, what);
+            assert!(
+                sent > 0 && received * 2 >= sent,
+                "{what}: {received} bytes received of {sent} sent"
+            );
+        },
+    );
 }
 
 /// sockperf's summary line `… percentile 50.000 = X` (the p50 round trip in µs); panics

@@ -399,14 +399,7 @@ impl super::Client {
         let deadline = Instant::now() + timeout;
         let mut i = self.inner.borrow_mut();
         let (id, local_port) = i.tcp_open(to, deadline)?;
-        let mut stream = TcpStream {
-            inner: self.inner.clone(),
-            id,
-            local_port,
-            peer: to,
-            eof: false,
-            closed: false,
-        };
+        let mut stream = TcpStream::opened(&self.inner, id, local_port, to);
         loop {
             match i.tcp_next(id, Some(deadline)) {
                 Ok(Some(Item::Event(TcpEvent::Connected))) => break,
@@ -441,14 +434,7 @@ impl super::Client {
         let (id, local_port) = i.tcp_open(to, Instant::now() + OP_PATIENCE)?;
         i.tcp.connecting.insert(id);
         drop(i);
-        Ok(TcpStream {
-            inner: self.inner.clone(),
-            id,
-            local_port,
-            peer: to,
-            eof: false,
-            closed: false,
-        })
+        Ok(TcpStream::opened(&self.inner, id, local_port, to))
     }
 }
 
@@ -539,6 +525,18 @@ impl Drop for TcpListener {
 }
 
 impl TcpStream {
+    /// The stream of connection `id` the server just opened to `peer` from `local_port`.
+    fn opened(inner: &Rc<RefCell<Inner>>, id: u16, local_port: u16, peer: SocketAddrV4) -> Self {
+        TcpStream {
+            inner: inner.clone(),
+            id,
+            local_port,
+            peer,
+            eof: false,
+            closed: false,
+        }
+    }
+
     /// Whether the handshake of a stream from [`super::Client::tcp_connect_start`] is done,
     /// without waiting: `Ok(true)` connected (always, for any other stream), `Ok(false)`
     /// still going, `Err(Connection(_))` failed (refused, timed out…).
