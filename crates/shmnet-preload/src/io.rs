@@ -7,7 +7,7 @@ use libc::{c_int, c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t};
 use crate::net::{self, Call};
 use crate::table::{self, Mark, Sock};
 use crate::udp;
-use crate::{fail, guarded, real, wait};
+use crate::{fail, guarded, guarded_result, real, wait};
 use shmnet_io::client::{ClientError, TcpStream};
 
 /// Bytes a connection sets aside for `MSG_PEEK` and `FIONREAD` at most.
@@ -428,11 +428,6 @@ unsafe fn udp_recv_one(
     }
 }
 
-/// [`guarded`] for a call that answers `Result<_, errno>`: a panic is `EIO`.
-fn guarded_result<T>(f: impl FnOnce() -> Result<T, c_int>) -> Result<T, c_int> {
-    crate::caught(f, || Err(libc::EIO))
-}
-
 /// A UDP send of `data` to `to` (or the socket's peer).
 fn udp_send(fd: c_int, data: &[u8], to: Option<std::net::SocketAddrV4>, flags: c_int) -> ssize_t {
     udp::ret(guarded_result(|| udp::send(fd, data, to, flags)))
@@ -626,7 +621,8 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
 pub(crate) unsafe fn ours_to_send(fd: c_int, addr: *const sockaddr, len: socklen_t) -> bool {
     match table::marked(fd) {
         Mark::Shmnet => true,
-        Mark::Undecided if !addr.is_null() && udp::is_undecided_udp(fd).is_some() => {
+        // `decide_by_send` leaves anything but an undecided UDP socket alone.
+        Mark::Undecided if !addr.is_null() => {
             // SAFETY: the caller's contract.
             udp::decide_by_send(fd, unsafe { net::read_v4(addr, len) })
         }

@@ -59,6 +59,11 @@ pub(crate) fn caught<T>(f: impl FnOnce() -> T, on_panic: impl FnOnce() -> T) -> 
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| on_panic())
 }
 
+/// [`caught`] for a body that answers `Result<_, errno>`: a panic is `EIO`.
+pub(crate) fn guarded_result<T>(f: impl FnOnce() -> Result<T, c_int>) -> Result<T, c_int> {
+    caught(f, || Err(libc::EIO))
+}
+
 /// [`caught`] for a call that returns -1 on failure: a panic fails it with `EIO`.
 pub(crate) fn guarded<T: From<i8>>(f: impl FnOnce() -> T) -> T {
     caught(f, || fail(libc::EIO))

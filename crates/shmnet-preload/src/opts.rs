@@ -181,7 +181,7 @@ pub unsafe extern "C" fn getsockopt(
     }
     if (level, name) == (libc::SOL_SOCKET, libc::SO_ERROR) {
         // A connection's pending error: how its handshake (a non-blocking connect) ended.
-        let err = match crate::caught(|| crate::sockets::handshake(fd), || Err(libc::EIO)) {
+        let err = match crate::guarded_result(|| crate::sockets::handshake(fd)) {
             Ok(_) => 0,
             Err(e) => e,
         };
@@ -353,7 +353,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                 return fail(libc::EFAULT);
             }
             // The next datagram's length, as Linux's UDP answers.
-            match crate::caught(|| crate::udp::next_len(fd), || Err(libc::EIO)) {
+            match crate::guarded_result(|| crate::udp::next_len(fd)) {
                 Ok(n) => {
                     // SAFETY: FIONREAD's argument is a pointer to an int.
                     unsafe { *(arg as *mut c_int) = n.min(c_int::MAX as usize) as c_int };
@@ -367,7 +367,7 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: usize) -> c_int {
                 return fail(libc::EFAULT);
             }
             // The bytes there to read now, as Linux's TCP answers (a listener: 0).
-            let n = crate::caught(|| crate::io::stream_available(fd), || Err(libc::EIO));
+            let n = crate::guarded_result(|| crate::io::stream_available(fd));
             // SAFETY: FIONREAD's argument is a pointer to an int.
             unsafe { *(arg as *mut c_int) = n.unwrap_or(0).min(c_int::MAX as usize) as c_int };
             0

@@ -291,7 +291,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         }
         // Again on a connection of the server's: as Linux, where its handshake stands.
         Mark::Shmnet => {
-            return match guarded_handshake(fd) {
+            return match crate::guarded_result(|| handshake(fd)) {
                 Ok(true) if reported_connected(fd) => 0,
                 Ok(true) => fail(libc::EISCONN),
                 Ok(false) => fail(libc::EALREADY),
@@ -407,11 +407,6 @@ fn reported_connected(fd: c_int) -> bool {
         },
         || false,
     )
-}
-
-/// [`handshake`], a panic inside failing it with `EIO`.
-fn guarded_handshake(fd: c_int) -> Result<bool, c_int> {
-    crate::caught(|| handshake(fd), || Err(libc::EIO))
 }
 
 /// Forgets descriptor `fd` before the kernel closes it: an epoll instance's watches; a

@@ -486,8 +486,12 @@ pub(crate) fn own_eventfd() -> libc::c_int {
 /// Consumes whatever raised eventfd `fd`.
 pub(crate) fn drain_eventfd(fd: libc::c_int) {
     let mut v: u64 = 0;
+    // SAFETY: __errno_location is this thread's errno.
+    let errno = unsafe { *libc::__errno_location() };
     // SAFETY: reads 8 bytes into a local from a non-blocking eventfd of ours.
     unsafe { crate::real::read(fd, (&raw mut v).cast(), 8) };
+    // An empty eventfd says EAGAIN: not the program's errno to see.
+    crate::set_errno(errno);
 }
 
 /// After `fork`, the child's copies of the server's sockets are the parent's connections:

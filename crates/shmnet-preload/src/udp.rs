@@ -26,7 +26,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::config::debug;
 use crate::net::{self, Call};
-use crate::table::{self, Mark, NoServer, Opts, Sock, State};
+use crate::table::{self, NoServer, Opts, Sock, State};
 use crate::{fail, guarded, wait};
 
 /// Bytes a socket's own queue holds at most (datagrams past it are dropped, as a full
@@ -506,20 +506,6 @@ pub(crate) fn decide_by_send(fd: c_int, to: Option<SocketAddrV4>) -> bool {
             }
         }
     }) == 1
-}
-
-/// Whether undecided socket `fd` is a UDP one, and its address family is `AF_INET6`.
-pub(crate) fn is_undecided_udp(fd: c_int) -> Option<bool> {
-    if table::marked(fd) != Mark::Undecided {
-        return None;
-    }
-    crate::caught(
-        || match table::lock().sock(fd) {
-            Some(Sock::Undecided { opts, .. }) if opts.udp => Some(opts.v6),
-            _ => None,
-        },
-        || None,
-    )
 }
 
 /// `socket(2)` for a UDP socket: adopted as undecided (or, with no server, failed or left

@@ -315,11 +315,12 @@ static void nonblocking_connect(void) {
     s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     a = peer_at(6009);
     r = connect(s, (struct sockaddr *)&a, sizeof a);
+    int connect_errno = errno; /* a successful call may change errno: read it now */
     p = (struct pollfd){.fd = s, .events = POLLOUT};
     poll(&p, 1, 5000);
     len = sizeof err;
     getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len);
-    printf("refused-nb: %s, SO_ERROR %s, %s\n", r < 0 && errno == EINPROGRESS ? "EINPROGRESS" : "?",
+    printf("refused-nb: %s, SO_ERROR %s, %s\n", r < 0 && connect_errno == EINPROGRESS ? "EINPROGRESS" : "?",
            err == ECONNREFUSED ? "ECONNREFUSED" : strerror(err),
            (p.revents & (POLLERR | POLLHUP)) == (POLLERR | POLLHUP) ? "POLLERR|POLLHUP" : "no error bits");
     close(s);
