@@ -27,6 +27,7 @@
 //! Everything read from the windows is checked (the server is trusted no more than any other
 //! peer): descriptor indices by the rings, chain walks bounded, lengths clamped.
 
+use self::deadline::Deadline;
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::windows::{self, REQ, RET, RX, SEND_HEADER};
 use rustc_hash::FxHashMap;
@@ -43,6 +44,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+mod deadline;
 mod lent;
 mod pending;
 mod poll;
@@ -124,8 +126,12 @@ struct Inner {
     moved: u64,
     /// Datagrams of UDP sockets dropped because too many waited unread ([`Client::udp_overflows`]).
     udp_overflows: u64,
-    /// Per socket, when a receive last looked for a delivery of its own (coarse clock).
+    /// Per socket, when a receive last looked for a delivery of its own (coarse clock),
+    /// except for the socket in `latest_read`, whose entry here may be older.
     last_read: FxHashMap<u16, Duration>,
+    /// The socket the latest receive looked for, and when: a receiver reading one socket
+    /// over and over stamps a field, not the map.
+    latest_read: Option<(u16, Duration)>,
     /// The TCP sockets.
     tcp: tcp::Book,
     /// When [`Inner::check_alive_now_and_then`] last looked (coarse clock).
@@ -205,6 +211,9 @@ impl SendBatch {
 /// of 1,040 bytes or more (the server's app window has 2,048).
 const MAX_SEND_CHAIN: usize = 64;
 
+/// Chains an application gives back per burst on its return ring (`--isolation shared`).
+const RETURN_BATCH: usize = 8;
+
 /// The largest UDP payload in one IPv4 datagram (65,535 less the IP and UDP headers).
 pub const MAX_DATAGRAM: usize = 65_507;
 
@@ -241,10 +250,19 @@ enum Mode {
     /// them), the return ring, and the send buffers of its own window.
     Shared {
         data: Window,
+        /// The buffers of `data`, made once (making them takes a reference on the mapping
+        /// and looks up five regions: not per message).
+        data_bufs: shmnet_chan::Buffers,
         ret: Producer,
         send_bufs: ServerPools,
         /// Buffers a writer short of send memory waits for at once (see [`SendBatch`]).
         batch: SendBatch,
+        /// Chains read and given back but not yet on `ret`: they go in bursts of
+        /// [`RETURN_BATCH`] while deliveries keep coming, and whenever a look finds nothing
+        /// (every reap) or the application is about to sleep — so at most
+        /// `RETURN_BATCH - 1` chains wait here, and only while the application is busy.
+        /// Capacity [`RETURN_BATCH`], reserved at connect (no allocation per message).
+        returns: Vec<Desc>,
     },
     /// `--isolation regions`: only memory of its own, registered ([`regions`]).
     Regions(regions::Own),
@@ -318,6 +336,8 @@ impl Client {
                     Mode::Shared {
                         ret: app.producer(RET).map_err(|e| proto(&e))?,
                         batch: SendBatch::new(send_bufs.buffers().geometry().total()),
+                        returns: Vec::with_capacity(RETURN_BATCH),
+                        data_bufs: data.buffers(),
                         send_bufs,
                         data,
                     }
@@ -338,6 +358,7 @@ impl Client {
                     failed_sends: 0,
                     bad_deliveries: 0,
                     posted: Default::default(),
+                    reposts: Vec::with_capacity(regions::REPOST_BATCH),
                 }),
             };
             Some(Shm {
@@ -365,6 +386,7 @@ impl Client {
             moved: 0,
             udp_overflows: 0,
             last_read: FxHashMap::default(),
+            latest_read: None,
             tcp: tcp::Book::default(),
             alive_checked: Duration::ZERO,
             spin_polls: SPIN_POLLS,
@@ -721,7 +743,13 @@ impl Inner {
 
     /// The next delivery for socket `id`, if any is there now.
     fn next_for(&mut self, id: u16) -> Option<Desc> {
-        self.last_read.insert(id, crate::coarse_clock::now());
+        let now = crate::coarse_clock::now();
+        if let Some((sock, at)) = self.latest_read
+            && sock != id
+        {
+            self.last_read.insert(sock, at);
+        }
+        self.latest_read = Some((id, now));
         if let Some(d) = self.pending.pop(id) {
             return Some(d);
         }
@@ -802,9 +830,11 @@ impl Inner {
     /// Whether UDP socket `sock` counts as not being read at `now`: not looked at by a
     /// receive for [`UNREAD_AFTER`] (never, if it never was).
     fn unread(&self, sock: u16, now: Duration) -> bool {
-        self.last_read
-            .get(&sock)
-            .is_none_or(|&at| now.saturating_sub(at) >= UNREAD_AFTER)
+        let at = match self.latest_read {
+            Some((s, at)) if s == sock => Some(at),
+            _ => self.last_read.get(&sock).copied(),
+        };
+        at.is_none_or(|at| now.saturating_sub(at) >= UNREAD_AFTER)
     }
 
     /// Drops the oldest datagram held for `sock`, counted.
@@ -890,26 +920,58 @@ impl Inner {
                 own.repost(ring, off, cap);
                 Ok(r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
             }
-            Mode::Shared { data, .. } => {
+            Mode::Shared { data_bufs, .. } => {
                 let (_, source) = windows::rx_meta(&d);
-                let bufs = data.buffers();
-                let r = f(&Lent::chain(&bufs, BufIdx(d.buf), d.len as usize, source));
+                let r = f(&Lent::chain(
+                    data_bufs,
+                    BufIdx(d.buf),
+                    d.len as usize,
+                    source,
+                ));
                 self.give_back(d.buf)?;
                 Ok(r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
             }
         }
     }
 
-    /// `--isolation shared`: gives the chain at `head` back to the server. The return queue
-    /// has room for everything we were given unless the server is not draining it, in which
-    /// case wait for it (or for its death). The clock is read only once the queue is found
-    /// full, not per message.
+    /// `--isolation shared`: gives the chain at `head` back to the server, in a burst with
+    /// the next ones (see `Mode::Shared::returns`): one publication of the ring's head,
+    /// and one cache line handed to the server, per [`RETURN_BATCH`] chains rather than per
+    /// chain.
     fn give_back(&mut self, head: u32) -> Result<(), ClientError> {
-        let back = Desc::new(head, 0);
+        if let Some(Mode::Shared { returns, .. }) = self.shm.as_mut().map(|s| &mut s.mode) {
+            returns.push(Desc::new(head, 0));
+            if returns.len() >= RETURN_BATCH {
+                return self.flush_returns();
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts on the return ring what fits of the chains given back (see
+    /// `Mode::Shared::returns`), or posts again the buffers read (`Own::reposts`), without
+    /// waiting. Returns whether none is left.
+    fn try_flush_returns(&mut self) -> bool {
+        match self.shm.as_mut().map(|s| &mut s.mode) {
+            Some(Mode::Regions(own)) => {
+                own.flush_reposts();
+                true
+            }
+            Some(Mode::Shared { ret, returns, .. }) if !returns.is_empty() => {
+                let n = ret.enqueue_burst(returns);
+                returns.drain(..n);
+                returns.is_empty()
+            }
+            _ => true,
+        }
+    }
+
+    /// Puts every chain given back on the return ring. The ring has room for everything we
+    /// were given unless the server is not draining it, in which case wait for it (or for
+    /// its death). The clock is read only once the ring is found full, not per message.
+    fn flush_returns(&mut self) -> Result<(), ClientError> {
         let mut deadline = None;
-        while let Some(Mode::Shared { ret, .. }) = self.shm.as_mut().map(|s| &mut s.mode)
-            && ret.enqueue(back).is_err()
-        {
+        while !self.try_flush_returns() {
             self.check_alive()?;
             let now = Instant::now();
             if now > *deadline.get_or_insert(now + Duration::from_secs(10)) {
@@ -922,15 +984,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Waits for the next delivery for socket `id` until `deadline` (`None`: without
-    /// limit): spins a while on an empty ring, then sleeps on its wake-up.
+    /// Waits for the next delivery for socket `id` until `deadline`: spins a while on an
+    /// empty ring, then sleeps on its wake-up.
+    ///
+    /// A delivery already there is taken before anything else, with no clock read and no
+    /// detour through the socket queues (the common case of a busy receiver); completions
+    /// read meanwhile wait in `done` for the next reap (every send reaps, and so does every
+    /// miss here).
     ///
     /// Invariant: the last thing that reads the receive ring before [`Inner::sleep_rx`] is
     /// the look for `id`'s delivery. A delivery read anywhere after that look (the `reap`
     /// used to come there) sits in its socket's queue while the ring looks empty, and the
     /// sleep waits out its deadline for a wake-up that was already spent — in a
     /// request-response exchange, forever.
-    fn wait_delivery(&mut self, id: u16, deadline: Option<Instant>) -> Result<Desc, ClientError> {
+    fn wait_delivery(
+        &mut self,
+        id: u16,
+        deadline: impl Into<Deadline>,
+    ) -> Result<Desc, ClientError> {
+        let mut deadline = deadline.into();
+        if let Some(d) = self.next_for(id) {
+            return Ok(d);
+        }
         let mut polls = 0u32;
         loop {
             // Completions that came meanwhile: free their extents, and send again what
@@ -940,7 +1015,8 @@ impl Inner {
             if let Some(d) = self.next_for(id) {
                 return Ok(d);
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            // The clock is read on the first miss and then every 16th look, with the yield.
+            if polls % 16 == 0 && deadline.passed() {
                 return Err(ClientError::TimedOut);
             }
             if polls < self.spin_polls {
@@ -952,7 +1028,10 @@ impl Inner {
                 }
                 continue;
             }
-            self.sleep_rx(deadline)?;
+            if deadline.passed() {
+                return Err(ClientError::TimedOut);
+            }
+            self.sleep_rx(deadline.fix())?;
         }
     }
 
@@ -960,6 +1039,7 @@ impl Inner {
     /// completions of the library's own sends (freeing their extents) and posts again the
     /// sends that missed. Completions of `send_from` stay in `done` for [`Inner::wait_done`].
     fn reap(&mut self) {
+        self.try_flush_returns();
         self.drain_rx();
         let Some(Shm {
             mode: Mode::Regions(own),
@@ -1035,6 +1115,7 @@ impl Inner {
 
     /// Sleeps until the receive queue has something, the server dies, or `deadline` passes.
     fn sleep_rx(&mut self, deadline: Option<Instant>) -> Result<(), ClientError> {
+        self.flush_returns()?;
         let Some(shm) = self.shm.as_mut() else {
             return Ok(());
         };
@@ -1231,7 +1312,7 @@ impl UdpSocket {
     /// Receives the next message, sleeping until one comes. Returns its length (truncated
     /// to `buf`) and its sender.
     pub fn recv(&self, buf: &mut [u8]) -> Result<(usize, SocketAddrV4), ClientError> {
-        self.recv_until(buf, None)
+        self.recv_until(buf, Deadline::Never)
     }
 
     /// As [`UdpSocket::recv`], giving up after `timeout`.
@@ -1240,7 +1321,7 @@ impl UdpSocket {
         buf: &mut [u8],
         timeout: Duration,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
-        self.recv_until(buf, Some(Instant::now() + timeout))
+        self.recv_until(buf, Deadline::After(timeout))
     }
 
     /// Receives a message if one is there now.
@@ -1267,13 +1348,13 @@ impl UdpSocket {
         timeout: Duration,
         hook: &mut H,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
-        self.recv_until_with(buf, Some(Instant::now() + timeout), hook)
+        self.recv_until_with(buf, Deadline::After(timeout), hook)
     }
 
     fn recv_until(
         &self,
         buf: &mut [u8],
-        deadline: Option<Instant>,
+        deadline: Deadline,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
         self.recv_until_with(buf, deadline, &mut NoHook)
     }
@@ -1281,13 +1362,13 @@ impl UdpSocket {
     fn recv_until_with<H: RecvHook + ?Sized>(
         &self,
         buf: &mut [u8],
-        deadline: Option<Instant>,
+        mut deadline: Deadline,
         hook: &mut H,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
         let mut i = self.inner.borrow_mut();
         if i.shm.is_none() {
             return i
-                .ipc_recv(self.id, buf, deadline)?
+                .ipc_recv(self.id, buf, deadline.fix())?
                 .ok_or(ClientError::TimedOut);
         }
         let d = i.wait_delivery(self.id, deadline)?;
@@ -1308,7 +1389,7 @@ impl UdpSocket {
     /// # Ok::<(), shmnet_io::client::ClientError>(())
     /// ```
     pub fn recv_in_place<R>(&self, f: impl FnOnce(&Lent<'_>) -> R) -> Result<R, ClientError> {
-        self.recv_in_place_until(None, f)
+        self.recv_in_place_until(Deadline::Never, f)
     }
 
     /// As [`UdpSocket::recv_in_place`], giving up after `timeout`.
@@ -1317,7 +1398,7 @@ impl UdpSocket {
         timeout: Duration,
         f: impl FnOnce(&Lent<'_>) -> R,
     ) -> Result<R, ClientError> {
-        self.recv_in_place_until(Some(Instant::now() + timeout), f)
+        self.recv_in_place_until(Deadline::After(timeout), f)
     }
 
     /// As [`UdpSocket::recv_in_place`] if a message is there now (`Ok(None)` otherwise,
@@ -1349,7 +1430,7 @@ impl UdpSocket {
 
     fn recv_in_place_until<R>(
         &self,
-        deadline: Option<Instant>,
+        mut deadline: Deadline,
         f: impl FnOnce(&Lent<'_>) -> R,
     ) -> Result<R, ClientError> {
         let mut i = self.inner.borrow_mut();
@@ -1357,7 +1438,7 @@ impl UdpSocket {
             // `ipc`: the datagram came in a packet; lend the bytes read out of it.
             let mut scratch = std::mem::take(&mut i.lend_scratch);
             scratch.resize(MAX_DATAGRAM, 0);
-            let got = i.ipc_recv(self.id, &mut scratch, deadline);
+            let got = i.ipc_recv(self.id, &mut scratch, deadline.fix());
             let r = got.and_then(|got| {
                 let (n, src) = got.ok_or(ClientError::TimedOut)?;
                 Ok(f(&Lent::whole(BufIdx::NONE, &scratch[..n], src)))

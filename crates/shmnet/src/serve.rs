@@ -338,9 +338,12 @@ pub struct ServeArgs {
     #[arg(long, default_value = "4k", value_name = "4k|2m|thp")]
     page: shmnet_chan::PageSize,
     /// Which free buffer the driver is handed: `lifo` (the most recently freed, likely still
-    /// in the cache), `fifo` (the least recently freed) or `random`.
-    #[arg(long, default_value = "lifo", value_name = "lifo|fifo|random")]
-    alloc: shmnet_chan::AllocPolicy,
+    /// in the cache), `fifo` (the least recently freed) or `random`. Default: `fifo` for
+    /// `--structure server --isolation shared`, where the application reads each buffer on
+    /// its own core (the one it freed last is still in that core's cache, so the driver's
+    /// writes would first have to take its lines from there); `lifo` otherwise.
+    #[arg(long, value_name = "lifo|fifo|random")]
+    alloc: Option<shmnet_chan::AllocPolicy>,
 }
 
 impl ServeArgs {

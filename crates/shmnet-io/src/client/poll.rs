@@ -195,6 +195,7 @@ impl Client {
         if i.gone {
             return Err(ClientError::ServerGone);
         }
+        i.flush_returns()?;
         let ctl = i.ctl.as_raw_fd();
         let Some(shm) = i.shm.as_mut() else {
             let data = i.data_sock.as_ref().map_or(ctl, |s| s.as_raw_fd());

@@ -176,7 +176,16 @@ pub(super) struct Own {
     /// claims it until it is posted again, so a server that names one buffer twice cannot
     /// have it lent twice.
     pub(super) posted: [u64; POSTED_BUFFERS.div_ceil(64)],
+    /// Small buffers read and to be posted again: they go on `POST_SMALL` in bursts of
+    /// [`REPOST_BATCH`] — one publication of the ring's head per burst, not per datagram —
+    /// and whenever the application looks and finds nothing or is about to sleep
+    /// ([`Own::flush_reposts`]). Not yet posted, so not in `posted`. Large buffers (32 in
+    /// all) go back one by one. Capacity [`REPOST_BATCH`], reserved at connect.
+    pub(super) reposts: Vec<Desc>,
 }
+
+/// Small buffers posted again per burst: an eighth of them.
+pub(super) const REPOST_BATCH: usize = (SMALL_BUFFERS / 8) as usize;
 
 /// The bit of [`Own::posted`] for the buffer at `off` (a buffer boundary).
 fn slot_of(off: u64) -> usize {
@@ -237,7 +246,12 @@ impl Own {
     pub(super) fn repost(&mut self, ring: usize, off: u64, cap: u32) {
         if let Some(d) = windows::post_desc(self.recv_id.0, off, cap) {
             let k = usize::from(ring == windows::POST_LARGE);
-            if self.posts[k].enqueue(d).is_err() {
+            if k == 0 {
+                self.reposts.push(d);
+                if self.reposts.len() >= REPOST_BATCH {
+                    self.flush_reposts();
+                }
+            } else if self.posts[k].enqueue(d).is_err() {
                 // Only a server that stopped taking posts fills the ring: the buffer
                 // stays ours, unposted.
                 self.bad_deliveries += 1;
@@ -245,6 +259,26 @@ impl Own {
                 self.mark_posted(off);
             }
         }
+    }
+
+    /// Posts the small buffers waiting in `reposts` (the ring has room for them: it held
+    /// every small buffer once, and these came back).
+    pub(super) fn flush_reposts(&mut self) {
+        if self.reposts.is_empty() {
+            return;
+        }
+        let placed = self.posts[0].enqueue_burst(&self.reposts);
+        for k in 0..self.reposts.len() {
+            if k < placed {
+                let (_, off) = windows::posted_handle(&self.reposts[k]);
+                self.mark_posted(off);
+            } else {
+                // Only a server that stopped taking posts fills the ring: the buffer stays
+                // ours, unposted.
+                self.bad_deliveries += 1;
+            }
+        }
+        self.reposts.clear();
     }
 
     /// Records that the buffer at `off` is posted.

@@ -252,6 +252,10 @@ impl AppTransport for ShmApp {
             );
         }
         let mut done = [Desc::default(); BURST];
+        // The send buffers of the burst's UDP datagrams, given back together once they are
+        // sent (one pool lock and one wake-up check per burst: the application allocates
+        // from the same pool on its own core).
+        let mut sent_bufs = [0u32; BURST];
         for _ in 0..BURSTS_PER_ROUND {
             // A send by handle answers on RX: take no more than RX has room for (known
             // without touching the application's cache line while RX has a burst of room),
@@ -271,6 +275,7 @@ impl AppTransport for ShmApp {
             }
             work += n;
             let mut k = 0;
+            let mut released = 0;
             for d in &self.batch[..n] {
                 if d.flags & windows::REQ_OP != 0 || sockets.tcp(d.aux as usize).is_some() {
                     // TCP: in order behind what is parked, parked itself if the stack
@@ -326,8 +331,10 @@ impl AppTransport for ShmApp {
                     Some(()) => c.sent += 1,
                     None => c.bad_sends += 1,
                 }
-                self.send_bufs.release(d.buf);
+                sent_bufs[released] = d.buf;
+                released += 1;
             }
+            self.send_bufs.release_burst(&sent_bufs[..released]);
             if k > 0 {
                 // Room was counted before the dequeue; this side alone produces on RX (the
                 // enqueue wakes the application if it sleeps).

@@ -109,7 +109,7 @@ fn serve_spec(s: &Settings, socket: &Path) -> ServeSpec {
         }),
         rx_queue: s.queue,
         page: s.pages,
-        alloc: s.alloc,
+        alloc: Some(s.alloc),
         socket: socket.to_path_buf(),
         checksum: s.checksum,
         // `server`: the lab times the application's copy out of the driver's buffers (seed
