@@ -679,8 +679,19 @@ impl Buffers {
     /// server path, holding each pool's lock across consecutive buffers of the same pool.
     /// Returns the number of buffers freed.
     fn free_chain_server(&self, head: u32) -> u32 {
+        let mut locked = None;
+        let freed = self.free_chain_server_holding(head, &mut locked);
+        if let Some(p) = locked {
+            self.unlock(p);
+        }
+        freed
+    }
+
+    /// [`Buffers::free_chain_server`], starting with the lock of pool `locked` held (if
+    /// any) and leaving the last pool's lock held in `locked`, so that a burst of chains
+    /// takes one lock per run of buffers of one pool, not one per chain.
+    fn free_chain_server_holding(&self, head: u32, locked: &mut Option<u32>) -> u32 {
         let total = self.mem.geo.total();
-        let mut locked: Option<u32> = None;
         let mut freed = 0;
         let mut cur = head;
         let mut first = true;
@@ -702,7 +713,7 @@ impl Buffers {
             }
             first = false;
             let pool = self.pool_of(cur);
-            if locked != Some(pool) {
+            if *locked != Some(pool) {
                 if let Some(p) = locked.take() {
                     self.unlock(p);
                 }
@@ -710,15 +721,12 @@ impl Buffers {
                     // Leaked until the owner rebuilds the pools; counted as a lock timeout.
                     break;
                 }
-                locked = Some(pool);
+                *locked = Some(pool);
             }
             if self.push_locked(pool, cur) {
                 freed += 1;
             }
             cur = next;
-        }
-        if let Some(p) = locked {
-            self.unlock(p);
         }
         freed
     }
@@ -886,11 +894,26 @@ impl ServerPools {
     /// the last (one lock per run of buffers from the same pool, one wake-up check). Returns
     /// how many buffers went back. Refused releases are counted.
     pub fn release(&mut self, head: u32) -> u32 {
-        let Some(h) = self.bufs.unref(head) else {
-            return 0;
-        };
-        let freed = self.bufs.free_chain_server(h);
-        self.bufs.notify_want(freed, self.want_signal.as_ref());
+        self.release_burst(std::slice::from_ref(&head))
+    }
+
+    /// [`ServerPools::release`] for each of `heads`, with one lock per run of buffers of
+    /// the same pool and one wake-up check (a full fence) for the lot. Returns how many
+    /// buffers went back.
+    pub fn release_burst(&mut self, heads: &[u32]) -> u32 {
+        let mut locked = None;
+        let mut freed = 0;
+        for &head in heads {
+            if let Some(h) = self.bufs.unref(head) {
+                freed += self.bufs.free_chain_server_holding(h, &mut locked);
+            }
+        }
+        if let Some(p) = locked {
+            self.bufs.unlock(p);
+        }
+        if freed > 0 {
+            self.bufs.notify_want(freed, self.want_signal.as_ref());
+        }
         freed
     }
 
@@ -905,6 +928,14 @@ impl ServerPools {
                 break;
             }
             for d in &batch[..n] {
+                if d.len == HANDED_BACK {
+                    // A reference the driver handed back (`DriverPools::hand_back_burst`):
+                    // dropped here, on the owner's side.
+                    if let Some(h) = self.bufs.unref(d.buf) {
+                        freed += self.bufs.free_chain_server(h);
+                    }
+                    continue;
+                }
                 // The driver took the count to 0 before deferring; a head that is not at 0 is
                 // a lie from the peer and is refused.
                 match self.bufs.hdr(d.buf) {
@@ -1102,11 +1133,45 @@ impl DriverPools {
         }
     }
 
+    /// Hands the references to the chains `heads` back to the server side of the pool set
+    /// (the party that allocated them), which drops them when it drains the deferred-free
+    /// queue: this side writes one queue slot per chain and touches no buffer header, no
+    /// lock and no free list — the lines the owner allocates from stay in the owner's
+    /// cache. One wake-up check for the lot. Never waits; a chain that finds the queue full
+    /// (never in honest operation: it has room for every buffer) is counted lost.
+    pub fn hand_back_burst(&mut self, heads: &[u32]) {
+        let mut descs = [Desc::default(); 32];
+        let mut handed = 0u32;
+        for part in heads.chunks(descs.len()) {
+            for (d, &h) in descs.iter_mut().zip(part) {
+                *d = Desc::new(h, HANDED_BACK);
+            }
+            let placed = self.deferred.enqueue_burst(&descs[..part.len()]);
+            let c = &self.bufs.set().counters;
+            c.deferred.fetch_add(placed as u64, Ordering::Relaxed);
+            c.deferred_lost
+                .fetch_add((part.len() - placed) as u64, Ordering::Relaxed);
+            // The buffers they will give back, counted along the chains only for a waiter.
+            handed += if self.bufs.wanted() {
+                part[..placed].iter().map(|&h| self.bufs.chain_len(h)).sum()
+            } else {
+                placed as u32
+            };
+        }
+        if handed > 0 {
+            self.bufs.notify_want(handed, self.want_signal.as_ref());
+        }
+    }
+
     /// Seeds the random policy's generator (for reproducible experiments).
     pub fn seed(&mut self, seed: u64) {
         self.rng = fastrand::Rng::with_seed(seed);
     }
 }
+
+/// `Desc::len` of a deferred-free entry that hands a reference back rather than a chain
+/// already at count 0 (see [`DriverPools::hand_back_burst`]).
+const HANDED_BACK: u32 = 1;
 
 impl ServerPools {
     /// Seeds the random policy's generator (for reproducible experiments).

@@ -16,6 +16,9 @@ enum Op {
     ReleaseServer(usize),
     /// Release holder `i` on the driver path.
     ReleaseDriver(usize),
+    /// Hand holder `i`'s reference back to the server side, with holder `j`'s in the same
+    /// burst (the deferred queue; dropped when the server drains it).
+    HandBack(usize, usize),
     /// Release holder `i` on the driver path while its pool is locked by the server.
     ReleaseDriverLocked(usize),
     /// Allocate on the driver path while pool `p` is locked.
@@ -35,6 +38,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => Just(Op::AllocDriver),
         3 => any::<usize>().prop_map(Op::ReleaseServer),
         3 => any::<usize>().prop_map(Op::ReleaseDriver),
+        2 => (any::<usize>(), any::<usize>()).prop_map(|(i, j)| Op::HandBack(i, j)),
         1 => any::<usize>().prop_map(Op::ReleaseDriverLocked),
         1 => (0u32..3).prop_map(Op::AllocDriverLocked),
         2 => (any::<usize>(), any::<usize>()).prop_map(|(i, j)| Op::Chain(i, j)),
@@ -127,6 +131,16 @@ proptest! {
                     prop_assert_eq!(freed > 0, last, "frees exactly when the last holder lets go");
                 },
                 Op::ReleaseDriver(i) => if let Some((head, _)) = m.drop_holder(i) { driver.release(head) },
+                Op::HandBack(i, j) => {
+                    let heads: Vec<u32> =
+                        [i, j].into_iter().filter_map(|k| m.drop_holder(k)).map(|(h, _)| h).collect();
+                    let before = server.buffers().free_count();
+                    driver.hand_back_burst(&heads);
+                    prop_assert_eq!(server.buffers().free_count(), before, "handed back, not freed");
+                    // The references are dropped when the server drains them (and only then:
+                    // the model has already let them go).
+                    check(&mut server, &m);
+                }
                 Op::ReleaseDriverLocked(i) => if let Some((head, last)) = m.drop_holder(i) {
                     let pool = head / geo.per_pool;
                     prop_assert!(server.buffers().debug_set_lock(pool, true));

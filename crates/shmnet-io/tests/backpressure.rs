@@ -38,7 +38,7 @@ fn blast(isolation: Isolation) {
                 Err(_) => break,
             }
         }
-        got
+        (got, b.udp_overflows(), b.region_errors())
     });
     let port = port_rx.recv().expect("the reader's port");
     let a = Client::connect(&server.path).expect("attach the sender");
@@ -54,16 +54,26 @@ fn blast(isolation: Isolation) {
             "{isolation:?}: the blast took over 120 s"
         );
     }
-    let read = reader.join().expect("the reader");
+    let (read, overflows, errors) = reader.join().expect("the reader");
     let s = server.stats();
     assert_eq!(
         s.driver.driver.tx_errors, 0,
         "{isolation:?}: frames dropped at the device ({read} of {DATAGRAMS} read)"
     );
     assert_eq!(
-        read + s.stack.queue_full,
+        read + s.stack.queue_full + overflows,
         DATAGRAMS,
-        "{isolation:?}: every datagram read or counted as dropped by the full socket queue"
+        "{isolation:?}: every datagram read or counted as dropped: by the full socket queue \
+         ({}), or by the reader's client, holding too many unread ({overflows}); the \
+         reader's refused sends and deliveries: {errors:?}; no buffers {}, ARP queue full {}; \
+         apps {:?}",
+        s.stack.queue_full,
+        s.stack.no_buffers,
+        s.stack.arp_queue_full,
+        s.apps
+            .iter()
+            .map(|a| (&a.counters, &a.rings))
+            .collect::<Vec<_>>()
     );
 }
 

@@ -28,9 +28,13 @@ pub(super) const LARGE_BUFFERS: u32 = 32;
 pub(super) const POSTED_BUFFERS: usize = (SMALL_BUFFERS + LARGE_BUFFERS) as usize;
 /// Bytes of the send region: room for 32 of the largest datagrams, or thousands of small.
 pub(super) const SEND_REGION: u64 = 2 << 20;
-/// Extents in flight at most (sends posted and not completed): a little more than `REQ`
-/// and `RX` hold together.
-const MAX_IN_FLIGHT: usize = 2 * windows::APP_RING as usize + 64;
+/// One more than the extents in flight at most (sends posted and not completed): `RX` has
+/// room for the completion of every send in flight. The server takes a send only when `RX`
+/// has room for its completion, so with more in flight than that (it was `REQ` and `RX`
+/// together, 576), an application that sent a burst and then stopped calling the library
+/// left its last sends unsent: `RX` full of completions it did not read, the rest waiting in
+/// `REQ` (the server also holds up to 32 sends that missed, beside `REQ`'s 256).
+const MAX_IN_FLIGHT: usize = windows::APP_RING as usize + 1;
 /// Extents are aligned to cache lines, so two datagrams never share one.
 const ALIGN: u64 = 64;
 

@@ -226,16 +226,21 @@ impl AppTransport for ShmApp {
                 break;
             }
             work += n;
+            // Freed as one burst: one pool lock per run and one wake-up check (a fence).
+            let mut heads = [0u32; BURST];
+            let mut back = 0;
             for k in 0..n {
                 let d = self.batch[k];
                 if self.held.remove(d.buf) {
                     self.forget_tcp_chain(d.buf, r.tcp_lent);
                     c.returned += 1;
-                    r.pool.free_chain(BufIdx(d.buf));
+                    heads[back] = d.buf;
+                    back += 1;
                 } else {
                     c.bad_returns += 1;
                 }
             }
+            r.pool.pools().release_burst(&heads[..back]);
         }
         let bufs = &self.bufs;
         let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
@@ -252,9 +257,10 @@ impl AppTransport for ShmApp {
             );
         }
         let mut done = [Desc::default(); BURST];
-        // The send buffers of the burst's UDP datagrams, given back together once they are
-        // sent (one pool lock and one wake-up check per burst: the application allocates
-        // from the same pool on its own core).
+        // The send buffers of the burst's UDP datagrams, handed back together once they are
+        // sent: the application frees them itself, on its own core, so the headers, lock and
+        // free list it allocates from never leave its cache (one queue slot per datagram and
+        // one wake-up check per burst here).
         let mut sent_bufs = [0u32; BURST];
         for _ in 0..BURSTS_PER_ROUND {
             // A send by handle answers on RX: take no more than RX has room for (known
@@ -334,7 +340,7 @@ impl AppTransport for ShmApp {
                 sent_bufs[released] = d.buf;
                 released += 1;
             }
-            self.send_bufs.release_burst(&sent_bufs[..released]);
+            self.send_bufs.hand_back_burst(&sent_bufs[..released]);
             if k > 0 {
                 // Room was counted before the dequeue; this side alone produces on RX (the
                 // enqueue wakes the application if it sleeps).
