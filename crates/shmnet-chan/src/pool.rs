@@ -1170,7 +1170,9 @@ impl DriverPools {
 }
 
 /// `Desc::len` of a deferred-free entry that hands a reference back rather than a chain
-/// already at count 0 (see [`DriverPools::hand_back_burst`]).
+/// already at count 0 (see [`DriverPools::hand_back_burst`]). It gives the queue's producer
+/// no power it lacked: that party maps the headers and may already drop any reference
+/// ([`DriverPools::release`]); the drop is still checked (`unref` refuses a free buffer).
 const HANDED_BACK: u32 = 1;
 
 impl ServerPools {
