@@ -1078,58 +1078,32 @@ impl DriverPools {
     /// whose pool is locked, goes to the deferred-free queue for the server. Never waits.
     #[inline]
     pub fn release(&mut self, head: u32) {
-        self.release_burst(std::slice::from_ref(&head));
-    }
-
-    /// [`DriverPools::release`] for each of `heads`, with one lock per run of buffers of
-    /// the same pool and one wake-up check (a full fence) for the lot: what a party
-    /// that frees a burst of another party's buffers pays once, not per buffer. Never waits.
-    pub fn release_burst(&mut self, heads: &[u32]) {
-        let mut locked: Option<u32> = None;
-        let mut freed = 0u32;
-        for &head in heads {
-            let Some(h) = self.bufs.unref(head) else {
-                continue;
-            };
-            let hdr = self.bufs.hdr(h).expect("unref checked the index");
-            if hdr.next.load(Ordering::Relaxed) == NO_BUF {
-                let pool = self.bufs.pool_of(h);
-                if locked != Some(pool) {
-                    if let Some(p) = locked.take() {
-                        self.bufs.unlock(p);
-                    }
-                    if self.bufs.try_lock(pool, DRIVER) {
-                        locked = Some(pool);
-                    } else {
-                        Buffers::bump(&self.bufs.ctl(pool).counters.trylock_failures);
-                    }
-                }
-                if locked == Some(pool) {
-                    if self.bufs.push_locked(pool, h) {
-                        freed += 1;
-                    }
-                    continue;
-                }
+        let Some(h) = self.bufs.unref(head) else {
+            return;
+        };
+        let hdr = self.bufs.hdr(h).expect("unref checked the index");
+        if hdr.next.load(Ordering::Relaxed) == NO_BUF {
+            let pool = self.bufs.pool_of(h);
+            if self.bufs.try_lock(pool, DRIVER) {
+                self.bufs.push_locked(pool, h);
+                self.bufs.unlock(pool);
+                self.bufs.notify_want(1, self.want_signal.as_ref());
+                return;
             }
-            let c = &self.bufs.set().counters;
-            // The buffers a deferred chain will give back, counted only for a waiter.
-            let will_free = if self.bufs.wanted() {
-                self.bufs.chain_len(h)
-            } else {
-                1
-            };
-            if self.deferred.enqueue(Desc::new(h, 0)).is_ok() {
-                Buffers::bump(&c.deferred);
-                freed += will_free;
-            } else {
-                Buffers::bump(&c.deferred_lost);
-            }
+            Buffers::bump(&self.bufs.ctl(pool).counters.trylock_failures);
         }
-        if let Some(p) = locked {
-            self.bufs.unlock(p);
-        }
-        if freed > 0 {
+        let c = &self.bufs.set().counters;
+        // The buffers a deferred chain will give back, counted only for a waiter.
+        let freed = if self.bufs.wanted() {
+            self.bufs.chain_len(h)
+        } else {
+            1
+        };
+        if self.deferred.enqueue(Desc::new(h, 0)).is_ok() {
+            Buffers::bump(&c.deferred);
             self.bufs.notify_want(freed, self.want_signal.as_ref());
+        } else {
+            Buffers::bump(&c.deferred_lost);
         }
     }
 

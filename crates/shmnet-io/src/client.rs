@@ -1015,8 +1015,9 @@ impl Inner {
             if let Some(d) = self.next_for(id) {
                 return Ok(d);
             }
-            // The clock is read on the first miss and then every 16th look, with the yield.
-            if polls % 16 == 0 && deadline.passed() {
+            // The clock is read on the first miss, every 16th look (with the yield), and
+            // before every sleep.
+            if (polls % 16 == 0 || polls >= self.spin_polls) && deadline.passed() {
                 return Err(ClientError::TimedOut);
             }
             if polls < self.spin_polls {
@@ -1027,9 +1028,6 @@ impl Inner {
                     std::hint::spin_loop();
                 }
                 continue;
-            }
-            if deadline.passed() {
-                return Err(ClientError::TimedOut);
             }
             self.sleep_rx(deadline.fix())?;
         }

@@ -248,41 +248,39 @@ impl Own {
     /// Posts the buffer a delivery named again (the ring has room: it held every buffer of
     /// its class once, and this one came back).
     pub(super) fn repost(&mut self, ring: usize, off: u64, cap: u32) {
-        if let Some(d) = windows::post_desc(self.recv_id.0, off, cap) {
-            let k = usize::from(ring == windows::POST_LARGE);
-            if k == 0 {
-                self.reposts.push(d);
-                if self.reposts.len() >= REPOST_BATCH {
-                    self.flush_reposts();
-                }
-            } else if self.posts[k].enqueue(d).is_err() {
-                // Only a server that stopped taking posts fills the ring: the buffer
-                // stays ours, unposted.
-                self.bad_deliveries += 1;
-            } else {
-                self.mark_posted(off);
-            }
+        let Some(d) = windows::post_desc(self.recv_id.0, off, cap) else {
+            return;
+        };
+        if ring == windows::POST_LARGE {
+            self.post(1, &[d]);
+            return;
+        }
+        self.reposts.push(d);
+        if self.reposts.len() >= REPOST_BATCH {
+            self.flush_reposts();
         }
     }
 
-    /// Posts the small buffers waiting in `reposts` (the ring has room for them: it held
-    /// every small buffer once, and these came back).
+    /// Posts the small buffers waiting in `reposts`.
     pub(super) fn flush_reposts(&mut self) {
-        if self.reposts.is_empty() {
-            return;
+        if !self.reposts.is_empty() {
+            let batch = std::mem::take(&mut self.reposts);
+            self.post(0, &batch);
+            self.reposts = batch;
+            self.reposts.clear();
         }
-        let placed = self.posts[0].enqueue_burst(&self.reposts);
-        for k in 0..self.reposts.len() {
-            if k < placed {
-                let (_, off) = windows::posted_handle(&self.reposts[k]);
-                self.mark_posted(off);
-            } else {
-                // Only a server that stopped taking posts fills the ring: the buffer stays
-                // ours, unposted.
-                self.bad_deliveries += 1;
-            }
+    }
+
+    /// Puts `descs` on post ring `k` (0 small, 1 large) and marks what went as posted. The
+    /// ring has room: it held every buffer of its class once, and these came back; only a
+    /// server that stopped taking posts fills it, and what finds it full stays ours,
+    /// unposted, counted.
+    fn post(&mut self, k: usize, descs: &[Desc]) {
+        let placed = self.posts[k].enqueue_burst(descs);
+        for d in &descs[..placed] {
+            self.mark_posted(windows::posted_handle(d).1);
         }
-        self.reposts.clear();
+        self.bad_deliveries += (descs.len() - placed) as u64;
     }
 
     /// Records that the buffer at `off` is posted.
