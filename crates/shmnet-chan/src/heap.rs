@@ -3,7 +3,7 @@
 
 use crate::desc::DescSlot;
 use crate::pool::{
-    BufHdr, Buffers, DriverPools, PoolCtl, PoolGeometry, PoolMem, PoolSetShared, ServerPools,
+    BufHdr, Buffers, DriverPools, PoolCtl, PoolGeometry, PoolMem, PoolSetShared, ServerPools, Side,
 };
 use crate::ring::{DescLimits, RingMem, RingShared};
 use crate::signal::Signal;
@@ -77,12 +77,12 @@ pub fn heap_pools(
     };
     (
         ServerPools::new(
-            Buffers::new(mem.clone()),
+            Buffers::new(mem.clone(), Side::Server),
             crate::ring::Consumer::new(ring.clone(), None, None, limits),
             want_signal.clone(),
         ),
         DriverPools::new(
-            Buffers::new(mem),
+            Buffers::new(mem, Side::Driver),
             crate::ring::Producer::new(ring, None, None),
             want_signal,
         ),

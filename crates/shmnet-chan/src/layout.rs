@@ -15,8 +15,9 @@ use std::mem::size_of;
 pub const MAGIC: [u8; 8] = *b"SHMNETW\0";
 /// The layout version this build reads and writes. Bumped on any change to the layout or
 /// to the meaning of its shared words. 2: rings have room wake-ups (the head word's bit 33,
-/// a second eventfd per ring).
-pub const LAYOUT_VERSION: u32 = 2;
+/// a second eventfd per ring). 3: a pool's counters share its lock's line; the set-wide
+/// counters are one line per side.
+pub const LAYOUT_VERSION: u32 = 3;
 /// Most rings a window can hold (besides the deferred-free queue).
 pub const MAX_RINGS: usize = 32;
 /// Most regions a header can describe.

@@ -5,10 +5,13 @@
 //!
 //! # Shared layout
 //!
-//! - [`PoolSetShared`]: the waiters word (`want`, the seed's `m_want`) and set-wide counters.
-//! - One [`PoolCtl`] per pool (two cache lines): the lock word and the free list's `head` and
-//!   `tail` on the first line (both parties touch them together, under the lock), counters on
-//!   the second.
+//! - [`PoolSetShared`]: the waiters word (`want`, the seed's `m_want`) and set-wide counters,
+//!   one line of them per side ([`Side`]): each party counts in a line the other never
+//!   writes, so a count on the hot path (a chain handed back, deferred) never takes a line
+//!   from the other party's cache.
+//! - One [`PoolCtl`] per pool (one cache line): the lock word, the free list's `head` and
+//!   `tail`, and the pool's counters — everything an allocation or a free writes, all under
+//!   the lock, so taking the lock brings the one line the operation needs.
 //! - One free array per pool: `free_cap` (a power of two ≥ buffers per pool) `u32` indices;
 //!   the free list is the window `head..tail` of it (free-running indices).
 //! - One [`BufHdr`] per buffer (16 bytes, four per line): chain link, reference count, data
@@ -113,7 +116,17 @@ const LOCK_YIELDS: u32 = 16;
 #[derive(Debug, Default)]
 pub struct PoolSetShared {
     want: CacheLine<AtomicU32>,
-    counters: CacheLine<SetCounters>,
+    /// Indexed by [`Side`]: each side writes only its own line.
+    counters: [CacheLine<SetCounters>; 2],
+}
+
+/// Which side of a pool set a handle acts for: the side whose set-wide counters it bumps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The owner: [`ServerPools`], and read-only views.
+    Server = 0,
+    /// The other party: [`DriverPools`].
+    Driver = 1,
 }
 
 #[repr(C)]
@@ -128,20 +141,27 @@ struct SetCounters {
     bad_releases: AtomicU64,
 }
 
-/// One pool's control block.
+/// One pool's control block: one cache line.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct PoolCtl {
     list: CacheLine<FreeList>,
-    counters: CacheLine<PoolCounters>,
 }
 
+const _: () = assert!(
+    std::mem::size_of::<PoolCtl>() == 64,
+    "a pool's control block is one line"
+);
+
+/// The lock, the free list and the pool's counters, on one line: `allocs`, `frees` and
+/// `refused` are written under the lock; the two failure counters are rare.
 #[repr(C)]
 #[derive(Debug, Default)]
 struct FreeList {
     lock: AtomicU32,
     head: AtomicU32,
     tail: AtomicU32,
+    counters: PoolCounters,
 }
 
 #[repr(C)]
@@ -276,6 +296,7 @@ pub enum BufError {
 #[derive(Clone)]
 pub struct Buffers {
     mem: PoolMem,
+    side: Side,
 }
 
 // SAFETY: the shared memory is only accessed through atomics or through byte copies bounded
@@ -286,8 +307,8 @@ unsafe impl Send for Buffers {}
 unsafe impl Sync for Buffers {}
 
 impl Buffers {
-    pub(crate) fn new(mem: PoolMem) -> Self {
-        Self { mem }
+    pub(crate) fn new(mem: PoolMem, side: Side) -> Self {
+        Self { mem, side }
     }
 
     /// The pool set's shape.
@@ -298,6 +319,11 @@ impl Buffers {
     fn set(&self) -> &PoolSetShared {
         // SAFETY: valid while `keep` lives (PoolMem's construction contract); atomics only.
         unsafe { self.mem.set.as_ref() }
+    }
+
+    /// This side's set-wide counters (the line the other side never writes).
+    fn counters(&self) -> &SetCounters {
+        &self.set().counters[self.side as usize]
     }
 
     fn ctl(&self, pool: u32) -> &PoolCtl {
@@ -486,19 +512,22 @@ impl Buffers {
 
     /// A snapshot of every counter of the pool set.
     pub fn stats(&self) -> PoolSetStats {
-        let c = &self.set().counters;
-        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let [s, d] = &self.set().counters;
+        let r = |f: fn(&SetCounters) -> &AtomicU64| {
+            f(s).load(Ordering::Relaxed) + f(d).load(Ordering::Relaxed)
+        };
         PoolSetStats {
-            driver_drops: r(&c.driver_drops),
-            server_empty: r(&c.server_empty),
-            want_wakeups: r(&c.want_wakeups),
-            deferred: r(&c.deferred),
-            deferred_lost: r(&c.deferred_lost),
-            bad_chains: r(&c.bad_chains),
-            bad_releases: r(&c.bad_releases),
+            driver_drops: r(|c| &c.driver_drops),
+            server_empty: r(|c| &c.server_empty),
+            want_wakeups: r(|c| &c.want_wakeups),
+            deferred: r(|c| &c.deferred),
+            deferred_lost: r(|c| &c.deferred_lost),
+            bad_chains: r(|c| &c.bad_chains),
+            bad_releases: r(|c| &c.bad_releases),
             pools: (0..self.mem.geo.pools)
                 .map(|p| {
-                    let pc = &self.ctl(p).counters;
+                    let pc = &self.ctl(p).list.counters;
+                    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
                     PoolStats {
                         buffers: self.mem.geo.per_pool,
                         free: self.list_len(p),
@@ -534,7 +563,7 @@ impl Buffers {
                 return None;
             }
             if count > g.per_pool {
-                Self::bump(&ctl.counters.refused);
+                Self::bump(&ctl.list.counters.refused);
                 return None;
             }
             let idx = match g.policy {
@@ -557,7 +586,7 @@ impl Buffers {
                 }
             };
             if idx < first || idx - first >= g.per_pool {
-                Self::bump(&ctl.counters.refused);
+                Self::bump(&ctl.list.counters.refused);
                 continue;
             }
             let Some(h) = self.hdr(idx) else { continue };
@@ -565,13 +594,13 @@ impl Buffers {
                 .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
                 .is_err()
             {
-                Self::bump(&ctl.counters.refused);
+                Self::bump(&ctl.list.counters.refused);
                 continue;
             }
             h.next.store(NO_BUF, Ordering::Relaxed);
             h.off_len.store(0, Ordering::Relaxed);
             h.flags.store(0, Ordering::Relaxed);
-            let a = &ctl.counters.allocs;
+            let a = &ctl.list.counters.allocs;
             a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             return Some(idx);
         }
@@ -584,12 +613,12 @@ impl Buffers {
         let head = ctl.list.head.load(Ordering::Relaxed);
         let tail = ctl.list.tail.load(Ordering::Relaxed);
         if tail.wrapping_sub(head) >= self.mem.geo.per_pool {
-            Self::bump(&ctl.counters.refused);
+            Self::bump(&ctl.list.counters.refused);
             return false;
         }
         self.free_slot(pool, tail).store(idx, Ordering::Relaxed);
         ctl.list.tail.store(tail.wrapping_add(1), Ordering::Relaxed);
-        let f = &ctl.counters.frees;
+        let f = &ctl.list.counters.frees;
         f.store(f.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         true
     }
@@ -628,7 +657,7 @@ impl Buffers {
             }
             crate::sync::yield_now();
         }
-        Self::bump(&self.ctl(pool).counters.lock_timeouts);
+        Self::bump(&self.ctl(pool).list.counters.lock_timeouts);
         false
     }
 
@@ -656,13 +685,13 @@ impl Buffers {
     /// release (counted).
     fn unref(&self, head: u32) -> Option<u32> {
         let Some(h) = self.hdr(head) else {
-            Self::bump(&self.set().counters.bad_releases);
+            Self::bump(&self.counters().bad_releases);
             return None;
         };
         let mut cur = h.refcnt.load(Ordering::Relaxed);
         loop {
             if cur == 0 {
-                Self::bump(&self.set().counters.bad_releases);
+                Self::bump(&self.counters().bad_releases);
                 return None;
             }
             match h
@@ -697,7 +726,7 @@ impl Buffers {
         let mut first = true;
         while cur != NO_BUF {
             if freed >= total || cur >= total {
-                Self::bump(&self.set().counters.bad_chains);
+                Self::bump(&self.counters().bad_chains);
                 break;
             }
             let h = self.hdr(cur).expect("checked against total");
@@ -708,7 +737,7 @@ impl Buffers {
                     .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
                     .is_err()
             {
-                Self::bump(&self.set().counters.bad_chains);
+                Self::bump(&self.counters().bad_chains);
                 break;
             }
             first = false;
@@ -749,7 +778,7 @@ impl Buffers {
                         if let Some(s) = signal {
                             s.raise();
                         }
-                        Self::bump(&self.set().counters.want_wakeups);
+                        Self::bump(&self.counters().want_wakeups);
                     }
                     return;
                 }
@@ -823,7 +852,7 @@ impl ServerPools {
                 return got;
             }
         }
-        Buffers::bump(&self.bufs.set().counters.server_empty);
+        Buffers::bump(&self.bufs.counters().server_empty);
         None
     }
 
@@ -942,7 +971,7 @@ impl ServerPools {
                     Some(h) if h.refcnt.load(Ordering::Relaxed) == 0 => {
                         freed += self.bufs.free_chain_server(d.buf)
                     }
-                    _ => Buffers::bump(&self.bufs.set().counters.bad_releases),
+                    _ => Buffers::bump(&self.bufs.counters().bad_releases),
                 }
             }
             left -= n;
@@ -1059,7 +1088,7 @@ impl DriverPools {
         for k in 0..pools {
             let p = (self.start + k) % pools;
             if !self.bufs.try_lock(p, DRIVER) {
-                Buffers::bump(&self.bufs.ctl(p).counters.trylock_failures);
+                Buffers::bump(&self.bufs.ctl(p).list.counters.trylock_failures);
                 continue;
             }
             let got = self.bufs.pop_locked(p, &mut self.rng);
@@ -1069,7 +1098,7 @@ impl DriverPools {
                 return got;
             }
         }
-        Buffers::bump(&self.bufs.set().counters.driver_drops);
+        Buffers::bump(&self.bufs.counters().driver_drops);
         None
     }
 
@@ -1090,9 +1119,9 @@ impl DriverPools {
                 self.bufs.notify_want(1, self.want_signal.as_ref());
                 return;
             }
-            Buffers::bump(&self.bufs.ctl(pool).counters.trylock_failures);
+            Buffers::bump(&self.bufs.ctl(pool).list.counters.trylock_failures);
         }
-        let c = &self.bufs.set().counters;
+        let c = self.bufs.counters();
         // The buffers a deferred chain will give back, counted only for a waiter.
         let freed = if self.bufs.wanted() {
             self.bufs.chain_len(h)
@@ -1121,10 +1150,12 @@ impl DriverPools {
                 *d = Desc::new(h, HANDED_BACK);
             }
             let placed = self.deferred.enqueue_burst(&descs[..part.len()]);
-            let c = &self.bufs.set().counters;
+            let c = self.bufs.counters();
             c.deferred.fetch_add(placed as u64, Ordering::Relaxed);
-            c.deferred_lost
-                .fetch_add((part.len() - placed) as u64, Ordering::Relaxed);
+            if placed < part.len() {
+                c.deferred_lost
+                    .fetch_add((part.len() - placed) as u64, Ordering::Relaxed);
+            }
             // The buffers they will give back, counted along the chains only for a waiter.
             handed += if self.bufs.wanted() {
                 part[..placed].iter().map(|&h| self.bufs.chain_len(h)).sum()

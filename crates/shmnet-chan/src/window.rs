@@ -12,7 +12,7 @@
 use crate::desc::DescSlot;
 use crate::layout::{ChannelSpec, Layout, PageSize, RawHeader, Region, RegionKind};
 use crate::mapping::Mapping;
-use crate::pool::{Buffers, DriverPools, PoolCtl, PoolMem, ServerPools};
+use crate::pool::{Buffers, DriverPools, PoolCtl, PoolMem, ServerPools, Side};
 use crate::ring::{Consumer, DescLimits, Producer, RingMem, RingShared, RingStats};
 use crate::signal::{EventFd, Signal};
 use crate::sync::{AtomicU32, Ordering};
@@ -432,7 +432,7 @@ impl Window {
         self.take(TAKEN_SERVER_POOLS, || "the server's pools".into())?;
         let deferred = Consumer::new(self.deferred_mem(), None, None, self.buffer_limits());
         Ok(ServerPools::new(
-            Buffers::new(self.pool_mem()),
+            Buffers::new(self.pool_mem(), Side::Server),
             deferred,
             Some(self.want_signal()),
         ))
@@ -443,7 +443,7 @@ impl Window {
         self.take(TAKEN_DRIVER_POOLS, || "the driver's pools".into())?;
         let deferred = Producer::new(self.deferred_mem(), None, None);
         Ok(DriverPools::new(
-            Buffers::new(self.pool_mem()),
+            Buffers::new(self.pool_mem(), Side::Driver),
             deferred,
             Some(self.want_signal()),
         ))
@@ -451,7 +451,7 @@ impl Window {
 
     /// Read-only access to buffers and pool counters, for any party (statistics, audits).
     pub fn buffers(&self) -> Buffers {
-        Buffers::new(self.pool_mem())
+        Buffers::new(self.pool_mem(), Side::Server)
     }
 
     /// A snapshot of every counter in the window.

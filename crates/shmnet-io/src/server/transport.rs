@@ -243,7 +243,8 @@ impl AppTransport for ShmApp {
             r.pool.pools().release_burst(&heads[..back]);
         }
         let bufs = &self.bufs;
-        let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
+        // Uninitialised storage: this runs at every poll of every application.
+        let mut parts = SendParts::new();
         let send_bufs = &mut self.send_bufs;
         if !self.backlog.is_empty() {
             work += self.backlog.retry(
@@ -327,10 +328,10 @@ impl AppTransport for ShmApp {
                     k += 1;
                     continue;
                 }
-                let sent = gather_send(bufs, d, &mut parts).and_then(|(dst, k)| {
+                let sent = gather_send(bufs, d, &mut parts).and_then(|dst| {
                     let h = sockets.udp(d.aux as usize)?;
                     r.iface
-                        .udp_send_gather(r.pool, h, &parts[..k], dst, r.now, r.tx)
+                        .udp_send_gather(r.pool, h, &parts, dst, r.now, r.tx)
                         .ok()
                 });
                 match sent {
@@ -487,10 +488,10 @@ fn shm_tcp_request(
         sockets.request(r, d);
         return Progress::Done(SendStatus::Sent);
     }
-    let mut parts: [&[u8]; MAX_SEND_PARTS] = [&[]; MAX_SEND_PARTS];
-    let sent = gather_send(bufs, d, &mut parts).and_then(|(_, k)| {
+    let mut parts = SendParts::new();
+    let sent = gather_send(bufs, d, &mut parts).and_then(|_| {
         let h = sockets.tcp(d.aux as usize)?;
-        send_parts(r, h, &parts[..k], p.done)
+        send_parts(r, h, &parts, p.done)
     });
     counted(sent, c)
 }
@@ -519,11 +520,9 @@ pub(crate) fn counted(progress: Option<Progress>, c: &mut AppCounters) -> Progre
 /// smallest buffers, with room to spare.
 const MAX_SEND_PARTS: usize = 64;
 
-/// Reads a send request in place: the destination header, and the payload of the chain at
-/// `d.buf` in the application's window as up to [`MAX_SEND_PARTS`] slices of its buffers
-/// (the stack copies them once, into the frames — no scratch copy). Returns the
-/// destination and how many slices; `None` if the chain is malformed or shorter than
-/// `d.len`.
+/// A send's payload as slices of the application's buffers.
+type SendParts<'a> = arrayvec::ArrayVec<&'a [u8], MAX_SEND_PARTS>;
+
 /// The bytes a `REQ_HANDLE` descriptor names, translated through the lookup cache (a miss
 /// is reported to the miss thread): `Err(Miss)` or `Err(Refused)` when they cannot be read.
 ///
@@ -590,17 +589,22 @@ pub(crate) fn send_by_handle(
     }
 }
 
+/// Reads a send request in place: the destination header, and the payload of the chain at
+/// `d.buf` in the application's window as up to [`MAX_SEND_PARTS`] slices of its buffers
+/// (the stack copies them once, into the frames — no scratch copy), in `parts` (emptied
+/// first). Returns the destination; `None` if the chain is malformed or shorter than
+/// `d.len`.
 fn gather_send<'a>(
     bufs: &'a shmnet_chan::Buffers,
     d: &Desc,
-    parts: &mut [&'a [u8]; MAX_SEND_PARTS],
-) -> Option<(std::net::SocketAddrV4, usize)> {
+    parts: &mut SendParts<'a>,
+) -> Option<std::net::SocketAddrV4> {
+    parts.clear();
     let len = d.len as usize;
     let mut hdr = [0u8; SEND_HEADER];
     if bufs.read_chain(BufIdx(d.buf), 0, &mut hdr).ok()? != SEND_HEADER {
         return None;
     }
-    let mut k = 0;
     let mut total = 0;
     for seg in bufs.segments_from(BufIdx(d.buf), SEND_HEADER, len) {
         let seg = seg.ok()?;
@@ -610,11 +614,10 @@ fn gather_send<'a>(
         // anyway, concurrently, changes only the bytes of its own datagram: the stack
         // copies them once and checksums its copy.
         let bytes = unsafe { bufs.segment_bytes(seg) }.ok()?;
-        *parts.get_mut(k)? = bytes;
-        k += 1;
+        parts.try_push(bytes).ok()?;
         total += bytes.len();
     }
-    (total == len).then(|| (windows::decode_dst(&hdr), k))
+    (total == len).then(|| windows::decode_dst(&hdr))
 }
 
 /// An application of the `ipc` structure: datagrams in packets on `sock`, a socket pair of
