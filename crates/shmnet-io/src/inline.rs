@@ -74,6 +74,9 @@ pub struct ServeConfig {
     /// The largest IP packet per frame; `pools` must hold a frame of it (see
     /// [`frame_buffer_size`]).
     pub mtu: usize,
+    /// On a loopback: how long a UDP sender to one of our own full sockets is held back
+    /// (see [`shmnet_stack::Config::udp_local_hold`]); `None`: never.
+    pub udp_local_hold: Option<std::time::Duration>,
 }
 
 /// The pool buffer size that holds one frame of `mtu` (the Ethernet header and the stack's
@@ -96,6 +99,7 @@ impl ServeConfig {
         cfg.udp_tx_checksum = self.checksum;
         cfg.rx_queue_limit = self.rx_queue_limit;
         cfg.loopback = self.loopback;
+        cfg.udp_local_hold = self.udp_local_hold;
         cfg.set_mtu(self.mtu);
         let tcp_checksum = self.checksum || !self.loopback;
         cfg.tcp.rx_checksum = tcp_checksum;
@@ -117,6 +121,7 @@ impl Default for ServeConfig {
             apps: Vec::new(),
             loopback: false,
             mtu: 1500,
+            udp_local_hold: Some(shmnet_stack::iface::UDP_LOCAL_HOLD),
         }
     }
 }

@@ -434,6 +434,10 @@ pub struct ServeSpec {
     pub mtu: usize,
     /// Messages a socket's receive queue holds before the stack drops more.
     pub rx_queue: usize,
+    /// On a loopback: milliseconds a UDP sender to a full socket of this host is held back
+    /// before what it sends overflows (host-local flow control,
+    /// [`shmnet_stack::Config::udp_local_hold`]); 0: never held.
+    pub udp_local_hold_ms: u64,
     /// The pages the packet buffers live on.
     #[serde(deserialize_with = "by_name")]
     pub page: PageSize,
@@ -501,6 +505,7 @@ impl Default for ServeSpec {
             checksum: true,
             mtu: 1500,
             rx_queue: 64,
+            udp_local_hold_ms: shmnet_stack::iface::UDP_LOCAL_HOLD.as_millis() as u64,
             page: PageSize::default(),
             alloc: None,
             socket: crate::control::default_socket(),
@@ -598,6 +603,8 @@ impl ServeSpec {
             pools: self.pools(),
             loopback: self.driver.loopback(),
             mtu: self.mtu,
+            udp_local_hold: (self.udp_local_hold_ms > 0)
+                .then(|| std::time::Duration::from_millis(self.udp_local_hold_ms)),
         }
     }
 

@@ -25,7 +25,11 @@ use crate::tcp::{Tcp, TcpConfig};
 use crate::udp::{self, UdpHeader};
 use crate::{Instant, eth};
 
+mod local_udp;
 mod tcp;
+
+pub(crate) use local_udp::LocalInbound;
+pub use local_udp::UDP_LOCAL_HOLD;
 
 /// Where transmitted frames go. Each frame is handed over as the head of a buffer chain
 /// whose bytes are the whole Ethernet frame (this stack always emits single-buffer
@@ -111,6 +115,11 @@ pub struct Config {
     /// ourselves is `Unaddressable`, and a datagram claiming our address as its source is
     /// spoofed (counted in `bad_address`).
     pub loopback: bool,
+    /// Host-local flow control for UDP, on a loopback: how long a sender to one of our own
+    /// sockets whose queue is full waits for room before what it sends is let through to
+    /// overflow (20 ms; `None`: never held, datagrams overflow at once as on a wire). See
+    /// [`Interface::udp_local_wait`].
+    pub udp_local_hold: Option<Duration>,
     /// TCP's settings (its MSS follows `mtu` when set with [`Config::set_mtu`]).
     pub tcp: TcpConfig,
 }
@@ -143,6 +152,7 @@ impl Config {
             icmp_burst: 10,
             icmp_interval: Duration::from_millis(100),
             loopback: false,
+            udp_local_hold: Some(UDP_LOCAL_HOLD),
             tcp: TcpConfig::default(),
         }
     }
@@ -613,6 +623,10 @@ impl Interface {
             pool.free_chain(dg.head);
             return;
         };
+        if dg.src == self.cfg.ipv4 {
+            // Ours, through the loopback (only a loopback accepts our own source).
+            s.from_host.arrived(now);
+        }
         match s.push(msg) {
             Ok(()) => self.stats.udp_delivered += 1,
             Err(m) => {
@@ -1165,6 +1179,7 @@ impl Interface {
         let hdr = self.emit_header(*dst.ip(), IpProtocol::Udp);
         self.send_ip(pool, &hdr, &hbytes, parts, pseudo, None, now, tx)?;
         self.stats.udp_sent += 1;
+        self.note_local_send(dst, now);
         Ok(())
     }
 }

@@ -89,6 +89,10 @@ pub struct UdpSocket {
     pub(crate) limit: usize,
     /// Messages refused because the queue was full.
     pub(crate) overflows: u64,
+    /// Host-local flow control (`iface::local_udp`): datagrams sent to this socket through
+    /// the loopback and not arrived yet, when that count last moved, and whether senders
+    /// are held back.
+    pub(crate) from_host: crate::iface::LocalInbound,
 }
 
 impl UdpSocket {
@@ -98,6 +102,7 @@ impl UdpSocket {
             queue: VecDeque::with_capacity(limit.min(1024)),
             limit,
             overflows: 0,
+            from_host: Default::default(),
         }
     }
 

@@ -30,6 +30,12 @@ stats! {
     rx_frames,
     /// Frames emitted to the transmit sink.
     tx_frames,
+    /// Times a local UDP socket's full queue held its senders back (host-local flow
+    /// control: one per episode, see [`crate::Config::udp_local_hold`]).
+    udp_local_held,
+    /// Episodes in which a local socket stayed full past the hold, so its senders went on
+    /// (what they sent then overflowed its queue, counted in `queue_full`).
+    udp_local_hold_expired,
     /// UDP datagrams placed on a socket queue.
     udp_delivered,
     /// UDP messages read by `udp_recv`.

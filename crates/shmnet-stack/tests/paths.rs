@@ -522,3 +522,80 @@ fn a_loopback_device_reaches_our_own_address_and_a_wire_does_not() {
         assert_eq!(pool.free_count(), pool.total());
     }
 }
+
+/// Host-local flow control (`Interface::udp_local_wait`): on a loopback a sender to one of
+/// our own sockets is told to wait once the socket's queue, with what is on its way to it,
+/// is full; reading makes room; a socket full for the whole hold lets senders through (one
+/// episode, counted) until it has room again; an in-flight count that never comes back is
+/// forgotten. Nothing of this applies on a wire or to another address.
+#[test]
+fn a_local_sender_waits_for_a_full_socket_of_ours_for_the_hold_at_most() {
+    let hold = Duration::from_millis(20);
+    let mut cfg = config();
+    cfg.loopback = true;
+    cfg.rx_queue_limit = 4;
+    cfg.udp_local_hold = Some(hold);
+    let mut ifc = Interface::new(cfg);
+    let mut pool = pool();
+    let from = bind(&mut ifc, 40001);
+    let to = bind(&mut ifc, 5001);
+    let ours = SocketAddrV4::new(Ipv4Addr::from(OUR_IP), 5001);
+    let ms = Instant::from_millis;
+    let mut wire: Vec<BufIdx> = Vec::new();
+    // Four sent, none back yet: the queue is full counting what is on its way.
+    for _ in 0..4 {
+        assert!(!ifc.udp_local_wait(ours, ms(1)));
+        ifc.udp_send_to(&mut pool, from, b"x", ours, ms(1), &mut wire)
+            .unwrap();
+    }
+    assert!(ifc.udp_local_wait(ours, ms(1)), "four on their way");
+    assert_eq!(ifc.stats().udp_local_held, 1);
+    // They arrive: still full.
+    let mut out: Vec<BufIdx> = Vec::new();
+    for b in wire.drain(..) {
+        ifc.receive(&mut pool, b, ms(2), &mut out);
+    }
+    assert_eq!(ifc.udp_queue_len(to).unwrap(), 4);
+    assert!(ifc.udp_local_wait(ours, ms(2)));
+    // A read makes room for one.
+    let mut user = [0u8; 8];
+    ifc.udp_recv(&mut pool, to, &mut user, &mut NoHook)
+        .unwrap()
+        .unwrap();
+    assert!(!ifc.udp_local_wait(ours, ms(3)));
+    ifc.udp_send_to(&mut pool, from, b"x", ours, ms(3), &mut wire)
+        .unwrap();
+    assert!(ifc.udp_local_wait(ours, ms(3)), "full again: a new episode");
+    assert_eq!(ifc.stats().udp_local_held, 2);
+    // Full for the whole hold: senders go on, once counted.
+    assert!(ifc.udp_local_wait(ours, ms(3 + 19)));
+    assert!(!ifc.udp_local_wait(ours, ms(3 + 21)));
+    assert!(!ifc.udp_local_wait(ours, ms(3 + 22)));
+    assert_eq!(ifc.stats().udp_local_hold_expired, 1);
+    // The datagram on its way never comes back (a device that lost it): after 50 ms
+    // without movement it no longer counts, and the socket has room for one.
+    wire.clear();
+    assert!(
+        !ifc.udp_local_wait(ours, ms(30)),
+        "three queued and one on its way: full, but past the hold since it last had room"
+    );
+    assert!(
+        !ifc.udp_local_wait(ours, ms(3 + 51)),
+        "the lost one is forgotten"
+    );
+    ifc.udp_send_to(&mut pool, from, b"x", ours, ms(55), &mut wire)
+        .unwrap();
+    assert!(
+        ifc.udp_local_wait(ours, ms(55)),
+        "it had room again: holding resumes"
+    );
+    assert_eq!(ifc.stats().udp_local_held, 3);
+    // Another address, or a wire: never held.
+    let other = SocketAddrV4::new(Ipv4Addr::from(PEER_IP), 5001);
+    assert!(!ifc.udp_local_wait(other, ms(60)));
+    let mut wired = config();
+    wired.rx_queue_limit = 0;
+    let mut ifc = Interface::new(wired);
+    bind(&mut ifc, 5001);
+    assert!(!ifc.udp_local_wait(ours, ms(60)));
+}

@@ -333,6 +333,13 @@ pub struct ServeArgs {
     /// Messages a socket's receive queue holds before the stack drops (and counts) more.
     #[arg(long, default_value_t = 64, value_name = "MESSAGES")]
     rx_queue: usize,
+    /// On a loopback (`--driver loopback`): how long a UDP sender whose receiver is a full
+    /// socket of this server waits for room before what it sends overflows that socket, in
+    /// milliseconds. Between applications that keep reading nothing is lost; a receiver
+    /// that stops holds its senders up this long. 0: never wait (drop at once, as Linux's
+    /// UDP over lo does).
+    #[arg(long, default_value_t = shmnet_stack::iface::UDP_LOCAL_HOLD.as_millis() as u64, value_name = "MS")]
+    udp_local_hold: u64,
     /// The pages the packet buffers live on: `4k`, `2m` (reserved huge pages: write
     /// /proc/sys/vm/nr_hugepages first) or `thp` (transparent huge pages where allowed).
     #[arg(long, default_value = "4k", value_name = "4k|2m|thp")]
@@ -368,6 +375,7 @@ impl ServeArgs {
             checksum: !self.dev.no_checksum,
             mtu: self.dev.mtu,
             rx_queue: self.rx_queue,
+            udp_local_hold_ms: self.udp_local_hold,
             page: self.page,
             alloc: self.alloc,
             socket: self.socket.clone(),

@@ -34,6 +34,7 @@ mod handles;
 mod held;
 mod region_app;
 mod sockets;
+mod stalled;
 mod stats;
 mod transport;
 

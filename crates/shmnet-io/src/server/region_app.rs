@@ -22,10 +22,11 @@
 //! the handles by the cache.
 
 use super::sockets::{Backlog, Parked, Progress, Sockets, TcpItem, send_parts};
+use super::stalled::Stalled;
 use super::stats::AppCounters;
 use super::transport::{
-    AppTransport, BURST, BURSTS_PER_ROUND, Round, TCP_CHAIN_BYTES, counted, handle_bytes,
-    send_by_handle,
+    AppTransport, BURST, BURSTS_PER_ROUND, Round, TCP_CHAIN_BYTES, WaitForReceiver, counted,
+    handle_bytes, send_by_handle,
 };
 use crate::spec::OnMiss;
 use crate::windows::{self, RECV_HEADER, SendStatus};
@@ -50,11 +51,12 @@ pub(crate) struct RegionApp {
     /// A posted buffer taken off its ring whose line missed: used first when it arrives.
     post_held: [Option<Desc>; CLASSES],
     on_miss: OnMiss,
-    /// `--on-miss buffer`: sends held behind one that missed, in order.
-    stalled: [Desc; BURST],
-    stalled_n: usize,
+    /// Sends held behind one that missed (`--on-miss buffer`) or whose local receiver is
+    /// full, in order.
+    stalled: Stalled,
     /// The fill count when a send was last held on a miss (`--on-miss buffer`): held sends
-    /// are tried again only once it has moved.
+    /// are tried again only once it has moved. `None` while they wait for a local
+    /// receiver's room, which is looked at every round.
     stalled_fills: Option<u64>,
     /// The same for a datagram held in its socket's queue because its post missed.
     recv_stalled_fills: Option<u64>,
@@ -89,8 +91,7 @@ impl RegionApp {
             ],
             post_held: [None; CLASSES],
             on_miss,
-            stalled: [Desc::default(); BURST],
-            stalled_n: 0,
+            stalled: Stalled::new(),
             stalled_fills: None,
             recv_stalled_fills: None,
             starved: false,
@@ -163,7 +164,13 @@ impl RegionApp {
                 // Only sends by handle exist here: a chain index names nothing of ours.
                 SendStatus::Refused
             } else {
-                send_by_handle(r, self.pch, sockets, d)
+                match send_by_handle(r, self.pch, sockets, d) {
+                    Ok(status) => status,
+                    Err(WaitForReceiver) => {
+                        self.stalled_fills = None;
+                        return (j, k);
+                    }
+                }
             };
             match status {
                 SendStatus::Sent => c.sent += 1,
@@ -378,14 +385,12 @@ impl AppTransport for RegionApp {
             if room == 0 {
                 break;
             }
-            let held = self.stalled_n > 0;
+            let held = !self.stalled.is_empty();
             let n = if held {
                 if !self.may_retry(r) {
                     break;
                 }
-                let n = self.stalled_n.min(room);
-                self.batch[..n].copy_from_slice(&self.stalled[..n]);
-                n
+                self.stalled.fill(&mut self.batch[..room])
             } else {
                 self.req.dequeue_burst(&mut self.batch[..room])
             };
@@ -397,18 +402,11 @@ impl AppTransport for RegionApp {
                 self.rx.enqueue_burst(&done[..k]);
             }
             work += took;
-            if held {
-                // What was held and is now done leaves the front of the held list.
-                self.stalled.copy_within(took..self.stalled_n, 0);
-                self.stalled_n -= took;
-            } else if took < n {
-                self.stalled[..n - took].copy_from_slice(&self.batch[took..n]);
-                self.stalled_n = n - took;
-            }
+            self.stalled.settle(&self.batch, n, took, held);
             if took < n {
                 break;
             }
-            if self.stalled_n == 0 {
+            if self.stalled.is_empty() {
                 self.stalled_fills = None;
             }
         }
@@ -554,7 +552,9 @@ impl AppTransport for RegionApp {
 
     fn prepare_sleep(&mut self) -> bool {
         // A request held on a miss is retried as soon as the line arrives: keep polling.
-        if self.stalled_n > 0 || self.recv_stalled_fills.is_some() || self.tcp_missed {
+        // (One held for a local receiver's room is looked at again when the data plane
+        // wakes, at the latest after `blocked`'s recheck interval.)
+        if self.stalled_fills.is_some() || self.recv_stalled_fills.is_some() || self.tcp_missed {
             return false;
         }
         if !self.req.prepare_wait() {
@@ -584,6 +584,10 @@ impl AppTransport for RegionApp {
                 p.finish_wait();
             }
         }
+    }
+
+    fn blocked(&self) -> bool {
+        !self.stalled.is_empty() && self.stalled_fills.is_none()
     }
 
     fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>) {

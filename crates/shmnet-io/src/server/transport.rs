@@ -14,6 +14,7 @@
 
 use super::held::Held;
 use super::sockets::{Backlog, Parked, Progress, Sockets, TcpItem, send_parts};
+use super::stalled::Stalled;
 use super::stats::AppCounters;
 use crate::control;
 use crate::pool::ChanPool;
@@ -92,7 +93,9 @@ pub(crate) trait AppTransport: Send {
     fn window(&self) -> Option<&Window>;
     /// Wake-ups sent to it.
     fn wakeups(&self) -> u64;
-    /// Whether a delivery waits for room in a socket (`ipc`), which no eventfd announces.
+    /// Whether it waits for something no eventfd announces — room in a socket for a
+    /// delivery (`ipc`), room in a local receiver's queue for a datagram it sent
+    /// ([`WaitForReceiver`]): the data plane then sleeps no longer than a short recheck.
     fn blocked(&self) -> bool {
         false
     }
@@ -123,6 +126,8 @@ pub(crate) struct ShmApp {
     tcp_lent: u32,
     /// TCP requests waiting for send-buffer room, in order.
     backlog: Backlog,
+    /// Requests behind a datagram whose local receiver is full, in order.
+    stalled: Stalled,
     batch: [Desc; BURST],
 }
 
@@ -173,6 +178,7 @@ impl ShmApp {
             tcp_chains: vec![0; total as usize],
             tcp_lent: 0,
             backlog: Backlog::default(),
+            stalled: Stalled::new(),
             batch: [Desc::default(); BURST],
             bufs: win.buffers(),
             win,
@@ -276,14 +282,20 @@ impl AppTransport for ShmApp {
             if room == 0 {
                 break;
             }
-            let n = self.req.dequeue_burst(&mut self.batch[..room]);
+            // What waits for a local receiver goes first (see `Stalled`).
+            let from_held = !self.stalled.is_empty();
+            let n = if from_held {
+                self.stalled.fill(&mut self.batch[..room])
+            } else {
+                self.req.dequeue_burst(&mut self.batch[..room])
+            };
             if n == 0 {
                 break;
             }
-            work += n;
+            let mut took = n;
             let mut k = 0;
             let mut released = 0;
-            for d in &self.batch[..n] {
+            for (j, d) in self.batch[..n].iter().enumerate() {
                 if d.flags & windows::REQ_OP != 0 || sockets.tcp(d.aux as usize).is_some() {
                     // TCP: in order behind what is parked, parked itself if the stack
                     // cannot take it whole now.
@@ -318,7 +330,10 @@ impl AppTransport for ShmApp {
                     continue;
                 }
                 if d.flags & windows::REQ_HANDLE != 0 {
-                    let status = send_by_handle(r, self.pch, sockets, d);
+                    let Ok(status) = send_by_handle(r, self.pch, sockets, d) else {
+                        took = j;
+                        break;
+                    };
                     match status {
                         SendStatus::Sent => c.sent += 1,
                         SendStatus::Miss => c.send_misses += 1,
@@ -328,8 +343,15 @@ impl AppTransport for ShmApp {
                     k += 1;
                     continue;
                 }
-                let sent = gather_send(bufs, d, &mut parts).and_then(|dst| {
-                    let h = sockets.udp(d.aux as usize)?;
+                let dst = gather_send(bufs, d, &mut parts);
+                let h = sockets.udp(d.aux as usize);
+                if let (Some(dst), Some(_)) = (dst, h)
+                    && r.iface.udp_local_wait(dst, r.now)
+                {
+                    took = j;
+                    break;
+                }
+                let sent = dst.zip(h).and_then(|(dst, h)| {
                     r.iface
                         .udp_send_gather(r.pool, h, &parts, dst, r.now, r.tx)
                         .ok()
@@ -346,6 +368,11 @@ impl AppTransport for ShmApp {
                 // Room was counted before the dequeue; this side alone produces on RX (the
                 // enqueue wakes the application if it sleeps).
                 self.rx.enqueue_burst(&done[..k]);
+            }
+            work += took;
+            self.stalled.settle(&self.batch, n, took, from_held);
+            if took < n {
+                break;
             }
         }
         work
@@ -435,6 +462,10 @@ impl AppTransport for ShmApp {
     fn finish_sleep(&mut self) {
         self.req.finish_wait();
         self.ret.finish_wait();
+    }
+
+    fn blocked(&self) -> bool {
+        !self.stalled.is_empty()
     }
 
     fn wait_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>) {
@@ -562,32 +593,43 @@ pub(crate) fn send_by_handle(
     pch: Pch,
     sockets: &Sockets,
     d: &Desc,
-) -> SendStatus {
+) -> Result<SendStatus, WaitForReceiver> {
     let bytes = match handle_bytes(r, pch, d) {
         Ok(b) => b,
-        Err(status) => return status,
+        Err(status) => return Ok(status),
     };
     let Some(h) = sockets.udp(d.aux as usize) else {
-        return SendStatus::Failed;
+        return Ok(SendStatus::Failed);
     };
     let mut hdr = [0u8; SEND_HEADER];
     hdr.copy_from_slice(&bytes[..SEND_HEADER]);
     let dst = windows::decode_dst(&hdr);
-    match r
-        .iface
-        .udp_send_gather(r.pool, h, &[&bytes[SEND_HEADER..]], dst, r.now, r.tx)
-    {
-        Ok(()) => SendStatus::Sent,
-        // No buffer, or ARP's queue full for a moment: the datagram is lost as any the
-        // network has no room for (the stack counts it: `no_buffers`, `arp_queue_full`),
-        // and its bytes are free again, as after Linux's sendto whose frame a full queue
-        // dropped. A failure here would stop an application over a moment's load.
-        Err(shmnet_stack::SendError::NoBuffers | shmnet_stack::SendError::ArpQueueFull) => {
-            SendStatus::Sent
-        }
-        Err(_) => SendStatus::Failed,
+    if r.iface.udp_local_wait(dst, r.now) {
+        return Err(WaitForReceiver);
     }
+    Ok(
+        match r
+            .iface
+            .udp_send_gather(r.pool, h, &[&bytes[SEND_HEADER..]], dst, r.now, r.tx)
+        {
+            Ok(()) => SendStatus::Sent,
+            // No buffer, or ARP's queue full for a moment: the datagram is lost as any the
+            // network has no room for (the stack counts it: `no_buffers`, `arp_queue_full`),
+            // and its bytes are free again, as after Linux's sendto whose frame a full queue
+            // dropped. A failure here would stop an application over a moment's load.
+            Err(shmnet_stack::SendError::NoBuffers | shmnet_stack::SendError::ArpQueueFull) => {
+                SendStatus::Sent
+            }
+            Err(_) => SendStatus::Failed,
+        },
+    )
 }
+
+/// A datagram whose receiver is a socket of this host with a full queue
+/// (`shmnet_stack::Interface::udp_local_wait`): it waits, with the requests its application
+/// made after it, in [`super::stalled::Stalled`].
+#[derive(Debug)]
+pub(crate) struct WaitForReceiver;
 
 /// Reads a send request in place: the destination header, and the payload of the chain at
 /// `d.buf` in the application's window as up to [`MAX_SEND_PARTS`] slices of its buffers

@@ -90,6 +90,26 @@ pub fn stats_until(path: &Path, done: impl Fn(&ServerStats) -> bool) -> ServerSt
 /// A server over a loopback softnic at [`US`] (every frame it sends comes back), isolating
 /// its applications as `isolation` says, with `on_miss`.
 pub fn loopback(tag: &str, isolation: Isolation, on_miss: OnMiss, idle: Duration) -> Stepped {
+    loopback_serving(
+        tag,
+        isolation,
+        on_miss,
+        idle,
+        ServeConfig {
+            rx_queue_limit: 1024,
+            ..ServeConfig::default()
+        },
+    )
+}
+
+/// [`loopback`] with the stack's settings `serve` (its address and `loopback` are set here).
+pub fn loopback_serving(
+    tag: &str,
+    isolation: Isolation,
+    on_miss: OnMiss,
+    idle: Duration,
+    serve: ServeConfig,
+) -> Stepped {
     Stepped::start(
         tag,
         SoftnicConfig {
@@ -97,12 +117,11 @@ pub fn loopback(tag: &str, isolation: Isolation, on_miss: OnMiss, idle: Duration
             ..SoftnicConfig::default()
         },
         idle,
-        |socket| ServerOptions {
+        move |socket| ServerOptions {
             serve: ServeConfig {
                 ip: US,
                 loopback: true,
-                rx_queue_limit: 1024,
-                ..ServeConfig::default()
+                ..serve
             },
             socket,
             page: PageSize::Small,
