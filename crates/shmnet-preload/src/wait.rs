@@ -170,7 +170,11 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
     // A zero timeout only looks: no clock is read (a busy program polls this way per
     // message).
     let once = timeout == Some(Duration::ZERO);
-    let deadline = timeout.filter(|_| !once).map(|t| Instant::now() + t);
+    // Nor does a call whose first look finds something (a busy program's `select` before
+    // each read): the deadline is fixed at the first look that finds nothing, a look
+    // later than the call began (a timeout is a least wait).
+    let mut deadline: Option<Instant> = None;
+    let timeout = timeout.filter(|_| !once);
     let kernel_idx: SmallVec<[usize; 8]> = (0..fds.len())
         .filter(|&i| table::marked(fds[i].fd) != Mark::Shmnet)
         .collect();
@@ -206,6 +210,9 @@ pub(crate) fn poll_mixed(fds: &mut [pollfd], timeout: Option<Duration>) -> c_int
         }
         if ready > 0 || once {
             return ready;
+        }
+        if deadline.is_none() {
+            deadline = timeout.map(|t| Instant::now() + t);
         }
         // While it spins, the clock is read once in 32 looks (a look costs less than a
         // clock read here; a deadline is overshot by 31 looks at most), and the CPU is

@@ -237,6 +237,8 @@ pub struct Interface {
     tcp: Tcp,
     sockets: Vec<Option<UdpSocket>>,
     demux: HashMap<u64, (SocketAddrV4, usize), BuildHasherDefault<DemuxHasher>>,
+    /// The local destination and socket index `udp_local_wait` last found (`local_udp`).
+    local_hint: Option<(SocketAddrV4, usize)>,
     icmp_limit: RateLimiter,
     next_ident: u16,
     next_ephemeral: u16,
@@ -282,6 +284,7 @@ impl Interface {
             tcp: Tcp::new(cfg.tcp.clone()),
             sockets: Vec::new(),
             demux: HashMap::default(),
+            local_hint: None,
             icmp_limit: RateLimiter::new(cfg.icmp_burst, nanos(cfg.icmp_interval)),
             next_ident: 1,
             next_ephemeral: EPHEMERAL_FIRST,

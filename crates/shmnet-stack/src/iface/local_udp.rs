@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use super::Interface;
 use crate::Instant;
-use crate::socket::{UdpSocket, demux_key};
+use crate::socket::demux_key;
 
 /// The default of [`Config::udp_local_hold`](crate::Config::udp_local_hold): long enough
 /// for a receiver that is descheduled for a time slice or two to come back and read, short
@@ -99,7 +99,12 @@ impl Interface {
         let Some(hold) = self.cfg.udp_local_hold else {
             return false;
         };
-        let Some(s) = self.local_socket(dst) else {
+        let Some(si) = self.local_socket(dst) else {
+            return false;
+        };
+        // The send that usually follows finds its socket here (see `note_local_send`).
+        self.local_hint = Some((dst, si));
+        let Some(s) = self.sockets.get_mut(si).and_then(Option::as_mut) else {
             return false;
         };
         if s.queue.len() + s.from_host.in_flight(now) < s.limit {
@@ -127,13 +132,30 @@ impl Interface {
         if self.cfg.udp_local_hold.is_none() {
             return;
         }
-        if let Some(s) = self.local_socket(dst) {
+        // The socket the wait just looked up, if this send is the one it was asked about
+        // and the socket is still bound to that port (taken, so it serves one send at most;
+        // a hint gone stale otherwise costs at worst a count on the wrong socket, forgotten
+        // after `INBOUND_STALE`).
+        let hinted = self.local_hint.take().filter(|&(d, si)| {
+            d == dst
+                && self
+                    .sockets
+                    .get(si)
+                    .and_then(Option::as_ref)
+                    .is_some_and(|s| s.local.port() == dst.port())
+        });
+        let si = match hinted {
+            Some((_, si)) => Some(si),
+            None => self.local_socket(dst),
+        };
+        if let Some(s) = si.and_then(|si| self.sockets.get_mut(si)?.as_mut()) {
             s.from_host.sent(now);
         }
     }
 
-    /// The socket a datagram to `dst` comes back to through the loopback, if any.
-    fn local_socket(&mut self, dst: SocketAddrV4) -> Option<&mut UdpSocket> {
+    /// The index of the socket a datagram to `dst` comes back to through the loopback, if
+    /// any.
+    fn local_socket(&self, dst: SocketAddrV4) -> Option<usize> {
         if !self.cfg.loopback || *dst.ip() != self.cfg.ipv4 {
             return None;
         }
@@ -144,6 +166,6 @@ impl Interface {
                 self.demux
                     .get(&demux_key(std::net::Ipv4Addr::UNSPECIFIED, dst.port()))
             })?;
-        self.sockets.get_mut(si).and_then(Option::as_mut)
+        Some(si)
     }
 }
