@@ -23,12 +23,7 @@ fn blast(isolation: Isolation) {
         OnMiss::Buffer,
         Duration::from_millis(1),
     );
-    let path = server.path.clone();
-    let (port_tx, port_rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let b = Client::connect(&path).expect("attach the reader");
-        let sock = b.udp_bind(0).expect("bind the reader");
-        port_tx.send(sock.port()).unwrap();
+    let (port, reader) = stepped::udp_reader(&server.path, |b, sock| {
         let mut buf = [0u8; 64];
         let mut got = 0u64;
         // Until every datagram came, or a second passes without one (the rest dropped).
@@ -40,7 +35,6 @@ fn blast(isolation: Isolation) {
         }
         (got, b.udp_overflows(), b.region_errors())
     });
-    let port = port_rx.recv().expect("the reader's port");
     let a = Client::connect(&server.path).expect("attach the sender");
     let sock = a.udp_bind(0).expect("bind the sender");
     let to = SocketAddrV4::new(US, port);

@@ -37,12 +37,7 @@ fn slow_reader_loses_nothing(isolation: Isolation) {
     const DATAGRAMS: u64 = 20_000;
     // A hold no pause of the reader's comes near, even on a loaded machine.
     let server = server("slow", isolation, Duration::from_secs(5));
-    let path = server.path.clone();
-    let (port_tx, port_rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let b = Client::connect(&path).expect("attach the reader");
-        let sock = b.udp_bind(0).expect("bind the reader");
-        port_tx.send(sock.port()).unwrap();
+    let (port, reader) = stepped::udp_reader(&server.path, |b, sock| {
         let mut buf = [0u8; 64];
         let mut got = 0u64;
         let mut in_order = true;
@@ -60,7 +55,6 @@ fn slow_reader_loses_nothing(isolation: Isolation) {
         }
         (got, in_order, b.udp_overflows())
     });
-    let port = port_rx.recv().expect("the reader's port");
     let a = Client::connect(&server.path).expect("attach the sender");
     let sock = a.udp_bind(0).expect("bind the sender");
     let to = SocketAddrV4::new(US, port);

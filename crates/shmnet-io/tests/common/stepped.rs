@@ -222,3 +222,20 @@ pub fn read_number(s: &mut shmnet_io::client::TcpStream) -> u32 {
     }
     u32::from_le_bytes(b)
 }
+
+/// A thread that attaches to the server at `path`, binds a UDP socket and runs `read` with
+/// the two; returns the socket's port (once bound) and the thread.
+pub fn udp_reader<T: Send + 'static>(
+    path: &Path,
+    read: impl FnOnce(&shmnet_io::client::Client, &shmnet_io::client::UdpSocket) -> T + Send + 'static,
+) -> (u16, std::thread::JoinHandle<T>) {
+    let path = path.to_path_buf();
+    let (port_tx, port_rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let client = shmnet_io::client::Client::connect(&path).expect("attach the reader");
+        let sock = client.udp_bind(0).expect("bind the reader");
+        port_tx.send(sock.port()).unwrap();
+        read(&client, &sock)
+    });
+    (port_rx.recv().expect("the reader's port"), thread)
+}
