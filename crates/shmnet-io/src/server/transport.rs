@@ -117,7 +117,7 @@ pub(crate) struct ShmApp {
     req: Consumer,
     rx: Producer,
     ret: Consumer,
-    send_bufs: DriverPools,
+    send_bufs: SendReturns,
     held: Held,
     /// Per buffer index: the buffers of the TCP chain headed there that the application
     /// holds (0: none, or not a TCP chain).
@@ -129,6 +129,35 @@ pub(crate) struct ShmApp {
     /// Requests behind a datagram whose local receiver is full, in order.
     stalled: Stalled,
     batch: [Desc; BURST],
+}
+
+/// An application's send buffers on their way back to it once their bytes are sent (or
+/// copied into a connection's send queue): handed back a burst at a time
+/// ([`DriverPools::hand_back_burst`]), so the application frees them itself, on its own
+/// core, and the headers, lock and free list it allocates from never leave its cache — one
+/// queue slot per chain and one wake-up check per burst here. [`ShmApp::take`] flushes what
+/// is left at its end, so none waits past the round.
+struct SendReturns {
+    pools: DriverPools,
+    pending: arrayvec::ArrayVec<u32, BURST>,
+}
+
+impl SendReturns {
+    /// Gives the chain at `head` back (with the next ones).
+    fn hand_back(&mut self, head: u32) {
+        if self.pending.is_full() {
+            self.flush();
+        }
+        self.pending.push(head);
+    }
+
+    /// Gives back everything pending.
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            self.pools.hand_back_burst(&self.pending);
+            self.pending.clear();
+        }
+    }
 }
 
 /// Pool buffers lent out as TCP chains, by every application together and by each.
@@ -173,7 +202,10 @@ impl ShmApp {
             req: win.consumer_with_limits(windows::REQ, shmnet_chan::DescLimits::OPAQUE)?,
             rx: win.producer(windows::RX)?,
             ret: win.consumer_with_limits(windows::RET, data_limits)?,
-            send_bufs: win.driver_pools()?,
+            send_bufs: SendReturns {
+                pools: win.driver_pools()?,
+                pending: arrayvec::ArrayVec::new(),
+            },
             held: Held::new(total),
             tcp_chains: vec![0; total as usize],
             tcp_lent: 0,
@@ -257,18 +289,13 @@ impl AppTransport for ShmApp {
                 |p| shm_tcp_request(r, sockets, bufs, p, c),
                 |d, _| {
                     if d.flags & windows::REQ_OP == 0 {
-                        send_bufs.release(d.buf);
+                        send_bufs.hand_back(d.buf);
                     }
                     true
                 },
             );
         }
         let mut done = [Desc::default(); BURST];
-        // The send buffers of the burst's UDP datagrams, handed back together once they are
-        // sent: the application frees them itself, on its own core, so the headers, lock and
-        // free list it allocates from never leave its cache (one queue slot per datagram and
-        // one wake-up check per burst here).
-        let mut sent_bufs = [0u32; BURST];
         for _ in 0..BURSTS_PER_ROUND {
             // A send by handle answers on RX: take no more than RX has room for (known
             // without touching the application's cache line while RX has a burst of room),
@@ -294,7 +321,6 @@ impl AppTransport for ShmApp {
             }
             let mut took = n;
             let mut k = 0;
-            let mut released = 0;
             for (j, d) in self.batch[..n].iter().enumerate() {
                 if d.flags & windows::REQ_OP != 0 || sockets.tcp(d.aux as usize).is_some() {
                     // TCP: in order behind what is parked, parked itself if the stack
@@ -303,7 +329,7 @@ impl AppTransport for ShmApp {
                         let send_bufs = &mut self.send_bufs;
                         self.backlog.drop_socket(d.aux, |x| {
                             if x.flags & windows::REQ_OP == 0 {
-                                send_bufs.release(x.buf);
+                                send_bufs.hand_back(x.buf);
                             }
                         });
                     }
@@ -314,7 +340,7 @@ impl AppTransport for ShmApp {
                         match shm_tcp_request(r, sockets, bufs, &p, c) {
                             Progress::Done(_) => {
                                 if d.flags & windows::REQ_OP == 0 {
-                                    self.send_bufs.release(d.buf);
+                                    self.send_bufs.hand_back(d.buf);
                                 }
                                 continue;
                             }
@@ -324,7 +350,7 @@ impl AppTransport for ShmApp {
                     if !parked {
                         c.bad_sends += 1;
                         if d.flags & windows::REQ_OP == 0 {
-                            self.send_bufs.release(d.buf);
+                            self.send_bufs.hand_back(d.buf);
                         }
                     }
                     continue;
@@ -360,10 +386,8 @@ impl AppTransport for ShmApp {
                     Some(()) => c.sent += 1,
                     None => c.bad_sends += 1,
                 }
-                sent_bufs[released] = d.buf;
-                released += 1;
+                self.send_bufs.hand_back(d.buf);
             }
-            self.send_bufs.hand_back_burst(&sent_bufs[..released]);
             if k > 0 {
                 // Room was counted before the dequeue; this side alone produces on RX (the
                 // enqueue wakes the application if it sleeps).
@@ -375,6 +399,7 @@ impl AppTransport for ShmApp {
                 break;
             }
         }
+        self.send_bufs.flush();
         work
     }
 
