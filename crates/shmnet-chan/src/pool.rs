@@ -513,8 +513,10 @@ impl Buffers {
     /// A snapshot of every counter of the pool set.
     pub fn stats(&self) -> PoolSetStats {
         let [s, d] = &self.set().counters;
+        // Shared words: a peer may have written anything there, so the sum saturates.
         let r = |f: fn(&SetCounters) -> &AtomicU64| {
-            f(s).load(Ordering::Relaxed) + f(d).load(Ordering::Relaxed)
+            f(s).load(Ordering::Relaxed)
+                .saturating_add(f(d).load(Ordering::Relaxed))
         };
         PoolSetStats {
             driver_drops: r(|c| &c.driver_drops),
