@@ -237,8 +237,6 @@ pub struct Interface {
     tcp: Tcp,
     sockets: Vec<Option<UdpSocket>>,
     demux: HashMap<u64, (SocketAddrV4, usize), BuildHasherDefault<DemuxHasher>>,
-    /// The local destination and socket index `udp_local_wait` last found (`local_udp`).
-    local_hint: Option<(SocketAddrV4, usize)>,
     icmp_limit: RateLimiter,
     next_ident: u16,
     next_ephemeral: u16,
@@ -284,7 +282,6 @@ impl Interface {
             tcp: Tcp::new(cfg.tcp.clone()),
             sockets: Vec::new(),
             demux: HashMap::default(),
-            local_hint: None,
             icmp_limit: RateLimiter::new(cfg.icmp_burst, nanos(cfg.icmp_interval)),
             next_ident: 1,
             next_ephemeral: EPHEMERAL_FIRST,
@@ -595,15 +592,7 @@ impl Interface {
             pool.free_chain(dg.head);
             return;
         }
-        let sock = self
-            .demux
-            .get(&demux_key(dg.dst, uh.dst_port))
-            .or_else(|| {
-                self.demux
-                    .get(&demux_key(Ipv4Addr::UNSPECIFIED, uh.dst_port))
-            })
-            .map(|&(_, i)| i);
-        let Some(si) = sock else {
+        let Some(si) = self.udp_socket_for(dg.dst, uh.dst_port) else {
             self.stats.no_socket += 1;
             if dg.dst == self.cfg.ipv4 && uh.dst_port != 0 {
                 self.port_unreachable(pool, &dg, &uh, now, tx);
@@ -1060,6 +1049,15 @@ impl Interface {
             pool.free_chain(m.head);
         }
         Ok(())
+    }
+
+    /// The index of the UDP socket a datagram to `addr:port` is delivered to: one bound to
+    /// that address, else one bound to any address.
+    fn udp_socket_for(&self, addr: Ipv4Addr, port: u16) -> Option<usize> {
+        self.demux
+            .get(&demux_key(addr, port))
+            .or_else(|| self.demux.get(&demux_key(Ipv4Addr::UNSPECIFIED, port)))
+            .map(|&(_, i)| i)
     }
 
     fn socket(&self, h: SocketHandle) -> Result<&UdpSocket, RecvError> {

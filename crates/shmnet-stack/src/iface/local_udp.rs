@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use super::Interface;
 use crate::Instant;
-use crate::socket::demux_key;
+use crate::socket::UdpSocket;
 
 /// The default of [`Config::udp_local_hold`](crate::Config::udp_local_hold): long enough
 /// for a receiver that is descheduled for a time slice or two to come back and read, short
@@ -99,12 +99,7 @@ impl Interface {
         let Some(hold) = self.cfg.udp_local_hold else {
             return false;
         };
-        let Some(si) = self.local_socket(dst) else {
-            return false;
-        };
-        // The send that usually follows finds its socket here (see `note_local_send`).
-        self.local_hint = Some((dst, si));
-        let Some(s) = self.sockets.get_mut(si).and_then(Option::as_mut) else {
+        let Some(s) = self.local_socket(dst) else {
             return false;
         };
         if s.queue.len() + s.from_host.in_flight(now) < s.limit {
@@ -132,40 +127,18 @@ impl Interface {
         if self.cfg.udp_local_hold.is_none() {
             return;
         }
-        // The socket the wait just looked up, if this send is the one it was asked about
-        // and the socket is still bound to that port (taken, so it serves one send at most;
-        // a hint gone stale otherwise costs at worst a count on the wrong socket, forgotten
-        // after `INBOUND_STALE`).
-        let hinted = self.local_hint.take().filter(|&(d, si)| {
-            d == dst
-                && self
-                    .sockets
-                    .get(si)
-                    .and_then(Option::as_ref)
-                    .is_some_and(|s| s.local.port() == dst.port())
-        });
-        let si = match hinted {
-            Some((_, si)) => Some(si),
-            None => self.local_socket(dst),
-        };
-        if let Some(s) = si.and_then(|si| self.sockets.get_mut(si)?.as_mut()) {
+        if let Some(s) = self.local_socket(dst) {
             s.from_host.sent(now);
         }
     }
 
-    /// The index of the socket a datagram to `dst` comes back to through the loopback, if
-    /// any.
-    fn local_socket(&self, dst: SocketAddrV4) -> Option<usize> {
+    /// The socket a datagram to `dst` comes back to through the loopback, if any (the one
+    /// the receive path would deliver it to).
+    fn local_socket(&mut self, dst: SocketAddrV4) -> Option<&mut UdpSocket> {
         if !self.cfg.loopback || *dst.ip() != self.cfg.ipv4 {
             return None;
         }
-        let &(_, si) = self
-            .demux
-            .get(&demux_key(*dst.ip(), dst.port()))
-            .or_else(|| {
-                self.demux
-                    .get(&demux_key(std::net::Ipv4Addr::UNSPECIFIED, dst.port()))
-            })?;
-        Some(si)
+        let si = self.udp_socket_for(*dst.ip(), dst.port())?;
+        self.sockets.get_mut(si).and_then(Option::as_mut)
     }
 }
