@@ -1409,3 +1409,90 @@ fn a_second_connection_to_a_narrow_path_starts_within_it() {
     );
     assert_eq!(w.a.ifc.tcp_counters().pmtu_lowered, 1);
 }
+
+/// Other connections hold a side's pool down to `free` buffers (of 2,048) while A writes a
+/// megabyte to B, which reads everything: returns whether every byte and the end came, the
+/// simulated seconds it took and both sides' counters.
+fn stream_beside_a_held_pool(free: usize, seed: u64) -> (bool, f64, TcpCounters, TcpCounters) {
+    let mut w = Wire::new(seed, Impair::default());
+    let (ca, cb) = connect(&mut w, 5001);
+    // Held for the whole test: the other connections never give them back.
+    for s in [&mut w.a, &mut w.b] {
+        while s.pool.free_count() > free {
+            s.pool.alloc().unwrap();
+        }
+    }
+    let payload = data(1 << 20, seed);
+    let (mut sent, mut got, mut buf) = (0, Vec::new(), vec![0u8; 64 << 10]);
+    let start = w.now_us;
+    let mut eof = false;
+    while !eof && w.now_us < start + 60_000_000 {
+        w.with(true, |s, now, out| {
+            while sent < payload.len() {
+                match s.ifc.tcp_send(&mut s.pool, ca, &payload[sent..], now, out) {
+                    Ok(n) => sent += n,
+                    Err(TcpError::WouldBlock) => break,
+                    Err(e) => panic!("send: {e}"),
+                }
+            }
+            if sent == payload.len() {
+                let _ = s.ifc.tcp_shutdown(&mut s.pool, ca, now, out);
+            }
+        });
+        eof = w.with(false, |s, now, out| {
+            loop {
+                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
+                    Ok(0) => break true,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                    Err(_) => break false,
+                }
+            }
+        });
+        w.step();
+    }
+    assert!(
+        got.len() <= payload.len() && got[..] == payload[..got.len()],
+        "bytes in order"
+    );
+    let secs = (w.now_us - start) as f64 / 1e6;
+    let ok = eof && got.len() == payload.len();
+    (
+        ok,
+        secs,
+        w.a.ifc.tcp_counters().clone(),
+        w.b.ifc.tcp_counters().clone(),
+    )
+}
+
+/// With the pool scarce (less than an eighth free) each connection queues a few segments
+/// a direction (shmnet_stack::tcp::memory): a stream beside the connections that hold the
+/// rest goes on, in round trips, not in timeouts. Before the floor, such a pool was
+/// exhausted by the holders and the stream stalled for good.
+#[test]
+fn a_stream_goes_on_beside_connections_that_hold_the_pool_down_to_its_last_eighth() {
+    for (free, seed) in [(250, 31), (120, 32), (80, 33)] {
+        let (ok, secs, a, b) = stream_beside_a_held_pool(free, seed);
+        eprintln!(
+            "{free} of 2048 free: {ok} in {secs:.2} s; A {} limited sends, {} RTOs; B {} drops",
+            a.pool_limited_sends, a.rto_retransmits, b.pool_drops
+        );
+        assert!(
+            ok,
+            "{free} free: the stream ended in {secs:.1} s: A {a:?}, B {b:?}"
+        );
+        assert!(
+            a.pool_limited_sends > 0,
+            "{free} free: A's sends were held to the floor"
+        );
+    }
+}
+
+/// With less than a thirty-second of the pool free, no payload is queued either way: a
+/// stream waits (it goes on once the pool has room again: the conn module's tests).
+#[test]
+fn a_stream_waits_while_the_pool_is_exhausted() {
+    let (ok, secs, a, b) = stream_beside_a_held_pool(40, 34);
+    eprintln!("40 of 2048 free: {ok} after {secs:.1} s; A {a:?}; B {b:?}");
+    assert!(!ok, "nothing is queued while the pool is exhausted");
+    assert!(a.pool_limited_sends > 0);
+}

@@ -24,6 +24,7 @@ use rustix::event::{PollFd, PollFlags};
 use rustix::fd::OwnedFd;
 use shmnet_chan::handles::{Access, Handle, LookupError, Pch, RegionId};
 use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
+use shmnet_stack::tcp::memory::PoolLevel;
 use shmnet_stack::{BufIdx, BufferPool, Interface};
 
 /// Descriptors moved per ring operation.
@@ -178,9 +179,15 @@ pub(crate) struct TcpLent {
 const TCP_LENT_FLOOR: u32 = 64;
 
 impl TcpLent {
-    /// Whether an application holding `mine` buffers may be lent another chain.
-    fn may_lend(&self, mine: u32) -> bool {
-        mine < TCP_LENT_FLOOR || (self.bufs < self.cap && mine < self.cap / 4)
+    /// Whether an application holding `mine` buffers may be lent another chain, from
+    /// `pool`. While the pool is scarce only the floor may be lent: each chain lent
+    /// reopens its connection's window, and the stack keeps the pool's last part from TCP's
+    /// queues (`shmnet_stack::tcp::memory`) only if lending stops refilling them.
+    fn may_lend<P: BufferPool + ?Sized>(&self, mine: u32, pool: &P) -> bool {
+        mine < TCP_LENT_FLOOR
+            || (self.bufs < self.cap
+                && mine < self.cap / 4
+                && PoolLevel::of(pool) < PoolLevel::Scarce)
     }
 }
 /// Bytes of one lent chain of TCP bytes, at most.
@@ -421,7 +428,7 @@ impl AppTransport for ShmApp {
                     windows::event_desc(socket, ev)
                 }
                 TcpItem::Data { socket, h, .. } => {
-                    if !r.tcp_lent.may_lend(self.tcp_lent) {
+                    if !r.tcp_lent.may_lend(self.tcp_lent, &*r.pool) {
                         break;
                     }
                     let Ok(Some(msg)) =

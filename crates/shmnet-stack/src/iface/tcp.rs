@@ -548,7 +548,10 @@ impl Interface {
         let mut n = if spilling {
             0
         } else {
-            c.send(pool, data, base)
+            match self.tcp.parts(idx) {
+                Some((c, _, ctr)) => c.send(pool, data, base, now, ctr),
+                None => 0,
+            }
         };
         if beyond_limit && n < data.len() {
             let took = self.tcp.spills.add(idx, &data[n..], now);
@@ -587,7 +590,7 @@ impl Interface {
         tx: &mut T,
     ) -> Result<usize, TcpError> {
         let c = self.tcp.get_mut(h)?;
-        let n = c.recv(pool, dst);
+        let n = c.recv(pool, dst, now);
         if n > 0 {
             self.tcp.counters.bytes_in += n as u64;
             self.tcp_after(pool, h_idx(h), now, tx);
@@ -614,7 +617,7 @@ impl Interface {
         tx: &mut T,
     ) -> Result<Option<crate::Message>, TcpError> {
         let c = self.tcp.get_mut(h)?;
-        let Some((head, len, bufs)) = c.recv_chain(pool, max) else {
+        let Some((head, len, bufs)) = c.recv_chain(pool, max, now) else {
             return Ok(None);
         };
         let src = c.remote();

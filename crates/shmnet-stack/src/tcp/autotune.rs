@@ -22,17 +22,6 @@ pub fn pool_share<P: BufferPool + ?Sized>(pool: &P, smss: u32) -> u32 {
         .saturating_mul(smss)
 }
 
-/// Whether buffers may grow now: half the pool or more is free.
-pub fn may_grow<P: BufferPool + ?Sized>(pool: &P) -> bool {
-    pool.free_count() * 2 >= pool.total()
-}
-
-/// Whether the pool is under pressure: less than a quarter of it free. Grown buffers then
-/// take no more than their configured size (`Conn::send`, `Conn::rcv_window`).
-pub fn under_pressure<P: BufferPool + ?Sized>(pool: &P) -> bool {
-    pool.free_count() * 4 < pool.total()
-}
-
 /// What the tuner remembers between measurements (12 bytes of connection state).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RcvSpace {

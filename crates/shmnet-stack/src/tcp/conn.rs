@@ -12,6 +12,7 @@ use std::net::SocketAddrV4;
 
 use super::autotune::{Look, RcvSpace};
 use super::cc::{AckAction, DupAckAction, NewReno};
+use super::memory::PoolLevel;
 use super::queue::{ChainQueue, Cursor, Ooo, OooInsert};
 use super::rtt::Rtt;
 use super::sack::Scoreboard;
@@ -136,6 +137,9 @@ const SYN_RETRIES: u8 = 6;
 /// How much older than TS.Recent (in our peers' timestamp ticks, milliseconds on Linux) a
 /// segment's timestamp may be before PAWS refuses it (see `segment`).
 const PAWS_TOLERANCE_TICKS: i32 = 200;
+/// How often a connection whose window the pool's level holds down looks at the pool again
+/// ([`super::memory`]): 10 ms.
+const CLAMP_RECHECK_US: u64 = 10_000;
 /// Retransmissions of data before the connection is dropped (Linux's `tcp_retries2`).
 const DATA_RETRIES: u8 = 15;
 
@@ -174,6 +178,14 @@ pub struct Conn {
     rcv_nxt: Seq,
     rcv_adv: Seq,
     rcv_buf: u32,
+    /// The pool's level when this connection last looked (arriving payload, a send, a
+    /// read): it caps what the window offers and the send queue takes ([`super::memory`]).
+    pool_level: PoolLevel,
+    /// While the pool's level holds the window below the buffer: when to look at the pool
+    /// again and announce the window it then allows. A peer shut out by a clamped window
+    /// would otherwise learn of the room only from its persist probes, whose backoff grows
+    /// to a minute.
+    clamp_at: Option<Instant>,
     /// The receive-buffer tuner's measurement ([`super::autotune`]).
     rcv_space: RcvSpace,
     /// The bytes autotuning added to this connection's buffers as the table last
@@ -254,6 +266,9 @@ pub(crate) enum Accept {
 /// Booleans of a connection, one byte each (kept together for the size).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Flags {
+    /// The last send took less than the buffer allowed because the pool was short (an
+    /// episode of `pool_limited_sends` is under way).
+    pool_limited: bool,
     /// The application will send no more: a FIN follows the queue.
     fin_queued: bool,
     /// Our FIN is acknowledged.
@@ -338,6 +353,8 @@ impl Conn {
             rcv_nxt: Seq(0),
             rcv_adv: Seq(0),
             rcv_buf: cfg.rcv_buf,
+            pool_level: PoolLevel::Ample,
+            clamp_at: None,
             rcv_space: RcvSpace::default(),
             tuned_accounted: 0,
             rx: ChainQueue::default(),
@@ -617,24 +634,61 @@ impl Conn {
 
     /// Queue `data` for sending; returns the bytes taken (0 when the send buffer is full).
     ///
-    /// Under memory pressure (less than a quarter of the pool free) a send buffer that
+    /// The pool bounds it too ([`super::memory`]): under pressure a send buffer that
     /// autotuning grew takes no more than `base` (the configured size), as Linux's
-    /// `sk_stream_moderate_sndbuf` cuts one back: what is queued stays, but many
-    /// connections that grew cannot together take the pool.
-    pub fn send<P: BufferPool + ?Sized>(&mut self, pool: &mut P, data: &[u8], base: u32) -> usize {
-        let limit = if self.snd_buf > base && super::autotune::under_pressure(pool) {
+    /// `sk_stream_moderate_sndbuf` cuts one back; while the pool is scarce the queue takes
+    /// no more than a few segments, and while it is exhausted nothing (counted in
+    /// `pool_limited_sends`). What is queued stays, but many connections cannot together
+    /// take the pool.
+    pub fn send<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        data: &[u8],
+        base: u32,
+        now: Instant,
+        ctr: &mut TcpCounters,
+    ) -> usize {
+        let level = self.note_pool(pool, now);
+        let buf = if self.snd_buf > base && level.under_pressure() {
             base
         } else {
             self.snd_buf
         };
-        self.tx.write(pool, data, limit, 0)
+        let cap = level.queue_cap(self.smss);
+        let n = self.tx.write(pool, data, buf.min(cap), 0);
+        let limited = n < data.len() && cap < buf && self.tx.bytes() < buf;
+        if limited && !self.flags.pool_limited {
+            ctr.pool_limited_sends += 1;
+        }
+        self.flags.pool_limited = limited;
+        n
+    }
+
+    /// Looks at the pool's level (one read of its free count) and keeps it for the window;
+    /// while the level holds the window below the buffer, a look again is due within
+    /// [`CLAMP_RECHECK_US`].
+    fn note_pool<P: BufferPool + ?Sized>(&mut self, pool: &P, now: Instant) -> PoolLevel {
+        self.pool_level = PoolLevel::of(pool);
+        if self.clamp_at.is_none()
+            && self.state.synchronized()
+            && self.pool_level.queue_cap(self.smss) < self.rcv_buf
+        {
+            self.clamp_at = Some(at(now, CLAMP_RECHECK_US));
+        }
+        self.pool_level
     }
 
     /// Copy received bytes into `dst`; returns how many. Opens the window: a window that
     /// grew by two segments or half the buffer is announced at once.
-    pub fn recv<P: BufferPool + ?Sized>(&mut self, pool: &mut P, dst: &mut [u8]) -> usize {
+    pub fn recv<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        dst: &mut [u8],
+        now: Instant,
+    ) -> usize {
         let before = self.rcv_window();
         let n = self.rx.read(pool, dst);
+        self.note_pool(pool, now);
         if n > 0 && self.state.synchronized() && !self.flags.rx_fin {
             let grown = self
                 .rcv_window()
@@ -653,9 +707,11 @@ impl Conn {
         &mut self,
         pool: &mut P,
         max: u32,
+        now: Instant,
     ) -> Option<(BufIdx, u32, u32)> {
         let before = self.rcv_window();
         let got = self.rx.detach(pool, max)?;
+        self.note_pool(pool, now);
         if self.state.synchronized() && !self.flags.rx_fin {
             let grown = self
                 .rcv_window()
@@ -726,10 +782,18 @@ impl Conn {
 
     // ------------------------------------------------------------------ receive side
 
-    /// The window we can offer now: buffer space left.
+    /// The window we can offer now: buffer space left, within what the pool allows at its
+    /// level when last looked at ([`super::memory`]).
     fn rcv_window(&self) -> u32 {
+        // The pool's floor bounds the in-order queue only (as `take_data` does): bytes held
+        // out of order must not close the window their hole is filled through.
         self.rcv_buf
             .saturating_sub(self.rx.bytes() + self.ooo.bytes())
+            .min(
+                self.pool_level
+                    .queue_cap(self.smss)
+                    .saturating_sub(self.rx.bytes()),
+            )
             .min(0x3fff_ffff)
     }
 
@@ -1255,6 +1319,23 @@ impl Conn {
             self.flags.ack_now = true;
             return;
         }
+        // The pool's level now: while it is scarce a connection queues a few segments at
+        // most in order, whatever window it offered before, and nothing out of order; while
+        // it is exhausted, nothing. The peer sends the rest again (our ACK says where we
+        // are). Segments held out of order from before do not count against the floor: the
+        // segment that fills the hole in front of them must always fit, or they never drain.
+        let level = self.note_pool(pool, now);
+        let refused = if start == self.rcv_nxt {
+            self.rx.bytes().saturating_add(len) > level.queue_cap(self.smss)
+        } else {
+            level.drops_out_of_order()
+        };
+        if refused {
+            ctr.pool_drops += 1;
+            pool.free(b);
+            self.flags.ack_now = true;
+            return;
+        }
         if start == self.rcv_nxt {
             let had_ooo = !self.ooo.is_empty();
             self.rx.push(pool, b, len);
@@ -1306,7 +1387,7 @@ impl Conn {
         cfg: &TcpConfig,
         ctr: &mut TcpCounters,
     ) {
-        if super::autotune::under_pressure(pool) {
+        if self.pool_level.under_pressure() {
             // Cut a grown buffer back (Linux's tcp_clamp_window): the window already
             // offered stands, later ones are the configured size's.
             self.rcv_buf = self.rcv_buf.min(cfg.rcv_buf);
@@ -1327,7 +1408,7 @@ impl Conn {
                 .min(super::MAX_BUFFER),
         };
         if let Some(grown) = self.rcv_space.look(look)
-            && super::autotune::may_grow(pool)
+            && self.pool_level.may_grow()
         {
             self.rcv_buf = grown;
             ctr.rcv_buf_grown += 1;
@@ -1359,7 +1440,7 @@ impl Conn {
             .min(cfg.snd_buf_max)
             .min(by_pool)
             .min(super::MAX_BUFFER);
-        if want > self.snd_buf && super::autotune::may_grow(pool) {
+        if want > self.snd_buf && PoolLevel::of(pool).may_grow() {
             self.snd_buf = want;
             ctr.snd_buf_grown += 1;
         }
@@ -1449,6 +1530,7 @@ impl Conn {
         self.persist_at = None;
         self.tw_at = None;
         self.keepalive_at = None;
+        self.clamp_at = None;
         self.flags.ack_now = false;
         self.flags.retransmit_one = false;
     }
@@ -1471,6 +1553,7 @@ impl Conn {
             self.persist_at,
             self.tw_at,
             self.keepalive_at,
+            self.clamp_at,
         ]
         .into_iter()
         .flatten()
@@ -1567,6 +1650,10 @@ impl Conn {
             self.ack_at = None;
             self.flags.ack_now = true;
         }
+        if self.clamp_at.is_some_and(|t| t <= now) {
+            self.clamp_at = None;
+            self.recheck_clamp(pool, now);
+        }
         if self.persist_at.is_some_and(|t| t <= now) {
             self.persist_at = None;
             self.flags.probe = true;
@@ -1604,6 +1691,20 @@ impl Conn {
             }
             self.rtt.back_off();
             self.resend_from_una();
+        }
+    }
+
+    /// The pool held the window below the buffer when last looked at: look again, and
+    /// announce the window if it grew by a useful amount (as a read that opens it does).
+    fn recheck_clamp<P: BufferPool + ?Sized>(&mut self, pool: &P, now: Instant) {
+        if !self.state.synchronized() || self.flags.rx_fin {
+            return;
+        }
+        let before = self.rcv_window().max(self.rcv_adv.since(self.rcv_nxt));
+        self.note_pool(pool, now);
+        let grown = self.rcv_window().saturating_sub(before);
+        if grown >= (2 * u32::from(self.smss)).min(self.rcv_buf / 2) {
+            self.flags.ack_now = true;
         }
     }
 
@@ -2202,8 +2303,172 @@ mod tests {
             &mut ctr,
         );
         let mut out = vec![0u8; 4000];
-        let n = c.recv(&mut pool, &mut out);
+        let n = c.recv(&mut pool, &mut out, Instant::ZERO);
         assert_eq!(&out[..n], &stream[..2500]);
+        c.clear(&mut pool);
+        assert_eq!(pool.free_count(), pool.total());
+    }
+
+    /// Takes `n` buffers of `pool` out, as other connections' queues would hold them.
+    fn hold(pool: &mut HeapPool, n: usize) -> Vec<BufIdx> {
+        (0..n)
+            .map(|_| pool.alloc().expect("a free buffer"))
+            .collect()
+    }
+
+    fn in_order(c: &Conn, len: u32) -> SegIn {
+        SegIn {
+            seq: c.rcv_nxt,
+            ack: Some(Seq(5001)),
+            wnd: 65535,
+            len,
+            ..SegIn::default()
+        }
+    }
+
+    #[test]
+    fn a_scarce_pool_queues_a_few_segments_then_announces_the_window_when_it_refills() {
+        let mut pool = HeapPool::new(256, 2048);
+        let (mut c, cfg, mut ctr) = established(&mut pool);
+        // Less than an eighth of the pool free: scarce.
+        let held = hold(&mut pool, 230);
+        let floor = super::super::memory::FLOOR_SEGMENTS * 1460;
+        let mut queued = 0;
+        while queued + 1000 <= floor {
+            let b = payload(&mut pool, &[7; 1000], 64);
+            c.on_segment(
+                &mut pool,
+                &in_order(&c, 1000),
+                Some(b),
+                Instant::ZERO,
+                &cfg,
+                &mut ctr,
+            );
+            queued += 1000;
+        }
+        assert_eq!(c.rx.bytes(), queued);
+        assert_eq!(ctr.pool_drops, 0);
+        // The next in-order segment, within the window offered on the SYN-ACK, would pass
+        // the floor: dropped, counted, its buffer back.
+        let free = pool.free_count();
+        let b = payload(&mut pool, &[7; 1000], 64);
+        c.on_segment(
+            &mut pool,
+            &in_order(&c, 1000),
+            Some(b),
+            Instant::ZERO,
+            &cfg,
+            &mut ctr,
+        );
+        assert_eq!(c.rx.bytes(), queued);
+        assert_eq!(ctr.pool_drops, 1);
+        assert_eq!(pool.free_count(), free);
+        while c.next_segment(Instant::ZERO, &cfg).is_some() {}
+        let promised = c.rcv_adv;
+        // A send takes no more than the floor either.
+        let (mut writer, _, _) = established(&mut pool);
+        let n = writer.send(
+            &mut pool,
+            &[1; 100_000],
+            cfg.snd_buf,
+            Instant::ZERO,
+            &mut ctr,
+        );
+        assert_eq!(n as u32, floor);
+        assert_eq!(ctr.pool_limited_sends, 1);
+        writer.clear(&mut pool);
+        // The pool refills; nobody reads. The clamp's timer looks again and announces the
+        // window the buffer allows.
+        for b in held {
+            pool.free(b);
+        }
+        let due = c.next_timer().expect("the clamp's look is due");
+        assert!(due.nanos() <= CLAMP_RECHECK_US * 1_000);
+        c.on_timer(&mut pool, due, &cfg, &mut ctr);
+        let update = c.next_segment(due, &cfg).expect("a window update");
+        assert_eq!(update.data_len, 0);
+        assert!(c.rcv_adv.gt(promised), "the window moved on ({update:?})");
+        c.clear(&mut pool);
+        assert_eq!(pool.free_count(), pool.total());
+    }
+
+    #[test]
+    fn an_exhausted_pool_queues_nothing_either_way() {
+        let mut pool = HeapPool::new(256, 2048);
+        let (mut c, cfg, mut ctr) = established(&mut pool);
+        // Less than a thirty-second free: exhausted.
+        let held = hold(&mut pool, 250);
+        let b = payload(&mut pool, &[7; 1000], 64);
+        c.on_segment(
+            &mut pool,
+            &in_order(&c, 1000),
+            Some(b),
+            Instant::ZERO,
+            &cfg,
+            &mut ctr,
+        );
+        assert_eq!(c.rx.bytes(), 0);
+        assert_eq!(ctr.pool_drops, 1);
+        assert_eq!(pool.free_count(), 6);
+        assert_eq!(
+            c.send(&mut pool, &[1; 1000], cfg.snd_buf, Instant::ZERO, &mut ctr),
+            0
+        );
+        assert_eq!(ctr.pool_limited_sends, 1);
+        for b in held {
+            pool.free(b);
+        }
+        // Room again: the same segment, sent again, is taken.
+        let b = payload(&mut pool, &[7; 1000], 64);
+        c.on_segment(
+            &mut pool,
+            &in_order(&c, 1000),
+            Some(b),
+            Instant::ZERO,
+            &cfg,
+            &mut ctr,
+        );
+        assert_eq!(c.rx.bytes(), 1000);
+        c.clear(&mut pool);
+        assert_eq!(pool.free_count(), pool.total());
+    }
+
+    #[test]
+    fn the_segment_that_fills_a_hole_is_taken_however_much_waits_behind_it() {
+        // Out-of-order segments held while the pool had room pass the floor; the pool then
+        // turns scarce. The missing segment must still be taken, or they never drain.
+        let mut pool = HeapPool::new(256, 2048);
+        let (mut c, cfg, mut ctr) = established(&mut pool);
+        let first = c.rcv_nxt;
+        for k in 1..=12u32 {
+            let b = payload(&mut pool, &[k as u8; 1000], 64);
+            let seg = SegIn {
+                seq: first.add(k * 1000),
+                ..in_order(&c, 1000)
+            };
+            c.on_segment(&mut pool, &seg, Some(b), Instant::ZERO, &cfg, &mut ctr);
+        }
+        assert_eq!(c.ooo.bytes(), 12_000);
+        let held = hold(&mut pool, 256 - 12 - 26);
+        let b = payload(&mut pool, &[0; 1000], 64);
+        c.on_segment(
+            &mut pool,
+            &in_order(&c, 1000),
+            Some(b),
+            Instant::ZERO,
+            &cfg,
+            &mut ctr,
+        );
+        assert_eq!(ctr.pool_drops, 0);
+        assert_eq!(
+            c.rx.bytes(),
+            13_000,
+            "the hole filled and everything behind it moved up"
+        );
+        assert_eq!(c.ooo.bytes(), 0);
+        for b in held {
+            pool.free(b);
+        }
         c.clear(&mut pool);
         assert_eq!(pool.free_count(), pool.total());
     }

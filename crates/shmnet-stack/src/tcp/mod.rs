@@ -31,6 +31,7 @@
 pub mod autotune;
 pub mod cc;
 pub mod conn;
+pub mod memory;
 pub mod paths;
 pub mod queue;
 pub mod rtt;
@@ -373,6 +374,13 @@ tcp_counters! {
     /// Bytes applications that went away had written past their connections' send buffers,
     /// kept in the stack's memory and sent as room appeared ([`spill`]).
     spilled,
+    /// Segments whose payload was dropped because the pool was exhausted (less than a
+    /// thirty-second free, [`memory`]) or, out of order, scarce: the peer sends them again.
+    pool_drops,
+    /// Times a connection's sends began to queue less than its buffer allowed because the
+    /// pool was scarce or exhausted ([`memory`]): one count per episode, however often the
+    /// application tries meanwhile. The rest waits for the pool to refill.
+    pool_limited_sends,
     // ---- refusals
     /// Too short, bad offset, bad options or flags.
     malformed,
@@ -1163,7 +1171,11 @@ impl Tcp {
             self.spills.drop_for(idx);
             return;
         }
-        match self.spills.drain(idx, now, |b| c.send(pool, b, base)) {
+        let ctr = &mut self.counters;
+        match self
+            .spills
+            .drain(idx, now, |b| c.send(pool, b, base, now, ctr))
+        {
             Some(spill::After::Shutdown) => c.shutdown_write(),
             Some(spill::After::Close) => c.close(pool),
             Some(spill::After::Nothing) | None => {}
