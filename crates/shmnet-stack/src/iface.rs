@@ -1,6 +1,7 @@
 //! The interface: configuration, the receive path tying the protocol modules together, the
 //! timers, and the socket calls.
 
+use crate::tcp::memory::PoolLevel;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -244,7 +245,21 @@ pub struct Interface {
     /// Our subnet's broadcast address when the prefix is shorter than 31 bits, else the
     /// limited broadcast (computed once: the configuration never changes).
     subnet_bcast: Ipv4Addr,
+    /// The pool's level as UDP's admission last read it, and how many more backed-up
+    /// sockets' datagrams it serves before it is read again ([`UDP_LEVEL_REUSE`]).
+    udp_level: (PoolLevel, u8),
 }
+
+/// Datagrams a socket may always hold, however short the pool is: past them, while the
+/// pool is scarce (less than an eighth free, `tcp::memory`), arriving datagrams are dropped
+/// and counted in `pool_drops` — sockets nobody reads cannot take the pool's last part,
+/// which ACKs, resets and other sockets' datagrams need.
+pub const UDP_POOL_FLOOR: usize = 8;
+
+/// Admissions one read of the pool's level serves: the read touches every pool's shared
+/// counters, so it is made for one datagram in 32 that arrives at a backed-up socket, never
+/// for one whose socket is below the floor.
+const UDP_LEVEL_REUSE: u8 = 32;
 
 fn subnet_broadcast(ip: Ipv4Addr, prefix_len: u8) -> Ipv4Addr {
     let mask = match prefix_len {
@@ -291,8 +306,20 @@ impl Interface {
             } else {
                 Ipv4Addr::BROADCAST
             },
+            udp_level: (PoolLevel::Ample, 0),
             cfg,
         }
+    }
+
+    /// The pool's level for UDP's admission ([`UDP_LEVEL_REUSE`]).
+    fn udp_pool_level<P: BufferPool + ?Sized>(&mut self, pool: &P) -> PoolLevel {
+        let (level, left) = &mut self.udp_level;
+        if *left == 0 {
+            *level = PoolLevel::of(pool);
+            *left = UDP_LEVEL_REUSE;
+        }
+        *left -= 1;
+        *level
     }
 
     /// The configuration.
@@ -610,6 +637,16 @@ impl Interface {
             bufs: dg.bufs,
             src: SocketAddrV4::new(dg.src, uh.src_port),
         };
+        let backed_up = self
+            .sockets
+            .get(si)
+            .and_then(Option::as_ref)
+            .is_some_and(|s| s.queue.len() >= UDP_POOL_FLOOR);
+        if backed_up && self.udp_pool_level(pool) >= PoolLevel::Scarce {
+            self.stats.pool_drops += 1;
+            pool.free_chain(dg.head);
+            return;
+        }
         let Some(s) = self.sockets.get_mut(si).and_then(Option::as_mut) else {
             self.stats.no_socket += 1;
             pool.free_chain(dg.head);

@@ -114,6 +114,9 @@ stats! {
     no_socket,
     /// Socket receive queue full.
     queue_full,
+    /// Datagrams dropped because the pool was scarce (less than an eighth free) and their
+    /// socket already held [`crate::iface::UDP_POOL_FLOOR`] unread.
+    pool_drops,
     /// ICMP checksum wrong.
     icmp_bad_checksum,
     /// ICMP message we do not answer (anything but echo request).

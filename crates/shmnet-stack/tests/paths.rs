@@ -109,6 +109,49 @@ fn queue_limit_counts_overflow() {
     assert_conserved(&mut ifc, &mut pool);
 }
 
+/// A socket nobody reads holds at most `UDP_POOL_FLOOR` datagrams while the pool is scarce
+/// (less than an eighth free): the rest are dropped and counted, and the pool's last part
+/// stays for everyone else. With the pool ample the same socket fills to its limit.
+#[test]
+fn a_socket_nobody_reads_holds_a_few_datagrams_while_the_pool_is_scarce() {
+    use shmnet_stack::iface::UDP_POOL_FLOOR;
+    let fill = |held: usize| {
+        let mut cfg = config();
+        cfg.rx_queue_limit = 100;
+        let mut ifc = Interface::new(cfg);
+        let mut pool = pool();
+        let others: Vec<_> = (0..held).map(|_| pool.alloc().unwrap()).collect();
+        let s = bind(&mut ifc, 9);
+        for i in 0..60u16 {
+            let dg = udp_datagram(1, 9, &pattern(50, i as u8), true);
+            let frame = ip_frame(PEER_IP, OUR_IP, IpNumber::UDP, i, 0, false, &dg);
+            feed(&mut ifc, &mut pool, &frame, Instant::ZERO);
+        }
+        let queued = ifc.udp_queue_len(s).unwrap();
+        let drops = ifc.stats().pool_drops;
+        for b in others {
+            pool.free(b);
+        }
+        assert_conserved(&mut ifc, &mut pool);
+        (queued, drops)
+    };
+    // 256 buffers, 230 held by others: scarce once the socket holds its floor.
+    assert_eq!(fill(230), (UDP_POOL_FLOOR, 60 - UDP_POOL_FLOOR as u64));
+    // 200 held: the socket takes the pool down until it is scarce (the level is read once
+    // per 32 admissions, so a little past that), then only the floor's worth stays queued.
+    let (queued, drops) = fill(200);
+    assert!(
+        queued > UDP_POOL_FLOOR && queued < 60 && drops > 0,
+        "{queued} queued, {drops} dropped"
+    );
+    assert_eq!(queued as u64 + drops, 60);
+    assert_eq!(
+        fill(0),
+        (60, 0),
+        "an ample pool: the socket fills to its limit"
+    );
+}
+
 fn reassemble_with_etherparse(frames: &[Vec<u8>]) -> Vec<u8> {
     let mut defrag = IpDefragPool::<(), ()>::new();
     let mut out = None;

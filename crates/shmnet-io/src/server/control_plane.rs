@@ -45,8 +45,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long the control plane waits for the data plane to answer a request.
-const REPLY_PATIENCE: Duration = Duration::from_secs(2);
+/// How long the control plane waits for the data plane to answer a request. The data plane
+/// never blocks, so only a stopping or starved one is this late: 2 s was, once, on a 2-CPU
+/// machine with a CPU hog and a few dozen busy threads beside it (tcp_hostile).
+const REPLY_PATIENCE: Duration = Duration::from_secs(10);
 /// How long the listener rests after `accept` ran out of file descriptors.
 const FD_REST: Duration = Duration::from_millis(20);
 /// Pending connections answered through the reserve fd per round at the fd limit.
@@ -311,6 +313,17 @@ struct ControlPlane {
     buf: Vec<u8>,
     pchs: Pchs,
     closer: FdCloser,
+    /// Applications that hung up and are departing in the data plane: their numbers and
+    /// regions are given up when it says they have gone.
+    departing: Vec<Departure>,
+}
+
+/// An application the data plane is letting go (its last requests served first); the
+/// control plane goes on serving everyone else meanwhile.
+struct Departure {
+    pch: Option<Pch>,
+    gone: mpsc::Receiver<()>,
+    since: Instant,
 }
 
 /// Closes descriptors applications sent, off the control thread: the last close of a file
@@ -355,6 +368,32 @@ impl ControlPlane {
             buf: vec![0u8; control::MAX_MSG + 1],
             pchs: Pchs::default(),
             closer: FdCloser::new(),
+            departing: Vec::new(),
+        }
+    }
+
+    /// Gives up the numbers and regions of the applications that have gone. One the data
+    /// plane never answers for (it is stopping, or stuck past every bound) keeps its regions
+    /// mapped and its number taken, rather than unmapped under a translation.
+    fn settle_departures(&mut self) {
+        let mut i = 0;
+        while i < self.departing.len() {
+            let d = &self.departing[i];
+            let released = match d.gone.try_recv() {
+                Ok(()) => true,
+                Err(mpsc::TryRecvError::Empty)
+                    if d.since.elapsed() < super::data_plane::DETACH_LIMIT + REPLY_PATIENCE =>
+                {
+                    i += 1;
+                    continue;
+                }
+                Err(_) => false,
+            };
+            let d = self.departing.swap_remove(i);
+            if let (true, Some(p)) = (released, d.pch) {
+                self.table().forget(p);
+                self.pchs.give_back(p);
+            }
         }
     }
 
@@ -366,6 +405,7 @@ impl ControlPlane {
 
     fn run(mut self) {
         loop {
+            self.settle_departures();
             let now = Instant::now();
             if self.listener_rests_until.is_some_and(|t| now >= t) {
                 self.listener_rests_until = None;
@@ -377,10 +417,14 @@ impl ControlPlane {
                 .map(|c| c.since + self.spec.limits.hello_timeout)
                 .chain(self.listener_rests_until)
                 .min();
-            let wait = deadline.map_or(Duration::from_secs(1), |d| {
+            let mut wait = deadline.map_or(Duration::from_secs(1), |d| {
                 d.saturating_duration_since(now)
                     .max(Duration::from_millis(1))
             });
+            if !self.departing.is_empty() {
+                // Nothing wakes this thread when the data plane lets an application go.
+                wait = wait.min(Duration::from_millis(2));
+            }
             let (stop, listener, driver, ready) = {
                 let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(3 + self.conns.len());
                 fds.push(PollFd::from_borrowed_fd(self.stop.fd(), PollFlags::IN));
@@ -632,25 +676,23 @@ impl ControlPlane {
 
     fn hang_up(&mut self, i: usize) {
         let c = self.conns.swap_remove(i);
-        let mut released = true;
         if matches!(c.stage, Stage::App) {
-            // The data plane drops the application's lines and generation first: only then
-            // may its regions be unmapped and its number go to another application.
-            let id = c.id;
-            released = self
-                .spec
-                .outbox
-                .ask(|reply| Command::Detach { id, reply })
-                .is_some();
-            self.count(|k| k.detached += 1);
-        }
-        if let Some(p) = c.pch {
-            if released {
-                self.table().forget(p);
-                self.pchs.give_back(p);
+            // The data plane serves what the application queued, then drops its lines and
+            // generation: only then may its regions be unmapped and its number go to another
+            // application (`settle_departures`).
+            let (reply, gone) = mpsc::sync_channel(1);
+            if self.spec.outbox.send(Command::Detach { id: c.id, reply }) {
+                self.departing.push(Departure {
+                    pch: c.pch,
+                    gone,
+                    since: Instant::now(),
+                });
             }
-            // Else the data plane is stopping (or stuck): its regions stay mapped and its
-            // number taken, rather than unmapped under a translation.
+            // Else the data plane has stopped: its regions stay mapped and its number taken.
+            self.count(|k| k.detached += 1);
+        } else if let Some(p) = c.pch {
+            self.table().forget(p);
+            self.pchs.give_back(p);
         }
     }
 

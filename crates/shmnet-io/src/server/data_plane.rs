@@ -30,17 +30,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long the data plane waits without progress, when an application goes, for the
-/// lines its parked TCP sends missed on (the one wait of the data plane outside `idle`: it
-/// happens only when an application dies with bytes still parked behind a miss). Each line
-/// that arrives lets some sends out and starts the wait again: a writer that parked
-/// megabytes over hundreds of lines needs many.
-const DETACH_MISS_PATIENCE: Duration = Duration::from_millis(200);
+/// How long a departing application's parked TCP sends are waited for without progress
+/// (under `--isolation regions`, for the lines they missed on). Each line that arrives lets
+/// some sends out and starts the wait again: a writer that parked megabytes over hundreds
+/// of lines needs many. The data plane serves everyone else meanwhile: a departure is a
+/// state of the application ([`Departing`]), not a wait of the loop.
+const DETACH_MISS_PATIENCE: Duration = Duration::from_secs(1);
 
-/// The longest an application's going may hold the data plane, however much progress its
-/// parked sends make (an application that closed its control socket but still writes its
-/// rings would otherwise keep it there).
-const DETACH_LIMIT: Duration = Duration::from_secs(1);
+/// The longest an application may take to depart, however much progress its parked sends
+/// make (an application that closed its control socket but still writes its rings would
+/// otherwise never go).
+pub(crate) const DETACH_LIMIT: Duration = Duration::from_secs(5);
 
 /// `ipc`: frames the server holds for a driver socket that is full, at most.
 const IPC_TX_PENDING: usize = 1024;
@@ -95,6 +95,23 @@ struct AppSlot {
     /// Socket number → stack socket.
     sockets: Sockets,
     counters: AppCounters,
+    /// Set once it hung up: its last requests are being served.
+    departing: Option<Departing>,
+}
+
+/// An application that hung up. What it queued before it went still counts (as the kernel
+/// sends what a process wrote before it exited): its rings are served, without deliveries,
+/// round after round, until they are empty and nothing of it is parked — or parked sends
+/// made no progress for [`DETACH_MISS_PATIENCE`], or [`DETACH_LIMIT`] passed. Then
+/// everything it held comes back, its sockets close (those with sends left behind are
+/// reset) and the control plane is answered (only then may its regions be unmapped).
+struct Departing {
+    since: Instant,
+    /// When its requests last made progress.
+    progress: Instant,
+    /// Whether the last round found none of its requests to serve.
+    quiet: bool,
+    reply: std::sync::mpsc::SyncSender<()>,
 }
 
 /// What the data plane reports about the driver's health.
@@ -208,16 +225,32 @@ impl DataPlane {
         };
         // Lines the miss thread served while we slept go in before the sends that wait for them.
         r.handles.install_served();
+        let mut departing = false;
         for app in &mut self.apps {
-            work += app
+            // A departed application reads no more completions: its last requests must not
+            // wait for room in its RX.
+            r.last_call = app.departing.is_some();
+            let took = app
                 .transport
                 .take(&mut r, &mut app.sockets, &mut app.counters);
+            if let Some(d) = &mut app.departing {
+                departing = true;
+                d.quiet = took == 0;
+                if took > 0 {
+                    d.progress = Instant::now();
+                }
+            }
+            work += took;
         }
+        r.last_call = false;
         r.handles.kick();
-        for app in &mut self.apps {
+        for app in self.apps.iter_mut().filter(|a| a.departing.is_none()) {
             work += app
                 .transport
                 .deliver(&mut r, &mut app.sockets, &mut app.counters);
+        }
+        if departing {
+            self.settle_departures();
         }
         self.iface.poll(&mut self.pool, now, &mut self.tx);
         work += self.transmit_frames();
@@ -391,6 +424,7 @@ impl DataPlane {
                     transport,
                     sockets: Sockets::default(),
                     counters: AppCounters::default(),
+                    departing: None,
                 }),
                 Command::Bind { id, port, reply } => {
                     let resp = self.bind(id, port);
@@ -413,10 +447,7 @@ impl DataPlane {
                     let resp = self.close(id, socket);
                     let _ = reply.send(resp);
                 }
-                Command::Detach { id, reply } => {
-                    self.detach(id);
-                    let _ = reply.send(());
-                }
+                Command::Detach { id, reply } => self.begin_detach(id, reply),
                 Command::ForgetLines { pch, reply } => {
                     self.handles.forget_lines(pch);
                     let _ = reply.send(());
@@ -529,13 +560,45 @@ impl DataPlane {
         }
     }
 
-    /// The application has gone: what it queued before it went still counts (serve its
-    /// rings once more), then everything it held comes back and its sockets close.
-    fn detach(&mut self, id: u64) {
-        let Some(i) = self.apps.iter().position(|a| a.id == id) else {
+    /// The application hung up: it departs ([`Departing`]); the control plane is answered
+    /// when it has gone (at once if it is not attached).
+    fn begin_detach(&mut self, id: u64, reply: std::sync::mpsc::SyncSender<()>) {
+        let Some(app) = self.apps.iter_mut().find(|a| a.id == id) else {
+            let _ = reply.send(());
             return;
         };
-        let mut app = self.apps.swap_remove(i);
+        let now = Instant::now();
+        app.departing = Some(Departing {
+            since: now,
+            progress: now,
+            quiet: false,
+            reply,
+        });
+    }
+
+    /// Lets the departing applications that are done go ([`Departing`]).
+    fn settle_departures(&mut self) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.apps.len() {
+            let app = &self.apps[i];
+            let done = app.departing.as_ref().is_some_and(|d| {
+                (d.quiet && app.transport.parked() == 0)
+                    || now.duration_since(d.progress) > DETACH_MISS_PATIENCE
+                    || now.duration_since(d.since) > DETACH_LIMIT
+            });
+            if done {
+                let app = self.apps.swap_remove(i);
+                self.finish_detach(app);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Everything a departed application held comes back and its sockets close; what of
+    /// its sends could not be carried out is lost, and those connections are reset.
+    fn finish_detach(&mut self, mut app: AppSlot) {
         let now = self.now();
         let mut r = Round {
             iface: &mut self.iface,
@@ -546,40 +609,9 @@ impl DataPlane {
             handles: &mut self.handles,
             copy_probe: self.copy_probe.as_deref_mut(),
             tcp_lent: &mut self.tcp_lent,
-            last_call: false,
-            // The departing application's sends are taken whatever the room.
+            last_call: true,
             tx_room: usize::MAX,
         };
-        // Everything it wrote and the server still holds goes out before its sockets close
-        // (as the kernel sends what a process wrote before it exited): its rings are
-        // drained to the end, bounded by their size.
-        // A TCP send waiting for a line (`--isolation regions`) is waited for a little:
-        // the miss thread serves it while the application's regions are still mapped.
-        r.last_call = true;
-        let start = Instant::now();
-        let mut progress = start;
-        loop {
-            r.handles.install_served();
-            let work = app
-                .transport
-                .take(&mut r, &mut app.sockets, &mut app.counters);
-            r.handles.kick();
-            let now = Instant::now();
-            // The stack's clock moves on while this lasts.
-            r.now = shmnet_stack::Instant::from_nanos(crate::coarse_clock::now().as_nanos() as u64);
-            if now.duration_since(start) > DETACH_LIMIT {
-                break;
-            }
-            if work > 0 {
-                progress = now;
-                continue;
-            }
-            if app.transport.parked() == 0 || now.duration_since(progress) > DETACH_MISS_PATIENCE {
-                break;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        // What could not be carried out is lost: those connections are reset.
         let mut abort = Vec::new();
         app.transport.parked_sockets(&mut abort);
         let udp = app.sockets.close_all(&mut r, &abort);
@@ -587,8 +619,12 @@ impl DataPlane {
         for h in udp {
             let _ = self.iface.udp_close(&mut self.pool, h);
         }
-        // Its registrations are unmapped once this returns: nothing may point there.
+        // Its registrations are unmapped once the control plane hears this: nothing may
+        // point there.
         self.handles.forget_lines(app.pch);
+        if let Some(d) = app.departing {
+            let _ = d.reply.send(());
+        }
     }
 
     /// Sleeps until a ring, the control plane, the device or the stack's timers have work,
@@ -613,7 +649,13 @@ impl DataPlane {
             }
         }
         // A full `ipc` socket: its POLLOUT does not reliably wake us (see `drive_ipc`).
-        if self.ipc_pending_full || self.apps.iter().any(|a| a.transport.blocked()) {
+        // A departing application's parked sends wait for lines nothing announces.
+        if self.ipc_pending_full
+            || self
+                .apps
+                .iter()
+                .any(|a| a.transport.blocked() || a.departing.is_some())
+        {
             let t = crate::driver_host::IPC_BLOCKED_RECHECK;
             wait = wait.min(Duration::from_nanos(t.tv_nsec as u64));
         }
