@@ -245,21 +245,30 @@ pub struct Interface {
     /// Our subnet's broadcast address when the prefix is shorter than 31 bits, else the
     /// limited broadcast (computed once: the configuration never changes).
     subnet_bcast: Ipv4Addr,
-    /// The pool's level as UDP's admission last read it, and how many more backed-up
-    /// sockets' datagrams it serves before it is read again ([`UDP_LEVEL_REUSE`]).
-    udp_level: (PoolLevel, u8),
+    /// The pool's level as UDP's admission last read it ([`UdpLevel`]).
+    udp_level: UdpLevel,
 }
 
-/// Datagrams a socket may always hold, however short the pool is: past them, while the
-/// pool is scarce (less than an eighth free, `tcp::memory`), arriving datagrams are dropped
-/// and counted in `pool_drops` — sockets nobody reads cannot take the pool's last part,
-/// which ACKs, resets and other sockets' datagrams need.
-pub const UDP_POOL_FLOOR: usize = 8;
+/// Pool buffers a socket's queue may hold while the pool is scarce (less than an eighth
+/// free, `tcp::memory`): past them arriving datagrams are dropped and counted in
+/// `pool_drops` (an empty queue takes one datagram whatever its size); while the pool is
+/// exhausted (less than a thirty-second free) every datagram is. Sockets nobody reads then
+/// cannot take the pool's last part, which ACKs, resets and everyone's datagrams need.
+pub const UDP_POOL_FLOOR: usize = 16;
 
-/// Admissions one read of the pool's level serves: the read touches every pool's shared
-/// counters, so it is made for one datagram in 32 that arrives at a backed-up socket, never
-/// for one whose socket is below the floor.
-const UDP_LEVEL_REUSE: u8 = 32;
+/// The pool's level as UDP's admission last read it. The read touches every pool's shared
+/// counters, so one serves the next [`UDP_LEVEL_REUSE`] buffers admitted, or a millisecond:
+/// however stale, it is wrong by that much at most.
+#[derive(Clone, Copy, Debug, Default)]
+struct UdpLevel {
+    level: PoolLevel,
+    /// Buffers it may still serve.
+    left: usize,
+    read_at: Instant,
+}
+
+/// Buffers one read of the pool's level serves ([`UdpLevel`]).
+const UDP_LEVEL_REUSE: usize = 32;
 
 fn subnet_broadcast(ip: Ipv4Addr, prefix_len: u8) -> Ipv4Addr {
     let mask = match prefix_len {
@@ -306,20 +315,26 @@ impl Interface {
             } else {
                 Ipv4Addr::BROADCAST
             },
-            udp_level: (PoolLevel::Ample, 0),
+            udp_level: UdpLevel::default(),
             cfg,
         }
     }
 
-    /// The pool's level for UDP's admission ([`UDP_LEVEL_REUSE`]).
-    fn udp_pool_level<P: BufferPool + ?Sized>(&mut self, pool: &P) -> PoolLevel {
-        let (level, left) = &mut self.udp_level;
-        if *left == 0 {
-            *level = PoolLevel::of(pool);
-            *left = UDP_LEVEL_REUSE;
+    /// The pool's level for admitting a datagram of `bufs` buffers ([`UdpLevel`]).
+    fn udp_pool_level<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &P,
+        bufs: usize,
+        now: Instant,
+    ) -> PoolLevel {
+        let l = &mut self.udp_level;
+        if l.left < bufs || now.nanos().saturating_sub(l.read_at.nanos()) > 1_000_000 {
+            l.level = PoolLevel::of(pool);
+            l.left = UDP_LEVEL_REUSE;
+            l.read_at = now;
         }
-        *left -= 1;
-        *level
+        l.left = l.left.saturating_sub(bufs);
+        l.level
     }
 
     /// The configuration.
@@ -637,24 +652,26 @@ impl Interface {
             bufs: dg.bufs,
             src: SocketAddrV4::new(dg.src, uh.src_port),
         };
-        let backed_up = self
-            .sockets
-            .get(si)
-            .and_then(Option::as_ref)
-            .is_some_and(|s| s.queue.len() >= UDP_POOL_FLOOR);
-        if backed_up && self.udp_pool_level(pool) >= PoolLevel::Scarce {
-            self.stats.pool_drops += 1;
-            pool.free_chain(dg.head);
-            return;
-        }
+        let level = self.udp_pool_level(pool, dg.bufs, now);
         let Some(s) = self.sockets.get_mut(si).and_then(Option::as_mut) else {
             self.stats.no_socket += 1;
             pool.free_chain(dg.head);
             return;
         };
         if dg.src == self.cfg.ipv4 {
-            // Ours, through the loopback (only a loopback accepts our own source).
+            // Ours, through the loopback (only a loopback accepts our own source): it has
+            // arrived, queued or not.
             s.from_host.arrived(now);
+        }
+        let refused = match level {
+            PoolLevel::Exhausted => true,
+            PoolLevel::Scarce => s.queued_bufs > 0 && s.queued_bufs + dg.bufs > UDP_POOL_FLOOR,
+            _ => false,
+        };
+        if refused {
+            self.stats.pool_drops += 1;
+            pool.free_chain(dg.head);
+            return;
         }
         match s.push(msg) {
             Ok(()) => self.stats.udp_delivered += 1,
@@ -1150,7 +1167,7 @@ impl Interface {
             .get_mut(h.0)
             .and_then(Option::as_mut)
             .ok_or(RecvError::InvalidHandle)?;
-        Ok(s.queue.pop_front())
+        Ok(s.pop())
     }
 
     /// Send `data` from socket `h` to `dst`: copy it into pool buffers, fragmenting to the

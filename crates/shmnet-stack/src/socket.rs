@@ -81,12 +81,15 @@ pub struct RecvInfo {
 
 /// A bound UDP socket.
 ///
-/// Invariant: `queue.len() <= limit`; every queued message's chain is owned by the socket.
+/// Invariant: `queue.len() <= limit`; every queued message's chain is owned by the socket;
+/// `queued_bufs` is the sum of the queued messages' buffers.
 #[derive(Debug)]
 pub struct UdpSocket {
     pub(crate) local: SocketAddrV4,
     pub(crate) queue: VecDeque<Message>,
     pub(crate) limit: usize,
+    /// Pool buffers the queued messages hold.
+    pub(crate) queued_bufs: usize,
     /// Messages refused because the queue was full.
     pub(crate) overflows: u64,
     /// Host-local flow control (`iface::local_udp`): datagrams sent to this socket through
@@ -101,6 +104,7 @@ impl UdpSocket {
             local,
             queue: VecDeque::with_capacity(limit.min(1024)),
             limit,
+            queued_bufs: 0,
             overflows: 0,
             from_host: Default::default(),
         }
@@ -112,8 +116,16 @@ impl UdpSocket {
             self.overflows += 1;
             return Err(msg);
         }
+        self.queued_bufs += msg.bufs;
         self.queue.push_back(msg);
         Ok(())
+    }
+
+    /// Take the oldest message.
+    pub(crate) fn pop(&mut self) -> Option<Message> {
+        let msg = self.queue.pop_front()?;
+        self.queued_bufs = self.queued_bufs.saturating_sub(msg.bufs);
+        Some(msg)
     }
 }
 

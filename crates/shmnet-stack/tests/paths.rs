@@ -109,9 +109,10 @@ fn queue_limit_counts_overflow() {
     assert_conserved(&mut ifc, &mut pool);
 }
 
-/// A socket nobody reads holds at most `UDP_POOL_FLOOR` datagrams while the pool is scarce
-/// (less than an eighth free): the rest are dropped and counted, and the pool's last part
-/// stays for everyone else. With the pool ample the same socket fills to its limit.
+/// A socket nobody reads holds at most `UDP_POOL_FLOOR` buffers while the pool is scarce
+/// (less than an eighth free) and none while it is exhausted: the rest are dropped and
+/// counted, and the pool's last part stays for everyone else. With the pool ample the same
+/// socket fills to its limit.
 #[test]
 fn a_socket_nobody_reads_holds_a_few_datagrams_while_the_pool_is_scarce() {
     use shmnet_stack::iface::UDP_POOL_FLOOR;
@@ -135,8 +136,11 @@ fn a_socket_nobody_reads_holds_a_few_datagrams_while_the_pool_is_scarce() {
         assert_conserved(&mut ifc, &mut pool);
         (queued, drops)
     };
-    // 256 buffers, 230 held by others: scarce once the socket holds its floor.
+    // 256 buffers, 230 held by others: scarce; the socket holds its floor's worth (one
+    // buffer a datagram here).
     assert_eq!(fill(230), (UDP_POOL_FLOOR, 60 - UDP_POOL_FLOOR as u64));
+    // 250 held: exhausted; nothing is queued.
+    assert_eq!(fill(250), (0, 60));
     // 200 held: the socket takes the pool down until it is scarce (the level is read once
     // per 32 admissions, so a little past that), then only the floor's worth stays queued.
     let (queued, drops) = fill(200);

@@ -181,13 +181,35 @@ impl Outbox {
         true
     }
 
-    /// Sends a command carrying `reply` and waits for the answer.
-    fn ask<T>(&self, make: impl FnOnce(mpsc::SyncSender<T>) -> Command) -> Option<T> {
+    /// Sends a command carrying `reply` and waits for the answer: [`REPLY_PATIENCE`] at
+    /// most, and no longer once `stop` is raised (the server's owner, stopping, may be the
+    /// thread that steps the data plane: it would never answer).
+    fn ask<T>(
+        &self,
+        stop: &EventFd,
+        make: impl FnOnce(mpsc::SyncSender<T>) -> Command,
+    ) -> Option<T> {
         let (reply, answer) = mpsc::sync_channel(1);
         if !self.send(make(reply)) {
             return None;
         }
-        answer.recv_timeout(REPLY_PATIENCE).ok()
+        let deadline = Instant::now() + REPLY_PATIENCE;
+        loop {
+            match answer.recv_timeout(Duration::from_millis(50)) {
+                Ok(t) => return Some(t),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            let mut fds = [PollFd::from_borrowed_fd(stop.fd(), PollFlags::IN)];
+            let now = Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            let stopping = rustix::event::poll(&mut fds, Some(&now)).unwrap_or(0) > 0;
+            if stopping || Instant::now() >= deadline {
+                return None;
+            }
+        }
     }
 }
 
@@ -323,7 +345,6 @@ struct ControlPlane {
 struct Departure {
     pch: Option<Pch>,
     gone: mpsc::Receiver<()>,
-    since: Instant,
 }
 
 /// Closes descriptors applications sent, off the control thread: the last close of a file
@@ -373,21 +394,22 @@ impl ControlPlane {
     }
 
     /// Gives up the numbers and regions of the applications that have gone. One the data
-    /// plane never answers for (it is stopping, or stuck past every bound) keeps its regions
-    /// mapped and its number taken, rather than unmapped under a translation.
+    /// plane will never answer for (it has stopped) keeps its regions mapped and its number
+    /// taken, rather than unmapped under a translation.
     fn settle_departures(&mut self) {
         let mut i = 0;
         while i < self.departing.len() {
             let d = &self.departing[i];
+            // The data plane always answers, however late (a starved machine): giving up
+            // on it would keep the regions mapped and the number taken for good. Only a
+            // data plane that has stopped never will.
             let released = match d.gone.try_recv() {
                 Ok(()) => true,
-                Err(mpsc::TryRecvError::Empty)
-                    if d.since.elapsed() < super::data_plane::DETACH_LIMIT + REPLY_PATIENCE =>
-                {
+                Err(mpsc::TryRecvError::Empty) => {
                     i += 1;
                     continue;
                 }
-                Err(_) => false,
+                Err(mpsc::TryRecvError::Disconnected) => false,
             };
             let d = self.departing.swap_remove(i);
             if let (true, Some(p)) = (released, d.pch) {
@@ -682,11 +704,7 @@ impl ControlPlane {
             // application (`settle_departures`).
             let (reply, gone) = mpsc::sync_channel(1);
             if self.spec.outbox.send(Command::Detach { id: c.id, reply }) {
-                self.departing.push(Departure {
-                    pch: c.pch,
-                    gone,
-                    since: Instant::now(),
-                });
+                self.departing.push(Departure { pch: c.pch, gone });
             }
             // Else the data plane has stopped: its regions stay mapped and its number taken.
             self.count(|k| k.detached += 1);
@@ -743,7 +761,7 @@ impl ControlPlane {
     fn forget_lines(&self, pch: Pch) -> bool {
         self.spec
             .outbox
-            .ask(|reply| Command::ForgetLines { pch, reply })
+            .ask(&self.stop, |reply| Command::ForgetLines { pch, reply })
             .is_some()
     }
 
@@ -771,13 +789,13 @@ impl ControlPlane {
             Request::Bind { port } if attached => Some(
                 self.spec
                     .outbox
-                    .ask(|reply| Command::Bind { id, port, reply })
+                    .ask(&self.stop, |reply| Command::Bind { id, port, reply })
                     .unwrap_or_else(gone),
             ),
             Request::TcpListen { port, backlog } if attached => Some(
                 self.spec
                     .outbox
-                    .ask(|reply| Command::TcpListen {
+                    .ask(&self.stop, |reply| Command::TcpListen {
                         id,
                         port,
                         backlog,
@@ -788,13 +806,13 @@ impl ControlPlane {
             Request::TcpConnect { to } if attached => Some(
                 self.spec
                     .outbox
-                    .ask(|reply| Command::TcpConnect { id, to, reply })
+                    .ask(&self.stop, |reply| Command::TcpConnect { id, to, reply })
                     .unwrap_or_else(gone),
             ),
             Request::Close { socket } if attached => Some(
                 self.spec
                     .outbox
-                    .ask(|reply| Command::Close { id, socket, reply })
+                    .ask(&self.stop, |reply| Command::Close { id, socket, reply })
                     .unwrap_or_else(gone),
             ),
             Request::Unregister { region } if attached => {
@@ -829,9 +847,17 @@ impl ControlPlane {
         }
     }
 
-    fn stats_response(&self) -> Response {
-        match self.spec.outbox.ask(|reply| Command::Stats { reply }) {
+    fn stats_response(&mut self) -> Response {
+        match self
+            .spec
+            .outbox
+            .ask(&self.stop, |reply| Command::Stats { reply })
+        {
             Some(mut s) => {
+                // The data plane answers commands in order: an application it no longer
+                // lists has had its departure answered too. Settle it now, or the region
+                // table would still show what it registered.
+                self.settle_departures();
                 self.count(|c| c.stats_answered += 1);
                 let table = self.table();
                 s.regions = table.stats();

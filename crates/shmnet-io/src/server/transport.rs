@@ -61,11 +61,9 @@ impl Round<'_> {
     /// How many of an application's sends to take now, at most `want`: as many as the
     /// driver has room for after the frames already emitted this round (a send is at
     /// least one frame; one that fragments may still find the device full). An
-    /// application going away is served whatever the room.
+    /// application going away waits for room like the others: it departs over as many
+    /// rounds as it needs (`DETACH_LIMIT`), and must not crowd them out meanwhile.
     pub(crate) fn send_room(&self, want: usize) -> usize {
-        if self.last_call {
-            return want;
-        }
         want.min(self.tx_room.saturating_sub(self.tx.len()))
     }
 }

@@ -549,7 +549,7 @@ impl Interface {
             0
         } else {
             match self.tcp.parts(idx) {
-                Some((c, _, ctr)) => c.send(pool, data, base, now, ctr),
+                Some((c, _, ctr)) => c.send(pool, data, base, ctr),
                 None => 0,
             }
         };
@@ -590,7 +590,7 @@ impl Interface {
         tx: &mut T,
     ) -> Result<usize, TcpError> {
         let c = self.tcp.get_mut(h)?;
-        let n = c.recv(pool, dst, now);
+        let n = c.recv(pool, dst);
         if n > 0 {
             self.tcp.counters.bytes_in += n as u64;
             self.tcp_after(pool, h_idx(h), now, tx);
@@ -617,7 +617,7 @@ impl Interface {
         tx: &mut T,
     ) -> Result<Option<crate::Message>, TcpError> {
         let c = self.tcp.get_mut(h)?;
-        let Some((head, len, bufs)) = c.recv_chain(pool, max, now) else {
+        let Some((head, len, bufs)) = c.recv_chain(pool, max) else {
             return Ok(None);
         };
         let src = c.remote();

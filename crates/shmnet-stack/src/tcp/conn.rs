@@ -140,6 +140,8 @@ const PAWS_TOLERANCE_TICKS: i32 = 200;
 /// How often a connection whose window the pool's level holds down looks at the pool again
 /// ([`super::memory`]): 10 ms.
 const CLAMP_RECHECK_US: u64 = 10_000;
+/// Doublings of [`CLAMP_RECHECK_US`] at most: 10 ms × 2⁷ ≈ 1.3 s.
+const CLAMP_BACKOFF_MAX: u8 = 7;
 /// Retransmissions of data before the connection is dropped (Linux's `tcp_retries2`).
 const DATA_RETRIES: u8 = 15;
 
@@ -186,6 +188,10 @@ pub struct Conn {
     /// would otherwise learn of the room only from its persist probes, whose backoff grows
     /// to a minute.
     clamp_at: Option<Instant>,
+    /// Looks at the pool that found the window still held, in a row: each doubles the wait
+    /// before the next (a connection nobody reads, beside a pool others hold, is looked at
+    /// once a second, not a hundred times).
+    clamp_backoff: u8,
     /// The receive-buffer tuner's measurement ([`super::autotune`]).
     rcv_space: RcvSpace,
     /// The bytes autotuning added to this connection's buffers as the table last
@@ -355,6 +361,7 @@ impl Conn {
             rcv_buf: cfg.rcv_buf,
             pool_level: PoolLevel::Ample,
             clamp_at: None,
+            clamp_backoff: 0,
             rcv_space: RcvSpace::default(),
             tuned_accounted: 0,
             rx: ChainQueue::default(),
@@ -645,10 +652,9 @@ impl Conn {
         pool: &mut P,
         data: &[u8],
         base: u32,
-        now: Instant,
         ctr: &mut TcpCounters,
     ) -> usize {
-        let level = self.note_pool(pool, now);
+        let level = self.note_pool(pool);
         let buf = if self.snd_buf > base && level.under_pressure() {
             base
         } else {
@@ -664,31 +670,29 @@ impl Conn {
         n
     }
 
-    /// Looks at the pool's level (one read of its free count) and keeps it for the window;
-    /// while the level holds the window below the buffer, a look again is due within
-    /// [`CLAMP_RECHECK_US`].
-    fn note_pool<P: BufferPool + ?Sized>(&mut self, pool: &P, now: Instant) -> PoolLevel {
+    /// Looks at the pool's level (one read of its free count) and keeps it for the window.
+    fn note_pool<P: BufferPool + ?Sized>(&mut self, pool: &P) -> PoolLevel {
         self.pool_level = PoolLevel::of(pool);
-        if self.clamp_at.is_none()
-            && self.state.synchronized()
-            && self.pool_level.queue_cap(self.smss) < self.rcv_buf
-        {
-            self.clamp_at = Some(at(now, CLAMP_RECHECK_US));
-        }
         self.pool_level
+    }
+
+    /// The pool's level holds the window below the buffer: look again later
+    /// ([`CLAMP_RECHECK_US`], doubling while it stays held, up to a second). Armed only where
+    /// the stack reschedules the connection's timers afterwards (arriving data, the timer
+    /// itself).
+    fn arm_clamp(&mut self, now: Instant) {
+        if self.clamp_at.is_none() && self.state.synchronized() && !self.flags.rx_fin {
+            let wait = CLAMP_RECHECK_US << self.clamp_backoff.min(CLAMP_BACKOFF_MAX);
+            self.clamp_at = Some(at(now, wait));
+        }
     }
 
     /// Copy received bytes into `dst`; returns how many. Opens the window: a window that
     /// grew by two segments or half the buffer is announced at once.
-    pub fn recv<P: BufferPool + ?Sized>(
-        &mut self,
-        pool: &mut P,
-        dst: &mut [u8],
-        now: Instant,
-    ) -> usize {
+    pub fn recv<P: BufferPool + ?Sized>(&mut self, pool: &mut P, dst: &mut [u8]) -> usize {
         let before = self.rcv_window();
         let n = self.rx.read(pool, dst);
-        self.note_pool(pool, now);
+        self.note_pool(pool);
         if n > 0 && self.state.synchronized() && !self.flags.rx_fin {
             let grown = self
                 .rcv_window()
@@ -707,11 +711,10 @@ impl Conn {
         &mut self,
         pool: &mut P,
         max: u32,
-        now: Instant,
     ) -> Option<(BufIdx, u32, u32)> {
         let before = self.rcv_window();
         let got = self.rx.detach(pool, max)?;
-        self.note_pool(pool, now);
+        self.note_pool(pool);
         if self.state.synchronized() && !self.flags.rx_fin {
             let grown = self
                 .rcv_window()
@@ -1324,12 +1327,17 @@ impl Conn {
         // it is exhausted, nothing. The peer sends the rest again (our ACK says where we
         // are). Segments held out of order from before do not count against the floor: the
         // segment that fills the hole in front of them must always fit, or they never drain.
-        let level = self.note_pool(pool, now);
+        let level = self.note_pool(pool);
         let refused = if start == self.rcv_nxt {
-            self.rx.bytes().saturating_add(len) > level.queue_cap(self.smss)
+            // Even exhausted: what waits out of order holds buffers that only this segment
+            // lets go (nothing prunes that queue; the peer may rely on what it SACKed).
+            self.ooo.is_empty() && self.rx.bytes().saturating_add(len) > level.queue_cap(self.smss)
         } else {
             level.drops_out_of_order()
         };
+        if level.queue_cap(self.smss) < self.rcv_buf {
+            self.arm_clamp(now);
+        }
         if refused {
             ctr.pool_drops += 1;
             pool.free(b);
@@ -1701,10 +1709,16 @@ impl Conn {
             return;
         }
         let before = self.rcv_window().max(self.rcv_adv.since(self.rcv_nxt));
-        self.note_pool(pool, now);
+        let level = self.note_pool(pool);
         let grown = self.rcv_window().saturating_sub(before);
         if grown >= (2 * u32::from(self.smss)).min(self.rcv_buf / 2) {
             self.flags.ack_now = true;
+        }
+        if level.queue_cap(self.smss) < self.rcv_buf {
+            self.clamp_backoff = self.clamp_backoff.saturating_add(1);
+            self.arm_clamp(now);
+        } else {
+            self.clamp_backoff = 0;
         }
     }
 
@@ -2303,7 +2317,7 @@ mod tests {
             &mut ctr,
         );
         let mut out = vec![0u8; 4000];
-        let n = c.recv(&mut pool, &mut out, Instant::ZERO);
+        let n = c.recv(&mut pool, &mut out);
         assert_eq!(&out[..n], &stream[..2500]);
         c.clear(&mut pool);
         assert_eq!(pool.free_count(), pool.total());
@@ -2367,13 +2381,7 @@ mod tests {
         let promised = c.rcv_adv;
         // A send takes no more than the floor either.
         let (mut writer, _, _) = established(&mut pool);
-        let n = writer.send(
-            &mut pool,
-            &[1; 100_000],
-            cfg.snd_buf,
-            Instant::ZERO,
-            &mut ctr,
-        );
+        let n = writer.send(&mut pool, &[1; 100_000], cfg.snd_buf, &mut ctr);
         assert_eq!(n as u32, floor);
         assert_eq!(ctr.pool_limited_sends, 1);
         writer.clear(&mut pool);
@@ -2410,10 +2418,7 @@ mod tests {
         assert_eq!(c.rx.bytes(), 0);
         assert_eq!(ctr.pool_drops, 1);
         assert_eq!(pool.free_count(), 6);
-        assert_eq!(
-            c.send(&mut pool, &[1; 1000], cfg.snd_buf, Instant::ZERO, &mut ctr),
-            0
-        );
+        assert_eq!(c.send(&mut pool, &[1; 1000], cfg.snd_buf, &mut ctr), 0);
         assert_eq!(ctr.pool_limited_sends, 1);
         for b in held {
             pool.free(b);
@@ -2436,40 +2441,43 @@ mod tests {
     #[test]
     fn the_segment_that_fills_a_hole_is_taken_however_much_waits_behind_it() {
         // Out-of-order segments held while the pool had room pass the floor; the pool then
-        // turns scarce. The missing segment must still be taken, or they never drain.
-        let mut pool = HeapPool::new(256, 2048);
-        let (mut c, cfg, mut ctr) = established(&mut pool);
-        let first = c.rcv_nxt;
-        for k in 1..=12u32 {
-            let b = payload(&mut pool, &[k as u8; 1000], 64);
-            let seg = SegIn {
-                seq: first.add(k * 1000),
-                ..in_order(&c, 1000)
-            };
-            c.on_segment(&mut pool, &seg, Some(b), Instant::ZERO, &cfg, &mut ctr);
+        // turns scarce, or exhausted. The missing segment must still be taken, or they
+        // never drain (nothing else frees them).
+        for others in [256 - 12 - 26, 256 - 12 - 4] {
+            let mut pool = HeapPool::new(256, 2048);
+            let (mut c, cfg, mut ctr) = established(&mut pool);
+            let first = c.rcv_nxt;
+            for k in 1..=12u32 {
+                let b = payload(&mut pool, &[k as u8; 1000], 64);
+                let seg = SegIn {
+                    seq: first.add(k * 1000),
+                    ..in_order(&c, 1000)
+                };
+                c.on_segment(&mut pool, &seg, Some(b), Instant::ZERO, &cfg, &mut ctr);
+            }
+            assert_eq!(c.ooo.bytes(), 12_000);
+            let held = hold(&mut pool, others);
+            let b = payload(&mut pool, &[0; 1000], 64);
+            c.on_segment(
+                &mut pool,
+                &in_order(&c, 1000),
+                Some(b),
+                Instant::ZERO,
+                &cfg,
+                &mut ctr,
+            );
+            assert_eq!(ctr.pool_drops, 0, "{others} held");
+            assert_eq!(
+                c.rx.bytes(),
+                13_000,
+                "{others} held: the hole filled, all moved up"
+            );
+            assert_eq!(c.ooo.bytes(), 0);
+            for b in held {
+                pool.free(b);
+            }
+            c.clear(&mut pool);
+            assert_eq!(pool.free_count(), pool.total());
         }
-        assert_eq!(c.ooo.bytes(), 12_000);
-        let held = hold(&mut pool, 256 - 12 - 26);
-        let b = payload(&mut pool, &[0; 1000], 64);
-        c.on_segment(
-            &mut pool,
-            &in_order(&c, 1000),
-            Some(b),
-            Instant::ZERO,
-            &cfg,
-            &mut ctr,
-        );
-        assert_eq!(ctr.pool_drops, 0);
-        assert_eq!(
-            c.rx.bytes(),
-            13_000,
-            "the hole filled and everything behind it moved up"
-        );
-        assert_eq!(c.ooo.bytes(), 0);
-        for b in held {
-            pool.free(b);
-        }
-        c.clear(&mut pool);
-        assert_eq!(pool.free_count(), pool.total());
     }
 }

@@ -1172,10 +1172,7 @@ impl Tcp {
             return;
         }
         let ctr = &mut self.counters;
-        match self
-            .spills
-            .drain(idx, now, |b| c.send(pool, b, base, now, ctr))
-        {
+        match self.spills.drain(idx, now, |b| c.send(pool, b, base, ctr)) {
             Some(spill::After::Shutdown) => c.shutdown_write(),
             Some(spill::After::Close) => c.close(pool),
             Some(spill::After::Nothing) | None => {}
