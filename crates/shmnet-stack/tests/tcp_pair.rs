@@ -1287,15 +1287,7 @@ fn a_spill_that_found_no_buffer_is_tried_again() {
     let mut starve_until = None;
     let mut eof = false;
     for _ in 0..5_000_000u64 {
-        eof = w.with(false, |s, now, out| {
-            loop {
-                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
-                    Ok(0) => break true,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                    Err(_) => break false,
-                }
-            }
-        });
+        eof = read_what_came(&mut w, cb, &mut got, &mut buf);
         if eof || w.now_us > 30_000_000 {
             break;
         }
@@ -1410,6 +1402,19 @@ fn a_second_connection_to_a_narrow_path_starts_within_it() {
     assert_eq!(w.a.ifc.tcp_counters().pmtu_lowered, 1);
 }
 
+/// B reads everything connection `cb` has into `got` (through `buf`); whether the end came.
+fn read_what_came(w: &mut Wire, cb: TcpHandle, got: &mut Vec<u8>, buf: &mut [u8]) -> bool {
+    w.with(false, |s, now, out| {
+        loop {
+            match s.ifc.tcp_recv(&mut s.pool, cb, buf, now, out) {
+                Ok(0) => break true,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => break false,
+            }
+        }
+    })
+}
+
 /// Other connections hold a side's pool down to `free` buffers (of 2,048) while A writes a
 /// megabyte to B, which reads everything: returns whether every byte and the end came, the
 /// simulated seconds it took and both sides' counters.
@@ -1439,15 +1444,7 @@ fn stream_beside_a_held_pool(free: usize, seed: u64) -> (bool, f64, TcpCounters,
                 let _ = s.ifc.tcp_shutdown(&mut s.pool, ca, now, out);
             }
         });
-        eof = w.with(false, |s, now, out| {
-            loop {
-                match s.ifc.tcp_recv(&mut s.pool, cb, &mut buf, now, out) {
-                    Ok(0) => break true,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                    Err(_) => break false,
-                }
-            }
-        });
+        eof = read_what_came(&mut w, cb, &mut got, &mut buf);
         w.step();
     }
     assert!(

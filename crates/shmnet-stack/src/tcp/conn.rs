@@ -2330,6 +2330,19 @@ mod tests {
             .collect()
     }
 
+    /// `bytes` arriving in order on `c` (placed at offset 64 of a fresh buffer).
+    fn arrive_in_order(
+        c: &mut Conn,
+        pool: &mut HeapPool,
+        bytes: &[u8],
+        cfg: &TcpConfig,
+        ctr: &mut TcpCounters,
+    ) {
+        let b = payload(pool, bytes, 64);
+        let seg = in_order(c, bytes.len() as u32);
+        c.on_segment(pool, &seg, Some(b), Instant::ZERO, cfg, ctr);
+    }
+
     fn in_order(c: &Conn, len: u32) -> SegIn {
         SegIn {
             seq: c.rcv_nxt,
@@ -2349,15 +2362,7 @@ mod tests {
         let floor = super::super::memory::FLOOR_SEGMENTS * 1460;
         let mut queued = 0;
         while queued + 1000 <= floor {
-            let b = payload(&mut pool, &[7; 1000], 64);
-            c.on_segment(
-                &mut pool,
-                &in_order(&c, 1000),
-                Some(b),
-                Instant::ZERO,
-                &cfg,
-                &mut ctr,
-            );
+            arrive_in_order(&mut c, &mut pool, &[7; 1000], &cfg, &mut ctr);
             queued += 1000;
         }
         assert_eq!(c.rx.bytes(), queued);
@@ -2365,15 +2370,7 @@ mod tests {
         // The next in-order segment, within the window offered on the SYN-ACK, would pass
         // the floor: dropped, counted, its buffer back.
         let free = pool.free_count();
-        let b = payload(&mut pool, &[7; 1000], 64);
-        c.on_segment(
-            &mut pool,
-            &in_order(&c, 1000),
-            Some(b),
-            Instant::ZERO,
-            &cfg,
-            &mut ctr,
-        );
+        arrive_in_order(&mut c, &mut pool, &[7; 1000], &cfg, &mut ctr);
         assert_eq!(c.rx.bytes(), queued);
         assert_eq!(ctr.pool_drops, 1);
         assert_eq!(pool.free_count(), free);
@@ -2406,15 +2403,7 @@ mod tests {
         let (mut c, cfg, mut ctr) = established(&mut pool);
         // Less than a thirty-second free: exhausted.
         let held = hold(&mut pool, 250);
-        let b = payload(&mut pool, &[7; 1000], 64);
-        c.on_segment(
-            &mut pool,
-            &in_order(&c, 1000),
-            Some(b),
-            Instant::ZERO,
-            &cfg,
-            &mut ctr,
-        );
+        arrive_in_order(&mut c, &mut pool, &[7; 1000], &cfg, &mut ctr);
         assert_eq!(c.rx.bytes(), 0);
         assert_eq!(ctr.pool_drops, 1);
         assert_eq!(pool.free_count(), 6);
@@ -2424,15 +2413,7 @@ mod tests {
             pool.free(b);
         }
         // Room again: the same segment, sent again, is taken.
-        let b = payload(&mut pool, &[7; 1000], 64);
-        c.on_segment(
-            &mut pool,
-            &in_order(&c, 1000),
-            Some(b),
-            Instant::ZERO,
-            &cfg,
-            &mut ctr,
-        );
+        arrive_in_order(&mut c, &mut pool, &[7; 1000], &cfg, &mut ctr);
         assert_eq!(c.rx.bytes(), 1000);
         c.clear(&mut pool);
         assert_eq!(pool.free_count(), pool.total());
@@ -2457,15 +2438,7 @@ mod tests {
             }
             assert_eq!(c.ooo.bytes(), 12_000);
             let held = hold(&mut pool, others);
-            let b = payload(&mut pool, &[0; 1000], 64);
-            c.on_segment(
-                &mut pool,
-                &in_order(&c, 1000),
-                Some(b),
-                Instant::ZERO,
-                &cfg,
-                &mut ctr,
-            );
+            arrive_in_order(&mut c, &mut pool, &[0; 1000], &cfg, &mut ctr);
             assert_eq!(ctr.pool_drops, 0, "{others} held");
             assert_eq!(
                 c.rx.bytes(),
