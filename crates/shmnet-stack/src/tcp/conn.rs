@@ -693,7 +693,16 @@ impl Conn {
         let before = self.rcv_window();
         let n = self.rx.read(pool, dst);
         self.note_pool(pool);
-        if n > 0 && self.state.synchronized() && !self.flags.rx_fin {
+        if n > 0 {
+            self.announce_if_opened(before);
+        }
+        n
+    }
+
+    /// The window was `before` (or what was promised, if more): announce it at once if it
+    /// opened by two segments or half the buffer since (a read, the pool's room).
+    fn announce_if_opened(&mut self, before: u32) {
+        if self.state.synchronized() && !self.flags.rx_fin {
             let grown = self
                 .rcv_window()
                 .saturating_sub(before.max(self.rcv_adv.since(self.rcv_nxt)));
@@ -701,7 +710,11 @@ impl Conn {
                 self.flags.ack_now = true;
             }
         }
-        n
+    }
+
+    /// Whether the pool's level, as last looked at, holds the window below the buffer.
+    fn window_clamped(&self) -> bool {
+        self.pool_level.queue_cap(self.smss) < self.rcv_buf
     }
 
     /// Take received bytes out as a chain of whole buffers, at most `max` bytes (but always
@@ -715,14 +728,7 @@ impl Conn {
         let before = self.rcv_window();
         let got = self.rx.detach(pool, max)?;
         self.note_pool(pool);
-        if self.state.synchronized() && !self.flags.rx_fin {
-            let grown = self
-                .rcv_window()
-                .saturating_sub(before.max(self.rcv_adv.since(self.rcv_nxt)));
-            if grown >= (2 * u32::from(self.smss)).min(self.rcv_buf / 2) {
-                self.flags.ack_now = true;
-            }
-        }
+        self.announce_if_opened(before);
         Some(got)
     }
 
@@ -1335,7 +1341,7 @@ impl Conn {
         } else {
             level.drops_out_of_order()
         };
-        if level.queue_cap(self.smss) < self.rcv_buf {
+        if self.window_clamped() {
             self.arm_clamp(now);
         }
         if refused {
@@ -1708,13 +1714,10 @@ impl Conn {
         if !self.state.synchronized() || self.flags.rx_fin {
             return;
         }
-        let before = self.rcv_window().max(self.rcv_adv.since(self.rcv_nxt));
-        let level = self.note_pool(pool);
-        let grown = self.rcv_window().saturating_sub(before);
-        if grown >= (2 * u32::from(self.smss)).min(self.rcv_buf / 2) {
-            self.flags.ack_now = true;
-        }
-        if level.queue_cap(self.smss) < self.rcv_buf {
+        let before = self.rcv_window();
+        self.note_pool(pool);
+        self.announce_if_opened(before);
+        if self.window_clamped() {
             self.clamp_backoff = self.clamp_backoff.saturating_add(1);
             self.arm_clamp(now);
         } else {
