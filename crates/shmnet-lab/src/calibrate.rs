@@ -117,7 +117,8 @@ pub struct TlbMiss {
     /// With 4 KiB pages: a page walk.
     #[serde(rename = "4k")]
     pub small: f64,
-    /// With 2 MiB pages over the same span (null if the kernel gave no huge pages).
+    /// With 2 MiB pages over the same span (null if the kernel gave no huge pages). Often 0:
+    /// the span is 32 huge pages, which many CPUs' second-level TLBs hold whole.
     #[serde(rename = "2m")]
     pub huge: Option<f64>,
 }

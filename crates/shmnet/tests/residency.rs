@@ -173,7 +173,12 @@ fn calibrate_json_has_the_fields_the_issue_names() {
              is null (/sys/kernel/mm/transparent_hugepage/enabled must be madvise or always)",
         );
     } else {
-        assert!(two_m.as_f64().is_some_and(|v| v > 0.0), "2m: {two_m}");
+        // Zero is an honest answer: 64 MiB is 32 huge pages, which the second-level TLB of
+        // many CPUs holds whole (CI's machine measured 0.0), so the walk may never happen.
+        assert!(
+            two_m.as_f64().is_some_and(|v| v.is_finite() && v >= 0.0),
+            "2m: {two_m}"
+        );
     }
     for k in ["1500", "8192", "1048576"] {
         assert!(t["memcpy_gbit_per_s"][k].as_f64().unwrap() > 0.0);
