@@ -1493,3 +1493,73 @@ fn a_stream_waits_while_the_pool_is_exhausted() {
     assert!(!ok, "nothing is queued while the pool is exhausted");
     assert!(a.pool_limited_sends > 0);
 }
+
+/// A send gathered from many parts (an application's buffers where they lie) takes the
+/// parts in order, stops inside a part when the send buffer fills, and the reader gets the
+/// stream whole: nothing skipped, doubled or reordered at the parts' edges.
+#[test]
+fn a_gathered_send_takes_its_parts_in_order_and_stops_where_the_buffer_fills() {
+    let mut w = Wire::new(9, Impair::default());
+    let (ca, cb) = connect(&mut w, 5001);
+    let payload = data(3 << 20, 9);
+    // Parts of uneven sizes, as a chain of window buffers would give (the first one short).
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let mut at = 0;
+    for k in 0.. {
+        if at == payload.len() {
+            break;
+        }
+        let len = [8, 2040, 2048, 1, 4096, 777][k % 6].min(payload.len() - at);
+        parts.push(&payload[at..at + len]);
+        at += len;
+    }
+    let (mut sent, mut cut_inside_a_part) = (0usize, false);
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..2_000_000 {
+        if sent < payload.len() {
+            // The parts not sent yet, the first cut where the last send stopped.
+            let (mut skip, mut rest) = (sent, Vec::new());
+            for p in &parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                } else {
+                    rest.push(&p[skip..]);
+                    skip = 0;
+                }
+            }
+            w.with(true, |s, now, out| {
+                match s.ifc.tcp_send_gather(&mut s.pool, ca, &rest, now, out) {
+                    Ok(n) => {
+                        assert!(n > 0 && n <= payload.len() - sent);
+                        sent += n;
+                        let mut edge = 0;
+                        cut_inside_a_part |= sent < payload.len()
+                            && !parts.iter().any(|p| {
+                                edge += p.len();
+                                edge == sent
+                            });
+                    }
+                    Err(TcpError::WouldBlock) => {}
+                    Err(e) => panic!("gathered send failed: {e:?}"),
+                }
+            });
+        }
+        w.step();
+        read_what_came(&mut w, cb, &mut got, &mut buf);
+        if got.len() == payload.len() {
+            break;
+        }
+    }
+    assert!(
+        got == payload,
+        "B read {} of {} bytes",
+        got.len(),
+        payload.len()
+    );
+    assert!(
+        cut_inside_a_part,
+        "the send buffer filled inside a part at least once (3 MiB through a smaller buffer)"
+    );
+    close_and_drain(&mut w, ca, Some(cb));
+}

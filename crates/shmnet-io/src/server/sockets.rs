@@ -505,11 +505,12 @@ fn failure(reason: CloseReason) -> TcpFailure {
 
 /// Queues up to all of `data` on connection `h`; returns how many bytes the send buffer
 /// took (0 when it is full), or `None` if the connection cannot send any more.
-pub(crate) fn tcp_send(r: &mut Round<'_>, h: TcpHandle, data: &[u8]) -> Option<usize> {
+pub(crate) fn tcp_send(r: &mut Round<'_>, h: TcpHandle, parts: &[&[u8]]) -> Option<usize> {
     let sent = if r.last_call {
-        r.iface.tcp_send_beyond_limit(r.pool, h, data, r.now, r.tx)
+        r.iface
+            .tcp_send_gather_beyond_limit(r.pool, h, parts, r.now, r.tx)
     } else {
-        r.iface.tcp_send(r.pool, h, data, r.now, r.tx)
+        r.iface.tcp_send_gather(r.pool, h, parts, r.now, r.tx)
     };
     match sent {
         Ok(n) => Some(n),
@@ -651,20 +652,28 @@ pub(crate) fn send_parts(
     parts: &[&[u8]],
     done: u32,
 ) -> Option<Progress> {
+    // The parts not sent yet, the first cut where the last try stopped: one send for them
+    // all (one pass of the connection's output, not one per part).
+    let mut rest: arrayvec::ArrayVec<&[u8], MAX_GATHER> = arrayvec::ArrayVec::new();
     let mut skip = done as usize;
-    let mut sent = done as usize;
     for part in parts {
         if skip >= part.len() {
             skip -= part.len();
             continue;
         }
-        let rest = &part[skip..];
+        let p = &part[skip..];
         skip = 0;
-        let n = tcp_send(r, h, rest)?;
-        sent += n;
-        if n < rest.len() {
-            return Some(Progress::Blocked(sent as u32));
+        if rest.try_push(p).is_err() {
+            break; // a longer gather list than any transport builds: the rest goes next time
         }
+    }
+    let n = tcp_send(r, h, &rest)?;
+    let whole: usize = parts.iter().map(|p| p.len()).sum();
+    if done as usize + n < whole {
+        return Some(Progress::Blocked(done + n as u32));
     }
     Some(Progress::Done(crate::windows::SendStatus::Sent))
 }
+
+/// Most parts one gathered send takes at once (the transports build at most 64).
+const MAX_GATHER: usize = 64;

@@ -498,15 +498,10 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) -> Result<usize, TcpError> {
-        self.tcp_send_inner(pool, h, data, now, tx, false)
+        self.tcp_send_inner(pool, h, &[data], now, tx, false)
     }
 
-    /// As [`Interface::tcp_send`], taking every byte: what the send buffer has no room for
-    /// waits in the stack's own memory and is queued as ACKs make room, a later shutdown or
-    /// close after it ([`crate::tcp::spill`]). For the bytes an application wrote before it
-    /// went away, which its server must not drop. Past a spill's bounds the bytes are
-    /// refused (counted in `spill_refused`) and the connection is reset:
-    /// `Err(Closed(Aborted))`.
+    /// As [`Interface::tcp_send_gather_beyond_limit`], from one slice.
     pub fn tcp_send_beyond_limit<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -515,14 +510,45 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) -> Result<usize, TcpError> {
-        self.tcp_send_inner(pool, h, data, now, tx, true)
+        self.tcp_send_inner(pool, h, &[data], now, tx, true)
+    }
+
+    /// As [`Interface::tcp_send`], the bytes gathered from `parts` in order (an application's
+    /// buffers where they lie): as many as the send buffer has room for, a part cut short
+    /// ending the send, then one pass of sending for the lot.
+    pub fn tcp_send_gather<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        parts: &[&[u8]],
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<usize, TcpError> {
+        self.tcp_send_inner(pool, h, parts, now, tx, false)
+    }
+
+    /// As [`Interface::tcp_send_gather`], taking every byte: what the send buffer has no
+    /// room for waits in the stack's own memory and is queued as ACKs make room, a later
+    /// shutdown or close after it ([`crate::tcp::spill`]). For the bytes an application
+    /// wrote before it went away, which its server must not drop. Past a spill's bounds the
+    /// bytes are refused (counted in `spill_refused`) and the connection is reset:
+    /// `Err(Closed(Aborted))`.
+    pub fn tcp_send_gather_beyond_limit<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        parts: &[&[u8]],
+        now: Instant,
+        tx: &mut T,
+    ) -> Result<usize, TcpError> {
+        self.tcp_send_inner(pool, h, parts, now, tx, true)
     }
 
     fn tcp_send_inner<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
         h: TcpHandle,
-        data: &[u8],
+        parts: &[&[u8]],
         now: Instant,
         tx: &mut T,
         beyond_limit: bool,
@@ -543,36 +569,48 @@ impl Interface {
             }
             _ => return Err(TcpError::NotConnected),
         }
+        let total: usize = parts.iter().map(|p| p.len()).sum();
         // Bytes behind a spill join it (or wait, from an application still there): the
         // stream stays in order.
-        let mut n = if spilling {
-            0
-        } else {
-            match self.tcp.parts(idx) {
-                Some((c, _, ctr)) => c.send(pool, data, base, ctr),
-                None => 0,
-            }
-        };
-        if beyond_limit && n < data.len() {
-            let took = self.tcp.spills.add(idx, &data[n..], now);
-            self.tcp.counters.spilled += took as u64;
-            n += took;
-            if n < data.len() {
-                // Past every bound: these bytes are lost, and the peer must not take what
-                // it gets for the whole stream.
-                self.tcp.counters.spill_refused += (data.len() - n) as u64;
-                self.tcp.spills.drop_for(idx);
-                if let Some(c) = self.tcp.conn_at(idx) {
-                    c.abort(pool);
+        let mut n = 0;
+        if !spilling && let Some((c, _, ctr)) = self.tcp.parts(idx) {
+            for part in parts {
+                let took = c.send(pool, part, base, ctr);
+                n += took;
+                if took < part.len() {
+                    break;
                 }
-                self.tcp_after(pool, idx, now, tx);
-                return Err(TcpError::Closed(crate::tcp::CloseReason::Aborted));
+            }
+        }
+        if beyond_limit && n < total {
+            let mut skip = n;
+            for part in parts {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                let rest = &part[skip..];
+                skip = 0;
+                let took = self.tcp.spills.add(idx, rest, now);
+                self.tcp.counters.spilled += took as u64;
+                n += took;
+                if took < rest.len() {
+                    // Past every bound: these bytes are lost, and the peer must not take
+                    // what it gets for the whole stream.
+                    self.tcp.counters.spill_refused += (total - n) as u64;
+                    self.tcp.spills.drop_for(idx);
+                    if let Some(c) = self.tcp.conn_at(idx) {
+                        c.abort(pool);
+                    }
+                    self.tcp_after(pool, idx, now, tx);
+                    return Err(TcpError::Closed(crate::tcp::CloseReason::Aborted));
+                }
             }
             if self.tcp.spill_retry.is_none() {
                 self.tcp.spill_retry = Some(spill::retry_at(now));
             }
         }
-        if n == 0 && !data.is_empty() {
+        if n == 0 && total > 0 {
             return Err(TcpError::WouldBlock);
         }
         self.tcp_after(pool, idx, now, tx);
