@@ -543,6 +543,58 @@ line finds them allocated, so misses in later cells cost less than in the first 
     return s
 
 
+def labbuffers(runs, quick):
+    r0 = runs[0]
+    g = r0["geometry"]
+    modes = ["ch", "ch-all", "cs", "nc"]
+
+    def cell(run, d, m, b, dirty, k="ticks"):
+        return next((c[k] for c in run["cells"] if c["direction"] == d and c["mode"] == m
+                     and c["bytes"] == b and c["dirty_pct"] == dirty), None)
+
+    prm = [[name, fig([r["params"][k] for r in runs], 1), num(r0["unity"][k], 0) if r0["unity"][k] is not None else "—"]
+           for name, k in [("C_br, read a cached line", "c_br"), ("C_bw, write a cached line", "c_bw"),
+                           ("C_cr, read bypassing the cache", "c_cr"), ("C_cw, write bypassing the cache", "c_cw"),
+                           ("C_fl, clean one line (not in the seed)", "c_fl")]]
+    s = f"""## Seed 003's experiment: cache-bypassing buffers (`shmnet lab buffers`)
+
+Command: `shmnet lab buffers{' --quick' if quick else ''} --json --out DIR` ([buffers.md](buffers.md)). What
+keeping a network buffer K coherent with a device that does not snoop the caches costs on
+this CPU, by the seed's methods — **ch** (clean K's lines, `clflushopt`), **ch-all** (the
+seed's CH, a whole-cache clean of an L1d-sized region of {g['cache_bytes'] // 1024} KiB), **cs** (read junk in K's
+L2 sets, {g['l2_ways']} ways), **nc** (non-temporal stores on send; streaming loads and eviction on
+receive) — {r0['samples']:,} samples per cell, the mean of their middle half. The baseline is the seed's
+model, equations (1)–(6), evaluated with per-line costs calibrated in the same run, and on
+the seed's machine (cycles per 32-byte line):
+
+"""
+    s += table(["per-line cost", "this machine, ticks per 64 B line", "the seed's Unity, cycles per 32 B line"], prm)
+    rows = []
+    for d in ["send", "receive"]:
+        for b in [64, 1500, 9000, 65536]:
+            for dirty in [0.0, 25.0, 100.0]:
+                rows.append([d, f"{b:,}", f"{dirty:g} %"] + [fig([cell(r, d, m, b, dirty) for r in runs], 0) for m in modes]
+                            + [num(cell(r0, d, "nc", b, dirty, "predicted_ticks"), 0)])
+    s += "\nTicks per packet (a slice of the Fig. 1 analog; every cell is in each run's report.md):\n\n"
+    s += table(["direction", "bytes", "dirty", "ch", "ch-all", "cs", "nc", "nc, model"], rows)
+    vrows = []
+    for v in r0["verdicts"]:
+        def pick(run, k):
+            return next((x[k] for x in run["verdicts"] if x["direction"] == v["direction"] and x["source"] == v["source"]), None)
+        ups = [pick(r, "nc_cheapest_up_to") for r in runs]
+        vrows.append([v["direction"], v["source"], f"{fig([pick(r, 'nc_cheapest') for r in runs], 0)} of {v['cells']}",
+                      ", ".join("none" if u is None else f"{u:,} B" for u in ups)])
+    s += """
+Where NC is the cheapest of the seed's three methods (ch-all, cs, nc) over the 10 lengths ×
+5 dirty ratios; the seed concluded that bypassing pays on send at every size and on receive
+only for small packets:
+
+"""
+    s += table(["direction", "source", "NC cheapest in (cells)", "NC cheapest at every dirty ratio up to (each run)"], vrows)
+    s += f"\nMean |error| of the model on this machine, every cell: {fig([r['model_mean_abs_error_pct'] for r in runs], 0)} %.\n"
+    return s
+
+
 def party_split(rows, key="cpu_us_per_msg_by_party"):
     """The median CPU µs per message (or transaction) of each party over the runs' rows; a
     party missing from a row (a polled driver has no entry of its own) counts 0 there."""
@@ -856,7 +908,7 @@ def main():
     parts = [header(meta, seconds)] + [
         render(load_runs(d, name), quick)
         for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
-                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("labhandles", labhandles), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
+                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("labhandles", labhandles), ("labbuffers", labbuffers), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     print("\n".join(parts), end="")

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod buffers;
 pub mod cacheinfo;
 pub mod calibrate;
 /// Grouped bar charts normalised to the fastest bar of each group, as PNG.

@@ -1,0 +1,421 @@
+//! The three ways seed 003 keeps a network buffer K coherent with a device that does not
+//! snoop the caches, done with what an x86-64 CPU offers a user-space program.
+//!
+//! x86's DMA is coherent, so none of this is *needed* here: the point is to pay each method's
+//! cost on a real CPU, as the seed's driver did on Unity, and compare it with the seed's
+//! model. What differs from the seed's platform is said at each method.
+//!
+//! - [`Mode::Ch`]: clean (send) or clean and invalidate (receive) K's own lines with
+//!   `clflushopt` (`clflush` where the CPU lacks it), then a fence — x86's per-line
+//!   maintenance, which the seed's platform did not have.
+//! - [`Mode::ChAll`]: the seed's CH: clean every line of a region the size of the data cache
+//!   (the L1d), dirty or not, as a whole-cache clean does, and K's lines with it.
+//! - [`Mode::Cs`]: the seed's software clean: read junk that maps to the same L2 sets as K's
+//!   lines, as many lines per set as the L2 has ways, so K's lines are pushed out of the
+//!   private caches. (The last level, sliced by a hash and a victim cache on AMD, is out of
+//!   reach of set aliasing: CS here pays the seed's cost without reaching memory.)
+//! - [`Mode::Nc`]: bypass: on send, non-temporal stores into K (which leave K's lines out of
+//!   the caches); on receive, streaming loads where the CPU has them and K's lines evicted
+//!   after the copy, so K never stays cached. True uncacheable memory (the seed's) needs the
+//!   kernel to map K uncacheable; here the first load of each line misses and the stack's
+//!   later reads of the header hit, where on Unity every one went to memory.
+
+use crate::mem::LINE;
+
+/// How K is kept coherent with the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Per-line clean / invalidate of K (`clflushopt`).
+    Ch,
+    /// The seed's CH: a whole-cache clean (every line of an L1d-sized region, and K's).
+    ChAll,
+    /// The seed's CS: reading junk in K's sets to push K out.
+    Cs,
+    /// Bypass: non-temporal stores (send), streaming loads and eviction after use (receive).
+    Nc,
+}
+
+impl Mode {
+    /// Every mode, in the report's order.
+    pub const ALL: [Mode; 4] = [Mode::Ch, Mode::ChAll, Mode::Cs, Mode::Nc];
+
+    /// The name the report and the JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Ch => "ch",
+            Mode::ChAll => "ch-all",
+            Mode::Cs => "cs",
+            Mode::Nc => "nc",
+        }
+    }
+}
+
+/// What the CPU offers for the methods (read once).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct CpuOps {
+    /// `clflushopt` (else `clflush`, which is ordered and slower).
+    pub clflushopt: bool,
+    /// SSE4.1's `movntdqa` streaming load (on write-back memory it loads as usual; it
+    /// bypasses only on write-combining memory, which user space cannot map).
+    pub streaming_loads: bool,
+}
+
+impl CpuOps {
+    /// This CPU's.
+    pub fn this() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Self {
+                // CPUID leaf 7, sub-leaf 0: EBX bit 23 (std has no detection macro for it;
+                // leaf 7 reads as zeros where it is not implemented).
+                clflushopt: core::arch::x86_64::__cpuid_count(7, 0).ebx & (1 << 23) != 0,
+                streaming_loads: std::arch::is_x86_feature_detected!("sse4.1"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Self {
+            clflushopt: false,
+            streaming_loads: false,
+        }
+    }
+}
+
+/// Junk the software clean reads: `ways` lines per set of a cache whose sets repeat every
+/// `stride` bytes.
+///
+/// Invariant: `junk .. junk + ways * stride` is mapped and readable, and `stride` is a power
+/// of two no smaller than a line.
+#[derive(Clone, Copy, Debug)]
+pub struct Junk {
+    /// Start of the junk, aligned to `stride`.
+    pub base: *const u8,
+    /// Bytes between two lines of the same set (cache size ÷ ways).
+    pub stride: usize,
+    /// Lines read per set.
+    pub ways: usize,
+}
+
+/// Writes back (and evicts) every line of `p .. p + len`, then fences.
+///
+/// # Safety
+/// The range must be mapped.
+pub unsafe fn clean(ops: CpuOps, p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if len == 0 {
+            return;
+        }
+        let mut a = p as usize & !(LINE - 1);
+        let end = p as usize + len;
+        while a < end {
+            if ops.clflushopt {
+                // SAFETY: `a` is inside a line of the mapped range (the caller's promise);
+                // clflushopt reads nothing and writes no register.
+                unsafe {
+                    core::arch::asm!("clflushopt [{0}]", in(reg) a, options(nostack, preserves_flags))
+                };
+            } else {
+                // SAFETY: as above.
+                unsafe { core::arch::x86_64::_mm_clflush(a as *const u8) };
+            }
+            a += LINE;
+        }
+        // SAFETY: a fence has no memory operands.
+        unsafe { core::arch::x86_64::_mm_sfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (ops, p, len);
+}
+
+/// Reads `ways` lines of `junk` in the set of every line of `k .. k + len` (the software
+/// clean). Returns a value that depends on what was read, so the reads are not removed.
+///
+/// # Safety
+/// `junk` must hold its invariant.
+pub unsafe fn soft_clean(junk: Junk, k: *const u8, len: usize) -> u64 {
+    let mut acc = 0u64;
+    let first = k as usize & !(LINE - 1);
+    let lines = (k as usize + len).div_ceil(LINE) - first / LINE;
+    for i in 0..lines {
+        let set_off = (first + i * LINE) & (junk.stride - 1);
+        for w in 0..junk.ways {
+            // SAFETY: `set_off < stride` and `w < ways`, so the word is inside the junk.
+            acc = acc.wrapping_add(unsafe {
+                junk.base
+                    .add(w * junk.stride + set_off)
+                    .cast::<u64>()
+                    .read_volatile()
+            });
+        }
+    }
+    acc
+}
+
+/// Copies `src` to `dst` with non-temporal stores where `dst` is 16-byte aligned (the bytes
+/// before and after, if any, with ordinary stores, their lines then cleaned), then fences:
+/// the copy leaves none of `dst`'s lines in the caches.
+///
+/// # Safety
+/// `dst .. dst + src.len()` must be mapped, writable and not overlap `src`.
+pub unsafe fn copy_nt(ops: CpuOps, dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        let head = (dst as usize).next_multiple_of(16) - dst as usize;
+        let head = head.min(n);
+        let body = (n - head) / 16 * 16;
+        // SAFETY: every access below is inside `src` or `dst .. dst + n` (the caller's
+        // promise), the streamed stores 16-byte aligned by construction of `head`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
+            let mut i = head;
+            while i < head + body {
+                let v = _mm_loadu_si128(src.as_ptr().add(i).cast::<__m128i>());
+                _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
+                i += 16;
+            }
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), n - i);
+            _mm_sfence();
+            // The ordinary stores' lines (at most the first and the last).
+            if head > 0 {
+                clean(ops, dst, head);
+            }
+            if i < n {
+                clean(ops, dst.add(i), n - i);
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+        let _ = ops;
+    }
+}
+
+/// Copies `src .. src + dst.len()` into `dst` with streaming loads where the CPU has them
+/// and `src` is 16-byte aligned (ordinary loads otherwise).
+///
+/// # Safety
+/// `src .. src + dst.len()` must be mapped and readable and not overlap `dst`.
+pub unsafe fn copy_streaming(ops: CpuOps, dst: &mut [u8], src: *const u8) {
+    let n = dst.len();
+    #[cfg(target_arch = "x86_64")]
+    if ops.streaming_loads {
+        // SAFETY: as the caller promised; the streamed loads are 16-byte aligned by
+        // construction of `head`, and SSE4.1 was detected.
+        unsafe { stream_copy(dst, src) };
+        return;
+    }
+    // SAFETY: the caller's promise.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), n) };
+    let _ = ops;
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.1")]
+unsafe fn stream_copy(dst: &mut [u8], src: *const u8) {
+    use core::arch::x86_64::{__m128i, _mm_storeu_si128, _mm_stream_load_si128};
+    let n = dst.len();
+    let head = ((src as usize).next_multiple_of(16) - src as usize).min(n);
+    let body = (n - head) / 16 * 16;
+    // SAFETY: the caller's promise (see `copy_streaming`); the loads are aligned.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), head);
+        let mut i = head;
+        while i < head + body {
+            let v = _mm_stream_load_si128(src.add(i).cast::<__m128i>().cast_mut());
+            _mm_storeu_si128(dst.as_mut_ptr().add(i).cast::<__m128i>(), v);
+            i += 16;
+        }
+        std::ptr::copy_nonoverlapping(src.add(i), dst.as_mut_ptr().add(i), n - i);
+    }
+}
+
+/// What one method needs besides the buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    /// The CPU's operations.
+    pub ops: CpuOps,
+    /// An L1d-sized region the whole-cache clean walks (`ChAll`).
+    pub cache: *const u8,
+    /// Its bytes.
+    pub cache_len: usize,
+    /// The software clean's junk (`Cs`).
+    pub junk: Junk,
+    /// Bytes the receive-side software clean covers whatever the packet's length: the
+    /// largest frame (K is set up before the length is known, the seed's `L_max`).
+    pub max_frame: usize,
+}
+
+/// Sends `u` through K (`k .. k + u.len()`): the copy from the application's buffer and
+/// whatever `mode` needs before the device may read K. Returns a value that depends on what
+/// was read.
+///
+/// # Safety
+/// `k .. k + u.len()` must be mapped and writable, apart from `u`; `ctx`'s regions mapped.
+pub unsafe fn send(mode: Mode, ctx: &Ctx, u: &[u8], k: *mut u8) -> u64 {
+    // SAFETY: the caller's promises cover every range used below.
+    unsafe {
+        match mode {
+            Mode::Ch => {
+                std::ptr::copy_nonoverlapping(u.as_ptr(), k, u.len());
+                clean(ctx.ops, k, u.len());
+                0
+            }
+            Mode::ChAll => {
+                std::ptr::copy_nonoverlapping(u.as_ptr(), k, u.len());
+                clean(ctx.ops, ctx.cache, ctx.cache_len);
+                clean(ctx.ops, k, u.len());
+                0
+            }
+            Mode::Cs => {
+                std::ptr::copy_nonoverlapping(u.as_ptr(), k, u.len());
+                soft_clean(ctx.junk, k, u.len())
+            }
+            Mode::Nc => {
+                copy_nt(ctx.ops, k, u);
+                0
+            }
+        }
+    }
+}
+
+/// What `mode` does to K before the device writes into it (receive): the clean and
+/// invalidate of CH, the software clean of CS (over the largest frame), nothing for NC.
+/// Returns a value that depends on what was read.
+///
+/// # Safety
+/// `k .. k + ctx.max_frame` must be mapped; `ctx`'s regions mapped.
+pub unsafe fn before_receive(mode: Mode, ctx: &Ctx, k: *const u8, len: usize) -> u64 {
+    // SAFETY: the caller's promises.
+    unsafe {
+        match mode {
+            Mode::Ch => {
+                clean(ctx.ops, k, len);
+                0
+            }
+            Mode::ChAll => {
+                clean(ctx.ops, ctx.cache, ctx.cache_len);
+                clean(ctx.ops, k, len);
+                0
+            }
+            Mode::Cs => soft_clean(ctx.junk, k, ctx.max_frame),
+            Mode::Nc => 0,
+        }
+    }
+}
+
+/// Bytes at the start of a frame the stack reads before the payload (Ethernet, IPv4, TCP
+/// with timestamps), and how many times it reads them (parse, checksum of the header,
+/// demultiplex, the TCP options): the seed's point against NC on receive.
+pub const HEADER_BYTES: usize = 66;
+/// Reads of the header per packet.
+pub const HEADER_READS: usize = 4;
+
+/// The receive after the device wrote K: the stack reads the header, the payload is copied
+/// into the application's buffer `u`, and NC evicts K's lines. Returns a value that depends
+/// on the header.
+///
+/// # Safety
+/// `k .. k + u.len()` must be mapped and readable, apart from `u`.
+pub unsafe fn receive(mode: Mode, ctx: &Ctx, k: *const u8, u: &mut [u8]) -> u64 {
+    let mut acc = 0u64;
+    let h = HEADER_BYTES.min(u.len());
+    for _ in 0..HEADER_READS {
+        for off in (0..h).step_by(8) {
+            let take = (h - off).min(8);
+            let mut w = [0u8; 8];
+            // SAFETY: `off + take <= h <= u.len()`, inside K.
+            unsafe { std::ptr::copy_nonoverlapping(k.add(off), w.as_mut_ptr(), take) };
+            acc = acc.rotate_left(5) ^ u64::from_le_bytes(w);
+        }
+    }
+    // SAFETY: the caller's promise.
+    unsafe {
+        match mode {
+            Mode::Nc => {
+                copy_streaming(ctx.ops, u, k);
+                clean(ctx.ops, k, u.len());
+            }
+            _ => std::ptr::copy_nonoverlapping(k, u.as_mut_ptr(), u.len()),
+        }
+    }
+    acc
+}
+
+/// The device's write into K: the bytes reach memory and none of K's lines stays cached
+/// (a coherent DMA write invalidates them; here non-temporal stores do).
+///
+/// # Safety
+/// `k .. k + frame.len()` must be mapped and writable, apart from `frame`.
+pub unsafe fn device_writes(ops: CpuOps, k: *mut u8, frame: &[u8]) {
+    // SAFETY: the caller's promise.
+    unsafe { copy_nt(ops, k, frame) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem::{Paging, Region};
+    use proptest::prelude::*;
+
+    fn ctx(r: &Region) -> Ctx {
+        Ctx {
+            ops: CpuOps::this(),
+            cache: r.ptr(),
+            cache_len: 32 << 10,
+            junk: Junk {
+                base: r.ptr(),
+                stride: 64 << 10,
+                ways: 8,
+            },
+            max_frame: 1536,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Whatever the method, the device reads in K the bytes the application wrote, and
+        /// the application reads in U the bytes the device wrote: lengths from 0 to 64 KiB,
+        /// K and U at any offset.
+        #[test]
+        fn every_mode_carries_the_bytes_unchanged(
+            len in 0usize..=65_536,
+            k_off in 0usize..128,
+            u_off in 0usize..128,
+            seed in any::<u64>(),
+        ) {
+            let junk = Region::new(1 << 20, Paging::Small).unwrap();
+            let k_region = Region::new(65_536 + 256, Paging::Small).unwrap();
+            let c = ctx(&junk);
+            let mut rng = fastrand::Rng::with_seed(seed);
+            let data: Vec<u8> = (0..len).map(|_| rng.u8(..)).collect();
+            let mut u_buf = vec![0u8; len + 128];
+            for mode in Mode::ALL {
+                // SAFETY: K's region holds k_off + 64 KiB.
+                let k = unsafe { k_region.ptr().add(k_off) };
+                u_buf[u_off..u_off + len].copy_from_slice(&data);
+                // SAFETY: K is mapped for `len` bytes and apart from U; the context's regions
+                // are mapped.
+                unsafe { send(mode, &c, &u_buf[u_off..u_off + len], k) };
+                // SAFETY: as above.
+                let in_k = unsafe { std::slice::from_raw_parts(k, len) };
+                prop_assert_eq!(in_k, &data[..], "send, {}", mode.name());
+
+                let frame: Vec<u8> = data.iter().map(|b| b.wrapping_add(1)).collect();
+                // SAFETY: as above; K holds the largest frame of the context.
+                unsafe {
+                    before_receive(mode, &c, k, len);
+                    device_writes(c.ops, k, &frame);
+                }
+                let u = &mut u_buf[u_off..u_off + len];
+                // SAFETY: as above.
+                unsafe { receive(mode, &c, k, u) };
+                prop_assert_eq!(&u[..], &frame[..], "receive, {}", mode.name());
+            }
+        }
+    }
+}
