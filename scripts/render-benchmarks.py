@@ -592,6 +592,21 @@ only for small packets:
 """
     s += table(["direction", "source", "NC cheapest in (cells)", "NC cheapest at every dirty ratio up to (each run)"], vrows)
     s += f"\nMean |error| of the model on this machine, every cell: {fig([r['model_mean_abs_error_pct'] for r in runs], 0)} %.\n"
+    prow = []
+    for cache in ["L1d", "L2", "LLC"]:
+        for d in ["send", "receive"]:
+            def pol(run, m, k="added_ticks_per_line"):
+                return next((x[k] for x in run["pollution"] if x["cache"] == cache and x["direction"] == d and x["mode"] == m), None)
+            prow.append([f"half the {cache}", d, fig([pol(r, "ch", "baseline_ticks_per_line") for r in runs], 1)]
+                        + [fig([pol(r, m) for r in runs], 1) for m in modes])
+    s += """
+Cache pollution (Table I's side effect): an application's working set W, half a cache, read
+into the cache; 32 packets of 1,500 bytes through the method, each through its own 2 KiB
+buffer; W read again. Ticks per line of W with no packets between (baseline), and what the
+packets added, by method:
+
+"""
+    s += table(["W", "direction", "baseline", "ch", "ch-all", "cs", "nc"], prow)
     return s
 
 

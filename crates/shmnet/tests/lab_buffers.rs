@@ -57,6 +57,21 @@ fn lab_buffers_measures_models_and_reports_every_cell() {
         assert!(x["nc_cheapest"].as_u64() <= x["cells"].as_u64(), "{x}");
         assert_eq!(u(x, "cells"), 50);
     }
+    let pollution = v["pollution"].as_array().expect("pollution");
+    assert_eq!(
+        pollution.len(),
+        3 * 2 * 4,
+        "three working sets × directions × methods"
+    );
+    for p in pollution {
+        for k in [
+            "ticks_per_line",
+            "baseline_ticks_per_line",
+            "added_ticks_per_line",
+        ] {
+            assert!(p[k].as_f64().is_some_and(f64::is_finite), "{k} in {p}");
+        }
+    }
     let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     for needle in [
         "Fig. 1 analog, send",

@@ -18,12 +18,16 @@
 //!
 //! Each cell's figure is the mean of the middle half of its samples (robust as a median, and
 //! finer than the counter's step), the empty timing window subtracted.
+//! Beside Fig. 1, the side effect its Table I names: cache pollution, an application's
+//! working set timed after 32 packets under each method ([`pollution`]).
+//!
 //! Not built yet (issue 18): the methods on the server's pools and drivers
 //! (`--buffers send=nc,…`), an `auto` mode, the TCP stream and request/response analogs of
-//! the seed's Fig. 2 and 3, the pollution table, and the seed's machine in shmnet-sim.
+//! the seed's Fig. 2 and 3, and the seed's machine in shmnet-sim.
 
 pub mod coherence;
 pub mod model;
+pub mod pollution;
 
 use crate::cacheinfo::{CacheInfo, Sizes};
 use crate::mem::{LINE, Paging, Region};
@@ -139,6 +143,8 @@ pub struct BuffersLabReport {
     pub model_mean_abs_error_pct: f64,
     /// Where NC is cheapest, measured here, modelled here and modelled on Unity.
     pub verdicts: Vec<Verdict>,
+    /// Cache pollution: a working set's read after 32 packets, by method.
+    pub pollution: Vec<pollution::PollutionRow>,
     /// The report.
     pub report: PathBuf,
 }
@@ -398,6 +404,24 @@ pub fn run(
         v.nc_beats_per_line_ch = None;
         verdicts.push(v);
     }
+    let mut pollution_progress = |step: &str| progress(0.95, step);
+    // SAFETY: K's 64 KiB hold the 32 packets' 2 KiB buffers; U and the frame are apart from
+    // K; the context's regions live as long as `b`.
+    let pollution = unsafe {
+        pollution::table(
+            [
+                ("L1d", l1d, if opts.quick { 21 } else { 401 }),
+                ("L2", sizes.l2 as usize, if opts.quick { 11 } else { 101 }),
+                ("LLC", sizes.llc as usize, if opts.quick { 5 } else { 21 }),
+            ],
+            &ctx,
+            b.k,
+            &mut b.u,
+            &b.frame,
+            empty,
+            &mut pollution_progress,
+        )?
+    };
     let mut report = BuffersLabReport {
         machine: crate::machine::Machine::this(),
         seconds: 0.0,
@@ -417,6 +441,7 @@ pub fn run(
         cells,
         model_mean_abs_error_pct,
         verdicts,
+        pollution,
         report: opts.out.join("report.md"),
     };
     progress(0.97, "writing the report");
@@ -768,6 +793,37 @@ fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
         }
         let _ = writeln!(s);
     }
+    let _ = writeln!(s, "## Cache pollution (Table I's side effect)\n");
+    let _ = writeln!(
+        s,
+        "An application's working set W (half a cache) is read into the cache, {} packets of {} bytes go through the method, each through its own 2 KiB buffer, and W is read again: ticks per line of W, and what the packets added to the read with no packets between (the baseline).\n",
+        pollution::PACKETS,
+        pollution::PACKET_BYTES
+    );
+    let _ = writeln!(s, "| W | direction | baseline | ch | ch-all | cs | nc |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for cache in ["L1d", "L2", "LLC"] {
+        for dir in Direction::BOTH {
+            let row: Vec<&pollution::PollutionRow> = r
+                .pollution
+                .iter()
+                .filter(|x| x.cache == cache && x.direction == dir)
+                .collect();
+            let Some(first) = row.first() else { continue };
+            let _ = write!(
+                s,
+                "| half the {cache} ({} KiB) | {} | {:.1} |",
+                first.working_set_bytes / 1024,
+                dir.name(),
+                first.baseline_ticks_per_line
+            );
+            for x in &row {
+                let _ = write!(s, " {:+.1} |", x.added_ticks_per_line);
+            }
+            let _ = writeln!(s);
+        }
+    }
+    let _ = writeln!(s);
     let _ = writeln!(
         s,
         "What this is not: x86 keeps DMA coherent in hardware, so none of these methods is needed here; each is paid to measure it. NC's receive side cannot make K uncacheable from user space (the seed's uncacheable skb needs the kernel): its first read of each line misses, its later header reads hit, where every read went to memory on Unity. See docs/experiments.md."
