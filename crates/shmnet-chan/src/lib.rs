@@ -48,6 +48,8 @@ pub mod signal;
 mod sync;
 
 #[cfg(not(loom))]
+pub mod coherence;
+#[cfg(not(loom))]
 pub mod handles;
 #[cfg(not(loom))]
 pub mod handoff;

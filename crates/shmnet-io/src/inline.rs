@@ -77,6 +77,11 @@ pub struct ServeConfig {
     /// On a loopback: how long a UDP sender to one of our own full sockets is held back
     /// (see [`shmnet_stack::Config::udp_local_hold`]); `None`: never.
     pub udp_local_hold: Option<std::time::Duration>,
+    /// How frames are kept coherent with the device by hand (seed 003's methods; see
+    /// [`shmnet_stack::Config::buffers`]).
+    pub buffers: shmnet_chan::coherence::BufferModes,
+    /// The caches those methods are sized to.
+    pub cache: shmnet_chan::coherence::CacheGeometry,
 }
 
 /// The pool buffer size that holds one frame of `mtu` (the Ethernet header and the stack's
@@ -105,6 +110,8 @@ impl ServeConfig {
         cfg.tcp.rx_checksum = tcp_checksum;
         cfg.tcp.tx_checksum = tcp_checksum;
         cfg.tcp.isn_secret = isn_secret();
+        cfg.buffers = self.buffers;
+        cfg.cache = self.cache;
         cfg
     }
 }
@@ -122,6 +129,8 @@ impl Default for ServeConfig {
             loopback: false,
             mtu: 1500,
             udp_local_hold: Some(shmnet_stack::iface::UDP_LOCAL_HOLD),
+            buffers: Default::default(),
+            cache: Default::default(),
         }
     }
 }

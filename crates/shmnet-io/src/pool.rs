@@ -39,6 +39,34 @@ impl ChanPool {
     }
 }
 
+impl ChanPool {
+    /// `f(dst range, src range)` over two different buffers; `false` (nothing done) when they
+    /// are the same buffer, either index is out of range, or a range passes the capacity.
+    fn with_two(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8], &[u8]),
+    ) -> bool {
+        let cap = self.capacity;
+        if src == dst || src_off + len > cap || dst_off + len > cap {
+            return false;
+        }
+        let b = self.pools.buffers();
+        // SAFETY: the stack owns both buffers (as in `data`), they are different buffers so
+        // the slices do not overlap, and `&mut self` keeps any other slice of this pool from
+        // living alongside them.
+        let (Ok(s), Ok(d)) = (unsafe { b.data(src.0) }, unsafe { b.data_mut(dst.0) }) else {
+            return false;
+        };
+        f(&mut d[dst_off..dst_off + len], &s[src_off..src_off + len]);
+        true
+    }
+}
+
 impl BufferPool for ChanPool {
     fn alloc(&mut self) -> Option<BufIdx> {
         self.pools.alloc().map(BufIdx)
@@ -107,6 +135,32 @@ impl BufferPool for ChanPool {
         // SAFETY: as in `data`; `&mut self` keeps any other slice from this pool from living
         // alongside this one.
         unsafe { self.pools.buffers().data_mut(idx.0) }.unwrap_or(&mut [])
+    }
+
+    /// Directly from one buffer to the other (the trait's default bounces through a small
+    /// array on the stack: two copies where one does).
+    fn copy_between(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+    ) -> bool {
+        self.with_two(src, src_off, dst, dst_off, len, |d, s| d.copy_from_slice(s))
+    }
+
+    fn copy_between_uncached(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+    ) -> bool {
+        self.with_two(src, src_off, dst, dst_off, len, |d, s| {
+            shmnet_chan::coherence::copy_nt_slice_unflushed(d, s)
+        })
     }
 
     fn capacity(&self) -> usize {

@@ -438,6 +438,11 @@ pub struct ServeSpec {
     /// before what it sends overflows (host-local flow control,
     /// [`shmnet_stack::Config::udp_local_hold`]); 0: never held.
     pub udp_local_hold_ms: u64,
+    /// How frames are kept coherent with the device by hand, per direction (seed 003's CH,
+    /// CS, NC; none by default: [`shmnet_stack::Config::buffers`]).
+    pub buffers: shmnet_chan::coherence::BufferModes,
+    /// The caches those methods are sized to (the CLI reads this machine's).
+    pub cache: shmnet_chan::coherence::CacheGeometry,
     /// The pages the packet buffers live on.
     #[serde(deserialize_with = "by_name")]
     pub page: PageSize,
@@ -506,6 +511,8 @@ impl Default for ServeSpec {
             mtu: 1500,
             rx_queue: 64,
             udp_local_hold_ms: shmnet_stack::iface::UDP_LOCAL_HOLD.as_millis() as u64,
+            buffers: Default::default(),
+            cache: Default::default(),
             page: PageSize::default(),
             alloc: None,
             socket: crate::control::default_socket(),
@@ -605,6 +612,8 @@ impl ServeSpec {
             mtu: self.mtu,
             udp_local_hold: (self.udp_local_hold_ms > 0)
                 .then(|| std::time::Duration::from_millis(self.udp_local_hold_ms)),
+            buffers: self.buffers,
+            cache: self.cache,
         }
     }
 

@@ -106,6 +106,28 @@ impl Sizes {
     }
 }
 
+/// The L2's associativity as the kernel gives it; 8 where it is silent.
+pub fn l2_ways(caches: &[CacheInfo]) -> usize {
+    caches
+        .iter()
+        .find(|c| c.level == 2 && c.kind != "instruction")
+        .map(|c| c.ways as usize)
+        .filter(|&w| w > 0)
+        .unwrap_or(8)
+}
+
+/// This machine's caches as the stack's cache maintenance sizes its regions
+/// ([`shmnet_chan::coherence::Maintenance`]).
+pub fn geometry() -> shmnet_chan::coherence::CacheGeometry {
+    let caches = caches();
+    let sizes = Sizes::from_caches(&caches);
+    shmnet_chan::coherence::CacheGeometry {
+        l1d: sizes.l1d as usize,
+        l2: sizes.l2 as usize,
+        l2_ways: l2_ways(&caches),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,8 @@
 //! The description of a machine: caches, TLBs, memory and their costs, as plain data.
 //!
-//! A [`Machine`] is what a preset file (TOML or JSON) deserialises into. It is checked by
+//! A [`Machine`] is what a preset file (TOML or JSON) deserialises into: caches, TLBs,
+//! memory, uncacheable ranges ([`UncacheableRange`]) and the costs of cache maintenance
+//! ([`MaintenanceConfig`]). It is checked by
 //! [`Machine::validate`] (and again by [`Simulator::new`](crate::Simulator::new)) so that every
 //! geometry the simulator is built from is consistent: sizes and line sizes are powers of two,
 //! the number of sets of every cache and TLB is a power of two, line sizes do not shrink
@@ -313,6 +315,108 @@ pub struct MemoryConfig {
     /// back to memory (the fill's victim was dirty). Any other reference during which a
     /// dirty line reached memory pays `dirty_ticks - ticks` on top of its own latency.
     pub dirty_ticks: f64,
+    /// Ticks of a read or instruction fetch of an address in an [`UncacheableRange`], **per
+    /// line access**: a reference is split into the pieces it touches of the first level's
+    /// line size, and each piece (up to one line, whatever its bytes) costs this, its whole
+    /// latency (seed 003's `C_cr`, "per 8-word transfer" on its 32-byte-line machine: a
+    /// trace should then read uncacheable memory a line per reference, as a load-multiple
+    /// copy does). Absent: `ticks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncached_read_ticks: Option<f64>,
+    /// Ticks of a write to an uncacheable address, per line access as for reads (seed 003's
+    /// `C_cw`). Absent: `ticks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncached_write_ticks: Option<f64>,
+}
+
+impl MemoryConfig {
+    /// Memory with these clean and dirty fill costs, and uncacheable accesses costing a fill.
+    pub fn new(ticks: f64, dirty_ticks: f64) -> Self {
+        MemoryConfig {
+            ticks,
+            dirty_ticks,
+            uncached_read_ticks: None,
+            uncached_write_ticks: None,
+        }
+    }
+
+    /// Ticks of an uncacheable read line access: `uncached_read_ticks`, else `ticks`.
+    pub fn uncached_read(&self) -> f64 {
+        self.uncached_read_ticks.unwrap_or(self.ticks)
+    }
+
+    /// Ticks of an uncacheable write line access: `uncached_write_ticks`, else `ticks`.
+    pub fn uncached_write(&self) -> f64 {
+        self.uncached_write_ticks.unwrap_or(self.ticks)
+    }
+}
+
+/// What cache-maintenance operations ([`Op::Clean`](crate::Op::Clean) and the others) cost.
+/// Every field may be left out (a machine without a `[maintenance]` table pays only the
+/// write-backs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintenanceConfig {
+    /// Ticks of a clean, clean-and-invalidate or invalidate of one line (per first-level
+    /// line the operation covers, cached or not: the instruction and its lookup), on top of
+    /// its write-back if any. Default 0.
+    #[serde(default)]
+    pub line_ticks: f64,
+    /// Ticks per cache line examined by a clean-all (every line, valid or not, of every
+    /// cache on the data path). Default 0.
+    #[serde(default)]
+    pub walk_ticks: f64,
+    /// Ticks per dirty line a maintenance operation writes back to memory (seed 003's
+    /// `C_bw`). Write-backs into a lower cache that holds the line are free, as elsewhere.
+    /// Absent: `memory.dirty_ticks - memory.ticks`, what a dirty victim adds to a fill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writeback_ticks: Option<f64>,
+}
+
+impl MaintenanceConfig {
+    /// Ticks per dirty line written back to memory by maintenance, given `memory`.
+    pub fn writeback(&self, memory: &MemoryConfig) -> f64 {
+        self.writeback_ticks
+            .unwrap_or((memory.dirty_ticks - memory.ticks).max(0.0))
+    }
+}
+
+/// A range of addresses that bypasses every cache (seed 003's uncacheable memory: a page
+/// mapped with caching disabled). A reference to it never looks in a cache, never allocates
+/// a line, and is counted as an uncached read or write of memory, at
+/// [`MemoryConfig::uncached_read_ticks`] / `uncached_write_ticks` per line access.
+///
+/// Real hardware marks whole pages; the simulator needs only whole lines: `start` and `len`
+/// must be multiples of the largest line size of the machine's caches, so that no cache line
+/// is partly cacheable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UncacheableRange {
+    /// First address, a number or a `"0x…"` string.
+    #[serde(with = "hexnum")]
+    pub start: u64,
+    /// Bytes, a number or e.g. `"4K"`; not 0.
+    pub len: ByteSize,
+}
+
+impl UncacheableRange {
+    /// `len` bytes from `start`.
+    pub fn new(start: u64, len: u64) -> Self {
+        UncacheableRange {
+            start,
+            len: ByteSize(len),
+        }
+    }
+
+    /// The end address (exclusive), saturating.
+    pub fn end(&self) -> u64 {
+        self.start.saturating_add(self.len.0)
+    }
+
+    /// Whether `addr` is in the range.
+    pub fn contains(&self, addr: u64) -> bool {
+        (self.start..self.end()).contains(&addr)
+    }
 }
 
 /// A range of addresses mapped with pages of another size (e.g. 2 MiB huge pages).
@@ -366,7 +470,9 @@ fn default_base_page() -> ByteSize {
 ///
 /// Invariant once [`validate`](Machine::validate)d: the levels are numbered 1..=n without
 /// gaps; each level is one unified cache or one instruction plus one data cache; every line
-/// size, page size and set count is a power of two; line sizes do not shrink with depth.
+/// size, page size and set count is a power of two; line sizes do not shrink with depth;
+/// every cost is finite and >= 0; every uncacheable range is whole lines of the largest
+/// line size.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Machine {
@@ -392,6 +498,14 @@ pub struct Machine {
     /// Address ranges mapped with larger pages (they use the TLB of that page size).
     #[serde(default, rename = "huge_pages")]
     pub huge_pages: Vec<PageRange>,
+    /// Address ranges that bypass the caches (may overlap; see [`UncacheableRange`]). More
+    /// can be added while simulating, with
+    /// [`Simulator::set_uncacheable`](crate::Simulator::set_uncacheable).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uncacheable: Vec<UncacheableRange>,
+    /// The costs of cache-maintenance operations.
+    #[serde(default)]
+    pub maintenance: MaintenanceConfig,
     /// Remarks made while the machine was built (e.g. defaults assumed); shown by reports.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -522,6 +636,41 @@ impl Machine {
             .map_or(self.base_page.0, |r| r.page.0)
     }
 
+    /// The largest line size of any cache (an uncacheable range is made of whole lines of
+    /// it).
+    pub fn largest_line(&self) -> u64 {
+        self.caches.iter().map(|c| c.line.0).max().unwrap_or(1)
+    }
+
+    /// Checks that `r` can be made uncacheable on this machine: not empty, not past the end
+    /// of the address space, and made of whole lines of [`largest_line`](Machine::largest_line).
+    pub fn check_uncacheable(&self, r: &UncacheableRange) -> Result<(), ConfigError> {
+        let line = self.largest_line();
+        let bad = |detail: String| ConfigError::Geometry {
+            name: "uncacheable".into(),
+            detail,
+        };
+        if r.len.0 == 0 {
+            return Err(bad(format!(
+                "range at {:#x} is empty; give a len of at least one line ({line} bytes)",
+                r.start
+            )));
+        }
+        if r.start.checked_add(r.len.0).is_none() {
+            return Err(bad(format!(
+                "range {:#x} + {} runs past the end of the address space",
+                r.start, r.len.0
+            )));
+        }
+        if r.start % line != 0 || r.len.0 % line != 0 {
+            return Err(bad(format!(
+                "range {:#x} + {} is not made of whole {line}-byte lines (the largest line of the machine); align start and len to {line}",
+                r.start, r.len.0
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks everything [`Machine`]'s invariant promises; the error says what to change.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.caches.is_empty() {
@@ -590,6 +739,19 @@ impl Machine {
         }
         cost_check("memory", "ticks", self.memory.ticks)?;
         cost_check("memory", "dirty_ticks", self.memory.dirty_ticks)?;
+        cost_check("memory", "uncached_read_ticks", self.memory.uncached_read())?;
+        cost_check(
+            "memory",
+            "uncached_write_ticks",
+            self.memory.uncached_write(),
+        )?;
+        let mt = &self.maintenance;
+        cost_check("maintenance", "line_ticks", mt.line_ticks)?;
+        cost_check("maintenance", "walk_ticks", mt.walk_ticks)?;
+        cost_check("maintenance", "writeback_ticks", mt.writeback(&self.memory))?;
+        for r in &self.uncacheable {
+            self.check_uncacheable(r)?;
+        }
         pow2_check("base_page", "size", self.base_page.0)?;
         for t in &self.tlbs {
             pow2_check(&t.name, "page", t.page.0)?;

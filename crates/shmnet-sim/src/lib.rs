@@ -5,7 +5,8 @@
 //!   unified first level; size, line, associativity from direct-mapped to fully associative;
 //!   LRU, FIFO, seeded random or tree-PLRU replacement; write-back + write-allocate or
 //!   write-through + no-write-allocate), TLBs of several page sizes with one or more levels,
-//!   and the costs of each. Presets ship as files in `presets/` ([`machine::PRESETS`]);
+//!   uncacheable address ranges ([`UncacheableRange`]), and the costs of each, of
+//!   uncacheable accesses and of cache maintenance ([`MaintenanceConfig`]). Presets ship as files in `presets/` ([`machine::PRESETS`]);
 //!   [`Machine::from_calibration_json`] builds this machine from `shmnet calibrate --json`.
 //! * [`Simulator`] runs references through it: [`Simulator::access`] returns the ticks of one
 //!   reference; [`Simulator::report`] gives per-cache [`CacheStats`] (with compulsory /
@@ -13,6 +14,9 @@
 //!   ticks, all `serde::Serialize`.
 //! * [`trace`] reads Dinero IV `din`/`D` traces, valgrind lackey output and shmnet's own
 //!   binary format (written by [`TraceWriter`]), streaming and without panicking on bad input.
+//!   Besides reads, writes and fetches, an [`Op`] may be a cache-maintenance operation
+//!   (clean, clean and invalidate, invalidate a line; clean the whole data cache: seed 003's
+//!   coherence methods), in the binary format.
 //! * [`sweep`] runs many first-level geometries over one pass of a trace (seed 001's size ×
 //!   associativity sweeps); [`synth`] makes synthetic traces (packet copies for the speed
 //!   benchmark, seed 000's residency workload); `plot` (feature `plot`) draws sweeps.
@@ -43,10 +47,10 @@ mod tlb;
 pub mod trace;
 
 pub use config::{
-    ByteSize, CacheConfig, ConfigError, Machine, MemoryConfig, PageRange, Replacement, Side,
-    TlbConfig, TlbLevelConfig, Ways, WritePolicy,
+    ByteSize, CacheConfig, ConfigError, Machine, MaintenanceConfig, MemoryConfig, PageRange,
+    Replacement, Side, TlbConfig, TlbLevelConfig, UncacheableRange, Ways, WritePolicy,
 };
 pub use machine::MachineError;
-pub use sim::{CacheStats, MemoryStats, Options, Report, Simulator};
+pub use sim::{CacheStats, MaintenanceStats, MemoryStats, Options, Report, Simulator};
 pub use tlb::TlbStats;
 pub use trace::{Format, Op, Party, Ref, TraceError, TraceSource, TraceWriter};

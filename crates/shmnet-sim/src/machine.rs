@@ -9,17 +9,18 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::config::{
-    ByteSize, CacheConfig, ConfigError, Machine, MemoryConfig, Replacement, Side, TlbConfig,
-    TlbLevelConfig, Ways, WritePolicy,
+    ByteSize, CacheConfig, ConfigError, Machine, MaintenanceConfig, MemoryConfig, Replacement,
+    Side, TlbConfig, TlbLevelConfig, Ways, WritePolicy,
 };
 
 /// The preset names, with their embedded text.
-pub const PRESETS: [(&str, &str); 3] = [
+pub const PRESETS: [(&str, &str); 4] = [
     ("hp720-1993", include_str!("../presets/hp720-1993.toml")),
     (
         "sgi-r4400-1994",
         include_str!("../presets/sgi-r4400-1994.toml"),
     ),
+    ("unity-2010", include_str!("../presets/unity-2010.toml")),
     ("this-machine", include_str!("../presets/this-machine.json")),
 ];
 
@@ -284,12 +285,11 @@ impl Machine {
             tick_unit: "TSC ticks".into(),
             caches,
             tlbs,
-            memory: MemoryConfig {
-                ticks: dram,
-                dirty_ticks: dram_dirty.max(dram),
-            },
+            memory: MemoryConfig::new(dram, dram_dirty.max(dram)),
             base_page: ByteSize(4096),
             huge_pages: Vec::new(),
+            uncacheable: Vec::new(),
+            maintenance: MaintenanceConfig::default(),
             notes,
         };
         m.validate()?;

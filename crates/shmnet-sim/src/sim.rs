@@ -18,12 +18,39 @@
 //!   victim back.
 //! * Counted per cache: demand reads, writes and fetches (one per line access), their hits
 //!   and misses, with `ccc` the misses by kind (Hill's 3C model, as Dinero IV's `-ccc`:
-//!   compulsory: first touch of the line ever; capacity: not compulsory, and also missed by
+//!   compulsory: first touch of the line ever; coherence: see maintenance below; capacity:
+//!   not compulsory or coherence, and also missed by
 //!   a fully associative LRU cache of the same number of lines seeing every access the cache
 //!   sees, demand or write-back, with the cache's allocation rule — a write miss in a
 //!   no-write-allocate cache brings nothing into it; conflict: the rest), fills, dirty lines
 //!   written back out, and write-backs received from above (not demand accesses; counted
 //!   apart).
+//! * **Uncacheable ranges** ([`Machine::uncacheable`], [`Simulator::set_uncacheable`]): a
+//!   line access to an address in one looks in no cache, allocates nothing, changes no
+//!   cache's counts or state, and is counted in [`MemoryStats::uncached_reads`] (reads and
+//!   instruction fetches) or [`uncached_writes`](MemoryStats::uncached_writes); it costs
+//!   `memory.uncached_read_ticks` or `uncached_write_ticks` (whole latency) plus its
+//!   translation. Ranges are whole lines of the largest line size, and a range added while
+//!   simulating is first flushed from every cache, so no cache ever holds an uncacheable
+//!   line.
+//! * **Cache maintenance** ([`Op::Clean`], [`Op::CleanInvalidate`], [`Op::Invalidate`],
+//!   [`Op::CleanAll`]) acts on the caches of the data path, and is neither a demand access
+//!   nor a use (no replacement state changes, nothing is allocated, not counted in
+//!   `line_accesses`). A by-address operation is split into the first-level lines its bytes
+//!   touch; each is translated by the data TLB like a data reference and costs
+//!   `maintenance.line_ticks`; then every level, first to last, acts on its line holding the
+//!   address: a clean (also a clean-and-invalidate) finds it dirty, marks it clean and writes
+//!   it down — into the nearest lower level that holds the line, which becomes dirty and is
+//!   cleaned in turn when its level is reached (free, like any write-back between levels),
+//!   or else to memory, for `maintenance.writeback_ticks`; an invalidate (also the second
+//!   half of a clean-and-invalidate) discards the line (a dirty one's data is lost, counted
+//!   in [`MaintenanceStats::dirty_discarded`]); the slot becomes invalid and is filled first
+//!   next. A clean-all examines every line of every data-path cache, first level first, for
+//!   `maintenance.walk_ticks` each, and cleans the dirty ones the same way. Counted: per
+//!   cache [`CacheStats::maint_writebacks`] and [`CacheStats::invalidations`], in memory
+//!   [`MemoryStats::maint_writebacks`], and the operations in [`MaintenanceStats`]. With
+//!   `ccc`, a miss on a line discarded by maintenance since it was last referenced is a
+//!   *coherence* miss (the fully associative shadow discards it too).
 //! * Each cache remembers the last line it touched; a line access to that same line again is
 //!   a hit that changes no replacement state under any policy, so it is counted without a
 //!   search. This is exact, not an approximation, and it is what makes sequential traces fast.
@@ -44,7 +71,7 @@
 
 use serde::Serialize;
 
-use crate::config::{ConfigError, Machine, Side, WritePolicy, check_sets};
+use crate::config::{ConfigError, Machine, Side, UncacheableRange, WritePolicy, check_sets};
 use crate::store::{EMPTY, Recent, Shadow, Store};
 use crate::timing::PathCosts;
 use crate::tlb::{Tlb, TlbStats};
@@ -71,9 +98,14 @@ pub struct CacheStats {
     pub misses: u64,
     /// Misses to a line never referenced before (only with miss classification on).
     pub compulsory: u64,
-    /// Misses a fully associative LRU cache of the same size also had, less compulsory ones.
+    /// Misses to a line cache maintenance discarded since it was last referenced (only with
+    /// miss classification on).
+    pub coherence: u64,
+    /// Misses a fully associative LRU cache of the same size also had, less compulsory and
+    /// coherence ones.
     pub capacity: u64,
-    /// The remaining misses (`misses - compulsory - capacity` when classification is on).
+    /// The remaining misses (`misses - compulsory - coherence - capacity` when
+    /// classification is on).
     pub conflict: u64,
     /// Lines brought in.
     pub fills: u64,
@@ -83,6 +115,12 @@ pub struct CacheStats {
     pub writebacks_in: u64,
     /// Of those, how many were not present here.
     pub writebacks_in_misses: u64,
+    /// Dirty lines written out (to the level below or to memory) by cache maintenance;
+    /// not in `writebacks`.
+    pub maint_writebacks: u64,
+    /// Valid lines discarded by cache maintenance (invalidate, clean and invalidate, a range
+    /// made uncacheable).
+    pub invalidations: u64,
 }
 
 impl CacheStats {
@@ -107,10 +145,40 @@ impl CacheStats {
 pub struct MemoryStats {
     /// Lines read from memory into the last level.
     pub fills: u64,
-    /// Dirty lines written back to memory.
+    /// Dirty lines written back to memory (evicted victims).
     pub writebacks: u64,
     /// Writes passed through to memory by write-through caches.
     pub writes: u64,
+    /// Line accesses (pieces of up to one first-level line) reading or fetching from an
+    /// uncacheable range.
+    pub uncached_reads: u64,
+    /// Line accesses writing to an uncacheable range.
+    pub uncached_writes: u64,
+    /// Dirty lines written back to memory by cache maintenance (not in `writebacks`).
+    pub maint_writebacks: u64,
+}
+
+/// Counts and ticks of cache-maintenance operations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MaintenanceStats {
+    /// Lines cleaned by [`Op::Clean`] (first-level lines covered, cached or not).
+    pub clean_lines: u64,
+    /// Lines covered by [`Op::CleanInvalidate`].
+    pub clean_invalidate_lines: u64,
+    /// Lines covered by [`Op::Invalidate`].
+    pub invalidate_lines: u64,
+    /// [`Op::CleanAll`] operations.
+    pub clean_alls: u64,
+    /// Cache lines examined by clean-alls.
+    pub lines_examined: u64,
+    /// Dirty lines an invalidate discarded without writing them back (their data lost).
+    pub dirty_discarded: u64,
+    /// Lines flushed from the caches when a range was made uncacheable while simulating
+    /// ([`Simulator::set_uncacheable`]; not charged to any reference).
+    pub uncacheable_flushed: u64,
+    /// Ticks charged for maintenance (line operations, walks and write-backs; translations
+    /// not included).
+    pub ticks: f64,
 }
 
 /// One cache's report.
@@ -175,6 +243,8 @@ pub struct Report {
     pub tlbs: Vec<TlbReport>,
     /// Memory.
     pub memory: MemoryStats,
+    /// Cache maintenance.
+    pub maintenance: MaintenanceStats,
     /// Per party that made references.
     pub parties: Vec<PartyReport>,
     /// Remarks from building the machine.
@@ -280,13 +350,30 @@ impl Cache {
         }
     }
 
-    /// Counts a demand access of `op` by its kind.
+    /// Counts a demand access of `op` by its kind (maintenance ops are not demand accesses
+    /// and never come here).
     #[inline(always)]
     fn count(&mut self, op: Op) {
         match op {
-            Op::Read => self.stats.reads += 1,
             Op::Write => self.stats.writes += 1,
             Op::Ifetch => self.stats.ifetches += 1,
+            _ => self.stats.reads += 1,
+        }
+    }
+
+    /// Discards the line `key` held in `slot` (cache maintenance): the slot becomes invalid
+    /// and clean, the recent lines are forgotten if it was one of them (their invariants
+    /// name resident lines), and the shadow discards it too.
+    fn invalidate(&mut self, slot: usize, key: u64) {
+        self.store.invalidate(slot);
+        self.dirty[slot] = false;
+        self.stats.invalidations += 1;
+        if key == self.last_key || key == self.prev_key {
+            self.last_key = EMPTY;
+            self.prev_key = EMPTY;
+        }
+        if let Some(s) = &mut self.shadow {
+            s.discard(key);
         }
     }
 
@@ -472,6 +559,29 @@ pub struct Simulator {
     party_ticks: [f64; 5],
     /// [`access_refs`](Simulator::access_refs) may use the lanes of `lanes.rs`.
     lanes: bool,
+    /// The uncacheable ranges as sorted, disjoint, non-adjacent `(start, end)` pairs.
+    uncached: Vec<(u64, u64)>,
+    /// Ticks of an uncacheable read (or fetch) and write line access.
+    uncached_ticks: [f64; 2],
+    /// Maintenance costs: per line operation, per line walked, per write-back to memory.
+    maint_line_ticks: f64,
+    maint_walk_ticks: f64,
+    maint_writeback_ticks: f64,
+    maint: MaintenanceStats,
+}
+
+/// `ranges` as sorted, disjoint, non-adjacent `(start, end)` pairs.
+fn merged(ranges: &[UncacheableRange]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = ranges.iter().map(|r| (r.start, r.end())).collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (s, e) in v {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    out
 }
 
 fn path_of(m: &Machine, ifetch: bool) -> Path {
@@ -595,6 +705,15 @@ impl Simulator {
             party_ticks: [0.0; 5],
             machine: machine.clone(),
             lanes: false,
+            uncached: merged(&machine.uncacheable),
+            uncached_ticks: [
+                machine.memory.uncached_read(),
+                machine.memory.uncached_write(),
+            ],
+            maint_line_ticks: machine.maintenance.line_ticks,
+            maint_walk_ticks: machine.maintenance.walk_ticks,
+            maint_writeback_ticks: machine.maintenance.writeback(&machine.memory),
+            maint: MaintenanceStats::default(),
         };
         sim.lanes = sim.lanes_ok();
         Ok(sim)
@@ -702,6 +821,9 @@ impl Simulator {
     /// The ticks of one reference (counted in `refs` and `ticks` by the caller).
     #[inline(always)]
     fn ref_ticks(&mut self, op: Op, addr: u64, size: u32) -> f64 {
+        if op.is_maintenance() {
+            return self.maintain(op, addr, size);
+        }
         let side = usize::from(op == Op::Ifetch);
         let shift = self.fronts[side].shift;
         let first = addr >> shift;
@@ -743,6 +865,213 @@ impl Simulator {
         &self.mem
     }
 
+    /// Cache maintenance's counts.
+    pub fn maintenance_stats(&self) -> &MaintenanceStats {
+        &self.maint
+    }
+
+    /// Lines overlapping `len` bytes from `start` that the caches hold, summed over every
+    /// cache (a line held at two levels counts twice): how much of a buffer is cached.
+    pub fn cached_lines(&self, start: u64, len: u64) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let end = start.saturating_add(len - 1);
+        self.caches
+            .iter()
+            .map(|c| {
+                let (first, last) = (start >> c.line_shift, end >> c.line_shift);
+                if last - first < c.dirty.len() as u64 {
+                    (first..=last)
+                        .filter(|&k| c.store.find(k).is_some())
+                        .count() as u64
+                } else {
+                    (0..c.dirty.len())
+                        .filter(|&s| {
+                            let k = c.store.key(s);
+                            k != EMPTY && (first..=last).contains(&k)
+                        })
+                        .count() as u64
+                }
+            })
+            .sum()
+    }
+
+    /// Whether `addr` is in an uncacheable range.
+    pub fn is_uncacheable(&self, addr: u64) -> bool {
+        let i = self.uncached.partition_point(|&(_, end)| end <= addr);
+        self.uncached
+            .get(i)
+            .is_some_and(|&(start, _)| start <= addr)
+    }
+
+    /// Makes `range` uncacheable from now on (a buffer remapped with caching disabled).
+    ///
+    /// As an operating system must before it changes a page's cacheability, every line of
+    /// the range held by any cache is flushed first: a dirty one is cleaned down the data
+    /// path as [`Op::CleanInvalidate`] would, and every one is discarded. Those write-backs
+    /// and discards are counted ([`MaintenanceStats::uncacheable_flushed`],
+    /// [`CacheStats::maint_writebacks`], [`MemoryStats::maint_writebacks`]) but charged to
+    /// no reference: this is set-up, not part of the trace. The range is added to the
+    /// machine ([`machine`](Simulator::machine)). Refused, changing nothing, unless it is
+    /// whole lines of the machine's largest line size
+    /// ([`Machine::check_uncacheable`]).
+    pub fn set_uncacheable(&mut self, range: UncacheableRange) -> Result<(), ConfigError> {
+        self.machine.check_uncacheable(&range)?;
+        let (start, end) = (range.start, range.end());
+        let in_range = |key: u64, shift: u32| (start..end).contains(&(key << shift));
+        // The data path first, first level first, so dirty lines cascade down as a clean
+        // does; then the caches only instructions reach (never dirty).
+        let dpath = self.dpath;
+        for d in 0..dpath.len {
+            let ci = usize::from(dpath.idx[d]);
+            let shift = self.caches[ci].line_shift;
+            for slot in 0..self.caches[ci].dirty.len() {
+                let key = self.caches[ci].store.key(slot);
+                if key == EMPTY || !in_range(key, shift) {
+                    continue;
+                }
+                if self.caches[ci].dirty[slot] {
+                    self.clean_slot(dpath, d, slot);
+                }
+                self.caches[ci].invalidate(slot, key);
+                self.maint.uncacheable_flushed += 1;
+            }
+        }
+        for ci in 0..self.caches.len() {
+            if dpath.idx[..dpath.len].contains(&(ci as u8)) {
+                continue;
+            }
+            let shift = self.caches[ci].line_shift;
+            for slot in 0..self.caches[ci].dirty.len() {
+                let key = self.caches[ci].store.key(slot);
+                if key != EMPTY && in_range(key, shift) {
+                    debug_assert!(!self.caches[ci].dirty[slot], "only the data path dirties");
+                    self.caches[ci].invalidate(slot, key);
+                    self.maint.uncacheable_flushed += 1;
+                }
+            }
+        }
+        self.machine.uncacheable.push(range);
+        self.uncached = merged(&self.machine.uncacheable);
+        Ok(())
+    }
+
+    /// The ticks of an access of `op` to an uncacheable line (counted in memory's stats).
+    #[inline(never)]
+    fn uncached_access(&mut self, op: Op) -> f64 {
+        if op == Op::Write {
+            self.mem.uncached_writes += 1;
+            self.uncached_ticks[1]
+        } else {
+            self.mem.uncached_reads += 1;
+            self.uncached_ticks[0]
+        }
+    }
+
+    /// The ticks of maintenance reference `op` (a maintenance op) of `size` bytes at `addr`.
+    #[inline(never)]
+    fn maintain(&mut self, op: Op, addr: u64, size: u32) -> f64 {
+        if op == Op::CleanAll {
+            return self.clean_all();
+        }
+        let Front { shift, tlb, .. } = self.fronts[0];
+        let first = addr >> shift;
+        let last = addr.saturating_add(u64::from(size.max(1)) - 1) >> shift;
+        let mut t = 0.0;
+        let mut own = 0.0;
+        for line in first..=last {
+            let a = line << shift;
+            t += self.tlb_ticks(false, tlb, a);
+            let written = self.maintain_line(op, a);
+            let cost = self.maint_line_ticks + written as f64 * self.maint_writeback_ticks;
+            own += cost;
+            t += cost;
+        }
+        let lines = last - first + 1;
+        match op {
+            Op::Clean => self.maint.clean_lines += lines,
+            Op::CleanInvalidate => self.maint.clean_invalidate_lines += lines,
+            _ => self.maint.invalidate_lines += lines,
+        }
+        self.maint.ticks += own;
+        t
+    }
+
+    /// [`Op::Clean`], [`Op::CleanInvalidate`] or [`Op::Invalidate`] of the line holding
+    /// `addr`, at every level of the data path; returns the dirty lines it wrote to memory.
+    fn maintain_line(&mut self, op: Op, addr: u64) -> u64 {
+        let path = self.dpath;
+        let mut to_memory = 0;
+        for d in 0..path.len {
+            let ci = usize::from(path.idx[d]);
+            let c = &self.caches[ci];
+            let key = addr >> c.line_shift;
+            let Some(slot) = c.lookup(key) else {
+                continue;
+            };
+            let dirty = c.dirty[slot];
+            if op == Op::Invalidate {
+                if dirty {
+                    self.maint.dirty_discarded += 1;
+                }
+            } else if dirty {
+                to_memory += self.clean_slot(path, d, slot);
+            }
+            if op != Op::Clean {
+                self.caches[ci].invalidate(slot, key);
+            }
+        }
+        to_memory
+    }
+
+    /// [`Op::CleanAll`]: every line of every data-path cache examined, first level first,
+    /// the dirty ones cleaned; returns its ticks.
+    fn clean_all(&mut self) -> f64 {
+        let path = self.dpath;
+        let mut examined = 0u64;
+        let mut to_memory = 0u64;
+        for d in 0..path.len {
+            let ci = usize::from(path.idx[d]);
+            let n = self.caches[ci].dirty.len();
+            examined += n as u64;
+            for slot in 0..n {
+                if self.caches[ci].dirty[slot] {
+                    to_memory += self.clean_slot(path, d, slot);
+                }
+            }
+        }
+        self.maint.clean_alls += 1;
+        self.maint.lines_examined += examined;
+        let t =
+            examined as f64 * self.maint_walk_ticks + to_memory as f64 * self.maint_writeback_ticks;
+        self.maint.ticks += t;
+        t
+    }
+
+    /// Cleans the dirty line in `slot` of the cache at depth `d` of `path`: marks it clean
+    /// and writes it down, into the nearest lower level that holds it (which becomes dirty
+    /// if write-back; a write-through one passes it on), or to memory. Returns 1 if it
+    /// reached memory, else 0.
+    fn clean_slot(&mut self, path: Path, d: usize, slot: usize) -> u64 {
+        let c = &mut self.caches[usize::from(path.idx[d])];
+        debug_assert!(c.dirty[slot] && c.store.key(slot) != EMPTY);
+        c.dirty[slot] = false;
+        c.stats.maint_writebacks += 1;
+        let addr = c.store.key(slot) << c.line_shift;
+        for e in d + 1..path.len {
+            let below = &mut self.caches[usize::from(path.idx[e])];
+            if let Some(s) = below.lookup(addr >> below.line_shift) {
+                if below.write_back {
+                    below.dirty[s] = true;
+                    return 0;
+                }
+            }
+        }
+        self.mem.maint_writebacks += 1;
+        1
+    }
+
     /// Everything counted so far.
     pub fn report(&self) -> Report {
         Report {
@@ -778,6 +1107,7 @@ impl Simulator {
                 })
                 .collect(),
             memory: self.mem.clone(),
+            maintenance: self.maint.clone(),
             parties: Party::ALL
                 .iter()
                 .filter(|&&p| self.party_refs[p as usize] > 0)
@@ -835,6 +1165,9 @@ impl Simulator {
         } = self.fronts[side];
         let t = self.tlb_ticks(side == 1, tlb, addr);
         if perfect {
+            if !self.uncached.is_empty() && self.is_uncacheable(addr) {
+                return t + self.uncached_access(op);
+            }
             return t + l1_ticks;
         }
         let c = &mut self.caches[cache];
@@ -856,8 +1189,19 @@ impl Simulator {
 
     /// The rest of [`access_line`](Simulator::access_line) after translation (`t` ticks):
     /// a search of the first level, and the hierarchy below on a miss.
+    ///
+    /// An uncacheable line never is in a cache (see [`set_uncacheable`]), so it cannot be
+    /// one of the recent lines [`access_line`] and the lanes take as hits: checking for it
+    /// here alone is exact.
+    ///
+    /// [`set_uncacheable`]: Simulator::set_uncacheable
+    /// [`access_line`]: Simulator::access_line
     #[inline(never)]
     fn access_line_slow(&mut self, op: Op, addr: u64, mut t: f64) -> f64 {
+        debug_assert!(!op.is_maintenance());
+        if !self.uncached.is_empty() && self.is_uncacheable(addr) {
+            return t + self.uncached_access(op);
+        }
         let ifetch = op == Op::Ifetch;
         let path = if ifetch { self.ipath } else { self.dpath };
         let c = &self.caches[usize::from(path.idx[0])];
@@ -867,9 +1211,10 @@ impl Simulator {
         let served = match op {
             // A first-level miss on a plain path: the loop of `plain_miss`.
             _ if path.plain && slot.is_none() => self.plain_miss(path, key, op),
-            Op::Read => self.access_found::<{ kind::READ }>(path, 0, addr, slot),
             Op::Write => self.access_found::<{ kind::WRITE }>(path, 0, addr, slot),
             Op::Ifetch => self.access_found::<{ kind::IFETCH }>(path, 0, addr, slot),
+            // A read (maintenance ops never come here).
+            _ => self.access_found::<{ kind::READ }>(path, 0, addr, slot),
         };
         let costs = if ifetch { &self.icost } else { &self.dcost };
         t += costs.served[served];
@@ -950,6 +1295,8 @@ impl Simulator {
             if let Some(s) = shadow {
                 if !s.seen {
                     c.stats.compulsory += 1;
+                } else if s.discarded {
+                    c.stats.coherence += 1;
                 } else if !s.fa_hit {
                     c.stats.capacity += 1;
                 } else {
@@ -1106,14 +1453,18 @@ impl std::fmt::Display for Report {
         if self.ccc {
             writeln!(
                 f,
-                "\n{:<8} {:>12} {:>12} {:>12}",
-                "cache", "compulsory", "capacity", "conflict"
+                "\n{:<8} {:>12} {:>12} {:>12} {:>12}",
+                "cache", "compulsory", "coherence", "capacity", "conflict"
             )?;
             for c in &self.caches {
                 writeln!(
                     f,
-                    "{:<8} {:>12} {:>12} {:>12}",
-                    c.name, c.stats.compulsory, c.stats.capacity, c.stats.conflict
+                    "{:<8} {:>12} {:>12} {:>12} {:>12}",
+                    c.name,
+                    c.stats.compulsory,
+                    c.stats.coherence,
+                    c.stats.capacity,
+                    c.stats.conflict
                 )?;
             }
         }
@@ -1141,6 +1492,36 @@ impl std::fmt::Display for Report {
             "\nmemory: {} line fills, {} dirty write-backs, {} write-through writes",
             self.memory.fills, self.memory.writebacks, self.memory.writes
         )?;
+        let m = &self.memory;
+        if m.uncached_reads + m.uncached_writes > 0 {
+            writeln!(
+                f,
+                "uncacheable: {} line reads, {} line writes",
+                m.uncached_reads, m.uncached_writes
+            )?;
+        }
+        let mt = &self.maintenance;
+        if mt.clean_lines
+            + mt.clean_invalidate_lines
+            + mt.invalidate_lines
+            + mt.clean_alls
+            + mt.uncacheable_flushed
+            > 0
+        {
+            writeln!(
+                f,
+                "maintenance: {} lines cleaned, {} cleaned and invalidated, {} invalidated ({} dirty discarded), {} clean-alls ({} lines examined), {} write-backs to memory, {:.0} {}",
+                mt.clean_lines,
+                mt.clean_invalidate_lines,
+                mt.invalidate_lines,
+                mt.dirty_discarded,
+                mt.clean_alls,
+                mt.lines_examined,
+                m.maint_writebacks,
+                mt.ticks,
+                self.tick_unit
+            )?;
+        }
         if self.parties.len() > 1
             || self
                 .parties

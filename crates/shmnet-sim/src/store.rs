@@ -7,9 +7,9 @@
 //! hash index from key to slot so that a lookup does not scan them.
 //!
 //! Invariants: a key is in at most one slot; `keys[slot] == EMPTY` iff the slot is invalid;
-//! slots are never invalidated once filled; for LRU and FIFO, `stamps[slot] == 0` iff the
-//! slot is invalid, and valid stamps are distinct; for `ways > SCAN_WAYS`, `index` maps
-//! exactly the valid keys to their slots.
+//! a filled slot becomes invalid only through [`Store::invalidate`] (cache maintenance); for
+//! LRU and FIFO, `stamps[slot] == 0` iff the slot is invalid, and valid stamps are distinct;
+//! for `ways > SCAN_WAYS`, `index` maps exactly the valid keys to their slots.
 //!
 //! Sets of 1, 2, 4, 8 or 16 ways are searched as fixed-size arrays ([`Scan`]): unrolled,
 //! branch-free, one bounds check.
@@ -255,8 +255,8 @@ impl Store {
         if !matches!(self.policy, Replacement::Lru | Replacement::Fifo) {
             return self.victim_other(set);
         }
-        // Exact without looking for invalid ways first: a slot's stamp is 0 iff it was
-        // never filled (slots are never invalidated, and the clock is incremented before
+        // Exact without looking for invalid ways first: a slot's stamp is 0 iff it is
+        // invalid (never filled, or reset by `invalidate`; the clock is incremented before
         // it stamps, so valid stamps are >= 1 and distinct). The first minimum is thus
         // the lowest invalid way if there is one, else the least recent (LRU) or oldest
         // (FIFO) line, as the policy asks.
@@ -307,6 +307,22 @@ impl Store {
             }
             Replacement::TreePlru => self.plru_touch(slot),
             Replacement::Random => {}
+        }
+    }
+
+    /// Makes `slot` invalid (cache maintenance discarding a line): its key becomes
+    /// [`EMPTY`] and, for LRU and FIFO, its stamp 0, so the invariants hold and the next fill
+    /// of its set takes it first (the lowest invalid way). Tree-PLRU bits are left as they
+    /// are (a victim search takes invalid ways before following them).
+    pub(crate) fn invalidate(&mut self, slot: usize) {
+        let old = std::mem::replace(&mut self.keys[slot], EMPTY);
+        if old == EMPTY {
+            return;
+        }
+        self.stamps[slot] = 0;
+        if let Some(index) = &mut self.index {
+            // A stale `hint` entry is harmless: it is checked against `keys` before use.
+            index.remove(&old);
         }
     }
 
@@ -425,19 +441,23 @@ fn first_min(v: &[u64]) -> usize {
 }
 
 /// A fully-associative LRU store of `cap` keys with O(1) operations (a hash index and an
-/// intrusive doubly linked list in flat arrays), plus the set of every key ever seen: the
-/// shadow that classifies misses into compulsory, capacity and conflict.
+/// intrusive doubly linked list in flat arrays), plus the set of every key ever seen and the
+/// set of keys discarded by cache maintenance since they were last referenced: the shadow
+/// that classifies misses into compulsory, coherence, capacity and conflict.
 pub(crate) struct Shadow {
     cap: usize,
     index: KeyMap<u32>,
     keys: Vec<u64>,
     prev: Vec<u32>,
     next: Vec<u32>,
+    /// Nodes freed by [`discard`](Shadow::discard), to be reused before new ones.
+    free: Vec<u32>,
     /// Most recently used node, or NIL.
     head: u32,
     /// Least recently used node, or NIL.
     tail: u32,
     seen: std::collections::HashSet<u64, BuildHasherDefault<KeyHasher>>,
+    discarded: std::collections::HashSet<u64, BuildHasherDefault<KeyHasher>>,
 }
 
 const NIL: u32 = u32::MAX;
@@ -447,6 +467,8 @@ const NIL: u32 = u32::MAX;
 pub(crate) struct ShadowResult {
     /// The key had been referenced before.
     pub seen: bool,
+    /// Cache maintenance had discarded the key since it was last referenced.
+    pub discarded: bool,
     /// A fully associative LRU cache of the same capacity held it.
     pub fa_hit: bool,
 }
@@ -460,10 +482,22 @@ impl Shadow {
             keys: Vec::new(),
             prev: Vec::new(),
             next: Vec::new(),
+            free: Vec::new(),
             head: NIL,
             tail: NIL,
             seen: Default::default(),
+            discarded: Default::default(),
         }
+    }
+
+    /// Cache maintenance discarded `key` from the cache: the fully associative cache loses
+    /// it too, and the next reference to it is told so (`discarded`).
+    pub(crate) fn discard(&mut self, key: u64) {
+        if let Some(n) = self.index.remove(&key) {
+            self.unlink(n);
+            self.free.push(n);
+        }
+        self.discarded.insert(key);
     }
 
     fn unlink(&mut self, n: u32) {
@@ -496,15 +530,24 @@ impl Shadow {
     /// in a no-write-allocate cache).
     pub(crate) fn access(&mut self, key: u64, allocate: bool) -> ShadowResult {
         let seen = !self.seen.insert(key);
+        let discarded = !self.discarded.is_empty() && self.discarded.remove(&key);
         if let Some(&n) = self.index.get(&key) {
             if self.head != n {
                 self.unlink(n);
                 self.push_front(n);
             }
-            return ShadowResult { seen, fa_hit: true };
+            return ShadowResult {
+                seen,
+                discarded,
+                fa_hit: true,
+            };
         }
         if allocate {
-            let n = if self.keys.len() < self.cap {
+            // A freed node exists only while fewer than `cap` keys are held.
+            let n = if let Some(n) = self.free.pop() {
+                self.keys[n as usize] = key;
+                n
+            } else if self.keys.len() < self.cap {
                 self.keys.push(key);
                 self.prev.push(NIL);
                 self.next.push(NIL);
@@ -521,6 +564,7 @@ impl Shadow {
         }
         ShadowResult {
             seen,
+            discarded,
             fa_hit: false,
         }
     }
@@ -572,6 +616,7 @@ mod tests {
             s.access(1, true),
             ShadowResult {
                 seen: false,
+                discarded: false,
                 fa_hit: false
             }
         );
@@ -581,5 +626,53 @@ mod tests {
         let r = s.access(2, true);
         assert!(r.seen && !r.fa_hit);
         assert!(!s.access(1, true).fa_hit, "1 was evicted by 2");
+    }
+
+    #[test]
+    fn invalidated_slots_are_filled_first_under_every_policy() {
+        for policy in [
+            Replacement::Lru,
+            Replacement::Fifo,
+            Replacement::Random,
+            Replacement::TreePlru,
+        ] {
+            // One set of 4 ways, full; way 2 invalidated: the next fill goes there, and the
+            // line filled counts as just used (LRU: the victim after it is way 0's).
+            let mut s = Store::new(1, 4, policy, 1);
+            for k in 10..14u64 {
+                let v = s.victim(k);
+                s.fill(v, k);
+            }
+            s.invalidate(2);
+            assert_eq!(s.find(12), None, "{policy:?}");
+            assert_eq!(s.victim(20), 2, "{policy:?}");
+            s.fill(2, 20);
+            assert_eq!(s.find(20), Some(2));
+            if policy == Replacement::Lru || policy == Replacement::Fifo {
+                assert_eq!(s.victim(21), 0, "{policy:?}");
+            }
+        }
+        // A large (indexed) store forgets the key.
+        let mut s = Store::new(1, 100, Replacement::Lru, 0);
+        for k in 0..100u64 {
+            let v = s.victim(k);
+            s.fill(v, k);
+        }
+        s.invalidate(42);
+        assert_eq!(s.find(42), None);
+        assert_eq!(s.victim(500), 42);
+    }
+
+    #[test]
+    fn shadow_discard_frees_the_line_and_says_so_once() {
+        let mut s = Shadow::new(2);
+        s.access(1, true);
+        s.access(2, true);
+        s.discard(1);
+        s.access(3, true); // takes the freed node: 2 stays
+        assert!(s.access(2, true).fa_hit);
+        let r = s.access(1, true);
+        assert!(r.seen && r.discarded && !r.fa_hit);
+        assert!(!s.access(1, true).discarded, "told once");
     }
 }

@@ -13,7 +13,15 @@
 //! * plus, for each TLB level searched, the ticks of the level that held the translation,
 //!   or the TLB's `miss_ticks` for a walk;
 //! * a write that a write-through cache absorbs (hit or no-allocate miss) costs that cache's
-//!   `hit_ticks`: a write buffer is assumed, never full.
+//!   `hit_ticks`: a write buffer is assumed, never full;
+//! * a line access to an uncacheable address costs `memory.uncached_read_ticks` (reads and
+//!   fetches) or `uncached_write_ticks` (whole latency, whatever its bytes) plus its
+//!   translation; no cache is involved.
+//!
+//! A cache-maintenance reference costs `maintenance.line_ticks` per line it covers (plus its
+//! translation) or, for a clean-all, `maintenance.walk_ticks` per cache line examined, plus
+//! `maintenance.writeback_ticks` per dirty line it writes to memory (write-backs into a lower
+//! cache are free, as above).
 //!
 //! Left out: overlap between misses (non-blocking caches, prefetchers), bus and DRAM bank
 //! contention, DMA, instruction execution beyond its fetches. See `docs/sim.md`.

@@ -18,12 +18,11 @@ fn one_cache(size: u64, ways: Ways, rep: Replacement, write: WritePolicy) -> Mac
         tick_unit: "ticks".into(),
         caches: vec![c],
         tlbs: vec![],
-        memory: MemoryConfig {
-            ticks: 10.0,
-            dirty_ticks: 12.0,
-        },
+        memory: MemoryConfig::new(10.0, 12.0),
         base_page: shmnet_sim::ByteSize(4096),
         huge_pages: vec![],
+        uncacheable: vec![],
+        maintenance: Default::default(),
         notes: vec![],
     }
 }
@@ -166,10 +165,7 @@ fn two_levels_write_back_into_l2() {
     let l2 = CacheConfig::new("L2", 2, Side::Unified, 128, 16, Ways::N(1), 5.0);
     let mut m = one_cache(32, Ways::N(1), Replacement::Lru, WritePolicy::WriteBack);
     m.caches = vec![l1, l2];
-    m.memory = MemoryConfig {
-        ticks: 20.0,
-        dirty_ticks: 30.0,
-    };
+    m.memory = MemoryConfig::new(20.0, 30.0);
     let mut s = Simulator::new(&m).unwrap();
     assert_eq!(s.access(W, 0x00, 4), 20.0); // both miss, from memory; L1 line dirty
     assert_eq!(s.access(R, 0x20, 4), 20.0); // L1 set 0 evicts dirty 0x00 into L2 (hit there)
@@ -253,10 +249,7 @@ fn with_tlb(levels: Vec<TlbLevelConfig>, miss: f64) -> Machine {
         WritePolicy::WriteBack,
     );
     m.caches[0].hit_ticks = 0.0;
-    m.memory = MemoryConfig {
-        ticks: 0.0,
-        dirty_ticks: 0.0,
-    };
+    m.memory = MemoryConfig::new(0.0, 0.0);
     m.tlbs = vec![TlbConfig {
         name: "DTLB".into(),
         side: Side::Data,

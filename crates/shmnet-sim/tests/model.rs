@@ -1,14 +1,15 @@
 //! A property test: the simulator against a deliberately simple reference model — a `Vec`
 //! per set, the victim at the front — on random hierarchies (one to three unified levels,
-//! random sizes, lines, associativity, LRU or FIFO, write-back or write-through) and random
-//! traces. Every count and the total ticks must be identical.
+//! random sizes, lines, associativity, LRU or FIFO, write-back or write-through, with or
+//! without an uncacheable range) and random traces, cache-maintenance ops among them. Every
+//! count and the total ticks must be identical.
 
 use std::collections::HashSet;
 
 use proptest::prelude::*;
 use shmnet_sim::{
-    ByteSize, CacheConfig, Machine, MemoryConfig, Op, Options, Replacement, Side, Simulator, Ways,
-    WritePolicy,
+    ByteSize, CacheConfig, Machine, MaintenanceConfig, MemoryConfig, Op, Options, Replacement,
+    Side, Simulator, UncacheableRange, Ways, WritePolicy,
 };
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -20,8 +21,11 @@ struct Counts {
     writebacks_in: u64,
     writebacks_in_misses: u64,
     compulsory: u64,
+    coherence: u64,
     capacity: u64,
     conflict: u64,
+    maint_writebacks: u64,
+    invalidations: u64,
 }
 
 struct ModelCache {
@@ -33,6 +37,8 @@ struct ModelCache {
     write_back: bool,
     hit_ticks: u64,
     seen: HashSet<u64>,
+    /// Lines maintenance discarded since they were last referenced.
+    discarded: HashSet<u64>,
     /// Fully associative LRU of the same capacity, the least recent first.
     fa: Vec<u64>,
     capacity: usize,
@@ -54,6 +60,15 @@ struct Model {
     mem_fills: u64,
     mem_writebacks: u64,
     mem_writes: u64,
+    /// The uncacheable range, if any, and the ticks of its reads and writes.
+    uncached: Option<(u64, u64)>,
+    uncached_ticks: (u64, u64),
+    uncached_reads: u64,
+    uncached_writes: u64,
+    /// Maintenance: ticks per line op, per line walked, per write-back to memory.
+    maint_ticks: (u64, u64, u64),
+    maint_writebacks: u64,
+    dirty_discarded: u64,
 }
 
 impl Model {
@@ -80,6 +95,7 @@ impl Model {
         }
         // The shadow.
         let seen = !lc.seen.insert(line);
+        let discarded = lc.discarded.remove(&line);
         let fa_pos = lc.fa.iter().position(|&l| l == line);
         let fa_hit = fa_pos.is_some();
         if let Some(p) = fa_pos {
@@ -116,6 +132,8 @@ impl Model {
             lc.c.misses += 1;
             if !seen {
                 lc.c.compulsory += 1;
+            } else if discarded {
+                lc.c.coherence += 1;
             } else if !fa_hit {
                 lc.c.capacity += 1;
             } else {
@@ -152,11 +170,103 @@ impl Model {
         served
     }
 
-    fn reference(&mut self, op: Op, addr: u64, size: u32) -> u64 {
+    /// Where level `d`'s copy of the line holding `addr` is: (set, position).
+    fn find(&self, d: usize, addr: u64) -> Option<(usize, usize)> {
+        let lc = &self.levels[d];
+        let line = addr >> lc.shift;
+        let set_i = (line as usize) % lc.sets.len();
+        lc.sets[set_i]
+            .iter()
+            .position(|&(l, _)| l == line)
+            .map(|p| (set_i, p))
+    }
+
+    /// Cleans level `d`'s dirty copy at (set, p): clean, and into the nearest lower
+    /// write-back level holding the line (dirty there), or memory. Returns 1 for memory.
+    fn clean(&mut self, d: usize, set_i: usize, p: usize) -> u64 {
+        let lc = &mut self.levels[d];
+        lc.sets[set_i][p].1 = false;
+        lc.c.maint_writebacks += 1;
+        let addr = lc.sets[set_i][p].0 << lc.shift;
+        for e in d + 1..self.levels.len() {
+            if let Some((s, q)) = self.find(e, addr) {
+                if self.levels[e].write_back {
+                    self.levels[e].sets[s][q].1 = true;
+                    return 0;
+                }
+            }
+        }
+        self.maint_writebacks += 1;
+        1
+    }
+
+    fn maintain(&mut self, op: Op, addr: u64, size: u32) -> u64 {
+        let (line_t, walk_t, wb_t) = self.maint_ticks;
+        if op == Op::CleanAll {
+            let (mut walked, mut to_mem) = (0, 0);
+            for d in 0..self.levels.len() {
+                walked += self.levels[d].capacity as u64;
+                for s in 0..self.levels[d].sets.len() {
+                    for p in 0..self.levels[d].sets[s].len() {
+                        if self.levels[d].sets[s][p].1 {
+                            to_mem += self.clean(d, s, p);
+                        }
+                    }
+                }
+            }
+            return walked * walk_t + to_mem * wb_t;
+        }
         let shift = self.levels[0].shift;
         let (first, last) = (addr >> shift, (addr + u64::from(size) - 1) >> shift);
         let mut t = 0;
         for line in first..=last {
+            let a = line << shift;
+            let mut to_mem = 0;
+            for d in 0..self.levels.len() {
+                let Some((s, p)) = self.find(d, a) else {
+                    continue;
+                };
+                let dirty = self.levels[d].sets[s][p].1;
+                if op == Op::Invalidate {
+                    self.dirty_discarded += u64::from(dirty);
+                } else if dirty {
+                    to_mem += self.clean(d, s, p);
+                }
+                if op != Op::Clean {
+                    let lc = &mut self.levels[d];
+                    let (l, _) = lc.sets[s].remove(p);
+                    lc.c.invalidations += 1;
+                    if let Some(f) = lc.fa.iter().position(|&x| x == l) {
+                        lc.fa.remove(f);
+                    }
+                    lc.discarded.insert(l);
+                }
+            }
+            t += line_t + to_mem * wb_t;
+        }
+        t
+    }
+
+    fn reference(&mut self, op: Op, addr: u64, size: u32) -> u64 {
+        if op.is_maintenance() {
+            return self.maintain(op, addr, size);
+        }
+        let shift = self.levels[0].shift;
+        let (first, last) = (addr >> shift, (addr + u64::from(size) - 1) >> shift);
+        let mut t = 0;
+        for line in first..=last {
+            if let Some((start, end)) = self.uncached {
+                if (start..end).contains(&(line << shift)) {
+                    if op == Op::Write {
+                        self.uncached_writes += 1;
+                        t += self.uncached_ticks.1;
+                    } else {
+                        self.uncached_reads += 1;
+                        t += self.uncached_ticks.0;
+                    }
+                    continue;
+                }
+            }
             self.dirty_to_mem = false;
             let acc = if op == Op::Write {
                 Acc::Write
@@ -220,11 +330,17 @@ fn trace() -> impl Strategy<Value = Vec<(Op, u64, u32)>> {
         4 => Just(Op::Read),
         3 => Just(Op::Write),
         1 => Just(Op::Ifetch),
+        1 => prop_oneof![
+            Just(Op::Clean),
+            Just(Op::CleanInvalidate),
+            Just(Op::Invalidate),
+            Just(Op::CleanAll),
+        ],
     ];
     prop::collection::vec((op, 0u64..4096, 1u32..48), 1..400)
 }
 
-fn machine(levels: &[Level]) -> Machine {
+fn machine(levels: &[Level], uncached: bool) -> Machine {
     let caches = levels
         .iter()
         .enumerate()
@@ -260,11 +376,23 @@ fn machine(levels: &[Level]) -> Machine {
         caches,
         tlbs: vec![],
         memory: MemoryConfig {
-            ticks: 100.0,
-            dirty_ticks: 130.0,
+            uncached_read_ticks: Some(70.0),
+            uncached_write_ticks: Some(40.0),
+            ..MemoryConfig::new(100.0, 130.0)
         },
         base_page: ByteSize(4096),
         huge_pages: vec![],
+        // Whole lines of any size the strategy makes (at most 64 bytes).
+        uncacheable: if uncached {
+            vec![UncacheableRange::new(0x400, 0x200)]
+        } else {
+            vec![]
+        },
+        maintenance: MaintenanceConfig {
+            line_ticks: 2.0,
+            walk_ticks: 1.0,
+            writeback_ticks: Some(7.0),
+        },
         notes: vec![],
     }
 }
@@ -276,8 +404,12 @@ proptest! {
     #![proptest_config(ProptestConfig::default())]
 
     #[test]
-    fn simulator_matches_reference_model(levels in hierarchy(), trace in trace()) {
-        let m = machine(&levels);
+    fn simulator_matches_reference_model(
+        levels in hierarchy(),
+        trace in trace(),
+        uncached in any::<bool>(),
+    ) {
+        let m = machine(&levels, uncached);
         let mut sim = Simulator::with_options(&m, Options { ccc: true, ..Options::default() }).unwrap();
         let mut model = Model {
             levels: m.caches.iter().map(|c| {
@@ -290,6 +422,7 @@ proptest! {
                     write_back: c.write == WritePolicy::WriteBack,
                     hit_ticks: c.hit_ticks as u64,
                     seen: HashSet::new(),
+                    discarded: HashSet::new(),
                     fa: Vec::new(),
                     capacity: c.lines() as usize,
                     c: Counts::default(),
@@ -301,6 +434,13 @@ proptest! {
             mem_fills: 0,
             mem_writebacks: 0,
             mem_writes: 0,
+            uncached: uncached.then_some((0x400, 0x600)),
+            uncached_ticks: (70, 40),
+            uncached_reads: 0,
+            uncached_writes: 0,
+            maint_ticks: (2, 1, 7),
+            maint_writebacks: 0,
+            dirty_discarded: 0,
         };
         // Without classification the first level takes its faster hit paths: same counts.
         let mut fast = Simulator::new(&m).unwrap();
@@ -323,8 +463,11 @@ proptest! {
                 writebacks_in: s.writebacks_in,
                 writebacks_in_misses: s.writebacks_in_misses,
                 compulsory: s.compulsory,
+                coherence: s.coherence,
                 capacity: s.capacity,
                 conflict: s.conflict,
+                maint_writebacks: s.maint_writebacks,
+                invalidations: s.invalidations,
             };
             prop_assert_eq!(&got, &lc.c, "level {}", i + 1);
             let f = fast.cache_stats(&format!("L{}", i + 1)).unwrap();
@@ -338,5 +481,11 @@ proptest! {
             (mem.fills, mem.writebacks, mem.writes),
             (model.mem_fills, model.mem_writebacks, model.mem_writes)
         );
+        prop_assert_eq!(
+            (mem.uncached_reads, mem.uncached_writes, mem.maint_writebacks),
+            (model.uncached_reads, model.uncached_writes, model.maint_writebacks)
+        );
+        prop_assert_eq!(sim.maintenance_stats().dirty_discarded, model.dirty_discarded);
+        prop_assert_eq!(fast.memory_stats(), mem);
     }
 }

@@ -110,6 +110,27 @@ pub trait BufferPool {
         }
         true
     }
+
+    /// [`copy_between`](BufferPool::copy_between) for seed 003's NC send: non-temporal
+    /// stores over the whole lines of `dst`'s range, its partial first and last lines
+    /// stored ordinarily and left for the caller to clean with the frame's headers
+    /// ([`shmnet_chan::coherence::copy_nt_unflushed`]). The default copies, then evicts the
+    /// range's lines; pools whose memory allows it store non-temporally.
+    fn copy_between_uncached(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+    ) -> bool {
+        if !self.copy_between(src, src_off, dst, dst_off, len) {
+            return false;
+        }
+        let ops = shmnet_chan::coherence::CpuOps::cached();
+        shmnet_chan::coherence::clean_slice(ops, &self.data(dst)[dst_off..dst_off + len]);
+        true
+    }
 }
 
 /// The valid bytes of a buffer, `data[off .. off + len]`, clamped to the capacity so that
@@ -358,6 +379,30 @@ impl BufferPool for HeapPool {
         let from = src.as_usize() * self.cap + src_off;
         let to = dst.as_usize() * self.cap + dst_off;
         self.data.copy_within(from..from + len, to);
+        true
+    }
+
+    fn copy_between_uncached(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+    ) -> bool {
+        if src == dst || src_off + len > self.cap || dst_off + len > self.cap {
+            return false;
+        }
+        let from = src.as_usize() * self.cap + src_off;
+        let to = dst.as_usize() * self.cap + dst_off;
+        // Two different buffers: the ranges lie in disjoint parts of `data`.
+        let (a, b) = self.data.split_at_mut(from.max(to));
+        let (s, d) = if from < to {
+            (&a[from..from + len], &mut b[..len])
+        } else {
+            (&b[..len], &mut a[to..to + len])
+        };
+        shmnet_chan::coherence::copy_nt_slice_unflushed(d, s);
         true
     }
 

@@ -2,8 +2,10 @@
 //! timers, and the socket calls.
 
 use crate::tcp::memory::PoolLevel;
+use shmnet_chan::coherence::{BufferModes, CacheGeometry, Maintenance};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
@@ -123,6 +125,12 @@ pub struct Config {
     pub udp_local_hold: Option<Duration>,
     /// TCP's settings (its MSS follows `mtu` when set with [`Config::set_mtu`]).
     pub tcp: TcpConfig,
+    /// How frames are kept coherent with the device by hand, per direction (seed 003's CH,
+    /// CS and NC; none by default: x86's DMA snoops the caches). See
+    /// [`shmnet_chan::coherence::Maintenance`] and `docs/buffers.md`.
+    pub buffers: BufferModes,
+    /// The caches the whole-cache and software cleans are sized to (with `buffers`).
+    pub cache: CacheGeometry,
 }
 
 impl Config {
@@ -155,6 +163,8 @@ impl Config {
             loopback: false,
             udp_local_hold: Some(UDP_LOCAL_HOLD),
             tcp: TcpConfig::default(),
+            buffers: BufferModes::default(),
+            cache: CacheGeometry::default(),
         }
     }
 
@@ -247,6 +257,9 @@ pub struct Interface {
     subnet_bcast: Ipv4Addr,
     /// The pool's level as UDP's admission last read it ([`UdpLevel`]).
     udp_level: UdpLevel,
+    /// The frames' cache maintenance when [`Config::buffers`] asks for any (its regions
+    /// allocated here, once).
+    maintenance: Option<Box<Maintenance>>,
 }
 
 /// Pool buffers a socket's queue may hold while the pool is scarce (less than an eighth
@@ -316,6 +329,8 @@ impl Interface {
                 Ipv4Addr::BROADCAST
             },
             udp_level: UdpLevel::default(),
+            maintenance: (!cfg.buffers.is_none())
+                .then(|| Box::new(Maintenance::new(cfg.buffers, cfg.cache))),
             cfg,
         }
     }
@@ -411,6 +426,12 @@ impl Interface {
             self.stats.bad_buffer += 1;
             pool.free_chain(frame);
             return;
+        }
+        if let Some(m) = &self.maintenance {
+            if m.modes().recv.is_some() {
+                black_box(m.after_device_writes(valid(pool, frame)));
+                self.stats.maintained_rx += 1;
+            }
         }
         let Some(eh) = eth::parse(valid(pool, frame)) else {
             self.stats.runt += 1;
@@ -947,7 +968,7 @@ impl Interface {
                 if n > 1 {
                     self.stats.frags_sent += n as u64;
                 }
-                self.emit_frames(pool, &frames, mac, next_hop, now, tx)
+                self.emit_frames(pool, &frames, mac, next_hop, now, tx, usize::MAX)
             }
         };
         frames.clear();
@@ -983,6 +1004,11 @@ impl Interface {
 
     /// Hand built `frames` (their Ethernet destination already `mac` when it is known) to
     /// `tx`, or queue them until ARP resolves `next_hop`.
+    ///
+    /// Every buffer of every frame gets the send side's cache maintenance first
+    /// ([`Config::buffers`]), its first `cached_prefix` bytes written with ordinary stores
+    /// (the rest of the first buffer with non-temporal ones under NC: TCP's payload).
+    #[allow(clippy::too_many_arguments)]
     fn emit_frames<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -991,8 +1017,27 @@ impl Interface {
         next_hop: Ipv4Addr,
         now: Instant,
         tx: &mut T,
+        cached_prefix: usize,
     ) -> Result<(), SendError> {
         let n = frames.len();
+        if let Some(m) = self
+            .maintenance
+            .as_ref()
+            .filter(|m| m.modes().send.is_some())
+        {
+            for &f in frames {
+                let mut prefix = cached_prefix;
+                let mut cur = Some(f);
+                // Bounded like every chain walk: a frame has at most a pool's buffers.
+                for _ in 0..pool.total() {
+                    let Some(b) = cur else { break };
+                    black_box(m.before_device_reads(valid(pool, b), prefix));
+                    self.stats.maintained_tx += 1;
+                    prefix = usize::MAX;
+                    cur = pool.next(b);
+                }
+            }
+        }
         if mac.is_some() {
             self.stats.tx_frames += n as u64;
             for &f in frames {

@@ -30,6 +30,11 @@ stats! {
     rx_frames,
     /// Frames emitted to the transmit sink.
     tx_frames,
+    /// Buffers of sent frames the send side's cache maintenance kept coherent by hand
+    /// ([`crate::Config::buffers`]; zero unless asked for).
+    maintained_tx,
+    /// Received frames the receive side's cache maintenance kept coherent by hand.
+    maintained_rx,
     /// Times a local UDP socket's full queue held its senders back (host-local flow
     /// control: one per episode, see [`crate::Config::udp_local_hold`]).
     udp_local_held,

@@ -1563,3 +1563,39 @@ fn a_gathered_send_takes_its_parts_in_order_and_stops_where_the_buffer_fills() {
     );
     close_and_drain(&mut w, ca, Some(cb));
 }
+
+/// Seed 003's buffer modes change how frames meet the caches, never their bytes: every mode
+/// on each side's send and receive carries both streams whole, under loss and reordering
+/// (retransmissions copy from the queue again, out-of-order segments wait in buffers the
+/// receive side maintained).
+#[test]
+fn every_buffer_mode_carries_the_streams_whole() {
+    use shmnet_chan::coherence::{BufferModes, Mode};
+    let modes = [
+        None,
+        Some(Mode::Ch),
+        Some(Mode::ChAll),
+        Some(Mode::Cs),
+        Some(Mode::Nc),
+    ];
+    for (i, (send, recv)) in modes
+        .iter()
+        .flat_map(|s| modes.iter().map(move |r| (*s, *r)))
+        .enumerate()
+    {
+        let tweak = move |c: &mut Config| c.buffers = BufferModes { send, recv };
+        let seed = 300 + i as u64;
+        let impair = Impair {
+            loss: 0.02,
+            reorder: 0.05,
+            ..Impair::default()
+        };
+        let w = Wire::sized(seed, impair, 2048, &tweak, &tweak);
+        let w = transfer_with(w, seed, 100_000, 30_000);
+        assert_eq!(
+            w.b.ifc.tcp_counters().bytes_in,
+            100_000,
+            "{send:?} {recv:?}"
+        );
+    }
+}

@@ -94,6 +94,17 @@ pub struct TtcpArgs {
     /// 1,500 to measure an Ethernet-sized wire.
     #[arg(long, value_name = "BYTES")]
     mtu: Option<usize>,
+    /// Seed 003's cache maintenance of the shmnet structures' frames, per direction:
+    /// send=MODE,recv=MODE with MODE one of ch (clean each line with clflushopt), ch-all (the
+    /// seed's whole-cache clean), cs (software clean: junk reads in the frame's sets), nc
+    /// (bypass: non-temporal stores on send; streaming loads and eviction on receive) or none
+    /// (the default: x86's DMA is coherent). See docs/buffers.md.
+    #[arg(
+        long,
+        value_name = "send=MODE,recv=MODE",
+        default_value = "send=none,recv=none"
+    )]
+    buffers: shmnet_chan::coherence::BufferModes,
     /// Print one JSON object (rows as the issue names them, and everything else).
     #[arg(long)]
     json: bool,
@@ -169,6 +180,17 @@ pub struct RrArgs {
     /// 1,500 to measure an Ethernet-sized wire.
     #[arg(long, value_name = "BYTES")]
     mtu: Option<usize>,
+    /// Seed 003's cache maintenance of the shmnet structures' frames, per direction:
+    /// send=MODE,recv=MODE with MODE one of ch (clean each line with clflushopt), ch-all (the
+    /// seed's whole-cache clean), cs (software clean: junk reads in the frame's sets), nc
+    /// (bypass: non-temporal stores on send; streaming loads and eviction on receive) or none
+    /// (the default: x86's DMA is coherent). See docs/buffers.md.
+    #[arg(
+        long,
+        value_name = "send=MODE,recv=MODE",
+        default_value = "send=none,recv=none"
+    )]
+    buffers: shmnet_chan::coherence::BufferModes,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -177,7 +199,12 @@ pub struct RrArgs {
 /// The MTU of shmnet's loopback wire over TCP, unless `--mtu` says otherwise (see its help).
 const TCP_LOOPBACK_MTU: usize = 16_384;
 
-fn launch(checksum: bool, proto: Proto, mtu: Option<usize>) -> Result<Launch> {
+fn launch(
+    checksum: bool,
+    proto: Proto,
+    mtu: Option<usize>,
+    buffers: shmnet_chan::coherence::BufferModes,
+) -> Result<Launch> {
     let mtu = match (proto, mtu) {
         (Proto::Udp, Some(_)) => {
             bail!("--mtu applies to --proto tcp only (UDP cells use softnic's 1,500-byte wire)")
@@ -201,6 +228,7 @@ fn launch(checksum: bool, proto: Proto, mtu: Option<usize>) -> Result<Launch> {
         checksum,
         proto,
         mtu,
+        buffers,
     })
 }
 
@@ -232,7 +260,7 @@ pub fn ttcp(a: TtcpArgs) -> Result<()> {
         (Proto::Tcp, Some(v)) => v,
     };
     let opts = TtcpOptions {
-        launch: launch(a.checksum, a.proto, a.mtu)?,
+        launch: launch(a.checksum, a.proto, a.mtu, a.buffers)?,
         structures: a.structure,
         sizes,
         dirs: a.dir,
@@ -341,7 +369,7 @@ pub fn rr(a: RrArgs) -> Result<()> {
         bail!("--size must be 8 to 1,472 bytes (the sequence number takes 8; one frame)");
     }
     let opts = RrOptions {
-        launch: launch(a.checksum, a.proto, a.mtu)?,
+        launch: launch(a.checksum, a.proto, a.mtu, a.buffers)?,
         structures: a.structure,
         outstanding,
         size: a.size,
@@ -440,6 +468,7 @@ impl WorkerArgs {
                 size,
                 checksum: self.checksum,
                 rx_queue: self.rx_queue,
+                buffers: Default::default(),
             },
         };
         Ok(WorkerSpec {

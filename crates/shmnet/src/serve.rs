@@ -86,6 +86,19 @@ pub struct DriverArgs {
     /// its frames never reach a wire, as Linux's lo offloads them).
     #[arg(long)]
     no_checksum: bool,
+    /// Seed 003's cache maintenance of the frames, per direction: send=MODE,recv=MODE with
+    /// MODE one of ch (clean each line with clflushopt before the device reads a frame, and
+    /// after it wrote one), ch-all (the seed's whole-cache clean), cs (software clean: junk
+    /// reads in the frame's L2 sets), nc (bypass: TCP's payload copied into frames with
+    /// non-temporal stores; received bytes copied out with streaming loads, the frame
+    /// evicted) or none (the default: x86's DMA is coherent, nothing is done). For
+    /// experiments: every mode costs CPU here. See docs/buffers.md.
+    #[arg(
+        long,
+        value_name = "send=MODE,recv=MODE",
+        default_value = "send=none,recv=none"
+    )]
+    buffers: shmnet_chan::coherence::BufferModes,
     /// The largest IP packet per frame, 576 to 32,694 bytes. Above 1,500 the packet buffers
     /// grow to hold a frame, and TCP's segments with them: like Linux's lo (MTU 65,536), a
     /// loopback softnic then carries a stream in a few large segments; with af_packet it is
@@ -373,6 +386,12 @@ impl ServeArgs {
             prefix: self.dev.ip.1,
             gateway: self.dev.gateway,
             checksum: !self.dev.no_checksum,
+            buffers: self.dev.buffers,
+            cache: if self.dev.buffers.is_none() {
+                Default::default()
+            } else {
+                shmnet_lab::cacheinfo::geometry()
+            },
             mtu: self.dev.mtu,
             rx_queue: self.rx_queue,
             udp_local_hold_ms: self.udp_local_hold,
@@ -438,7 +457,8 @@ struct Report {
     gbit_per_s: f64,
     apps: shmnet_io::inline::AppStats,
     driver_stats: shmnet_io::driver::DriverStats,
-    stack: Vec<(&'static str, u64)>,
+    /// Every counter of the stack, by name (as the server structure's `stats.stack`).
+    stack: shmnet_stack::Stats,
     tcp: shmnet_stack::tcp::TcpCounters,
     window: shmnet_chan::WindowStats,
 }
@@ -651,12 +671,7 @@ fn serve<D: Driver>(
         gbit_per_s: apps.bytes as f64 * 8.0 / secs / 1e9,
         apps,
         driver_stats: server.driver_stats(),
-        stack: server
-            .stack_stats()
-            .fields()
-            .into_iter()
-            .filter(|(_, v)| *v != 0)
-            .collect(),
+        stack: server.stack_stats().clone(),
         tcp: server.tcp_counters().clone(),
         window: server.window().stats(),
     };
@@ -691,7 +706,9 @@ fn serve<D: Driver>(
         }
         let stack: Vec<String> = report
             .stack
-            .iter()
+            .fields()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         println!("stack: {}", stack.join(" "));

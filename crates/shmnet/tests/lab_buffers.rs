@@ -41,6 +41,11 @@ fn lab_buffers_measures_models_and_reports_every_cell() {
             "{c}"
         );
         assert!(["send", "receive"].contains(&c["direction"].as_str().unwrap()));
+        let sim = c["simulated_unity_cycles"].as_f64().unwrap_or(f64::NAN);
+        assert!(
+            sim.is_finite() && sim > 0.0,
+            "simulated_unity_cycles in {c}"
+        );
     }
     for k in ["c_br", "c_bw", "c_cr", "c_cw", "c_fl", "cl_total", "c_way"] {
         let x = v["params"][k].as_f64().unwrap_or(f64::NAN);
@@ -50,9 +55,10 @@ fn lab_buffers_measures_models_and_reports_every_cell() {
     let verdicts = v["verdicts"].as_array().expect("verdicts");
     assert_eq!(
         verdicts.len(),
-        6,
-        "two directions × measured, model here, model on Unity"
+        8,
+        "two directions × measured, model here, model on Unity, simulated Unity"
     );
+    assert!(v["unity_sim_error"].is_null(), "{}", v["unity_sim_error"]);
     for x in verdicts {
         assert!(x["nc_cheapest"].as_u64() <= x["cells"].as_u64(), "{x}");
         assert_eq!(u(x, "cells"), 50);
@@ -72,8 +78,37 @@ fn lab_buffers_measures_models_and_reports_every_cell() {
             assert!(p[k].as_f64().is_some_and(f64::is_finite), "{k} in {p}");
         }
     }
+    // auto beside each fixed method and the per-cell best: per direction, the four
+    // methods, auto and best; nothing beats the best.
+    let auto = v["auto"].as_array().expect("auto");
+    assert_eq!(auto.len(), 2 * 6, "{auto:?}");
+    for a in auto {
+        let r = a["vs_best"].as_f64().unwrap_or(f64::NAN);
+        assert!(r.is_finite() && r >= 1.0 - 1e-9, "{a}");
+        assert!(u(a, "cheapest_cells") <= 50, "{a}");
+    }
+    // Fig. 2 and 3 analogs: every configuration at every size moved every byte, and the
+    // baseline divides itself to 1.
+    let stream = v["tcp"]["stream"].as_array().expect("tcp.stream");
+    let rr = v["tcp"]["rr"].as_array().expect("tcp.rr");
+    assert_eq!(stream.len(), 6 * 6, "sizes × configurations");
+    assert_eq!(rr.len(), 5 * 6, "size pairs × configurations");
+    for row in stream.iter().chain(rr) {
+        assert_eq!(row["verified"], true, "{row}");
+        let rate = row["gbit_per_s"].as_f64().or(row["per_s"].as_f64());
+        assert!(rate.is_some_and(|x| x.is_finite() && x > 0.0), "{row}");
+        if row["buffers"] == "ch-all/ch-all" {
+            assert!(
+                (row["vs_ch_all"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+                "{row}"
+            );
+        }
+    }
     let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     for needle in [
+        "Fig. 2 analog",
+        "Fig. 3 analog",
+        "`auto`",
         "Fig. 1 analog, send",
         "Fig. 1 analog, receive",
         "C_br",

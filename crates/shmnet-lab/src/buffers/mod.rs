@@ -28,8 +28,10 @@
 pub mod coherence;
 pub mod model;
 pub mod pollution;
+pub mod tcp;
+pub mod unity;
 
-use crate::cacheinfo::{CacheInfo, Sizes};
+use crate::cacheinfo::Sizes;
 use crate::mem::{LINE, Paging, Region};
 use crate::plot::{Bar, Group, Panel, Scale};
 use crate::tsc;
@@ -98,6 +100,9 @@ pub struct Cell {
     /// What the same equations predict on the seed's Unity, cycles (NaN for `ch`, which it
     /// did not have).
     pub unity_cycles: f64,
+    /// The seed's operation replayed on shmnet-sim's `unity-2010` machine, cycles
+    /// ([`unity`]; NaN if the simulator could not run it).
+    pub simulated_unity_cycles: f64,
 }
 
 /// For one direction and one machine: where bypassing (NC) is the cheapest of the seed's
@@ -106,7 +111,7 @@ pub struct Cell {
 pub struct Verdict {
     /// Send or receive.
     pub direction: Direction,
-    /// "measured here", "model here" or "model on Unity".
+    /// "measured here", "model here", "model on Unity" or "simulated Unity".
     pub source: &'static str,
     /// (length, dirty ratio) cells where NC was the cheapest.
     pub nc_cheapest: usize,
@@ -116,6 +121,22 @@ pub struct Verdict {
     pub nc_cheapest_up_to: Option<usize>,
     /// Cells where NC also beat per-line CH (this CPU's `clflushopt`); `None` for Unity.
     pub nc_beats_per_line_ch: Option<usize>,
+}
+
+/// One method's cost over every cell of Fig. 1 in one direction.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AutoRow {
+    /// Send or receive.
+    pub direction: Direction,
+    /// `ch`, `ch-all`, `cs`, `nc`, `auto` (the model's pick per cell) or `best` (the
+    /// cheapest measured per cell: what no method can beat).
+    pub method: String,
+    /// Mean ticks per packet over the cells, each cell weighted alike.
+    pub mean_ticks: f64,
+    /// `mean_ticks` ÷ `best`'s.
+    pub vs_best: f64,
+    /// Cells where this method was the cheapest measured (ties to each).
+    pub cheapest_cells: usize,
 }
 
 /// The whole run.
@@ -141,10 +162,19 @@ pub struct BuffersLabReport {
     pub cells: Vec<Cell>,
     /// Mean |error| of the model over every cell, percent.
     pub model_mean_abs_error_pct: f64,
-    /// Where NC is cheapest, measured here, modelled here and modelled on Unity.
+    /// Where NC is cheapest, measured here, modelled here, modelled on Unity and simulated
+    /// on Unity.
     pub verdicts: Vec<Verdict>,
+    /// Why the simulated Unity has no figures, if it has none.
+    pub unity_sim_error: Option<String>,
     /// Cache pollution: a working set's read after 32 packets, by method.
     pub pollution: Vec<pollution::PollutionRow>,
+    /// The `auto` method (the calibrated model's pick per packet) beside each fixed method
+    /// and the per-cell best, over every cell of Fig. 1.
+    pub auto: Vec<AutoRow>,
+    /// Fig. 2 and 3 analogs: TCP stream and request/response through shmnet's stack with
+    /// each method on its frames.
+    pub tcp: tcp::TcpFigures,
     /// The report.
     pub report: PathBuf,
 }
@@ -336,7 +366,7 @@ pub fn run(
     );
     let caches = crate::cacheinfo::caches();
     let sizes = Sizes::from_caches(&caches);
-    let l2_ways = l2_ways(&caches);
+    let l2_ways = crate::cacheinfo::l2_ways(&caches);
     let ops = CpuOps::this();
     let _pin = crate::calibrate::Pinned::here(None);
     let mut b = Buffers::new(&sizes, l2_ways)?;
@@ -389,9 +419,26 @@ pub fn run(
                         predicted_ticks: predicted,
                         error_pct: (predicted - p50) / p50.max(1.0) * 100.0,
                         unity_cycles: unity.predict(dir, mode, bytes, dirty),
+                        simulated_unity_cycles: f64::NAN,
                     });
                 }
             }
+        }
+    }
+    progress(
+        0.88,
+        "replaying the seed's operations on the simulated Unity",
+    );
+    let simulated = unity::unity_machine().and_then(|m| unity::simulate(&m, &LENGTHS, &DIRTY));
+    let unity_sim_error = simulated.as_ref().err().map(ToString::to_string);
+    for s in simulated.iter().flatten() {
+        if let Some(c) = cells.iter_mut().find(|c| {
+            c.direction == s.dir
+                && c.mode == s.mode
+                && c.bytes == s.bytes
+                && c.dirty_pct == s.dirty * 100.0
+        }) {
+            c.simulated_unity_cycles = s.cycles;
         }
     }
     let model_mean_abs_error_pct =
@@ -403,7 +450,17 @@ pub fn run(
         let mut v = verdict(&cells, dir, "model on Unity", |c| c.unity_cycles);
         v.nc_beats_per_line_ch = None;
         verdicts.push(v);
+        verdicts.push(verdict(&cells, dir, "simulated Unity", |c| {
+            c.simulated_unity_cycles
+        }));
     }
+    let auto = auto_rows(&cells);
+    let geometry = shmnet_chan::coherence::CacheGeometry {
+        l1d,
+        l2: sizes.l2 as usize,
+        l2_ways,
+    };
+    let tcp = tcp::run(opts.quick, geometry, &mut |step| progress(0.9, step));
     let mut pollution_progress = |step: &str| progress(0.95, step);
     // SAFETY: K's 64 KiB hold the 32 packets' 2 KiB buffers; U and the frame are apart from
     // K; the context's regions live as long as `b`.
@@ -442,6 +499,9 @@ pub fn run(
         model_mean_abs_error_pct,
         verdicts,
         pollution,
+        auto,
+        tcp,
+        unity_sim_error,
         report: opts.out.join("report.md"),
     };
     progress(0.97, "writing the report");
@@ -450,14 +510,59 @@ pub fn run(
     Ok(report)
 }
 
-/// The L2's associativity as the kernel gives it; 8 where it is silent.
-fn l2_ways(caches: &[CacheInfo]) -> usize {
-    caches
-        .iter()
-        .find(|c| c.level == 2 && c.kind != "instruction")
-        .map(|c| c.ways as usize)
-        .filter(|&w| w > 0)
-        .unwrap_or(8)
+/// `auto` beside the fixed methods: per cell, `auto` costs what the mode the calibrated model
+/// predicts cheapest measured in that cell (the pick is a few comparisons, per packet, of
+/// numbers computed once), and `best` what the cheapest measured mode did.
+fn auto_rows(cells: &[Cell]) -> Vec<AutoRow> {
+    let mut rows = Vec::new();
+    for dir in Direction::BOTH {
+        let mut sums: Vec<(String, f64, usize)> = Mode::ALL
+            .iter()
+            .map(|m| (m.name().to_owned(), 0.0, 0))
+            .chain([("auto".to_owned(), 0.0, 0), ("best".to_owned(), 0.0, 0)])
+            .collect();
+        let mut n = 0usize;
+        for &bytes in &LENGTHS {
+            for &dirty in &DIRTY {
+                let cell: Vec<&Cell> = cells
+                    .iter()
+                    .filter(|c| {
+                        c.direction == dir && c.bytes == bytes && c.dirty_pct == dirty * 100.0
+                    })
+                    .collect();
+                if cell.len() != Mode::ALL.len() {
+                    continue;
+                }
+                n += 1;
+                let best = cell.iter().map(|c| c.ticks).fold(f64::INFINITY, f64::min);
+                let pick = cell
+                    .iter()
+                    .min_by(|a, b| a.predicted_ticks.total_cmp(&b.predicted_ticks))
+                    .map_or(f64::NAN, |c| c.ticks);
+                for (i, c) in cell.iter().enumerate() {
+                    sums[i].1 += c.ticks;
+                    sums[i].2 += usize::from(c.ticks <= best);
+                }
+                let k = Mode::ALL.len();
+                sums[k].1 += pick;
+                sums[k].2 += usize::from(pick <= best);
+                sums[k + 1].1 += best;
+                sums[k + 1].2 += 1;
+            }
+        }
+        let best_mean = sums.last().map_or(f64::NAN, |s| s.1 / n.max(1) as f64);
+        for (method, sum, cheapest_cells) in sums {
+            let mean_ticks = sum / n.max(1) as f64;
+            rows.push(AutoRow {
+                direction: dir,
+                method,
+                mean_ticks,
+                vs_best: mean_ticks / best_mean,
+                cheapest_cells,
+            });
+        }
+    }
+    rows
 }
 
 /// One send sample: (ticks, timing windows opened).
@@ -634,6 +739,50 @@ fn size_label(bytes: usize) -> String {
     }
 }
 
+/// The Fig. 2 and 3 analogs' tables.
+fn tcp_markdown(s: &mut String, t: &tcp::TcpFigures) {
+    let _ = writeln!(s, "## Fig. 2 analog: TCP stream by message size\n");
+    let _ = writeln!(
+        s,
+        "Two of shmnet's stacks in one process, one connection, TCP checksums offloaded (as a NIC does: the rows differ only by the method); the wire copies frames between their pools (the device, untimed); timed, the CPU's part on both sides. Gbit/s per CPU second, median of {} runs of {} MiB, and ÷ the seed's CH (its whole-cache clean, `ch-all`) on both sides, as the seed normalises. Methods as send/receive; `ch` is x86's per-line clean, `none` the hardware's coherence.\n",
+        t.repetitions,
+        t.stream_bytes >> 20
+    );
+    let names: Vec<&str> = tcp::configurations().iter().map(|c| c.0).collect();
+    let _ = writeln!(s, "| message | {} |", names.join(" | "));
+    let _ = writeln!(s, "|---|{}", "---|".repeat(names.len()));
+    for &m in &tcp::STREAM_SIZES {
+        let _ = write!(s, "| {} |", size_label(m));
+        for n in &names {
+            if let Some(x) = t.stream.iter().find(|x| x.message == m && x.buffers == *n) {
+                let _ = write!(s, " {:.2} ({:.2}) |", x.gbit_per_s, x.vs_ch_all);
+            }
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s, "\n## Fig. 3 analog: TCP request/response\n");
+    let _ = writeln!(
+        s,
+        "The same pair; one side writes the request, the other reads it and writes the response. Transactions per CPU second, median of {} runs of {}, and ÷ `ch-all/ch-all`.\n",
+        t.repetitions, t.transactions
+    );
+    let _ = writeln!(s, "| request / response | {} |", names.join(" | "));
+    let _ = writeln!(s, "|---|{}", "---|".repeat(names.len()));
+    for &(q, a) in &tcp::RR_SIZES {
+        let _ = write!(s, "| {q} / {a} B |");
+        for n in &names {
+            if let Some(x) =
+                t.rr.iter()
+                    .find(|x| x.request == q && x.response == a && x.buffers == *n)
+            {
+                let _ = write!(s, " {:.0} ({:.2}) |", x.per_s, x.vs_ch_all);
+            }
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s);
+}
+
 fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
     let mut s = String::new();
     let p = &r.params;
@@ -733,6 +882,13 @@ fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
         "\nMean |error| of the model here, every cell: {:.0} %.\n",
         r.model_mean_abs_error_pct
     );
+    let _ = writeln!(
+        s,
+        "The simulated Unity: each cell's operation replayed as a reference trace on shmnet-sim's `unity-2010` machine (16 KiB 4-way data cache of 32-byte lines, the seed's C_br, C_bw, C_cr, C_cw; NC's K an uncacheable range, CH's cleans and invalidations maintenance operations; what the seed leaves unsaid is assumed as docs/sim.md lists). Unlike equations (1)–(6), it charges NC's header reads on receive, the write-backs of dirty victims, and the whole-cache clean's walk.\n"
+    );
+    if let Some(e) = &r.unity_sim_error {
+        let _ = writeln!(s, "The simulated Unity could not run: {e}.\n");
+    }
     for f in figures {
         if f.extension().is_some_and(|e| e == "png") {
             let name = f
@@ -747,12 +903,12 @@ fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
     for dir in Direction::BOTH {
         let _ = writeln!(
             s,
-            "## Fig. 1 analog, {}: ticks per packet, measured / model (Unity's model, cycles)\n",
+            "## Fig. 1 analog, {}: ticks per packet, measured / model (Unity: model / simulated, cycles)\n",
             dir.name()
         );
         let _ = writeln!(
             s,
-            "| bytes | dirty | ch | ch-all | cs | nc | cheapest | Unity: ch-all | cs | nc | cheapest |"
+            "| bytes | dirty | ch | ch-all | cs | nc | cheapest | Unity: ch-all | cs | nc | cheapest (model / simulated) |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
         for &bytes in &LENGTHS {
@@ -780,15 +936,27 @@ fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
                     .iter()
                     .min_by(|a, b| a.unity_cycles.total_cmp(&b.unity_cycles))
                     .map_or("", |c| c.mode.name());
+                let sbest = seeds
+                    .iter()
+                    .filter(|c| c.simulated_unity_cycles.is_finite())
+                    .min_by(|a, b| {
+                        a.simulated_unity_cycles
+                            .total_cmp(&b.simulated_unity_cycles)
+                    })
+                    .map_or("", |c| c.mode.name());
                 let _ = write!(s, "| {bytes} | {} |", pct(dirty * 100.0));
                 for c in &row {
                     let _ = write!(s, " {:.0} / {:.0} |", c.ticks, c.predicted_ticks);
                 }
                 let _ = write!(s, " {best} |");
                 for c in seeds {
-                    let _ = write!(s, " {:.0} |", c.unity_cycles);
+                    let _ = write!(
+                        s,
+                        " {:.0} / {:.0} |",
+                        c.unity_cycles, c.simulated_unity_cycles
+                    );
                 }
-                let _ = writeln!(s, " {ubest} |");
+                let _ = writeln!(s, " {ubest} / {sbest} |");
             }
         }
         let _ = writeln!(s);
@@ -824,6 +992,32 @@ fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
         }
     }
     let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "## `auto`: the model's pick per packet, against each fixed method\n"
+    );
+    let _ = writeln!(
+        s,
+        "Over every cell of Fig. 1 (each weighted alike): mean ticks per packet, ÷ the per-cell best measured, and the cells where each was the cheapest. `auto` takes, per packet, the method equations (1)–(6) with this run's calibrated costs predict cheapest for its length and the dirty ratio.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| direction | method | mean ticks | ÷ best | cheapest in cells |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|");
+    for a in &r.auto {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.2} | {} |",
+            a.direction.name(),
+            a.method,
+            a.mean_ticks,
+            a.vs_best,
+            a.cheapest_cells
+        );
+    }
+    let _ = writeln!(s);
+    tcp_markdown(&mut s, &r.tcp);
     let _ = writeln!(
         s,
         "What this is not: x86 keeps DMA coherent in hardware, so none of these methods is needed here; each is paid to measure it. NC's receive side cannot make K uncacheable from user space (the seed's uncacheable skb needs the kernel): its first read of each line misses, its later header reads hit, where every read went to memory on Unity. See docs/experiments.md."

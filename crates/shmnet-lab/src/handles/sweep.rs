@@ -142,10 +142,14 @@ pub fn sim_machine(geo: CacheGeometry) -> Machine {
         memory: MemoryConfig {
             ticks: 100.0,
             dirty_ticks: 100.0,
+            uncached_read_ticks: None,
+            uncached_write_ticks: None,
         },
         base_page: shmnet_sim::ByteSize(4096),
         huge_pages: Vec::new(),
         notes: Vec::new(),
+        uncacheable: Vec::new(),
+        maintenance: Default::default(),
     }
 }
 

@@ -219,6 +219,9 @@ pub struct Launch {
     pub proto: Proto,
     /// The MTU of shmnet's wire (the stack's; its pool buffers hold a frame of it).
     pub mtu: usize,
+    /// How the shmnet structures' stacks keep frames coherent with the device by hand
+    /// (seed 003's methods; none by default).
+    pub buffers: shmnet_chan::coherence::BufferModes,
 }
 
 /// The parties' part of a cell: what each structure starts, and how each starts it.
@@ -333,6 +336,7 @@ pub(crate) fn start(
                     size,
                     checksum: launch.checksum,
                     mtu: launch.mtu,
+                    buffers: launch.buffers,
                 }
             } else {
                 WorkerJob::Inline {
@@ -340,6 +344,7 @@ pub(crate) fn start(
                     size,
                     checksum: launch.checksum,
                     rx_queue,
+                    buffers: launch.buffers,
                 }
             });
             run.parties.push(spawn("inline", launch, inline)?);
@@ -423,6 +428,8 @@ pub(crate) fn start(
                 prefix: 24,
                 checksum: launch.checksum,
                 mtu: launch.mtu,
+                buffers: launch.buffers,
+                cache: crate::cacheinfo::geometry(),
                 rx_queue,
                 socket: socket.clone(),
                 isolation: structure.isolation(),

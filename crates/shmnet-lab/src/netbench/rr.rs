@@ -97,6 +97,8 @@ pub struct RrReport {
     pub proto: Proto,
     /// The MTU of shmnet's wire.
     pub mtu: usize,
+    /// The shmnet structures' cache maintenance of frames (seed 003's methods).
+    pub buffers: shmnet_chan::coherence::BufferModes,
     /// Where it ran.
     pub machine: crate::machine::Machine,
 }
@@ -146,6 +148,7 @@ pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
         failed,
         proto: o.launch.proto,
         mtu: o.launch.mtu,
+        buffers: o.launch.buffers,
         machine: crate::machine::Machine::this(),
     }
 }
@@ -316,6 +319,13 @@ impl fmt::Display for RrReport {
                 Proto::Tcp => ": one connection per cell, TCP_NODELAY, both ends on this host",
             }
         )?;
+        if !self.buffers.is_none() {
+            writeln!(
+                f,
+                "shmnet's frames kept coherent by hand (seed 003): {}",
+                self.buffers
+            )?;
+        }
         writeln!(
             f,
             "{:>9} {:<14} {:>10} {:>8} {:>9} {:>8} {:>9} {:>11} {:>7} {:>6}  CPU µs/txn by party",

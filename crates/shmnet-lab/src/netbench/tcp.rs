@@ -456,7 +456,12 @@ struct InlineTcp {
 }
 
 impl InlineTcp {
-    fn new(board: Arc<Scoreboard>, checksum: bool, mtu: usize) -> Result<Self> {
+    fn new(
+        board: Arc<Scoreboard>,
+        checksum: bool,
+        mtu: usize,
+        buffers: shmnet_chan::coherence::BufferModes,
+    ) -> Result<Self> {
         // The stack as `shmnet serve` configures it for a loopback softnic.
         let serve = ServeConfig {
             ip: SERVER_IP,
@@ -468,6 +473,8 @@ impl InlineTcp {
             checksum,
             loopback: true,
             mtu,
+            buffers,
+            cache: crate::cacheinfo::geometry(),
             ..ServeConfig::default()
         };
         let nic = bench_softnic(
@@ -637,8 +644,9 @@ pub fn inline_tcp(
     size: usize,
     checksum: bool,
     mtu: usize,
+    buffers: shmnet_chan::coherence::BufferModes,
 ) -> Result<Value> {
-    let mut st = InlineTcp::new(board.clone(), checksum, mtu)?;
+    let mut st = InlineTcp::new(board.clone(), checksum, mtu, buffers)?;
     let own = match job {
         InlineJob::RequestResponse { outstanding } => {
             inline_rr(&board, &mut st, size, outstanding)?

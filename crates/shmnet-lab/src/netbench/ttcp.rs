@@ -195,6 +195,8 @@ pub struct TtcpReport {
     pub proto: Proto,
     /// The MTU of shmnet's wire.
     pub mtu: usize,
+    /// The shmnet structures' cache maintenance of frames (seed 003's methods).
+    pub buffers: shmnet_chan::coherence::BufferModes,
     /// Where it ran.
     pub machine: crate::machine::Machine,
 }
@@ -271,6 +273,7 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
         checksum: o.launch.checksum,
         proto: o.launch.proto,
         mtu: o.launch.mtu,
+        buffers: o.launch.buffers,
         machine: crate::machine::Machine::this(),
     }
 }
@@ -509,6 +512,13 @@ impl fmt::Display for TtcpReport {
                 self.mtu,
                 if self.checksum { "on" } else { "off, as on lo" },
             )?,
+        }
+        if !self.buffers.is_none() {
+            writeln!(
+                f,
+                "shmnet's frames kept coherent by hand (seed 003): {}",
+                self.buffers
+            )?;
         }
         writeln!(
             f,

@@ -13,6 +13,7 @@ use super::tcp;
 use crate::scoreboard::{Permit, Scoreboard, ScoreboardError};
 use crate::softnic_roles::{BenchSoftnic, bench_softnic};
 use serde_json::{Value, json};
+use shmnet_chan::coherence::BufferModes;
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::driver::softnic::{SoftnicConfig, SoftnicError};
 use shmnet_io::inline::{App, Inline, ServeConfig, ServeError};
@@ -225,6 +226,9 @@ pub enum WorkerJob {
         checksum: bool,
         /// The loopback wire's MTU.
         mtu: usize,
+        /// The stack's buffer methods.
+        #[serde(default)]
+        buffers: BufferModes,
     },
     /// [`inline`].
     Inline {
@@ -236,6 +240,9 @@ pub enum WorkerJob {
         checksum: bool,
         /// Socket queue limit.
         rx_queue: usize,
+        /// The stack's buffer methods.
+        #[serde(default)]
+        buffers: BufferModes,
     },
 }
 
@@ -262,7 +269,8 @@ pub fn run(spec: &WorkerSpec) -> Result<Value> {
             size,
             checksum,
             rx_queue,
-        } => inline(board.clone(), *job, *size, *checksum, *rx_queue),
+            buffers,
+        } => inline(board.clone(), *job, *size, *checksum, *rx_queue, *buffers),
         WorkerJob::KernelTcpRecv { size } => tcp::kernel_tcp_recv(&board, *size),
         WorkerJob::KernelTcpSend { size } => tcp::kernel_tcp_send(&board, *size),
         WorkerJob::KernelTcpEcho => tcp::kernel_tcp_echo(&board),
@@ -282,7 +290,8 @@ pub fn run(spec: &WorkerSpec) -> Result<Value> {
             size,
             checksum,
             mtu,
-        } => tcp::inline_tcp(board.clone(), *job, *size, *checksum, *mtu),
+            buffers,
+        } => tcp::inline_tcp(board.clone(), *job, *size, *checksum, *mtu, *buffers),
     };
     if out.is_err() {
         // Let the others leave too: the harness reports this party's error.
@@ -692,11 +701,12 @@ pub fn inline(
     size: usize,
     checksum: bool,
     rx_queue: usize,
+    buffers: BufferModes,
 ) -> Result<Value> {
     let (role, apps) = match job {
         // The harness sends a stream to `WorkerJob::InlineTcp`, with its MTU; here the
         // Ethernet-sized wire a UDP cell has.
-        InlineJob::Stream => return tcp::inline_tcp(board, job, size, checksum, 1500),
+        InlineJob::Stream => return tcp::inline_tcp(board, job, size, checksum, 1500, buffers),
         InlineJob::Receive => (BenchRole::Send, vec![App::Sink(APP_PORT)]),
         InlineJob::Transmit => (BenchRole::Sink, vec![App::Sink(SOURCE_PORT)]),
         InlineJob::RequestResponse { .. } => (
@@ -723,6 +733,8 @@ pub fn inline(
         rx_queue_limit: rx_queue,
         apps,
         loopback: role == BenchRole::Loopback,
+        buffers,
+        cache: crate::cacheinfo::geometry(),
         ..ServeConfig::default()
     };
     let mut server = Inline::new(nic, &cfg)?;

@@ -109,8 +109,9 @@ pub(super) struct Lane {
     /// flags (indexed like `line.key`); see [`flush_dirty`](Simulator::flush_dirty).
     line_dirty: [bool; 2],
     page: Pair,
-    /// Hits on a recent line, by op code (read, write, ifetch).
-    line_hits: [u64; 3],
+    /// Hits on a recent line, by op code (read, write, ifetch; the other codes, maintenance,
+    /// never hit here, but sizing the array for every code spares a bounds check).
+    line_hits: [u64; Op::ALL.len()],
     /// Single-line references that were not such a hit. With `line_hits`, all single-line
     /// references: the lane's line accesses, and its TLB lookups (with a TLB).
     line_misses: u64,
@@ -192,7 +193,7 @@ impl Simulator {
             line: Pair::new(Recent::NONE),
             line_dirty: [false; 2],
             page: Pair::new(Recent::NONE),
-            line_hits: [0; 3],
+            line_hits: [0; Op::ALL.len()],
             line_misses: 0,
             page_misses: 0,
         };
@@ -243,7 +244,7 @@ impl Simulator {
     /// Hands everything of `lane` back at the end of a batch: recent keys and counts.
     fn finish_lane(&mut self, mut lane: Lane) {
         self.store(&mut lane);
-        let [reads, writes, ifetches] = lane.line_hits;
+        let [reads, writes, ifetches, ..] = lane.line_hits;
         let hits = reads + writes + ifetches;
         let lines = hits + lane.line_misses;
         self.line_accesses += lines;
@@ -267,8 +268,9 @@ impl Simulator {
         // saturate into its first line) takes the general code: exact either way.
         // A size of 0 counts as 1 in the general code; both give `offset + size <= line
         // bytes` here (`offset < line bytes`), so `max(1)` is not needed.
+        // Maintenance ops take the general code too (they are not accesses).
         let offset = r.addr & lane.line_mask;
-        if offset + u64::from(r.size) > lane.line_mask + 1 {
+        if offset + u64::from(r.size) > lane.line_mask + 1 || r.op.is_maintenance() {
             return self.lane_general(lane, r);
         }
         let line = r.addr >> lane.shift;
@@ -319,7 +321,8 @@ impl Simulator {
         t
     }
 
-    /// A reference spanning lines: the general code, the lane's state handed back around it.
+    /// A reference spanning lines, or a maintenance op: the general code, the lane's state
+    /// handed back around it.
     #[inline(never)]
     fn lane_general(&mut self, lane: &mut Lane, r: Ref) -> f64 {
         self.store(lane);
@@ -340,7 +343,8 @@ mod tests {
     use crate::trace::{Op, Party, Ref};
 
     /// Random references with the locality of copies: a few streams walking forwards by
-    /// small steps, jumps, and sizes that sometimes span lines.
+    /// small steps, jumps, sizes that sometimes span lines, and now and then a
+    /// cache-maintenance op.
     fn trace(seed: u64, n: usize) -> Vec<Ref> {
         let mut rng = fastrand::Rng::with_seed(seed);
         let mut streams = [0x1000u64, 0x20_0000, 0x40_0000, 0x7f_f000];
@@ -352,9 +356,10 @@ mod tests {
                 } else {
                     streams[s] += rng.u64(..12);
                 }
-                let op = match (s, rng.u32(..10)) {
-                    (0, _) => Op::Ifetch,
-                    (_, 0..=3) => Op::Write,
+                let op = match (s, rng.u32(..10), rng.u32(..64)) {
+                    (_, _, 0) => Op::ALL[3 + rng.usize(..4)],
+                    (0, _, _) => Op::Ifetch,
+                    (_, 0..=3, _) => Op::Write,
                     _ => Op::Read,
                 };
                 let size = match rng.u32(..20) {
@@ -372,12 +377,19 @@ mod tests {
             .collect()
     }
 
-    /// The presets, shrunk so that misses are frequent, with variations of policies.
+    /// The presets, shrunk so that misses are frequent, with variations of policies, and
+    /// with a range of the second stream's addresses uncacheable.
     fn machines() -> Vec<Machine> {
         let mut out = Vec::new();
-        for name in ["this-machine", "hp720-1993", "sgi-r4400-1994"] {
+        for name in ["this-machine", "hp720-1993", "sgi-r4400-1994", "unity-2010"] {
             let m = Machine::preset(name).unwrap();
             out.push(m.clone());
+            let mut nc = m.clone();
+            nc.uncacheable
+                .push(crate::UncacheableRange::new(0x20_0000, 0x1000));
+            nc.maintenance.line_ticks = 3.0;
+            nc.maintenance.walk_ticks = 0.5;
+            out.push(nc);
             for (i, rep) in [
                 Replacement::Fifo,
                 Replacement::Random,
@@ -450,7 +462,16 @@ mod tests {
                 used_lanes |= batch.lanes;
                 let mut rng = fastrand::Rng::with_seed(99);
                 let mut rest = &refs[..];
+                let mut made_uncacheable = false;
                 while !rest.is_empty() {
+                    // Half way, a range of the third stream's is made uncacheable (its
+                    // lines flushed) in both.
+                    if !made_uncacheable && rest.len() < refs.len() / 2 {
+                        made_uncacheable = true;
+                        let r = crate::UncacheableRange::new(0x40_0000, 0x2000);
+                        one.set_uncacheable(r).unwrap();
+                        batch.set_uncacheable(r).unwrap();
+                    }
                     let n = rng.usize(..=rest.len().min(3000));
                     let (now, later) = rest.split_at(n);
                     for r in now {

@@ -9,7 +9,8 @@
 //!     12     4  flags, u32 little-endian = 0 (reserved; readers reject other values)
 //! records (12 bytes each), from offset 16 to the end of the input
 //!     +0     1  party: 0 driver/sender, 1 stack/server, 2 application, 3 load generator, 4 other
-//!     +1     1  op: 0 read, 1 write, 2 instruction fetch
+//!     +1     1  op: 0 read, 1 write, 2 instruction fetch, 3 clean, 4 clean and invalidate,
+//!                5 invalidate, 6 clean all (cache maintenance; see `Op`)
 //!     +2     2  size in bytes, u16 little-endian, >= 1
 //!     +4     8  address, u64 little-endian
 //! ```
@@ -18,6 +19,10 @@
 //! many bytes ([`TraceWriter::write`] splits it). The input ends after the last whole record;
 //! a partial record at the end, an unknown party or op, or a zero size is an error naming the
 //! record's byte offset.
+//!
+//! Ops 3–6 (cache maintenance) were added without a new version: a trace without them reads
+//! the same as before, and a reader that predates them refuses one that has them, naming the
+//! record. A clean-all record's address and size are ignored (the size must still be >= 1).
 
 use std::io::{self, BufWriter, Read, Write};
 
@@ -220,14 +225,14 @@ impl<R: Read> BinaryReader<R> {
 /// Records checked at a time by [`all_valid`]: 48 bytes, a whole number of 16-byte vectors.
 const GROUP: usize = 4;
 
-/// Per byte of a group of [`GROUP`] records, the largest valid value: 4 for a party, 2 for
-/// an op, 255 (anything) elsewhere.
+/// Per byte of a group of [`GROUP`] records, the largest valid value: 4 for a party,
+/// [`Op::MAX_CODE`] for an op, 255 (anything) elsewhere.
 const LIMIT: [u8; GROUP * RECORD_BYTES] = {
     let mut t = [u8::MAX; GROUP * RECORD_BYTES];
     let mut i = 0;
     while i < GROUP {
         t[i * RECORD_BYTES] = 4;
-        t[i * RECORD_BYTES + 1] = 2;
+        t[i * RECORD_BYTES + 1] = Op::MAX_CODE;
         i += 1;
     }
     t
@@ -280,7 +285,7 @@ fn all_valid(records: &[u8]) -> bool {
 #[inline(always)]
 fn is_valid(r: &[u8]) -> bool {
     // `&`, not `&&`: no branches.
-    (r[0] <= 4) & (r[1] <= 2) & ((r[2] | r[3]) != 0)
+    (r[0] <= 4) & (r[1] <= Op::MAX_CODE) & ((r[2] | r[3]) != 0)
 }
 
 /// Decodes one record at input offset `offset`.
@@ -294,7 +299,8 @@ fn decode(r: &[u8], offset: u64) -> Result<Ref, TraceError> {
     };
     let party =
         Party::from_code(r[0]).ok_or_else(|| bad(format!("party {} is not 0..=4", r[0])))?;
-    let op = Op::from_code(r[1]).ok_or_else(|| bad(format!("op {} is not 0..=2", r[1])))?;
+    let op = Op::from_code(r[1])
+        .ok_or_else(|| bad(format!("op {} is not 0..={}", r[1], Op::MAX_CODE)))?;
     let size = u16::from_le_bytes([r[2], r[3]]);
     if size == 0 {
         return Err(bad("size 0".into()));
@@ -331,9 +337,12 @@ const PARTY_OF: [Party; 256] = {
 
 /// An op for every byte: the op of that code, anything for invalid codes.
 const OP_OF: [Op; 256] = {
-    let mut t = [Op::Ifetch; 256];
-    t[0] = Op::Read;
-    t[1] = Op::Write;
+    let mut t = [Op::Read; 256];
+    let mut i = 0;
+    while i < Op::ALL.len() {
+        t[i] = Op::ALL[i];
+        i += 1;
+    }
     t
 };
 
@@ -387,7 +396,7 @@ mod tests {
             for _ in 0..n {
                 let size = rng.u16(1..);
                 let party = Party::ALL[rng.usize(..5)];
-                let op = OP_OF[rng.usize(..3)];
+                let op = OP_OF[rng.usize(..Op::ALL.len())];
                 bytes.extend_from_slice(&encode(party, op, rng.u64(..), size));
             }
             if n > 0 && rng.bool() {

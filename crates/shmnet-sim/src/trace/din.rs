@@ -6,6 +6,10 @@
 //! touches one line. Fields are separated by spaces or tabs; blank lines are skipped. Labels
 //! 3 (Dinero's "escape") and 4 ("flush") are not supported: they are an error naming the
 //! line. A reference spanning several lines touches each of them.
+//!
+//! shmnet's cache-maintenance ops ([`Op::Clean`] and the others, codes 3–6) have no label
+//! here (Dinero's 3 and 4 mean something else): they are refused when read, and
+//! [`write_ref`] refuses to write them. Use the binary format for traces that have them.
 
 use std::io::{self, Read, Write};
 
@@ -108,7 +112,17 @@ impl<R: Read> TraceSource for DinReader<R> {
     }
 }
 
-/// Writes one reference as a `D` line: `label hexaddr hexsize`.
+/// Writes one reference as a `D` line: `label hexaddr hexsize`. A maintenance op (which the
+/// format cannot say) is an [`io::ErrorKind::InvalidInput`] error.
 pub fn write_ref(w: &mut impl Write, op: Op, addr: u64, size: u32) -> io::Result<()> {
+    if op.is_maintenance() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a Dinero trace cannot hold the maintenance op {:?}; write a shmnet binary trace",
+                op.name()
+            ),
+        ));
+    }
     writeln!(w, "{} {:x} {:x}", op.code(), addr, size)
 }

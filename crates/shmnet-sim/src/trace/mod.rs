@@ -21,35 +21,83 @@ pub use binary::{BinaryReader, TraceWriter};
 pub use din::DinReader;
 pub use lackey::LackeyReader;
 
-/// What a reference does.
+/// What a reference does: an access (codes 0–2, Dinero's labels) or a cache-maintenance
+/// operation (codes 3–6, shmnet's binary format only).
+///
+/// The maintenance operations act on the data caches (every level of the data path), as a
+/// CPU cleans or invalidates lines for a device that does not snoop them (seed 003). Those
+/// that take an address act on every line the reference's bytes touch, at each level the
+/// line of that level holding the address; none of them allocates, counts as a demand access
+/// or changes replacement state. Their costs are the machine's
+/// [`MaintenanceConfig`](crate::MaintenanceConfig); see [`sim`](crate::sim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
+#[repr(u8)]
 pub enum Op {
     /// A data load.
-    Read,
+    Read = 0,
     /// A data store.
-    Write,
+    Write = 1,
     /// An instruction fetch.
-    Ifetch,
+    Ifetch = 2,
+    /// Clean: write each line back to memory if it is dirty and keep it valid and clean
+    /// (x86 `clwb`, Arm `DC CVAC`).
+    Clean = 3,
+    /// Clean and invalidate: write each line back if dirty, then discard it (x86 `clflush`,
+    /// Arm `DC CIVAC`).
+    CleanInvalidate = 4,
+    /// Invalidate: discard each line without writing it back, dirty or not (Arm `DC IVAC`;
+    /// a device-coherent receive). A dirty line's data is lost (counted).
+    Invalidate = 5,
+    /// Clean every dirty line of every data cache and keep them valid: the whole-cache clean
+    /// of seed 003's Unity, whose cost is `CL_total × R_d` write-backs. The address and size
+    /// are ignored.
+    CleanAll = 6,
 }
 
 impl Op {
-    /// The code used by the binary format and by Dinero's labels (0 read, 1 write, 2 fetch).
+    /// Every op, in code order.
+    pub const ALL: [Op; 7] = [
+        Op::Read,
+        Op::Write,
+        Op::Ifetch,
+        Op::Clean,
+        Op::CleanInvalidate,
+        Op::Invalidate,
+        Op::CleanAll,
+    ];
+
+    /// The largest code (see [`code`](Op::code)).
+    pub const MAX_CODE: u8 = 6;
+
+    /// The code used by the binary format and, for 0–2, by Dinero's labels: 0 read, 1 write,
+    /// 2 fetch, 3 clean, 4 clean and invalidate, 5 invalidate, 6 clean all.
+    #[inline(always)]
     pub fn code(self) -> u8 {
-        match self {
-            Op::Read => 0,
-            Op::Write => 1,
-            Op::Ifetch => 2,
-        }
+        self as u8
     }
 
     /// The inverse of [`code`](Op::code).
     pub fn from_code(c: u8) -> Option<Op> {
-        match c {
-            0 => Some(Op::Read),
-            1 => Some(Op::Write),
-            2 => Some(Op::Ifetch),
-            _ => None,
+        Op::ALL.get(usize::from(c)).copied()
+    }
+
+    /// Whether this is a cache-maintenance operation (code 3 or more), not an access.
+    #[inline(always)]
+    pub fn is_maintenance(self) -> bool {
+        self as u8 > Op::Ifetch as u8
+    }
+
+    /// A lower-case name, as serialised (`"read"`, `"clean-invalidate"`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Ifetch => "ifetch",
+            Op::Clean => "clean",
+            Op::CleanInvalidate => "clean-invalidate",
+            Op::Invalidate => "invalidate",
+            Op::CleanAll => "clean-all",
         }
     }
 }

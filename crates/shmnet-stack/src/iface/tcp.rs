@@ -241,6 +241,7 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) {
+        let uncached = self.maintenance.as_ref().is_some_and(|m| m.send_uncached());
         for _ in 0..FLUSH_BURST {
             let Some((c, cfg, ctr)) = self.tcp.parts(idx) else {
                 return;
@@ -256,7 +257,7 @@ impl Interface {
                 return;
             };
             let hlen = header_len(&seg);
-            let copied = c.copy_payload(pool, &seg, frame, TCP_AT + hlen);
+            let copied = c.copy_payload(pool, &seg, frame, TCP_AT + hlen, uncached);
             ctr.segs_out += 1;
             ctr.bytes_out += u64::from(copied);
             ctr.sack_retransmits += u64::from(seg.rexmit);
@@ -270,7 +271,7 @@ impl Interface {
                 dont_frag,
             );
             set_window(pool, frame, 0, len);
-            self.tcp_emit(pool, frame, remote, now, tx);
+            self.tcp_emit(pool, frame, remote, now, tx, TCP_AT + hlen);
         }
     }
 
@@ -293,7 +294,7 @@ impl Interface {
         let dont_frag = self.tcp.cfg.pmtu_discovery;
         let len = self.tcp_frame(pool, frame, seg, (local_port, remote), 0, dont_frag);
         set_window(pool, frame, 0, len);
-        self.tcp_emit(pool, frame, remote, now, tx);
+        self.tcp_emit(pool, frame, remote, now, tx, usize::MAX);
     }
 
     /// Write the Ethernet, IPv4 and TCP headers of `seg` into `frame`, whose payload
@@ -352,6 +353,8 @@ impl Interface {
     }
 
     /// Route a built frame to `remote`: transmit it, or queue it for ARP.
+    /// `cached_prefix`: the bytes at the start of the frame written with ordinary stores (the
+    /// headers; the payload after them is non-temporal under `send=nc`).
     fn tcp_emit<P: BufferPool + ?Sized, T: super::TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -359,6 +362,7 @@ impl Interface {
         remote: SocketAddrV4,
         now: Instant,
         tx: &mut T,
+        cached_prefix: usize,
     ) {
         match self.route(*remote.ip(), None, now) {
             Ok((mac, hop)) => {
@@ -366,7 +370,7 @@ impl Interface {
                     eth::set_dst(pool.data_mut(frame), m);
                 }
                 // A frame ARP had no room for is lost, and retransmitted in time.
-                let _ = self.emit_frames(pool, &[frame], mac, hop, now, tx);
+                let _ = self.emit_frames(pool, &[frame], mac, hop, now, tx, cached_prefix);
             }
             Err(_) => pool.free(frame),
         }
@@ -627,8 +631,9 @@ impl Interface {
         now: Instant,
         tx: &mut T,
     ) -> Result<usize, TcpError> {
+        let uncached = self.maintenance.as_ref().is_some_and(|m| m.recv_uncached());
         let c = self.tcp.get_mut(h)?;
-        let n = c.recv(pool, dst);
+        let n = c.recv(pool, dst, uncached);
         if n > 0 {
             self.tcp.counters.bytes_in += n as u64;
             self.tcp_after(pool, h_idx(h), now, tx);

@@ -689,9 +689,15 @@ impl Conn {
 
     /// Copy received bytes into `dst`; returns how many. Opens the window: a window that
     /// grew by two segments or half the buffer is announced at once.
-    pub fn recv<P: BufferPool + ?Sized>(&mut self, pool: &mut P, dst: &mut [u8]) -> usize {
+    /// `uncached`: copied with streaming loads, the buffers' lines evicted (`recv=nc`).
+    pub fn recv<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        dst: &mut [u8],
+        uncached: bool,
+    ) -> usize {
         let before = self.rcv_window();
-        let n = self.rx.read(pool, dst);
+        let n = self.rx.read(pool, dst, uncached);
         self.note_pool(pool);
         if n > 0 {
             self.announce_if_opened(before);
@@ -2189,13 +2195,17 @@ impl Conn {
         seg: &SegOut,
         dst: BufIdx,
         dst_off: usize,
+        uncached: bool,
     ) -> u32 {
         self.tx.copy_out(
             pool,
             seg.data_off,
             seg.data_len,
-            dst,
-            dst_off,
+            super::queue::CopyTo {
+                buf: dst,
+                off: dst_off,
+                uncached,
+            },
             &mut self.tx_cursor,
         )
     }
@@ -2320,7 +2330,7 @@ mod tests {
             &mut ctr,
         );
         let mut out = vec![0u8; 4000];
-        let n = c.recv(&mut pool, &mut out);
+        let n = c.recv(&mut pool, &mut out, false);
         assert_eq!(&out[..n], &stream[..2500]);
         c.clear(&mut pool);
         assert_eq!(pool.free_count(), pool.total());

@@ -35,6 +35,18 @@ pub struct Cursor {
 /// buffers.
 pub const COALESCE_MAX: usize = 512;
 
+/// Where a segmentation copy goes: buffer `buf` from byte `off`, with non-temporal stores
+/// when `uncached` (seed 003's NC send, [`BufferPool::copy_between_uncached`]).
+#[derive(Clone, Copy, Debug)]
+pub struct CopyTo {
+    /// The frame's buffer.
+    pub buf: BufIdx,
+    /// Where the payload starts in it.
+    pub off: usize,
+    /// Store past the caches.
+    pub uncached: bool,
+}
+
 impl ChainQueue {
     /// Bytes queued.
     pub fn bytes(&self) -> u32 {
@@ -188,14 +200,30 @@ impl ChainQueue {
     }
 
     /// Copy bytes from the front into `dst` and drop them; returns how many.
-    pub fn read<P: BufferPool + ?Sized>(&mut self, pool: &mut P, dst: &mut [u8]) -> usize {
+    /// `uncached`: with streaming loads, each buffer's lines evicted after its copy (seed
+    /// 003's NC receive).
+    pub fn read<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        dst: &mut [u8],
+        uncached: bool,
+    ) -> usize {
         let mut done = 0;
         let mut cur = self.head;
         let mut links = self.bufs;
         while let Some(b) = cur.filter(|_| done < dst.len() && links > 0) {
             let seg = crate::buf::valid(pool, b);
             let n = seg.len().min(dst.len() - done);
-            dst[done..done + n].copy_from_slice(&seg[..n]);
+            if uncached {
+                let ops = shmnet_chan::coherence::CpuOps::cached();
+                shmnet_chan::coherence::copy_streaming_evict(
+                    ops,
+                    &mut dst[done..done + n],
+                    &seg[..n],
+                );
+            } else {
+                dst[done..done + n].copy_from_slice(&seg[..n]);
+            }
             done += n;
             cur = pool.next(b);
             links -= 1;
@@ -204,18 +232,22 @@ impl ChainQueue {
         done
     }
 
-    /// Copy `len` bytes starting `offset` bytes into the queue to buffer `dst` at
-    /// `dst_off` (the segmentation copy), starting from `cursor` when it is at or before
-    /// `offset`. Returns the bytes copied (fewer if the queue is shorter).
+    /// Copy `len` bytes starting `offset` bytes into the queue to `to` (the segmentation
+    /// copy), starting from `cursor` when it is at or before `offset`. Returns the bytes
+    /// copied (fewer if the queue is shorter).
     pub fn copy_out<P: BufferPool + ?Sized>(
         &self,
         pool: &mut P,
         offset: u32,
         len: u32,
-        dst: BufIdx,
-        dst_off: usize,
+        to: CopyTo,
         cursor: &mut Cursor,
     ) -> u32 {
+        let CopyTo {
+            buf: dst,
+            off: dst_off,
+            uncached,
+        } = to;
         let (mut cur, mut start) = match cursor.buf {
             Some(b) if cursor.start <= offset => (Some(b), cursor.start),
             _ => (self.head, 0),
@@ -228,13 +260,24 @@ impl ChainQueue {
             if pos < start + blen {
                 let skip = pos - start;
                 let n = (blen - skip).min(len - done);
-                if !pool.copy_between(
-                    b,
-                    (boff + skip) as usize,
-                    dst,
-                    dst_off + done as usize,
-                    n as usize,
-                ) {
+                let copied = if uncached {
+                    pool.copy_between_uncached(
+                        b,
+                        (boff + skip) as usize,
+                        dst,
+                        dst_off + done as usize,
+                        n as usize,
+                    )
+                } else {
+                    pool.copy_between(
+                        b,
+                        (boff + skip) as usize,
+                        dst,
+                        dst_off + done as usize,
+                        n as usize,
+                    )
+                };
+                if !copied {
                     break;
                 }
                 done += n;
@@ -560,12 +603,25 @@ mod tests {
         assert_eq!(chain_to_vec(&pool, q.head().unwrap()), data);
         let mut cursor = Cursor::default();
         let dst = pool.alloc().unwrap();
-        assert_eq!(q.copy_out(&mut pool, 150, 200, dst, 0, &mut cursor), 200);
+        assert_eq!(
+            q.copy_out(
+                &mut pool,
+                150,
+                200,
+                CopyTo {
+                    buf: dst,
+                    off: 0,
+                    uncached: false
+                },
+                &mut cursor
+            ),
+            200
+        );
         assert_eq!(&pool.data(dst)[..200], &data[150..350]);
         pool.free(dst);
         assert_eq!(q.consume(&mut pool, 450, Some(&mut cursor)), 450);
         let mut out = vec![0; 2000];
-        assert_eq!(q.read(&mut pool, &mut out), 550);
+        assert_eq!(q.read(&mut pool, &mut out, false), 550);
         assert_eq!(&out[..550], &data[450..]);
         assert!(q.is_empty());
         assert_eq!(pool.free_count(), pool.total());
