@@ -171,9 +171,19 @@ fn now(snap: &Mutex<Snap>) -> Snap {
 
 /// Waits until `cond` holds for the driver's snapshot (at most [`PATIENCE`]); returns how long
 /// it took, or `None`.
-fn wait_for(snap: &Mutex<Snap>, mut cond: impl FnMut(&Snap) -> bool) -> Option<Duration> {
+fn wait_for(snap: &Mutex<Snap>, cond: impl FnMut(&Snap) -> bool) -> Option<Duration> {
+    wait_up_to(snap, PATIENCE, cond)
+}
+
+/// Waits until `cond` holds for the driver's snapshot (at most `limit`); returns how long it
+/// took, or `None`.
+fn wait_up_to(
+    snap: &Mutex<Snap>,
+    limit: Duration,
+    mut cond: impl FnMut(&Snap) -> bool,
+) -> Option<Duration> {
     let t0 = Instant::now();
-    while t0.elapsed() < PATIENCE {
+    while t0.elapsed() < limit {
         if cond(&now(snap)) {
             return Some(t0.elapsed());
         }
@@ -403,9 +413,14 @@ fn an_interface_gone_for_good_makes_the_driver_give_up() {
     else {
         return;
     };
+    // The driver's clock starts when it sees the veth set down, before the test deletes it:
+    // the give-up time must outlast the gap between the two (a wait for the report and an
+    // `ip link del`), however busy the machine, or the driver gives up on a veth that is only
+    // down and says so.
+    const GIVE_UP: Duration = Duration::from_secs(5);
     let opts = AfPacketOptions {
         reopen_every: Duration::from_millis(50),
-        give_up_after: Some(Duration::from_millis(500)),
+        give_up_after: Some(GIVE_UP),
         ..AfPacketOptions::default()
     };
     let ((), end) = with_driver(&pair, opts, false, |snap| {
@@ -425,12 +440,15 @@ fn an_interface_gone_for_good_makes_the_driver_give_up() {
         pair.run(&pair.ns_a, &["ip", "link", "del", &pair.veth_a])
             .expect("delete the veth");
         // The driver thread stops by itself on the error.
-        let took = wait_for(snap, |s| s.error.is_some());
-        eprintln!("deleted for good: rx_burst returned Err after {took:?} (give-up time 500 ms)");
+        let limit = GIVE_UP + PATIENCE;
+        let took = wait_up_to(snap, limit, |s| s.error.is_some());
+        eprintln!(
+            "deleted for good: rx_burst returned Err after {took:?} (give-up time {GIVE_UP:?})"
+        );
         let s = now(snap);
         assert!(
             took.is_some(),
-            "rx_burst returns Err within {PATIENCE:?}: {s:?}"
+            "rx_burst returns Err within {limit:?}: {s:?}"
         );
         let e = s.error.unwrap();
         assert!(e.contains("gave up") && e.contains(&pair.veth_a), "{e}");

@@ -165,6 +165,7 @@ fn a_hostile_application_sees_nothing_breaks_nothing_and_leaves_nothing() {
         .env(HOSTILE_ENV, &r.path)
         .env(MASKED_ENV, hex(&masked))
         .env(KEY_ENV, hex(&key))
+        .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("spawn the hostile child");
@@ -194,14 +195,26 @@ fn a_hostile_application_sees_nothing_breaks_nothing_and_leaves_nothing() {
     };
     let port_h: u16 = wait_line("hostile port ", &mut lines).parse().unwrap();
     wait_line("hostile junk posted", &mut lines);
-    // Give its junk posts datagrams to refuse (plain bytes: no canary in them).
+    let hostile_pid = child.id() as i32;
+    // Give its junk posts datagrams to refuse (plain bytes: no canary in them) — a post is
+    // looked at only when a datagram needs it — and let it scribble over them only once
+    // the server has refused them (it waits for our word on its stdin).
     {
         let c = Client::connect(&r.path).expect("attach c");
         let s = c.udp_bind(0).unwrap();
         for k in 0..64u8 {
             s.send_to(&[k; 100], SocketAddrV4::new(US, port_h)).unwrap();
         }
-        std::thread::sleep(Duration::from_millis(200));
+        stepped::stats_until(&r.path, |st| {
+            st.apps
+                .iter()
+                .any(|a| a.pid == hostile_pid && a.counters.bad_posts >= 3)
+        });
+    }
+    {
+        use std::io::Write;
+        let mut go = child.stdin.take().expect("the hostile child's stdin");
+        writeln!(go, "scribble").expect("tell the hostile child to go on");
     }
     wait_line("hostile scribbling", &mut lines);
     // Two whole scans of its memory while the canaries flow.
@@ -212,7 +225,6 @@ fn a_hostile_application_sees_nothing_breaks_nothing_and_leaves_nothing() {
         "the honest pair kept going while the hostile one scribbled"
     );
     let during = stats(&r.path);
-    let hostile_pid = child.id() as i32;
     let h = during
         .apps
         .iter()
@@ -391,7 +403,9 @@ fn hostile_child() {
         let _ = post.enqueue(j);
     }
     say("hostile junk posted".into());
-    std::thread::sleep(Duration::from_millis(300));
+    // Until the parent has seen the server refuse the junk posts (or has gone: end of file).
+    let mut word = String::new();
+    let _ = std::io::stdin().read_line(&mut word);
 
     // Scribble every byte of the window, again and again, and scan all memory it can read.
     say("hostile scribbling".into());

@@ -31,18 +31,28 @@ fn server(tag: &str, isolation: Isolation, hold: Duration) -> stepped::Stepped {
     )
 }
 
-/// A reader that pauses every 64 datagrams (far longer than a sender needs to fill
-/// [`QUEUE`]) reads every one of 20,000 blocking sends: none overflows its queue.
+/// A reader that starts reading only once its queue has filled and the sender is held, and
+/// then pauses every 64 datagrams (far longer than a sender needs to fill [`QUEUE`]), reads
+/// every one of 20,000 blocking sends: none overflows its queue.
 fn slow_reader_loses_nothing(isolation: Isolation) {
     const DATAGRAMS: u64 = 20_000;
-    // A hold no pause of the reader's comes near, even on a loaded machine.
-    let server = server("slow", isolation, Duration::from_secs(5));
-    let (port, reader) = stepped::udp_reader(&server.path, |b, sock| {
+    // A hold no pause of the reader's comes near, however loaded the machine.
+    let server = server("slow", isolation, Duration::from_secs(30));
+    let path = server.path.clone();
+    let (port, reader) = stepped::udp_reader(&server.path, move |b, sock| {
+        // The sender is held at least once whatever the machine's speed (a fast reader of a
+        // slow sender might never fill the queue): wait for it before reading.
+        let held = stepped::stats_until(&path, |s| s.stack.udp_local_held > 0);
+        assert!(
+            held.stack.udp_local_held > 0,
+            "{isolation:?}: a reader that does not read never held its sender: {:?}",
+            held.stack
+        );
         let mut buf = [0u8; 64];
         let mut got = 0u64;
         let mut in_order = true;
         while got < DATAGRAMS {
-            match sock.recv_timeout(&mut buf, Duration::from_secs(10)) {
+            match sock.recv_timeout(&mut buf, Duration::from_secs(30)) {
                 Ok((n, _)) => {
                     in_order &= n == 8 && u64::from_le_bytes(buf[..8].try_into().unwrap()) == got;
                     got += 1;

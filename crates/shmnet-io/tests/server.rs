@@ -3,15 +3,15 @@
 
 use shmnet_chan::PageSize;
 use shmnet_io::client::{Client, ClientError};
-use shmnet_io::driver::softnic::{Softnic, SoftnicConfig, expected_payload};
+use shmnet_io::driver::softnic::{Pacer, Permit, Softnic, SoftnicConfig, expected_payload};
 use shmnet_io::inline::ServeConfig;
 use shmnet_io::server::{Placement, Server, ServerOptions};
 use shmnet_io::spec::{DriverSpec, SoftnicSpec};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const PORT: u16 = 5001;
@@ -40,6 +40,58 @@ fn spawn_app(entry: &str, socket: &std::path::Path, env: &[(&str, String)]) -> C
 
 fn child_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
+}
+
+/// How many messages a paced softnic may send beyond those the application has said it
+/// received (it says so every 100): few enough that they all fit at once in the pools (200
+/// messages of 10 fragments, of 4,096 buffers) and between the application's delivery ring
+/// (256) and its socket's queue, so however long the application or the server is held up,
+/// nothing is dropped for want of room; more than 100, so the stream never waits on the
+/// application's next report.
+const AHEAD: u64 = 200;
+
+/// A softnic pacer that holds message `sent` back until the application has said it
+/// received `sent - AHEAD` (kept in `received`): the tests that count every message test
+/// delivery, not whether the receiver keeps up with a rate on a busy machine.
+struct AheadOfReceiver(Arc<AtomicU64>);
+
+impl Pacer for AheadOfReceiver {
+    fn permit(&mut self, sent: u64) -> Permit {
+        if sent < self.0.load(Ordering::Acquire) + AHEAD {
+            Permit::Go
+        } else {
+            Permit::Wait
+        }
+    }
+
+    fn recheck(&self) -> Option<Duration> {
+        // Nothing announces the application's progress to the device: look again soon.
+        Some(Duration::from_millis(1))
+    }
+}
+
+/// The count in an application's `got N` line.
+fn reported_received(line: &str) -> Option<u64> {
+    line.rsplit_once("got ")?.1.trim().parse().ok()
+}
+
+/// Where the application's progress goes: nowhere (an unpaced softnic), to a paced softnic
+/// of this process, or to a paced driver process's stdin, one count a line.
+enum Progress {
+    Ignored,
+    Shared(Arc<AtomicU64>),
+    Pipe(std::process::ChildStdin),
+}
+
+impl Progress {
+    fn tell(&mut self, received: u64) {
+        match self {
+            Progress::Ignored => {}
+            Progress::Shared(a) => a.store(received, Ordering::Release),
+            // A driver process that has gone fails the test by itself.
+            Progress::Pipe(p) => drop(writeln!(p, "{received}")),
+        }
+    }
 }
 
 /// Application entry: receives messages and checks every byte; prints `bound` once bound and
@@ -89,6 +141,35 @@ fn driver_process_softnic() {
     attached.run(nic).expect("driver");
 }
 
+/// Driver-process entry: as `driver_process_softnic`, its softnic paced by
+/// [`AheadOfReceiver`] on the counts the parent writes to its stdin, one a line.
+#[test]
+#[ignore = "driver-process entry; run by the parent tests"]
+fn driver_process_softnic_paced() {
+    let Some(socket) = child_env("SHMNET_TEST_SOCKET") else {
+        eprintln!("driver_process_softnic_paced: not started by a parent test; nothing to do");
+        return;
+    };
+    let received = Arc::new(AtomicU64::new(0));
+    let r = received.clone();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines().map_while(Result::ok) {
+            if let Ok(n) = line.trim().parse() {
+                r.store(n, Ordering::Release);
+            }
+        }
+    });
+    let (attached, setup) =
+        shmnet_io::server::attach_driver_process(std::path::Path::new(&socket)).expect("attach");
+    let spec = setup.driver.softnic().expect("a softnic spec").clone();
+    let nic = Softnic::with_pacer(
+        spec.config(setup.ip, setup.checksum, spec.port),
+        AheadOfReceiver(received),
+    )
+    .unwrap();
+    attached.run(nic).expect("driver");
+}
+
 /// Driver-process entry: attaches, and says it could not open the device it was told.
 #[test]
 #[ignore = "driver-process entry; run by the parent tests"]
@@ -102,11 +183,19 @@ fn driver_process_without_its_device() {
     attached.fail(&format!("no device {}", setup.driver.name()));
 }
 
-fn start_with_process(tag: &str, count: u64, size: usize) -> Server {
-    let server = start_with_process_entry(tag, count, size, "driver_process_softnic")
+/// Starts a server whose driver process runs entry `entry`; returns it and the driver
+/// process's stdin.
+fn start_with_process(
+    tag: &str,
+    count: u64,
+    size: usize,
+    entry: &str,
+) -> (Server, std::process::ChildStdin) {
+    let mut stdin = None;
+    let server = start_with_process_entry(tag, count, size, entry, &mut stdin)
         .expect("start the server with a driver process");
     assert_eq!(server.stats().driver_placement, "process");
-    server
+    (server, stdin.expect("the driver process's stdin"))
 }
 
 fn start_with_process_entry(
@@ -114,6 +203,7 @@ fn start_with_process_entry(
     count: u64,
     size: usize,
     entry: &str,
+    stdin: &mut Option<std::process::ChildStdin>,
 ) -> Result<Server, shmnet_io::server::ServerError> {
     Server::start_with_driver_process(
         SoftnicConfig::default().mac,
@@ -135,11 +225,14 @@ fn start_with_process_entry(
             ..SoftnicSpec::default()
         }),
         |path| {
-            Command::new(std::env::current_exe().unwrap())
+            let mut child = Command::new(std::env::current_exe().unwrap())
                 .args([entry, "--exact", "--ignored", "--test-threads=1"])
                 .env("SHMNET_TEST_SOCKET", path)
+                .stdin(Stdio::piped())
                 .stdout(Stdio::null())
-                .spawn()
+                .spawn()?;
+            *stdin = child.stdin.take();
+            Ok(child)
         },
         Duration::from_secs(30),
     )
@@ -148,10 +241,11 @@ fn start_with_process_entry(
 #[test]
 fn three_processes_driver_server_application() {
     let (count, size) = (2_000u64, 14_792usize);
-    let server = start_with_process("3proc", count, size);
+    let (server, stdin) = start_with_process("3proc", count, size, "driver_process_softnic_paced");
     let mut r = Running {
         server,
         gate: Arc::new(AtomicBool::new(false)),
+        progress: Progress::Pipe(stdin),
     };
     let path = socket_path("3proc");
     let mut app = spawn_app(
@@ -178,7 +272,13 @@ fn three_processes_driver_server_application() {
 #[test]
 fn a_driver_process_that_cannot_open_its_device_says_why() {
     // The server does not claim to run: starting fails, with the driver's reason.
-    match start_with_process_entry("nodev", 10, 100, "driver_process_without_its_device") {
+    match start_with_process_entry(
+        "nodev",
+        10,
+        100,
+        "driver_process_without_its_device",
+        &mut None,
+    ) {
         Err(e) => assert!(
             e.to_string()
                 .contains("could not open its device: no device softnic"),
@@ -190,10 +290,12 @@ fn a_driver_process_that_cannot_open_its_device_says_why() {
 
 #[test]
 fn a_killed_driver_process_is_reported_and_the_server_keeps_answering() {
-    let server = start_with_process("killdrv", 1_000_000, 1_472);
+    let (server, _stdin) =
+        start_with_process("killdrv", 1_000_000, 1_472, "driver_process_softnic");
     let mut r = Running {
         server,
         gate: Arc::new(AtomicBool::new(false)),
+        progress: Progress::Ignored,
     };
     r.server.start_driver();
     // Let it run a moment, then kill the driver process the hard way.
@@ -226,10 +328,12 @@ fn a_killed_driver_process_is_reported_and_the_server_keeps_answering() {
 struct Running {
     server: Server,
     gate: Arc<AtomicBool>,
+    /// Where the application's `got N` lines go.
+    progress: Progress,
 }
 
 fn start(tag: &str, count: u64, size: usize) -> Running {
-    start_as(tag, count, size, How::Polled)
+    start_as(tag, count, size, How::Polled, false)
 }
 
 /// The structure and the driver's placement a test runs.
@@ -243,20 +347,27 @@ enum How {
     Ipc,
 }
 
-fn start_as(tag: &str, count: u64, size: usize, how: How) -> Running {
+/// Starts a server with an in-process softnic; `paced`: held to [`AHEAD`] messages beyond
+/// what the application says it received.
+fn start_as(tag: &str, count: u64, size: usize, how: How, paced: bool) -> Running {
     let gate = Arc::new(AtomicBool::new(false));
-    let nic = Softnic::new(SoftnicConfig {
-        size,
-        count: Some(count),
-        checksum: true,
-        dst_ports: vec![PORT],
-        gate: Some(gate.clone()),
-        // Paced so that a receiver that sleeps and wakes keeps up even on a busy machine
-        // (UDP drops what a slow receiver cannot take, and these tests count every
-        // message): they are about delivery and recovery, not speed.
-        gap: Duration::from_micros(50),
-        ..SoftnicConfig::default()
-    })
+    let received = Arc::new(AtomicU64::new(0));
+    let nic = Softnic::with_pacer(
+        SoftnicConfig {
+            size,
+            count: Some(count),
+            checksum: true,
+            dst_ports: vec![PORT],
+            gate: Some(gate.clone()),
+            // Paced so that a receiver that sleeps and wakes keeps up on a quiet machine
+            // (UDP drops what a slow receiver cannot take); the tests that count every
+            // message also pace by the receiver's progress (`paced`), as the pools hold only
+            // ~20 ms of this: they are about delivery and recovery, not speed.
+            gap: Duration::from_micros(50),
+            ..SoftnicConfig::default()
+        },
+        paced.then(|| AheadOfReceiver(received.clone())),
+    )
     .unwrap();
     let server = Server::start(
         nic,
@@ -279,7 +390,15 @@ fn start_as(tag: &str, count: u64, size: usize, how: How) -> Running {
         },
     )
     .expect("start the server");
-    Running { server, gate }
+    Running {
+        server,
+        gate,
+        progress: if paced {
+            Progress::Shared(received)
+        } else {
+            Progress::Ignored
+        },
+    }
 }
 
 /// Runs the server loop until `done` or 60 s.
@@ -298,7 +417,7 @@ fn serve_until(r: &mut Running, mut done: impl FnMut(&mut Running) -> bool) {
 }
 
 /// Serves until the application `app` exits, calling `on_bound` when it reports that its
-/// port is bound; returns how it exited.
+/// port is bound and telling `r.progress` what it reports received; returns how it exited.
 fn serve_app_to_exit(
     r: &mut Running,
     app: &mut Child,
@@ -307,9 +426,11 @@ fn serve_app_to_exit(
     let out = lines(app);
     let mut exited = None;
     serve_until(r, |r| {
-        if let Ok(line) = out.try_recv() {
+        while let Ok(line) = out.try_recv() {
             if line.ends_with("bound") {
                 on_bound(r);
+            } else if let Some(n) = reported_received(&line) {
+                r.progress.tell(n);
             }
         }
         exited = app.try_wait().unwrap();
@@ -369,7 +490,7 @@ fn app_echo() {
 
 fn receive_all(tag: &str, how: How) {
     let (count, size) = (3_000u64, 14_792usize);
-    let mut r = start_as(tag, count, size, how);
+    let mut r = start_as(tag, count, size, how, true);
     let path = socket_path(tag);
     let mut app = spawn_app(
         "app_checked_receiver",
@@ -403,7 +524,7 @@ fn the_ipc_structure_delivers_every_message_intact_too() {
 
 fn echo_all(tag: &str, how: How) {
     let (count, size) = (500u64, 1_472usize);
-    let mut r = start_as(tag, count, size, how);
+    let mut r = start_as(tag, count, size, how, false);
     let mut app = spawn_app(
         "app_echo",
         &socket_path(tag),
@@ -578,7 +699,9 @@ fn a_connection_that_never_says_hello_is_closed() {
     use shmnet_io::control;
     let limits = shmnet_io::server::ControlLimits {
         max_connections: 16,
-        hello_timeout: Duration::from_millis(200),
+        // Long enough that the application below, which says Hello as soon as it has
+        // connected, is never late for it on a busy machine (and the stats asker neither).
+        hello_timeout: Duration::from_secs(5),
         ..Default::default()
     };
     let server = start_limited("hello", limits);

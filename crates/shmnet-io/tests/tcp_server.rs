@@ -320,12 +320,13 @@ fn buffer_sizes_ipc() {
 // ---------------------------------------------------------------- closing with a linger
 
 /// `close_linger` (`SO_LINGER` with a time). The writer fills every buffer between it and
-/// a reader that does not read (until writes have taken nothing for a while: the window is
-/// shut), so bytes it wrote are unacknowledged when it closes: `Acknowledged` then comes
-/// only after the reader, told to start reading 300 ms after the close, has read; with a
-/// patience of 200 ms, `TimedOut` — and the stream still arrives whole, though the writer
-/// then goes away. `Failed(Reset)`
-/// when the closer has bytes it did not read, the peer seeing the reset.
+/// a reader that does not read (until writes take nothing and the server has probed the
+/// shut window: the connection holds bytes the reader must read before any more can go),
+/// so bytes it wrote are unacknowledged when it closes: `Acknowledged` then comes only
+/// after the reader, told to start reading 300 ms after the close began, has read; with a
+/// patience of 200 ms and the reader told to start only once the close has returned,
+/// `TimedOut` — and the stream still arrives whole, though the writer then goes away.
+/// `Failed(Reset)` when the closer has bytes it did not read, the peer seeing the reset.
 fn lingering_closes(kind: Kind) {
     use shmnet_io::client::{Interest, Linger, PollItem, PollSocket};
     let srv = server(&format!("linger-{kind:?}"), kind);
@@ -350,27 +351,44 @@ fn lingering_closes(kind: Kind) {
         let c = Client::connect(&path).expect("attach the writer");
         let to = SocketAddrV4::new(US, port_rx.recv().unwrap());
         let mut s = c.tcp_connect(to, Duration::from_secs(10)).expect("connect");
+        // The window is shut once the server has sent a zero-window probe on this
+        // connection (the only one of this server with bytes to send): it had bytes the
+        // window left no room for, and no more room comes until the reader reads.
+        let probes = stepped::stats(&path).tcp.window_probes;
+        let filling = std::time::Instant::now();
         let mut written = 0u64;
-        let mut idle = 0;
-        while idle < 5 {
+        loop {
             let chunk: Vec<u8> = (written..written + 65_536).map(|i| byte(seed, i)).collect();
             let n = s.try_write(&chunk).expect("try_write");
             written += n as u64;
             if n == 0 {
-                idle += 1;
-                std::thread::sleep(Duration::from_millis(40));
-            } else {
-                idle = 0;
+                if stepped::stats(&path).tcp.window_probes > probes {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
             }
             assert!(
                 written < 1 << 30,
                 "{kind:?}: a reader that never reads took 1 GiB"
             );
+            assert!(
+                filling.elapsed() < Duration::from_secs(30),
+                "{kind:?}: the window never shut in 30 s ({written} bytes written)"
+            );
         }
-        go_tx.send(()).unwrap();
+        // The reader reads only after its go: before the close when its patience is long
+        // (and in `ipc`, whose close may wait for the reader: below), else once the close
+        // has returned, so the close cannot be acknowledged however slow the machine.
+        let go_first = seed == 21 || kind == Kind::Ipc;
         let t0 = std::time::Instant::now();
+        if go_first {
+            go_tx.send(()).unwrap();
+        }
         let how = s.close_linger(patience).expect("close_linger");
         let waited = t0.elapsed();
+        if !go_first {
+            go_tx.send(()).unwrap();
+        }
         // The writer goes away while its connection may still linger: the server closes
         // it in order all the same.
         drop(c);
@@ -521,8 +539,14 @@ fn connects_started_without_waiting(kind: Kind) {
     let to = SocketAddrV4::new(US, port_rx.recv().unwrap());
     let c = Client::connect(&srv.path).expect("attach the connector");
     let mut s = c.tcp_connect_start(to).expect("start a connect");
-    // Long enough for the handshake and the reset both to be queued before the first look.
-    std::thread::sleep(Duration::from_millis(300));
+    // The handshake and the reset both queued before the first look: the server counts the
+    // reset in the round that delivers it.
+    let st = stepped::stats_until(&srv.path, |st| st.tcp.resets_received > 0);
+    assert!(
+        st.tcp.resets_received > 0,
+        "{kind:?}: the listener's reset reached the connection: {:?}",
+        st.tcp
+    );
     assert!(
         matches!(s.connected(), Ok(true)),
         "{kind:?}: established before it was reset"

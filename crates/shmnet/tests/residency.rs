@@ -398,12 +398,57 @@ fn mean_abs(xs: &[f64]) -> f64 {
     xs.iter().map(|x| x.abs()).sum::<f64>() / xs.len() as f64
 }
 
+/// What `shmnet sim validate` says when a setting's in-cache load time, measured in the
+/// run, is not above the timer's own overhead (a busy machine's noise): it has no baseline
+/// to compare on and asks to be rerun.
+const RERUN_WHEN_QUIETER: &str = "rerun when the machine is quieter";
+
+/// Runs `shmnet sim validate --quick --json`, again (three runs at most) while it says
+/// [`RERUN_WHEN_QUIETER`]: its JSON, or `None` if every run said so. That outcome is checked
+/// for its shape — status 1, no JSON, one line naming the setting and what to do — and
+/// any other failure fails the test.
+fn validate_json() -> Option<Value> {
+    const ARGS: [&str; 4] = ["sim", "validate", "--quick", "--json"];
+    for attempt in 1..=3 {
+        let out = run(&ARGS);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            return Some(
+                serde_json::from_str(stdout.trim())
+                    .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}")),
+            );
+        }
+        assert!(
+            stderr.contains(RERUN_WHEN_QUIETER),
+            "shmnet {ARGS:?} failed ({}): {stderr}\n{stdout}",
+            out.status
+        );
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(
+            stdout.trim().is_empty(),
+            "JSON of a run that failed: {stdout}"
+        );
+        let line = stderr.trim_end();
+        assert_eq!(line.lines().count(), 1, "one line: {stderr}");
+        assert!(line.starts_with("shmnet: validating "), "{stderr}");
+        eprintln!("validate, run {attempt} of 3: {line}");
+    }
+    eprintln!(
+        "NOTE: validation_sets_predicted_beside_measured: this machine was too busy for \
+         `shmnet sim validate` three times running; its refusal was checked, its JSON was not"
+    );
+    None
+}
+
 /// Every row sets as many predicted buffers beside as many measured ones, on one baseline,
 /// and every error in the JSON is the arithmetic of the JSON's own fields. Nothing here
 /// bounds an error: how large it is, is a measurement.
 #[test]
 fn validation_sets_predicted_beside_measured() {
-    let v = json(&["sim", "validate", "--quick", "--json"]);
+    let Some(v) = validate_json() else {
+        return;
+    };
     let rows = v["rows"].as_array().expect("rows");
     assert!(rows.len() >= 3, "at least three settings: {v}");
     let word = u(&v, "word_bytes") as f64;
