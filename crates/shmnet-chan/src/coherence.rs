@@ -348,6 +348,13 @@ impl CpuOps {
     }
 }
 
+/// Starts the write-back and eviction of the lines `s` touches, without the fence (the
+/// caller fences once for several ranges, as [`Maintenance::before_device_reads`] does).
+pub fn flush_slice_unfenced(ops: CpuOps, s: &[u8]) {
+    // SAFETY: a slice's bytes are mapped.
+    unsafe { flush_lines(ops, s.as_ptr(), s.len()) }
+}
+
 /// [`clean`] over a slice (always mapped).
 pub fn clean_slice(ops: CpuOps, s: &[u8]) {
     // SAFETY: a slice's bytes are mapped.

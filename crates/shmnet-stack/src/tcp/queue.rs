@@ -280,6 +280,18 @@ impl ChainQueue {
                 if !copied {
                     break;
                 }
+                if uncached && done > 0 {
+                    // Where this piece meets the previous one, both ended and began with
+                    // ordinary stores (a non-temporal copy stores only whole lines); the
+                    // frame's send maintenance cleans only its headers' lines and its last
+                    // line, so these are cleaned here (its fence covers them).
+                    let at = dst_off + done as usize;
+                    let ops = shmnet_chan::coherence::CpuOps::cached();
+                    let data = pool.data(dst);
+                    if let Some(edge) = data.get(at.saturating_sub(1)..(at + 1).min(data.len())) {
+                        shmnet_chan::coherence::flush_slice_unfenced(ops, edge);
+                    }
+                }
                 done += n;
                 *cursor = Cursor {
                     buf: Some(b),
