@@ -685,8 +685,13 @@ fn the_control_plane_caps_connections_and_still_answers_stats() {
         Response::Error(e) => assert!(e.contains("--max-connections"), "{e}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
-    // `shmnet stats` is still answered.
-    let st = shmnet_io::server::query_stats(&path).expect("stats answered at the cap");
+    // `shmnet stats` is still answered. At the cap the server waits 10 ms for the request
+    // (it must not wait long on a silent connection there); an asker descheduled between
+    // its connect and its request is refused like anyone else, so a busy machine may need
+    // another try.
+    let st = (0..50)
+        .find_map(|_| shmnet_io::server::query_stats(&path).ok())
+        .expect("stats answered at the cap");
     assert!(st.control.refused_full >= 2, "{:?}", st.control);
     assert_eq!(st.control.open, 4);
     drop(idle);
