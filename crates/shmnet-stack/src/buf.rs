@@ -262,6 +262,33 @@ impl HeapPool {
         self.hdr[idx.as_usize()].in_use
     }
 
+    /// `src`'s range and `dst`'s, `len` bytes each: `None` when they are the same buffer or a
+    /// range passes the capacity (or the pool).
+    fn two_ranges(
+        &mut self,
+        src: BufIdx,
+        src_off: usize,
+        dst: BufIdx,
+        dst_off: usize,
+        len: usize,
+    ) -> Option<(&[u8], &mut [u8])> {
+        if src == dst || src_off + len > self.cap || dst_off + len > self.cap {
+            return None;
+        }
+        let from = src.as_usize() * self.cap + src_off;
+        let to = dst.as_usize() * self.cap + dst_off;
+        if from.max(to) + len > self.data.len() {
+            return None;
+        }
+        // Two different buffers: the ranges lie in disjoint parts of `data`.
+        let (a, b) = self.data.split_at_mut(from.max(to));
+        Some(if from < to {
+            (&a[from..from + len], &mut b[..len])
+        } else {
+            (&b[..len], &mut a[to..to + len])
+        })
+    }
+
     /// Allocate a buffer and fill it with `bytes` at offset `off` (a driver's receive copy).
     /// `None` if the pool is empty or the bytes do not fit.
     pub fn alloc_with(&mut self, off: usize, bytes: &[u8]) -> Option<BufIdx> {
@@ -373,13 +400,13 @@ impl BufferPool for HeapPool {
         dst_off: usize,
         len: usize,
     ) -> bool {
-        if src == dst || src_off + len > self.cap || dst_off + len > self.cap {
-            return false;
+        match self.two_ranges(src, src_off, dst, dst_off, len) {
+            Some((s, d)) => {
+                d.copy_from_slice(s);
+                true
+            }
+            None => false,
         }
-        let from = src.as_usize() * self.cap + src_off;
-        let to = dst.as_usize() * self.cap + dst_off;
-        self.data.copy_within(from..from + len, to);
-        true
     }
 
     fn copy_between_uncached(
@@ -390,20 +417,13 @@ impl BufferPool for HeapPool {
         dst_off: usize,
         len: usize,
     ) -> bool {
-        if src == dst || src_off + len > self.cap || dst_off + len > self.cap {
-            return false;
+        match self.two_ranges(src, src_off, dst, dst_off, len) {
+            Some((s, d)) => {
+                shmnet_chan::coherence::copy_nt_slice_unflushed(d, s);
+                true
+            }
+            None => false,
         }
-        let from = src.as_usize() * self.cap + src_off;
-        let to = dst.as_usize() * self.cap + dst_off;
-        // Two different buffers: the ranges lie in disjoint parts of `data`.
-        let (a, b) = self.data.split_at_mut(from.max(to));
-        let (s, d) = if from < to {
-            (&a[from..from + len], &mut b[..len])
-        } else {
-            (&b[..len], &mut a[to..to + len])
-        };
-        shmnet_chan::coherence::copy_nt_slice_unflushed(d, s);
-        true
     }
 
     #[inline]

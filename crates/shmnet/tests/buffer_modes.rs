@@ -7,15 +7,14 @@
 //! Needs root and network namespaces: skips loudly without them, fails under `CI=true`.
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[path = "common/netns.rs"]
 mod netns;
 #[path = "common/served.rs"]
-#[allow(dead_code)] // run_ok: the other tests' part
 mod served;
 use netns::Netns;
-use served::{Server, random_file, root, wait_ok};
+use served::{Server, nc_send, random_file, root, send_file, wait_ok};
 
 fn netns(tag: &str) -> Option<Netns> {
     let ns = Netns::new("shmnet-buf", tag)?;
@@ -94,20 +93,7 @@ fn files_cross_to_and_from_linux_with_the_frames_kept_coherent_by_hand() {
                 .spawn()
                 .expect("start recv-file")
         });
-        // Until it listens, nc's connection is refused: try again.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let mut nc = ns.cmd("nc");
-            nc.args(["-N", "10.93.0.1", "5001"])
-                .stdin(std::fs::File::open(&file).unwrap())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            if nc.status().expect("run nc").success() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{structure}: nc never connected");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        nc_send(&ns, &file, "10.93.0.1", 5001, structure);
         if let Some(recv) = recv {
             let out = wait_ok(recv, "recv-file", limit);
             let report: serde_json::Value = serde_json::from_str(out.trim()).expect("report");
@@ -127,24 +113,7 @@ fn files_cross_to_and_from_linux_with_the_frames_kept_coherent_by_hand() {
                 .stdout(std::fs::File::create(&got).unwrap())
                 .stderr(Stdio::null());
             let listen = listen.spawn().expect("start nc -l");
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                let out = Command::new(shmnet)
-                    .args(["app", "send-file", "10.93.0.2:5002"])
-                    .arg(&file)
-                    .args(["--socket", &sock_arg, "--json"])
-                    .output()
-                    .expect("run send-file");
-                if out.status.success() {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "{structure}: send-file failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            send_file("10.93.0.2:5002", &file, &sock_arg, structure);
             wait_ok(listen, "nc -l", limit);
             assert!(
                 std::fs::read(&got).unwrap() == std::fs::read(&file).unwrap(),

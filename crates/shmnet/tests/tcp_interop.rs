@@ -14,7 +14,7 @@ mod netns;
 #[path = "common/served.rs"]
 mod served;
 use netns::Netns;
-use served::{Server, random_file, root, run_ok, wait_ok};
+use served::{Server, nc_send, random_file, root, run_ok, send_file, wait_ok};
 
 /// The echo client: sends N random bytes while reading the echo in a thread, then checks
 /// the echo byte for byte. Prints `ok <bytes>`; exits non-zero on a mismatch or a timeout.
@@ -307,30 +307,6 @@ fn tshark_finds_no_malformed_segment_in_shmnets_tcp() {
     let _ = std::fs::remove_file(&pcap);
 }
 
-/// Runs `shmnet app send-file TO FILE` against the server at `sock` until it succeeds —
-/// until `nc -l` listens, its connection is refused — for 10 s at most; returns its JSON
-/// report.
-fn send_file(to: &str, file: &std::path::Path, sock: &str, what: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
-            .args(["app", "send-file", to])
-            .arg(file)
-            .args(["--socket", sock, "--json", "--connect-timeout", "2"])
-            .output()
-            .expect("run send-file");
-        if out.status.success() {
-            return serde_json::from_slice(&out.stdout).expect("its report");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: send-file failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Seed 002's ftp through the `server` and `ipc` structures: `shmnet app recv-file` takes a
 /// file from Linux's `nc`, `shmnet app send-file` gives one to Linux's `nc -l`, every byte
 /// compared.
@@ -365,20 +341,7 @@ fn files_cross_the_server_structures_to_and_from_linux() {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let recv = recv.spawn().expect("start recv-file");
-        // Until it listens, nc's connection is refused: try again.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let mut nc = ns.cmd("nc");
-            nc.args(["-N", "10.93.0.1", "5001"])
-                .stdin(std::fs::File::open(&file).unwrap())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            if nc.status().expect("run nc").success() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{structure}: nc never connected");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        nc_send(&ns, &file, "10.93.0.1", 5001, structure);
         let out = wait_ok(recv, "recv-file", limit(BYTES));
         let report: serde_json::Value = serde_json::from_str(out.trim()).expect("its report");
         assert_eq!(

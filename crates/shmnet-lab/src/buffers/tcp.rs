@@ -283,6 +283,30 @@ fn pattern(n: usize, salt: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 31 + salt * 7 + 1) as u8).collect()
 }
 
+/// One row's figure: on a fresh pair with `modes`, `one` (a repetition, which says whether
+/// every byte arrived and its rate from the pair's CPU time) runs once to warm the connection
+/// up (its congestion window, the buffers' first touch), then `repetitions` times timed.
+/// Returns the median rate — NaN unless every byte of every run arrived — and that verdict.
+fn rate(
+    modes: BufferModes,
+    geometry: CacheGeometry,
+    repetitions: usize,
+    mut one: impl FnMut(&mut Pair) -> (bool, f64),
+) -> (f64, bool) {
+    let Some(mut p) = Pair::new(modes, geometry) else {
+        return (f64::NAN, false);
+    };
+    let mut verified = one(&mut p).0;
+    let mut rates = Vec::with_capacity(repetitions);
+    for _ in 0..repetitions {
+        p.cpu_ns = 0;
+        let (ok, r) = one(&mut p);
+        verified &= ok;
+        rates.push(r);
+    }
+    (if verified { median(rates) } else { f64::NAN }, verified)
+}
+
 /// Runs both figures; `progress` gets a line per row.
 pub fn run(quick: bool, geometry: CacheGeometry, progress: &mut dyn FnMut(&str)) -> TcpFigures {
     let repetitions = if quick { 3 } else { 7 };
@@ -294,20 +318,10 @@ pub fn run(quick: bool, geometry: CacheGeometry, progress: &mut dyn FnMut(&str))
         let mut sink = vec![0u8; 65_536];
         let mut base = f64::NAN;
         for (name, modes) in configurations() {
-            let mut rates = Vec::new();
-            let mut verified = true;
-            if let Some(mut p) = Pair::new(modes, geometry) {
-                // One transfer to grow the congestion window, untimed.
-                verified &= p.transfer(true, &data[..stream_bytes / 4], message, &mut sink);
-                for _ in 0..repetitions {
-                    p.cpu_ns = 0;
-                    verified &= p.transfer(true, &data, message, &mut sink);
-                    rates.push(stream_bytes as f64 * 8.0 / p.cpu_ns.max(1) as f64);
-                }
-            } else {
-                verified = false;
-            }
-            let gbit = if verified { median(rates) } else { f64::NAN };
+            let (gbit, verified) = rate(modes, geometry, repetitions, |p| {
+                let ok = p.transfer(true, &data, message, &mut sink);
+                (ok, stream_bytes as f64 * 8.0 / p.cpu_ns.max(1) as f64)
+            });
             if name == BASELINE {
                 base = gbit;
             }
@@ -329,27 +343,17 @@ pub fn run(quick: bool, geometry: CacheGeometry, progress: &mut dyn FnMut(&str))
         let mut sink = vec![0u8; 65_536];
         let mut base = f64::NAN;
         for (name, modes) in configurations() {
-            let mut rates = Vec::new();
-            let mut verified = true;
-            if let Some(mut p) = Pair::new(modes, geometry) {
-                for rep in 0..=repetitions {
-                    p.cpu_ns = 0;
-                    for _ in 0..transactions {
-                        verified &= p.transfer(true, &req, request, &mut sink);
-                        verified &= p.transfer(false, &resp, response, &mut sink);
-                        if !verified {
-                            break;
-                        }
-                    }
-                    // The first repetition warms the connection up.
-                    if rep > 0 {
-                        rates.push(transactions as f64 * 1e9 / p.cpu_ns.max(1) as f64);
+            let (per_s, verified) = rate(modes, geometry, repetitions, |p| {
+                let mut ok = true;
+                for _ in 0..transactions {
+                    ok &= p.transfer(true, &req, request, &mut sink);
+                    ok &= p.transfer(false, &resp, response, &mut sink);
+                    if !ok {
+                        break;
                     }
                 }
-            } else {
-                verified = false;
-            }
-            let per_s = if verified { median(rates) } else { f64::NAN };
+                (ok, transactions as f64 * 1e9 / p.cpu_ns.max(1) as f64)
+            });
             if name == BASELINE {
                 base = per_s;
             }

@@ -2,6 +2,9 @@
 //! commands within a time limit, test files. Included with `#[path]` beside
 //! `common/netns.rs`.
 
+// Each test binary that includes this module uses a part of it.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -131,4 +134,46 @@ pub fn random_file(bytes: usize, tag: &str) -> std::path::PathBuf {
         .collect();
     std::fs::write(&path, data).expect("write the test file");
     path
+}
+
+/// Runs `shmnet app send-file TO FILE` against the server at `sock` until it succeeds —
+/// until `nc -l` listens, its connection is refused — for 10 s at most; returns its JSON
+/// report.
+pub fn send_file(to: &str, file: &std::path::Path, sock: &str, what: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+            .args(["app", "send-file", to])
+            .arg(file)
+            .args(["--socket", sock, "--json", "--connect-timeout", "2"])
+            .output()
+            .expect("run send-file");
+        if out.status.success() {
+            return serde_json::from_slice(&out.stdout).expect("its report");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: send-file failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Sends `file` to `dst:port` with Linux's `nc -N` in `ns`, again until it connects (a
+/// listener that is not up yet refuses) for up to 20 s.
+pub fn nc_send(ns: &Netns, file: &std::path::Path, dst: &str, port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut nc = ns.cmd("nc");
+        nc.args(["-N", dst, &port.to_string()])
+            .stdin(std::fs::File::open(file).unwrap())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if nc.status().expect("run nc").success() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: nc never connected");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
