@@ -126,14 +126,13 @@ impl std::str::FromStr for BufferModes {
     }
 }
 
-/// What the CPU offers for the methods (read once).
+/// What the CPU offers for the methods. Only [`CpuOps::this`] (or [`CpuOps::cached`]) makes
+/// one: the safe functions of this module trust it to say what the CPU can execute (a
+/// `clflushopt` or an SSE4.1 load on a CPU without them would fault or be undefined).
 #[derive(Clone, Copy, Debug, serde::Serialize)]
 pub struct CpuOps {
-    /// `clflushopt` (else `clflush`, which is ordered and slower).
-    pub clflushopt: bool,
-    /// SSE4.1's `movntdqa` streaming load (on write-back memory it loads as usual; it
-    /// bypasses only on write-combining memory, which user space cannot map).
-    pub streaming_loads: bool,
+    clflushopt: bool,
+    streaming_loads: bool,
 }
 
 impl CpuOps {
@@ -141,10 +140,17 @@ impl CpuOps {
     pub fn this() -> Self {
         #[cfg(target_arch = "x86_64")]
         {
+            // CPUID leaf 7, sub-leaf 0: EBX bit 23 (std has no detection macro for it). Asked
+            // only where the CPU has leaf 7: above its highest leaf, Intel's answer is that
+            // leaf's data, not zeros.
+            let max_leaf = core::arch::x86_64::__get_cpuid_max(0).0;
+            let leaf7_ebx = if max_leaf >= 7 {
+                core::arch::x86_64::__cpuid_count(7, 0).ebx
+            } else {
+                0
+            };
             Self {
-                // CPUID leaf 7, sub-leaf 0: EBX bit 23 (std has no detection macro for it;
-                // leaf 7 reads as zeros where it is not implemented).
-                clflushopt: core::arch::x86_64::__cpuid_count(7, 0).ebx & (1 << 23) != 0,
+                clflushopt: leaf7_ebx & (1 << 23) != 0,
                 streaming_loads: std::arch::is_x86_feature_detected!("sse4.1"),
             }
         }
@@ -153,6 +159,17 @@ impl CpuOps {
             clflushopt: false,
             streaming_loads: false,
         }
+    }
+
+    /// `clflushopt` (else `clflush`, which is ordered and slower).
+    pub fn clflushopt(self) -> bool {
+        self.clflushopt
+    }
+
+    /// SSE4.1's `movntdqa` streaming load (on write-back memory it loads as usual; it
+    /// bypasses only on write-combining memory, which user space cannot map).
+    pub fn streaming_loads(self) -> bool {
+        self.streaming_loads
     }
 }
 
@@ -271,7 +288,9 @@ pub unsafe fn copy_nt(ops: CpuOps, dst: *mut u8, src: &[u8]) {
 /// the caller cleans their lines and fences (see [`Maintenance::before_device_reads`]).
 ///
 /// # Safety
-/// `dst .. dst + src.len()` must be mapped, writable and not overlap `src`.
+/// `dst .. dst + src.len()` must be mapped, writable and not overlap `src`, and the caller
+/// must fence (`_mm_sfence`) before anything reads or writes `dst` again or hands it to
+/// another thread (Rust's rule for non-temporal stores); [`copy_nt_slice_edges_cached`] does.
 pub unsafe fn copy_nt_unflushed(dst: *mut u8, src: &[u8]) -> (usize, usize) {
     let n = src.len();
     #[cfg(target_arch = "x86_64")]
@@ -372,19 +391,27 @@ pub fn copy_nt_slice(ops: CpuOps, dst: &mut [u8], src: &[u8]) {
     unsafe { copy_nt(ops, dst.as_mut_ptr(), src) }
 }
 
-/// [`copy_nt_unflushed`] between slices of equal length: the edges' lines stay in the cache
-/// for the caller to clean (the stack's send maintenance does, with the frame's headers).
+/// [`copy_nt_unflushed`] between slices of equal length, then a fence (the non-temporal
+/// stores are done, and `dst` may be read): the edges' lines, stored ordinarily, stay in the
+/// cache for the caller to clean (the stack's send maintenance does, with the frame's
+/// headers).
 ///
 /// # Panics
 /// If the lengths differ.
-pub fn copy_nt_slice_unflushed(dst: &mut [u8], src: &[u8]) {
+pub fn copy_nt_slice_edges_cached(dst: &mut [u8], src: &[u8]) {
     assert_eq!(
         dst.len(),
         src.len(),
-        "copy_nt_slice_unflushed: lengths differ"
+        "copy_nt_slice_edges_cached: lengths differ"
     );
-    // SAFETY: `dst` is mapped, writable and as long as `src`; `&mut` keeps them apart.
-    unsafe { copy_nt_unflushed(dst.as_mut_ptr(), src) };
+    // SAFETY: `dst` is mapped, writable and as long as `src`; `&mut` keeps them apart. The
+    // fence below orders the streamed stores before any later access to `dst` (Rust's rule
+    // for `_mm_stream_si128`).
+    unsafe {
+        copy_nt_unflushed(dst.as_mut_ptr(), src);
+        #[cfg(target_arch = "x86_64")]
+        core::arch::x86_64::_mm_sfence();
+    }
 }
 
 /// [`copy_streaming`] between slices of equal length, then `src`'s lines evicted: the bytes

@@ -159,7 +159,7 @@ impl BufferPool for ChanPool {
         len: usize,
     ) -> bool {
         self.with_two(src, src_off, dst, dst_off, len, |d, s| {
-            shmnet_chan::coherence::copy_nt_slice_unflushed(d, s)
+            shmnet_chan::coherence::copy_nt_slice_edges_cached(d, s)
         })
     }
 
@@ -203,6 +203,48 @@ mod tests {
             p.set_next(w[0], Some(w[1]));
         }
         bufs[0]
+    }
+
+    /// The direct copies between two buffers, cached and not: the bytes land where asked,
+    /// and the same buffer, an index past the pools or a range past the capacity copy
+    /// nothing and say so.
+    #[test]
+    fn copies_between_buffers_carry_the_bytes_and_refuse_what_is_out_of_bounds() {
+        let mut p = pool();
+        let (a, b) = (p.alloc().unwrap(), p.alloc().unwrap());
+        for (i, x) in p.data_mut(a).iter_mut().enumerate() {
+            *x = i as u8;
+        }
+        for uncached in [false, true] {
+            p.data_mut(b).fill(0);
+            let copy = |p: &mut ChanPool, src, so, dst, d, n| {
+                if uncached {
+                    p.copy_between_uncached(src, so, dst, d, n)
+                } else {
+                    p.copy_between(src, so, dst, d, n)
+                }
+            };
+            assert!(copy(&mut p, a, 3, b, 70, 150));
+            assert_eq!(&p.data(b)[70..220], &p.data(a)[3..153]);
+            assert!(p.data(b)[..70].iter().all(|&x| x == 0));
+            assert!(p.data(b)[220..].iter().all(|&x| x == 0));
+            assert!(copy(&mut p, a, 0, b, 0, 256), "a whole buffer");
+            assert!(copy(&mut p, a, 256, b, 0, 0), "nothing, at the end");
+            assert!(!copy(&mut p, a, 0, a, 10, 5), "the same buffer");
+            assert!(
+                !copy(&mut p, a, 200, b, 0, 57),
+                "past the source's capacity"
+            );
+            assert!(
+                !copy(&mut p, a, 0, b, 255, 2),
+                "past the destination's capacity"
+            );
+            assert!(!copy(&mut p, BufIdx(999), 0, b, 0, 1), "no such source");
+            assert!(
+                !copy(&mut p, a, 0, BufIdx(999), 0, 1),
+                "no such destination"
+            );
+        }
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub trait BufferPool {
     /// [`copy_between`](BufferPool::copy_between) for seed 003's NC send: non-temporal
     /// stores over the whole lines of `dst`'s range, its partial first and last lines
     /// stored ordinarily and left for the caller to clean with the frame's headers
-    /// ([`shmnet_chan::coherence::copy_nt_unflushed`]). The default copies, then evicts the
+    /// ([`shmnet_chan::coherence::copy_nt_slice_edges_cached`]: fenced, so `dst` may be read at once). The default copies, then evicts the
     /// range's lines; pools whose memory allows it store non-temporally.
     fn copy_between_uncached(
         &mut self,
@@ -419,7 +419,7 @@ impl BufferPool for HeapPool {
     ) -> bool {
         match self.two_ranges(src, src_off, dst, dst_off, len) {
             Some((s, d)) => {
-                shmnet_chan::coherence::copy_nt_slice_unflushed(d, s);
+                shmnet_chan::coherence::copy_nt_slice_edges_cached(d, s);
                 true
             }
             None => false,

@@ -492,6 +492,7 @@ impl Interface {
             for f in self.pending.take_for(spa) {
                 eth::set_dst(pool.data_mut(f), sha);
                 self.stats.tx_frames += 1;
+                self.maintain_tx(pool, f, usize::MAX);
                 tx.transmit(f);
             }
         }
@@ -507,6 +508,7 @@ impl Interface {
             arp::write_arp(pool, frame, self.cfg.mac, sha, &reply);
             self.stats.arp_replies_sent += 1;
             self.stats.tx_frames += 1;
+            self.maintain_tx(pool, frame, usize::MAX);
             tx.transmit(frame);
         } else {
             pool.free(frame);
@@ -916,6 +918,7 @@ impl Interface {
         arp::write_arp(pool, b, self.cfg.mac, EthernetAddress::BROADCAST, &repr);
         self.stats.arp_requests_sent += 1;
         self.stats.tx_frames += 1;
+        self.maintain_tx(pool, b, usize::MAX);
         tx.transmit(b);
     }
 
@@ -1003,11 +1006,40 @@ impl Interface {
     }
 
     /// Hand built `frames` (their Ethernet destination already `mac` when it is known) to
+    /// The send side's cache maintenance of `frame` ([`Config::buffers`]) just before it goes
+    /// to the device: every buffer of its chain, the first one's first `cached_prefix` bytes
+    /// written with ordinary stores (the rest non-temporally under NC: TCP's payload), the
+    /// others' wholly. Every frame the stack transmits passes here.
+    fn maintain_tx<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &P,
+        frame: BufIdx,
+        cached_prefix: usize,
+    ) {
+        let Some(m) = self
+            .maintenance
+            .as_ref()
+            .filter(|m| m.modes().send.is_some())
+        else {
+            return;
+        };
+        let mut prefix = cached_prefix;
+        let mut cur = Some(frame);
+        // Bounded like every chain walk: a frame has at most a pool's buffers.
+        for _ in 0..pool.total() {
+            let Some(b) = cur else { break };
+            black_box(m.before_device_reads(valid(pool, b), prefix));
+            self.stats.maintained_tx += 1;
+            prefix = usize::MAX;
+            cur = pool.next(b);
+        }
+    }
+
     /// `tx`, or queue them until ARP resolves `next_hop`.
     ///
-    /// Every buffer of every frame gets the send side's cache maintenance first
-    /// ([`Config::buffers`]), its first `cached_prefix` bytes written with ordinary stores
-    /// (the rest of the first buffer with non-temporal ones under NC: TCP's payload).
+    /// A frame sent now gets the send side's cache maintenance ([`Interface::maintain_tx`]),
+    /// its first `cached_prefix` bytes written with ordinary stores; a queued one gets it
+    /// (wholly) when ARP releases it, after its destination address is written.
     #[allow(clippy::too_many_arguments)]
     fn emit_frames<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
@@ -1020,27 +1052,10 @@ impl Interface {
         cached_prefix: usize,
     ) -> Result<(), SendError> {
         let n = frames.len();
-        if let Some(m) = self
-            .maintenance
-            .as_ref()
-            .filter(|m| m.modes().send.is_some())
-        {
-            for &f in frames {
-                let mut prefix = cached_prefix;
-                let mut cur = Some(f);
-                // Bounded like every chain walk: a frame has at most a pool's buffers.
-                for _ in 0..pool.total() {
-                    let Some(b) = cur else { break };
-                    black_box(m.before_device_reads(valid(pool, b), prefix));
-                    self.stats.maintained_tx += 1;
-                    prefix = usize::MAX;
-                    cur = pool.next(b);
-                }
-            }
-        }
         if mac.is_some() {
             self.stats.tx_frames += n as u64;
             for &f in frames {
+                self.maintain_tx(pool, f, cached_prefix);
                 tx.transmit(f);
             }
             Ok(())

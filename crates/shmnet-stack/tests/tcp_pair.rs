@@ -1597,5 +1597,15 @@ fn every_buffer_mode_carries_the_streams_whole() {
             100_000,
             "{send:?} {recv:?}"
         );
+        // Every frame sent (ARP's requests and replies, and the frames that waited for them,
+        // included) and every frame received was maintained by its side's mode, and none
+        // without one.
+        for side in [&w.a, &w.b] {
+            let st = side.ifc.stats();
+            let tx = if send.is_some() { st.tx_frames } else { 0 };
+            let rx = if recv.is_some() { st.rx_frames } else { 0 };
+            assert_eq!(st.maintained_tx, tx, "{send:?} {recv:?}: {st:?}");
+            assert_eq!(st.maintained_rx, rx, "{send:?} {recv:?}: {st:?}");
+        }
     }
 }

@@ -800,7 +800,7 @@ fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
     let _ = writeln!(
         s,
         "Methods (seed 003, Table I): **ch** cleans K's own lines (`{}`), **ch-all** is the seed's CH (a whole-cache clean: every line of an L1d-sized region of {} KiB, then K's), **cs** reads {} lines of junk per L2 set of K (L2 {} KiB, {} ways; {}), **nc** bypasses (non-temporal stores on send; {} and K's lines evicted after the copy on receive). The dirty ratio is of the L1d-sized region. Receive times what the method does before the device writes K plus the stack's {} reads of the {}-byte header and the copy K → U.\n",
-        if g.ops.clflushopt {
+        if g.ops.clflushopt() {
             "clflushopt"
         } else {
             "clflush"
@@ -814,7 +814,7 @@ fn markdown(r: &BuffersLabReport, figures: &[PathBuf]) -> String {
         } else {
             "no 2 MiB pages: the junk's sets are K's only by chance"
         },
-        if g.ops.streaming_loads {
+        if g.ops.streaming_loads() {
             "streaming loads"
         } else {
             "ordinary loads"

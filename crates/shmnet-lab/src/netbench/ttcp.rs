@@ -516,7 +516,7 @@ impl fmt::Display for TtcpReport {
         if !self.buffers.is_none() {
             writeln!(
                 f,
-                "shmnet's frames kept coherent by hand (seed 003): {}",
+                "shmnet's frames kept coherent by hand (seed 003): {} (where nc has no copy to replace, UDP and buffers lent to the application, it cleans as ch does: docs/buffers.md)",
                 self.buffers
             )?;
         }
