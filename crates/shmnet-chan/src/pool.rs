@@ -1104,6 +1104,40 @@ impl DriverPools {
         None
     }
 
+    /// Allocates up to `out.len()` buffers into `out`, taking each pool's lock once (where
+    /// [`alloc`](Self::alloc) takes it per buffer); returns how many. Counts a drop when it
+    /// got none. Never waits. The caller owns every buffer returned and must use or
+    /// [`release`](Self::release) each.
+    pub fn alloc_burst(&mut self, out: &mut [u32]) -> usize {
+        let pools = self.bufs.mem.geo.pools;
+        let mut got = 0;
+        for k in 0..pools {
+            if got == out.len() {
+                break;
+            }
+            let p = (self.start + k) % pools;
+            if !self.bufs.try_lock(p, DRIVER) {
+                Buffers::bump(&self.bufs.ctl(p).list.counters.trylock_failures);
+                continue;
+            }
+            while got < out.len() {
+                let Some(b) = self.bufs.pop_locked(p, &mut self.rng) else {
+                    break;
+                };
+                out[got] = b;
+                got += 1;
+            }
+            self.bufs.unlock(p);
+            if got == out.len() {
+                self.start = p;
+            }
+        }
+        if got == 0 && !out.is_empty() {
+            Buffers::bump(&self.bufs.counters().driver_drops);
+        }
+        got
+    }
+
     /// Drops one reference to the chain headed by `head`. When it was the last, a single
     /// buffer goes straight back to its pool if the pool's lock is free; a chain, or a buffer
     /// whose pool is locked, goes to the deferred-free queue for the server. Never waits.

@@ -369,3 +369,41 @@ fn the_default_window_is_documented_size() {
     assert_eq!(hdr.size, 1912);
     assert!(l.size < 9 << 20 && l.size > 8 << 20, "{}", l.size);
 }
+
+/// A burst allocation crosses pools when one runs dry, hands out each buffer once, counts a
+/// drop only when it gets nothing, and everything it gave comes back on release.
+#[test]
+fn a_driver_burst_allocation_takes_every_buffer_once_across_pools() {
+    let mut s = spec();
+    s.pools = PoolSpec {
+        pools: 2,
+        buffers_per_pool: 8,
+        ..PoolSpec::default()
+    };
+    let win = Window::create(&s).unwrap();
+    let total = win.layout().pool_geometry().total() as usize;
+    assert_eq!(total, 16);
+    let mut driver = win.driver_pools().unwrap();
+    let mut got = Vec::new();
+    let mut burst = [0u32; 5];
+    loop {
+        let n = driver.alloc_burst(&mut burst);
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&burst[..n]);
+    }
+    let mut unique = got.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), total, "{got:?}");
+    assert_eq!(win.buffers().free_count(), 0);
+    assert_eq!(driver.alloc_burst(&mut []), 0);
+    for b in got {
+        assert_eq!(win.buffers().refcnt(b), Some(1));
+        driver.release(b);
+    }
+    let mut server = win.server_pools().unwrap();
+    server.drain_deferred(usize::MAX);
+    assert_eq!(win.buffers().free_count(), total as u32);
+}

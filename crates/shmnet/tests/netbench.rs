@@ -79,9 +79,29 @@ fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
     let handoff = v["handoff"]["sizes"].as_array().expect("handoff sizes");
     assert_eq!(handoff.len(), 4, "{v}");
     assert_eq!(u(&v["handoff"], "wrong_messages"), 0, "{v}");
+    let two_cpus = v["handoff"]["cpus"][0] != v["handoff"]["cpus"][1];
     for r in rows {
         for k in ["handoff_gbit_per_s", "handoff_msgs_per_s", "over_handoff"] {
             assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {r}");
+        }
+        // The server's receive cells get their own probes, just before and after them.
+        let paired = r["structure"] == "server" && r["dir"] == "rx";
+        assert_eq!(r["handoff_adjacent"].as_bool(), Some(paired), "{r}");
+        // The placement is measured around every cell where there are two CPUs (a stalled
+        // round trip, on a busy machine, leaves it unmeasured and the cell unstable).
+        let rtts = ["core_rtt_ns_before", "core_rtt_ns_after"].map(|k| r[k].as_f64());
+        if r["placement_stable"].as_bool() == Some(true) {
+            assert!(
+                two_cpus && rtts.iter().all(|t| t.is_some_and(|t| t > 0.0)),
+                "{r}"
+            );
+        }
+    }
+    // A target is met only where it is judged.
+    for t in v["targets"].as_array().expect("targets") {
+        let judged = t["judged"].as_bool().expect("judged");
+        if !judged {
+            assert_eq!(t["met"].as_bool(), Some(false), "{t}");
         }
     }
 }
@@ -106,6 +126,14 @@ fn bench_handoff_reports_every_size() {
     let shared = v["shared_cpu"].as_bool().expect("shared_cpu");
     assert_eq!(shared, cpus[0] == cpus[1], "{v}");
     assert_eq!(u(&v, "wrong_messages"), 0, "{v}");
+    if !shared {
+        for k in ["core_rtt_ns_before", "core_rtt_ns_after"] {
+            assert!(
+                v[k].is_null() || v[k].as_f64().is_some_and(|x| x > 0.0),
+                "{k} in {v}"
+            );
+        }
+    }
 }
 
 /// The handle-lookup benchmark's JSON: a row per associativity, each with positive figures

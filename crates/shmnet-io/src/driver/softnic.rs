@@ -643,6 +643,9 @@ impl<P: Pacer> Driver for Softnic<P> {
             return Ok(produced);
         }
         self.waiting = false;
+        // Buffers are taken from the pools a burst at a time (one lock per pool, not per
+        // frame); any the loop did not fill go back before returning.
+        let mut stash = Stash::default();
         while produced < max && !self.done() {
             if self.next_frame == 0 {
                 match self.pacer.permit(self.sent) {
@@ -666,7 +669,12 @@ impl<P: Pacer> Driver for Softnic<P> {
                 }
                 self.patch(self.sent);
             }
-            let Some(buf) = pools.alloc() else {
+            if stash.used == stash.have {
+                let want = (max - produced).min(stash.bufs.len());
+                stash.have = pools.alloc_burst(&mut stash.bufs[..want]);
+                stash.used = 0;
+            }
+            let Some(buf) = stash.take() else {
                 // The device has nowhere to put the frame: it is lost, as on a real NIC,
                 // and so is the rest of the message.
                 self.stats.rx_no_buffer += 1;
@@ -696,6 +704,9 @@ impl<P: Pacer> Driver for Softnic<P> {
                 self.sent += 1;
                 self.pacer.sent(self.sent);
             }
+        }
+        for &b in &stash.bufs[stash.used..stash.have] {
+            pools.release(b);
         }
         #[cfg(target_arch = "x86_64")]
         if self.cfg.dma == Dma::NonTemporal && produced > 0 {
@@ -780,6 +791,23 @@ impl<P: Pacer> Driver for Softnic<P> {
 
     fn mac(&self) -> [u8; 6] {
         self.cfg.mac
+    }
+}
+
+/// Buffers allocated for one `rx_burst` call: `bufs[used..have]` are ours and not yet
+/// filled.
+#[derive(Default)]
+struct Stash {
+    bufs: [u32; 32],
+    have: usize,
+    used: usize,
+}
+
+impl Stash {
+    fn take(&mut self) -> Option<u32> {
+        let b = *self.bufs[..self.have].get(self.used)?;
+        self.used += 1;
+        Some(b)
     }
 }
 

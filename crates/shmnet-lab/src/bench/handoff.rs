@@ -34,6 +34,7 @@
 //! the median run is reported. With a single CPU available both threads share it (yielding
 //! to each other when stalled) and the report says so: that figure is not a cross-core limit.
 
+use crate::bench::corelat;
 use crate::tsc;
 use shmnet_chan::ring::heap_ring;
 use shmnet_chan::{Consumer, Desc, DescLimits, PoolSpec, Producer};
@@ -159,6 +160,12 @@ pub struct HandoffReport {
     /// The 1-minute load average just before the probe (`/proc/loadavg`; 0 if unreadable):
     /// other work on these CPUs preempts the pinned pair, which then waits for each other.
     pub load_before: f64,
+    /// The two CPUs' core-to-core round trip just before the probe, ns
+    /// ([`corelat`]: which placement of the CPUs the figures were taken in); `None` on one
+    /// CPU or when it could not be measured.
+    pub core_rtt_ns_before: Option<f64>,
+    /// The same just after the probe.
+    pub core_rtt_ns_after: Option<f64>,
     /// Messages whose sequence number or count came out wrong (0 unless the probe is
     /// broken; the figures are void otherwise).
     pub wrong_messages: u64,
@@ -498,28 +505,13 @@ fn run_once(
     })
 }
 
-/// The CPUs to use: two this thread may run on, or the one it may.
-fn pick_cpus() -> [usize; 2] {
-    let allowed: Vec<usize> = rustix::thread::sched_getaffinity(None)
-        .map(|set| {
-            (0..rustix::thread::CpuSet::MAX_CPU)
-                .filter(|&c| set.is_set(c))
-                .collect()
-        })
-        .unwrap_or_default();
-    match allowed.as_slice() {
-        [] => [0, 0],
-        [one] => [*one, *one],
-        [a, b, ..] => [*a, *b],
-    }
-}
-
 /// Runs the probe, calling `progress` with a line before each run.
 pub fn run(opts: &HandoffOptions, progress: &mut dyn FnMut(&str)) -> HandoffReport {
     let cpus = match opts.cpus {
         Some((p, c)) => [p, c],
-        None => pick_cpus(),
+        None => corelat::pick_cpus(),
     };
+    let core_rtt_ns_before = corelat::round_trip_ns(cpus);
     let shared = cpus[0] == cpus[1];
     let load_before = std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -577,7 +569,15 @@ pub fn run(opts: &HandoffOptions, progress: &mut dyn FnMut(&str)) -> HandoffRepo
         })
         .collect();
     let pinned = ctl.pinned.load(Ordering::Relaxed);
+    let core_rtt_ns_after = corelat::round_trip_ns(cpus);
     let mut notes = Vec::new();
+    if let (Some(a), Some(b)) = (core_rtt_ns_before, core_rtt_ns_after) {
+        if !corelat::same_placement(a, b) {
+            notes.push(format!(
+                "the two CPUs' core-to-core round trip changed from {a:.0} ns to {b:.0} ns during the probe: the machine moved them (a virtual machine's vCPUs), and cross-core figures differ severalfold between placements"
+            ));
+        }
+    }
     if shared {
         notes.push(format!(
             "only CPU {} is available: producer and consumer shared it, so these figures are not a cross-core limit",
@@ -613,6 +613,8 @@ pub fn run(opts: &HandoffOptions, progress: &mut dyn FnMut(&str)) -> HandoffRepo
         runs,
         seconds_per_run: time.as_secs_f64(),
         load_before,
+        core_rtt_ns_before,
+        core_rtt_ns_after,
         wrong_messages: wrong,
         notes,
     }
@@ -660,6 +662,12 @@ impl std::fmt::Display for HandoffReport {
                 ""
             }
         )?;
+        if let (Some(a), Some(b)) = (self.core_rtt_ns_before, self.core_rtt_ns_after) {
+            writeln!(
+                f,
+                "core-to-core round trip: {a:.0} ns before, {b:.0} ns after (cross-core figures hold only for that placement)"
+            )?;
+        }
         writeln!(
             f,
             "{:>6} {:>8} {:>12} {:>9}",

@@ -2,6 +2,7 @@
 //! none asserts anything about speed (that is what makes them benchmarks, not tests).
 
 pub mod chan;
+pub mod corelat;
 pub mod handles;
 pub mod handoff;
 pub mod stack;

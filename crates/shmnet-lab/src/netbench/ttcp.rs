@@ -17,6 +17,7 @@ use super::{
     CellError, Launch, Proto, Roles, Structure, cpu_by_party, losses, memcpy_cold_gbit_per_s,
     memcpy_gbit_per_s, start,
 };
+use crate::bench::corelat;
 use crate::bench::handoff::{self, HandoffOptions, HandoffReport};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -142,6 +143,26 @@ pub struct TtcpRow {
     /// This cell's Gbit/s ÷ the probe's (for the `server` cell, how near the server comes to
     /// the physical limit of moving the bytes from one core to another).
     pub over_handoff: f64,
+    /// The hand-off figures above were measured just before and just after this cell (their
+    /// mean), not once for the whole run: the `server` receive cells, whose ratio to the
+    /// hand-off is a target.
+    pub handoff_adjacent: bool,
+    /// The two CPUs' core-to-core round trip just before the cell, ns ([`corelat`]: which
+    /// placement of a virtual machine's vCPUs the cell ran in); `None` on one CPU.
+    pub core_rtt_ns_before: Option<f64>,
+    /// The same just after the cell.
+    pub core_rtt_ns_after: Option<f64>,
+    /// Every round trip taken around the cell (and around its adjacent hand-off probes)
+    /// shows one placement: cross-core figures of this cell compare with each other.
+    /// `false` when the placement changed meanwhile or could not be measured.
+    pub placement_stable: bool,
+}
+
+impl TtcpRow {
+    /// The cell's core-to-core round trip (mean of before and after), if measured.
+    pub fn core_rtt_ns(&self) -> Option<f64> {
+        Some((self.core_rtt_ns_before? + self.core_rtt_ns_after?) / 2.0)
+    }
 }
 
 /// A target of the issue, checked against the kernel in the same run.
@@ -157,8 +178,15 @@ pub struct Target {
     pub measured: f64,
     /// What it must reach.
     pub required: f64,
-    /// Whether it did.
+    /// Whether it did (`false` when not `judged`).
     pub met: bool,
+    /// The cells compared ran in one placement of the CPUs (see [`TtcpRow::placement_stable`];
+    /// for a hand-off target, the probes just before and after the cell too), so the figure
+    /// judges the target; `false`: the machine moved its vCPUs meanwhile, and the figure mixes
+    /// two machines.
+    pub judged: bool,
+    /// The `server` cell's core-to-core round trip, ns: which placement the verdict holds for.
+    pub core_rtt_ns: Option<f64>,
     /// The `server` cell's CPU per message by party, and what limits it.
     pub limited_by: String,
 }
@@ -203,6 +231,7 @@ pub struct TtcpReport {
 
 /// Runs every cell; `progress` hears what is running.
 pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
+    let cpus = corelat::pick_cpus();
     let mut rows = Vec::new();
     let mut failed = Vec::new();
     let dirs = match o.launch.proto {
@@ -219,12 +248,11 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
                     structure.name()
                 );
                 progress(&label);
-                match cell(o, structure, dir, size, &mut |n, t| {
-                    progress(&format!(
-                        "{label}: {n} messages, {:.0}/s",
-                        n as f64 / t.max(1e-9)
-                    ));
-                }) {
+                let paired = structure == Structure::Server
+                    && dir == Dir::Rx
+                    && o.launch.proto == Proto::Udp
+                    && (1..=handoff::MAX_SIZE).contains(&size);
+                match measured_cell(o, structure, dir, size, paired, cpus, &label, progress) {
                     Ok(r) => rows.push(r),
                     Err(e) => failed.push(format!("{label}: {e}")),
                 }
@@ -242,7 +270,7 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
         })
         .collect();
     let handoff = handoff_probe(o, progress);
-    for r in &mut rows {
+    for r in rows.iter_mut().filter(|r| !r.handoff_adjacent) {
         if let Some(h) = handoff.as_ref().and_then(|h| h.size(r.size)) {
             r.handoff_msgs_per_s = h.msgs_per_s;
             r.handoff_gbit_per_s = h.gbit_per_s;
@@ -276,6 +304,90 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
         buffers: o.launch.buffers,
         machine: crate::machine::Machine::this(),
     }
+}
+
+/// Attempts at a `server` receive cell whose placement changed under it.
+const PAIRED_ATTEMPTS: usize = 3;
+
+/// One cell, with the CPUs' core-to-core round trip taken just before and after it. A
+/// `paired` cell (the `server`'s receive, whose ratio to the hand-off is a target) also gets
+/// the hand-off probe at its size just before and after, and is run again (up to
+/// [`PAIRED_ATTEMPTS`] times in all) while the round trips around it show that the machine
+/// moved its vCPUs meanwhile: a ratio of a cross-core figure to one taken in the other
+/// placement says nothing (see [`corelat`]).
+#[allow(clippy::too_many_arguments)]
+fn measured_cell(
+    o: &TtcpOptions,
+    structure: Structure,
+    dir: Dir,
+    size: usize,
+    paired: bool,
+    cpus: [usize; 2],
+    label: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<TtcpRow, CellError> {
+    let probe = |progress: &mut dyn FnMut(&str)| {
+        let opts = HandoffOptions::new(true, vec![size], Some((cpus[0], cpus[1]))).ok()?;
+        Some(handoff::run(&opts, progress))
+    };
+    let attempts = if paired { PAIRED_ATTEMPTS } else { 1 };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let before = if paired { probe(progress) } else { None };
+        let rtt_before = corelat::round_trip_ns(cpus);
+        let mut r = cell(o, structure, dir, size, &mut |n, t| {
+            progress(&format!(
+                "{label}: {n} messages, {:.0}/s",
+                n as f64 / t.max(1e-9)
+            ));
+        })?;
+        let rtt_after = corelat::round_trip_ns(cpus);
+        let after = if paired { probe(progress) } else { None };
+        r.core_rtt_ns_before = rtt_before;
+        r.core_rtt_ns_after = rtt_after;
+        let mut rtts = vec![rtt_before, rtt_after];
+        if paired {
+            let sizes: Vec<_> = [&before, &after]
+                .iter()
+                .filter_map(|h| h.as_ref()?.size(size).cloned())
+                .collect();
+            if sizes.len() == 2 {
+                let msgs = (sizes[0].msgs_per_s + sizes[1].msgs_per_s) / 2.0;
+                r.handoff_adjacent = true;
+                r.handoff_msgs_per_s = msgs;
+                r.handoff_gbit_per_s = msgs * size as f64 * 8.0 / 1e9;
+                r.over_handoff = r.gbit_per_s / r.handoff_gbit_per_s.max(1e-12);
+            }
+            for h in [&before, &after] {
+                let h = h.as_ref();
+                rtts.push(h.and_then(|h| h.core_rtt_ns_before));
+                rtts.push(h.and_then(|h| h.core_rtt_ns_after));
+            }
+        }
+        r.placement_stable = one_placement(&rtts);
+        if r.placement_stable || attempt >= attempts {
+            return Ok(r);
+        }
+        progress(&format!(
+            "{label}: the CPUs' placement changed during the cell (core-to-core round trips {}): again",
+            rtts.iter()
+                .map(|t| t.map_or("?".into(), |t| format!("{t:.0} ns")))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+}
+
+/// Whether every round trip was measured and all show one placement.
+fn one_placement(rtts: &[Option<f64>]) -> bool {
+    let got: Vec<f64> = rtts.iter().flatten().copied().collect();
+    if got.len() != rtts.len() || got.is_empty() {
+        return false;
+    }
+    let lo = got.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = got.iter().copied().fold(0.0, f64::max);
+    corelat::same_placement(lo, hi)
 }
 
 /// The hand-off probe at the run's sizes (sizes the CLI has checked; any it could not
@@ -367,6 +479,10 @@ fn cell(
         handoff_msgs_per_s: 0.0,
         handoff_gbit_per_s: 0.0,
         over_handoff: 0.0,
+        handoff_adjacent: false,
+        core_rtt_ns_before: None,
+        core_rtt_ns_after: None,
+        placement_stable: false,
     })
 }
 
@@ -382,42 +498,47 @@ fn targets(rows: &[TtcpRow], _memcpy: &[Memcpy]) -> Vec<Target> {
             .find(|r| r.structure == s && r.dir == Dir::Rx && r.size == z)
     };
     let mut out = Vec::new();
-    let mut push = |size, what: &str, measured: f64, required: f64, limited_by: &String| {
+    let mut push = |size, what: &str, measured: f64, required: f64, judged, server: &TtcpRow| {
         out.push(Target {
             dir: Dir::Rx,
             size,
             what: what.into(),
             measured,
             required,
-            met: measured >= required,
-            limited_by: limited_by.clone(),
+            met: judged && measured >= required,
+            judged,
+            core_rtt_ns: server.core_rtt_ns(),
+            limited_by: limit(server),
         });
     };
     for size in [10usize, 1024, 8192, 14_792] {
         let Some(server) = find(Structure::Server, size) else {
             continue;
         };
-        let limited_by = limit(server);
         if size <= 1024 {
             if let Some(inline) = find(Structure::Inline, size) {
                 let want = if size == 10 { 0.6 } else { 0.5 };
                 let ratio = server.msgs_per_s / inline.msgs_per_s.max(1e-9);
+                let judged = comparable(server, inline);
                 push(
                     size,
                     "server msgs/s ÷ inline msgs/s",
                     ratio,
                     want,
-                    &limited_by,
+                    judged,
+                    server,
                 );
             }
             if let Some(kernel) = find(Structure::Kernel, size) {
                 let ratio = server.msgs_per_s / kernel.msgs_per_s.max(1e-9);
+                let judged = comparable(server, kernel);
                 push(
                     size,
                     "server msgs/s ÷ kernel msgs/s",
                     ratio,
                     5.0,
-                    &limited_by,
+                    judged,
+                    server,
                 );
             }
         } else if server.handoff_gbit_per_s > 0.0 {
@@ -426,7 +547,8 @@ fn targets(rows: &[TtcpRow], _memcpy: &[Memcpy]) -> Vec<Target> {
                 "server Gbit/s ÷ cross-core hand-off Gbit/s",
                 server.over_handoff,
                 0.5,
-                &limited_by,
+                server.handoff_adjacent && server.placement_stable,
+                server,
             );
         }
     }
@@ -444,18 +566,29 @@ fn targets(rows: &[TtcpRow], _memcpy: &[Memcpy]) -> Vec<Target> {
                 continue;
             };
             let measured = regions.msgs_per_s / shared.msgs_per_s.max(1e-9);
+            let judged = comparable(shared, regions);
             out.push(Target {
                 dir,
                 size,
                 what: "server-regions msgs/s ÷ server msgs/s".into(),
                 measured,
                 required: 0.9,
-                met: measured >= 0.9,
+                met: judged && measured >= 0.9,
+                judged,
+                core_rtt_ns: shared.core_rtt_ns(),
                 limited_by: limit(regions),
             });
         }
     }
     out
+}
+
+/// Whether two cells ran in one placement of the CPUs, each throughout: only then does a
+/// ratio of their figures compare like with like.
+fn comparable(a: &TtcpRow, b: &TtcpRow) -> bool {
+    a.placement_stable
+        && b.placement_stable
+        && matches!((a.core_rtt_ns(), b.core_rtt_ns()), (Some(x), Some(y)) if corelat::same_placement(x, y))
 }
 
 /// What limits a cell: the busiest party and the whole CPU bill against this machine's
@@ -604,15 +737,23 @@ impl fmt::Display for TtcpReport {
             // What limits a cell is said once, under its first target not met.
             let mut explained = Vec::new();
             for t in &self.targets {
+                let rtt = t
+                    .core_rtt_ns
+                    .map_or(String::new(), |ns| format!(", core-to-core {ns:.0} ns"));
                 writeln!(
                     f,
-                    "  {} {:>6} B  {} = {:.2} (need ≥ {}) {}",
+                    "  {} {:>6} B  {} = {:.2} (need ≥ {}) {}{rtt}",
                     t.dir.name(),
                     t.size,
                     t.what,
                     t.measured,
                     t.required,
-                    if t.met { "MET" } else { "NOT MET" }
+                    match (t.judged, t.met) {
+                        (false, _) =>
+                            "NOT JUDGED (the CPUs' placement changed between the cells compared)",
+                        (true, true) => "MET",
+                        (true, false) => "NOT MET",
+                    }
                 )?;
                 if !t.met && !explained.contains(&(t.dir, t.size)) {
                     explained.push((t.dir, t.size));

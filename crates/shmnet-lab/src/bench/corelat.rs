@@ -1,0 +1,147 @@
+//! Core-to-core round trip: how long one cache line takes to go from one CPU to another and
+//! back, measured right now.
+//!
+//! Why it exists: on a virtual machine the hypervisor places the vCPUs on physical cores and
+//! may move them while we run. On the AMD EPYC VM shmnet was measured on, two vCPUs sharing a
+//! core complex pass a line there and back in about 100 ns; placed on different complexes,
+//! in about 450 ns — and the placement flips within seconds. Everything that moves data
+//! between two cores (the hand-off probe, the `server` structure) runs up to eight times
+//! slower in the far placement, while single-core work (`memcpy`, the `inline` structure)
+//! does not change. A ratio between a cross-core figure and anything else is therefore only
+//! meaningful when both were measured in the same placement: this probe tells which one a
+//! measurement ran in, cheaply enough (about 2 ms) to take before and after every cell.
+//!
+//! How: two threads pinned to the two CPUs hand a counter back and forth through one
+//! cache-line-aligned atomic (each waits for the other's value, then writes the next), in
+//! batches of [`ROUNDS_PER_BATCH`] round trips timed by [`Instant`]; the median batch is the
+//! figure. Written here rather than taken from a crate because it is a dozen lines and its
+//! pinning and batching must match the hand-off probe's.
+
+use crate::tsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Round trips per timed batch.
+pub const ROUNDS_PER_BATCH: u64 = 1000;
+/// Timed batches (the median is reported).
+pub const BATCHES: usize = 5;
+/// A waiter that sees no progress for this long gives up (the other thread was descheduled
+/// for good, e.g. both CPUs are one): the probe reports nothing rather than hang.
+const PATIENCE: Duration = Duration::from_millis(200);
+
+/// Two placements differ when their round trips differ by more than this factor (the near
+/// and far placements seen differ by 4–5×; noise within one is well under 1.5×).
+pub const SAME_PLACEMENT: f64 = 1.5;
+
+#[repr(align(64))]
+struct Line(AtomicU64);
+
+/// The median round trip in nanoseconds between `cpus[0]` and `cpus[1]`, or `None` when the
+/// two are the same CPU, a thread could not be pinned, or a thread stalled (the figure would
+/// be a scheduler's, not the caches').
+pub fn round_trip_ns(cpus: [usize; 2]) -> Option<f64> {
+    if cpus[0] == cpus[1] {
+        return None;
+    }
+    let line = Line(AtomicU64::new(0));
+    let total = ROUNDS_PER_BATCH * BATCHES as u64;
+    // Each side waits for the value the other wrote last: odd values are the pinger's,
+    // even ones the ponger's. `false` from a side: it stalled or was not pinned.
+    let wait_for = |want: u64| {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while line.0.load(Ordering::Acquire) != want {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins % 4096 == 0 && start.elapsed() > PATIENCE {
+                return false;
+            }
+        }
+        true
+    };
+    std::thread::scope(|s| {
+        let ponger = s.spawn(|| {
+            if !tsc::pin_to(cpus[1]) {
+                line.0.store(u64::MAX, Ordering::Release);
+                return false;
+            }
+            for i in 0..total {
+                if !wait_for(2 * i + 1) {
+                    return false;
+                }
+                line.0.store(2 * i + 2, Ordering::Release);
+            }
+            true
+        });
+        let pinger = s.spawn(|| {
+            if !tsc::pin_to(cpus[0]) {
+                return None;
+            }
+            let mut batches = Vec::with_capacity(BATCHES);
+            for b in 0..BATCHES as u64 {
+                let t0 = Instant::now();
+                for i in b * ROUNDS_PER_BATCH..(b + 1) * ROUNDS_PER_BATCH {
+                    line.0.store(2 * i + 1, Ordering::Release);
+                    if !wait_for(2 * i + 2) {
+                        // Let the ponger see something it does not wait for, and stop.
+                        line.0.store(u64::MAX, Ordering::Release);
+                        return None;
+                    }
+                }
+                batches.push(t0.elapsed().as_nanos() as f64 / ROUNDS_PER_BATCH as f64);
+            }
+            Some(tsc::median(&mut batches))
+        });
+        let ns = pinger.join().ok().flatten();
+        let ponged = ponger.join().unwrap_or(false);
+        ns.filter(|_| ponged)
+    })
+}
+
+/// Whether round trips `a` and `b` (ns) were taken in the same placement of the two CPUs.
+pub fn same_placement(a: f64, b: f64) -> bool {
+    a > 0.0 && b > 0.0 && a.max(b) / a.min(b) <= SAME_PLACEMENT
+}
+
+/// The CPUs the cross-core probes use: the first two this thread may run on, or the one it
+/// may (both the same: nothing crosses a core).
+pub fn pick_cpus() -> [usize; 2] {
+    let allowed: Vec<usize> = rustix::thread::sched_getaffinity(None)
+        .map(|set| {
+            (0..rustix::thread::CpuSet::MAX_CPU)
+                .filter(|&c| set.is_set(c))
+                .collect()
+        })
+        .unwrap_or_default();
+    match allowed.as_slice() {
+        [] => [0, 0],
+        [one] => [*one, *one],
+        [a, b, ..] => [*a, *b],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_trip_is_measured_between_two_cpus_and_refused_on_one() {
+        assert_eq!(round_trip_ns([0, 0]), None);
+        let cpus = pick_cpus();
+        if cpus[0] == cpus[1] {
+            eprintln!("SKIP: only one CPU available");
+            return;
+        }
+        // A stalled thread (a busy machine) yields None; anything measured is positive.
+        if let Some(ns) = round_trip_ns(cpus) {
+            assert!(ns > 0.0, "{ns}");
+        }
+    }
+
+    #[test]
+    fn placements_compare_by_ratio() {
+        assert!(same_placement(100.0, 140.0));
+        assert!(!same_placement(100.0, 450.0));
+        assert!(!same_placement(0.0, 100.0));
+    }
+}
