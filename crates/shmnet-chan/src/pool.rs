@@ -592,13 +592,14 @@ impl Buffers {
                 continue;
             }
             let Some(h) = self.hdr(idx) else { continue };
-            if h.refcnt
-                .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-            {
+            // Under the pool's lock, and no honest party writes a free buffer's count: a
+            // load and a store do what a compare-exchange would, without waiting for the
+            // line (see `free_chain_server_holding`).
+            if h.refcnt.load(Ordering::Relaxed) != 0 {
                 Self::bump(&ctl.list.counters.refused);
                 continue;
             }
+            h.refcnt.store(1, Ordering::Relaxed);
             h.next.store(NO_BUF, Ordering::Relaxed);
             h.off_len.store(0, Ordering::Relaxed);
             h.flags.store(0, Ordering::Relaxed);
@@ -734,13 +735,19 @@ impl Buffers {
             let h = self.hdr(cur).expect("checked against total");
             let next = h.next.load(Ordering::Relaxed);
             // The head's count already went to 0; every other link must hold exactly 1.
-            if !first
-                && h.refcnt
-                    .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_err()
-            {
-                Self::bump(&self.counters().bad_chains);
-                break;
+            // A load and a store, not a compare-exchange: no honest party writes the count
+            // of a chain's inner link (only heads count holders), so the two differ only
+            // under a peer scribbling on it, which either way frees the buffer or stops the
+            // walk (counted); and a store retires at once where a locked instruction waits
+            // for the line, which the application that read the chain last still shares.
+            // Ordering comes from the head's release (`unref`) and the pool lock, not from
+            // this word.
+            if !first {
+                if h.refcnt.load(Ordering::Relaxed) != 1 {
+                    Self::bump(&self.counters().bad_chains);
+                    break;
+                }
+                h.refcnt.store(0, Ordering::Relaxed);
             }
             first = false;
             let pool = self.pool_of(cur);

@@ -125,6 +125,16 @@ impl BufferPool for ChanPool {
         let _ = b.set_off_len(idx.0, off, len);
     }
 
+    fn off_len(&self, idx: BufIdx) -> (u16, u16) {
+        self.pools.buffers().off_len(idx.0).unwrap_or((0, 0))
+    }
+
+    fn set_off_len(&mut self, idx: BufIdx, off: u16, len: u16) {
+        let off = off.min(self.capacity as u16);
+        let len = len.min(self.capacity as u16 - off);
+        let _ = self.pools.buffers().set_off_len(idx.0, off, len);
+    }
+
     fn data(&self, idx: BufIdx) -> &[u8] {
         // SAFETY: the stack owns every buffer whose index it holds (it was allocated here or
         // handed over by the driver through a ring), and the slice's bounds are the buffer's.

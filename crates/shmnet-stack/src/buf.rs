@@ -73,6 +73,16 @@ pub trait BufferPool {
     fn len(&self, idx: BufIdx) -> u16;
     /// Set how many valid bytes follow `off`.
     fn set_len(&mut self, idx: BufIdx, len: u16);
+    /// `(off, len)` together: pools whose header holds both in one word read it once.
+    fn off_len(&self, idx: BufIdx) -> (u16, u16) {
+        (self.off(idx), self.len(idx))
+    }
+    /// Sets `off` and `len` together (`off + len` within the capacity: a pool may cut
+    /// `len` to keep it so): pools whose header holds both write it once.
+    fn set_off_len(&mut self, idx: BufIdx, off: u16, len: u16) {
+        self.set_off(idx, off);
+        self.set_len(idx, len);
+    }
     /// The whole data area of a buffer (`capacity()` bytes).
     fn data(&self, idx: BufIdx) -> &[u8];
     /// The whole data area of a buffer (`capacity()` bytes), writable.
@@ -137,7 +147,8 @@ pub trait BufferPool {
 /// a corrupt header can never cause an out-of-bounds access.
 #[inline]
 pub fn valid<P: BufferPool + ?Sized>(pool: &P, idx: BufIdx) -> &[u8] {
-    let (off, len) = (pool.off(idx) as usize, pool.len(idx) as usize);
+    let (off, len) = pool.off_len(idx);
+    let (off, len) = (off as usize, len as usize);
     let data = pool.data(idx);
     let start = off.min(data.len());
     let end = (off + len).min(data.len());
@@ -154,8 +165,7 @@ pub(crate) fn set_window<P: BufferPool + ?Sized>(
     len: usize,
 ) {
     debug_assert!(off + len <= pool.capacity());
-    pool.set_off(idx, off as u16);
-    pool.set_len(idx, len as u16);
+    pool.set_off_len(idx, off as u16, len as u16);
 }
 
 /// The buffers of the chain at `head` with their valid bytes ([`valid`]), in order: the one

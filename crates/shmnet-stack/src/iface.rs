@@ -420,9 +420,10 @@ impl Interface {
         tx: &mut T,
     ) {
         self.stats.rx_frames += 1;
-        if pool.next(frame).is_some()
-            || pool.off(frame) as usize + pool.len(frame) as usize > pool.capacity()
-        {
+        if pool.next(frame).is_some() || {
+            let (off, len) = pool.off_len(frame);
+            off as usize + len as usize > pool.capacity()
+        } {
             self.stats.bad_buffer += 1;
             pool.free_chain(frame);
             return;
@@ -666,8 +667,9 @@ impl Interface {
             return;
         };
         // Narrow the first buffer past the UDP header.
-        let off = pool.off(dg.head) as usize + udp::HEADER_LEN;
-        let first_len = pool.len(dg.head) as usize - udp::HEADER_LEN;
+        let (head_off, head_len) = pool.off_len(dg.head);
+        let off = head_off as usize + udp::HEADER_LEN;
+        let first_len = head_len as usize - udp::HEADER_LEN;
         set_window(pool, dg.head, off, first_len);
         let msg = Message {
             head: dg.head,

@@ -307,7 +307,7 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
 }
 
 /// Attempts at a `server` receive cell whose placement changed under it.
-const PAIRED_ATTEMPTS: usize = 3;
+const PAIRED_ATTEMPTS: usize = 5;
 
 /// One cell, with the CPUs' core-to-core round trip taken just before and after it. A
 /// `paired` cell (the `server`'s receive, whose ratio to the hand-off is a target) also gets
@@ -583,12 +583,22 @@ fn targets(rows: &[TtcpRow], _memcpy: &[Memcpy]) -> Vec<Target> {
     out
 }
 
-/// Whether two cells ran in one placement of the CPUs, each throughout: only then does a
-/// ratio of their figures compare like with like.
+/// Whether two cells' figures compare like with like: each ran in one placement of the
+/// CPUs throughout, and the same one. The `inline` structure runs on one thread, so its
+/// figures do not depend on the placement: against it, only the other cell's stability
+/// counts.
 fn comparable(a: &TtcpRow, b: &TtcpRow) -> bool {
-    a.placement_stable
-        && b.placement_stable
-        && matches!((a.core_rtt_ns(), b.core_rtt_ns()), (Some(x), Some(y)) if corelat::same_placement(x, y))
+    let single = |r: &TtcpRow| r.structure == Structure::Inline;
+    match (single(a), single(b)) {
+        (true, true) => true,
+        (true, false) => b.placement_stable,
+        (false, true) => a.placement_stable,
+        (false, false) => {
+            a.placement_stable
+                && b.placement_stable
+                && matches!((a.core_rtt_ns(), b.core_rtt_ns()), (Some(x), Some(y)) if corelat::same_placement(x, y))
+        }
+    }
 }
 
 /// What limits a cell: the busiest party and the whole CPU bill against this machine's
