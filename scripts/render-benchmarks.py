@@ -236,6 +236,13 @@ measured against (ttcp measures it again in its own run).{' **Both threads share
 
 """
     s += table(["size B", "buffers/msg", "msgs/s", "payload Gbit/s"], rows)
+    rtts = [(r.get("core_rtt_ns_before"), r.get("core_rtt_ns_after")) for r in runs]
+    if any(a and b for a, b in rtts):
+        s += ("\nThe two CPUs' core-to-core round trip before and after each run, ns (the VM's "
+              "placement of its vCPUs, which moves cross-core figures severalfold: "
+              "[netbench.md](netbench.md)): "
+              + "; ".join(f"{a:.0f} → {b:.0f}" if a and b else "not measured" for a, b in rtts)
+              + ".\n")
     wrong = sum(r["wrong_messages"] for r in runs)
     if wrong:
         s += f"\n**{wrong} message(s) arrived wrong: the probe is broken and these figures are void.**\n"
@@ -737,15 +744,21 @@ neither does more with the bytes.
         s += ("The cross-core hand-off limit in the same runs (`shmnet bench handoff`; "
               "÷ hand-off above is a cell's Gbit/s over it), Gbit/s: " + "; ".join(ho) + ".\n\n")
     # A cross-core figure holds for one placement of the VM's vCPUs (docs/netbench.md): the
-    # targets are judged per placement, near = within 1.5x of the fastest core-to-core round
-    # trip seen in these runs, and runs whose cells straddled a change are not judged.
-    rtts = [t["core_rtt_ns"] for r in runs for t in r["targets"] if t.get("core_rtt_ns")]
-    fastest = min(rtts) if rtts else None
+    # targets are judged per placement, and runs whose cells straddled a change are not
+    # judged. The placements are told apart by the round trips themselves: sorted, the
+    # widest gap between neighbours splits near from far when it is at least 2x (the
+    # placements seen differ by 4x or more; noise within one by well under 2x).
+    rtts = sorted(t["core_rtt_ns"] for r in runs for t in r["targets"] if t.get("core_rtt_ns"))
+    split = None
+    if len(rtts) >= 2:
+        gap, at = max((b / a, b) for a, b in zip(rtts, rtts[1:]) if a > 0)
+        if gap >= 2.0:
+            split = at
 
     def placement(t):
-        if not t.get("core_rtt_ns") or not fastest:
+        if not t.get("core_rtt_ns"):
             return "?"
-        return "near" if t["core_rtt_ns"] <= 1.5 * fastest else "far"
+        return "far" if split is not None and t["core_rtt_ns"] >= split else "near"
 
     trows = []
     for t in r0["targets"]:
@@ -766,8 +779,8 @@ neither does more with the bytes.
     if trows:
         s += ("Targets, each run against cells of the same run: issue 14's (receive; `server` against "
               "`inline`, the kernel and the hand-off) and issue 15's (`server-regions` against `server`). "
-              "Each is judged separately in each placement of the two vCPUs (near: a core-to-core round "
-              "trip within 1.5× of the fastest seen; far: slower), and not judged in a run whose compared "
+              "Each is judged separately in each placement of the two vCPUs (near and far: the core-to-core "
+              "round trips of these runs split where they jump by 2× or more), and not judged in a run whose compared "
               "cells, or the hand-off probes just before and after the `server` cell, straddled a change "
               "of placement ([netbench.md](netbench.md)):\n\n")
         s += table(["dir", "size B", "what", "placement", "core-to-core ns", "measured", "target",
