@@ -66,6 +66,42 @@ def ratios_over_runs(runs, num_of, den_of):
     return out
 
 
+def placements(targets):
+    """How each target's run placed the VM's two vCPUs (docs/netbench.md): "near" or "far",
+    told apart by the round trips themselves. Sorted, the widest gap between neighbours splits
+    near from far when it is at least 2x (the placements seen differ by 4x or more; noise
+    within one by well under 2x); "?" where no round trip was measured."""
+    rtts = sorted(t["core_rtt_ns"] for t in targets if t.get("core_rtt_ns"))
+    split = None
+    if len(rtts) >= 2:
+        gap, at = max((b / a, b) for a, b in zip(rtts, rtts[1:]) if a > 0)
+        if gap >= 2.0:
+            split = at
+
+    def placement(t):
+        if not t.get("core_rtt_ns"):
+            return "?"
+        return "far" if split is not None and t["core_rtt_ns"] >= split else "near"
+    return placement
+
+
+def judged_rows(ts, placement, head, measured_digits, required):
+    """Table rows for one target over the runs: one per placement its judged runs ran in,
+    and one for the runs not judged (their cells straddled a change of placement)."""
+    out = []
+    judged = [x for x in ts if x.get("judged", True)]
+    for where in sorted({placement(x) for x in judged}, key=lambda p: (p != "near", p)):
+        jt = [x for x in judged if placement(x) == where]
+        out.append(head + [where, fig([x["core_rtt_ns"] for x in jt if x.get("core_rtt_ns")], 0),
+                           fig([x["measured"] for x in jt], measured_digits), required,
+                           verdict([x["met"] for x in jt])])
+    unjudged = [x for x in ts if not x.get("judged", True)]
+    if unjudged:
+        out.append(head + ["changed", "—", fig([x["measured"] for x in unjudged], measured_digits),
+                           required, f"not judged in {len(unjudged)} of {len(ts)} runs"])
+    return out
+
+
 def verdict(oks, runs=None):
     """Counted over the runs that measured it; says so when some did not."""
     n, k = len(oks), sum(1 for ok in oks if ok)
@@ -743,39 +779,14 @@ neither does more with the bytes.
             ho.append(f"{size:,} B: {fig(g, 1)}")
         s += ("The cross-core hand-off limit in the same runs (`shmnet bench handoff`; "
               "÷ hand-off above is a cell's Gbit/s over it), Gbit/s: " + "; ".join(ho) + ".\n\n")
-    # A cross-core figure holds for one placement of the VM's vCPUs (docs/netbench.md): the
-    # targets are judged per placement, and runs whose cells straddled a change are not
-    # judged. The placements are told apart by the round trips themselves: sorted, the
-    # widest gap between neighbours splits near from far when it is at least 2x (the
-    # placements seen differ by 4x or more; noise within one by well under 2x).
-    rtts = sorted(t["core_rtt_ns"] for r in runs for t in r["targets"] if t.get("core_rtt_ns"))
-    split = None
-    if len(rtts) >= 2:
-        gap, at = max((b / a, b) for a, b in zip(rtts, rtts[1:]) if a > 0)
-        if gap >= 2.0:
-            split = at
-
-    def placement(t):
-        if not t.get("core_rtt_ns"):
-            return "?"
-        return "far" if split is not None and t["core_rtt_ns"] >= split else "near"
+    placement = placements([t for r in runs for t in r["targets"]])
 
     trows = []
     for t in r0["targets"]:
         k = (t["dir"], t["size"], t["what"])
         ts = [x for r in runs for x in r["targets"] if (x["dir"], x["size"], x["what"]) == k]
-        judged = [x for x in ts if x.get("judged", True)]
-        unjudged = len(ts) - len(judged)
-        for where in sorted({placement(x) for x in judged}, key=lambda p: (p != "near", p)):
-            jt = [x for x in judged if placement(x) == where]
-            trows.append([t["dir"], f"{t['size']:,}", t["what"], where,
-                          fig([x["core_rtt_ns"] for x in jt if x.get("core_rtt_ns")], 0),
-                          fig([x["measured"] for x in jt], 3),
-                          f"≥ {t['required']}", verdict([x["met"] for x in jt])])
-        if unjudged:
-            trows.append([t["dir"], f"{t['size']:,}", t["what"], "changed", "—",
-                          fig([x["measured"] for x in ts if not x.get("judged", True)], 3),
-                          f"≥ {t['required']}", f"not judged in {unjudged} of {len(ts)} runs"])
+        trows += judged_rows(ts, placement, [t["dir"], f"{t['size']:,}", t["what"]], 3,
+                             f"≥ {t['required']}")
     if trows:
         s += ("Targets, each run against cells of the same run: issue 14's (receive; `server` against "
               "`inline`, the kernel and the hand-off) and issue 15's (`server-regions` against `server`). "
@@ -839,17 +850,19 @@ not like for like. Method: [netbench.md](netbench.md#rr).
 """
     s += table(["in flight", "structure", "transactions/s", "÷ kernel", "p50 µs", "p99 µs",
                 "CPU µs/txn (by party)", "sleeps/txn", "lost"], rows)
+    placement = placements([t for r in runs for t in r.get("targets", [])])
     trows = []
     for t in r0.get("targets", []):
         k = (t["outstanding"], t["what"])
         ts = [x for r in runs for x in r.get("targets", []) if (x["outstanding"], x["what"]) == k]
-        trows.append([t["outstanding"], t["what"], fig([x["measured"] for x in ts], 2),
-                      f"{'≤' if t['at_most'] else '≥'} {t['required']}",
-                      verdict([x["met"] for x in ts], len(runs))])
+        trows += judged_rows(ts, placement, [t["outstanding"], t["what"]], 2,
+                             f"{'≤' if t['at_most'] else '≥'} {t['required']}")
     if trows:
         s += ("\nTargets, each run against cells of the same run: issue 14's (`server` against the "
-              "kernel) and issue 15's (`server-regions` against `server`):\n\n")
-        s += table(["in flight", "what", "measured", "target", "verdict"], trows)
+              "kernel) and issue 15's (`server-regions` against `server`), judged per placement of "
+              "the two vCPUs as ttcp's are:\n\n")
+        s += table(["in flight", "what", "placement", "core-to-core ns", "measured", "target",
+                    "verdict"], trows)
     for r in runs:
         for f in r["failed"]:
             s += f"\nFAILED: {f}\n"

@@ -233,8 +233,20 @@ fn rr_times_every_transaction_and_loses_none() {
         assert_eq!(u(r, "samples"), u(r, "received"), "every reply timed: {r}");
         let (p50, p99) = (r["p50_us"].as_f64().unwrap(), r["p99_us"].as_f64().unwrap());
         assert!(p50 > 0.0 && p50 <= p99, "{r}");
+        // A stable placement was measured on both sides of the cell.
+        if r["placement_stable"].as_bool() == Some(true) {
+            for k in ["core_rtt_ns_before", "core_rtt_ns_after"] {
+                assert!(r[k].as_f64().is_some_and(|x| x > 0.0), "{k} in {r}");
+            }
+        }
     }
     check_party_split(rows, "cpu_us_per_txn_by_party");
+    // A target is met only where it is judged.
+    for t in v["targets"].as_array().expect("targets") {
+        if t["judged"].as_bool() == Some(false) {
+            assert_eq!(t["met"].as_bool(), Some(false), "{t}");
+        }
+    }
 }
 
 #[test]

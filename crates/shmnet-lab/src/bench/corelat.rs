@@ -103,6 +103,54 @@ pub fn same_placement(a: f64, b: f64) -> bool {
     a > 0.0 && b > 0.0 && a.max(b) / a.min(b) <= SAME_PLACEMENT
 }
 
+/// Whether every round trip was measured and all show one placement.
+pub fn one_placement(rtts: &[Option<f64>]) -> bool {
+    let got: Vec<f64> = rtts.iter().flatten().copied().collect();
+    if got.len() != rtts.len() || got.is_empty() {
+        return false;
+    }
+    let lo = got.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = got.iter().copied().fold(0.0, f64::max);
+    same_placement(lo, hi)
+}
+
+/// Where one benchmark cell ran, as far as comparing it with another goes.
+#[derive(Clone, Copy, Debug)]
+pub struct CellPlacement {
+    /// Its round trips before and after (and around any probe of its own) showed one
+    /// placement.
+    pub stable: bool,
+    /// Its round trip (mean of before and after), if measured.
+    pub rtt_ns: Option<f64>,
+    /// All its work ran on one thread: its figures do not depend on the placement.
+    pub one_thread: bool,
+}
+
+/// Whether two cells' figures compare like with like: each ran in one placement throughout,
+/// and the same one — except that a cell whose work ran on one thread compares with anything
+/// measured in one placement.
+pub fn comparable(a: CellPlacement, b: CellPlacement) -> bool {
+    match (a.one_thread, b.one_thread) {
+        (true, true) => true,
+        (true, false) => b.stable,
+        (false, true) => a.stable,
+        (false, false) => {
+            a.stable
+                && b.stable
+                && matches!((a.rtt_ns, b.rtt_ns), (Some(x), Some(y)) if same_placement(x, y))
+        }
+    }
+}
+
+/// A target's verdict as the reports print it.
+pub fn verdict(judged: bool, met: bool) -> &'static str {
+    match (judged, met) {
+        (false, _) => "NOT JUDGED (the CPUs' placement changed between the cells compared)",
+        (true, true) => "MET",
+        (true, false) => "NOT MET",
+    }
+}
+
 /// The CPUs the cross-core probes use: the first two this thread may run on, or the one it
 /// may (both the same: nothing crosses a core).
 pub fn pick_cpus() -> [usize; 2] {
@@ -143,5 +191,35 @@ mod tests {
         assert!(same_placement(100.0, 140.0));
         assert!(!same_placement(100.0, 450.0));
         assert!(!same_placement(0.0, 100.0));
+        assert!(one_placement(&[Some(70.0), Some(90.0)]));
+        assert!(!one_placement(&[Some(70.0), Some(450.0)]));
+        assert!(!one_placement(&[Some(70.0), None]));
+        assert!(!one_placement(&[]));
+    }
+
+    #[test]
+    fn cells_compare_only_within_one_placement_unless_single_threaded() {
+        let cell = |stable, rtt, one_thread| CellPlacement {
+            stable,
+            rtt_ns: Some(rtt),
+            one_thread,
+        };
+        assert!(comparable(cell(true, 70.0, false), cell(true, 80.0, false)));
+        assert!(!comparable(
+            cell(true, 70.0, false),
+            cell(true, 450.0, false)
+        ));
+        assert!(!comparable(
+            cell(false, 70.0, false),
+            cell(true, 70.0, false)
+        ));
+        assert!(comparable(
+            cell(true, 70.0, false),
+            cell(false, 450.0, true)
+        ));
+        assert!(!comparable(
+            cell(false, 70.0, false),
+            cell(true, 70.0, true)
+        ));
     }
 }

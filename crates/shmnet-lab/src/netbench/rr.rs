@@ -17,6 +17,7 @@
 //! reply the same way back, in every structure: each pays its stack twice per direction.
 
 use super::{CellError, Launch, Proto, Roles, Structure, cpu_by_party, losses, start};
+use crate::bench::corelat;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -82,6 +83,30 @@ pub struct RrRow {
     pub txn_over_kernel: f64,
     /// This cell's p50 ÷ the `kernel` cell's (0 without a kernel cell).
     pub p50_over_kernel: f64,
+    /// The two CPUs' core-to-core round trip just before the cell, ns (which placement of a
+    /// virtual machine's vCPUs it ran in: [`corelat`]); `None` on one CPU.
+    pub core_rtt_ns_before: Option<f64>,
+    /// The same just after the cell.
+    pub core_rtt_ns_after: Option<f64>,
+    /// Both round trips were measured and show one placement.
+    pub placement_stable: bool,
+}
+
+impl RrRow {
+    /// Where the cell ran, for comparing it with another ([`corelat::comparable`]; `inline`
+    /// runs on one thread).
+    fn placement(&self) -> corelat::CellPlacement {
+        corelat::CellPlacement {
+            stable: self.placement_stable,
+            rtt_ns: self.core_rtt_ns(),
+            one_thread: self.structure == Structure::Inline,
+        }
+    }
+
+    /// The cell's core-to-core round trip (mean of before and after), if measured.
+    pub fn core_rtt_ns(&self) -> Option<f64> {
+        Some((self.core_rtt_ns_before? + self.core_rtt_ns_after?) / 2.0)
+    }
 }
 
 /// Everything one `shmnet rr` run measured.
@@ -105,6 +130,7 @@ pub struct RrReport {
 
 /// Runs every cell.
 pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
+    let cpus = corelat::pick_cpus();
     let mut rows = Vec::new();
     let mut failed = Vec::new();
     for &outstanding in &o.outstanding {
@@ -116,13 +142,21 @@ pub fn run(o: &RrOptions, progress: &mut dyn FnMut(&str)) -> RrReport {
                 structure.name()
             );
             progress(&label);
-            match cell(o, structure, outstanding, &mut |n, t| {
+            let before = corelat::round_trip_ns(cpus);
+            let measured = cell(o, structure, outstanding, &mut |n, t| {
                 progress(&format!(
                     "{label}: {n} transactions, {:.0}/s",
                     n as f64 / t.max(1e-9)
                 ));
-            }) {
-                Ok(r) => rows.push(r),
+            });
+            let after = corelat::round_trip_ns(cpus);
+            match measured {
+                Ok(mut r) => {
+                    r.core_rtt_ns_before = before;
+                    r.core_rtt_ns_after = after;
+                    r.placement_stable = corelat::one_placement(&[before, after]);
+                    rows.push(r)
+                }
                 Err(e) => failed.push(format!("{label}: {e}")),
             }
         }
@@ -166,8 +200,43 @@ pub struct RrTarget {
     pub required: f64,
     /// Whether the figure must stay at or below `required`.
     pub at_most: bool,
-    /// Whether it did.
+    /// Whether it did (`false` when not `judged`).
     pub met: bool,
+    /// The two cells compared ran in one placement of the CPUs, each throughout (see
+    /// ttcp's targets): `false`, and the figure mixes two machines.
+    pub judged: bool,
+    /// The first cell's core-to-core round trip, ns: which placement the verdict holds for.
+    pub core_rtt_ns: Option<f64>,
+}
+
+impl RrTarget {
+    /// A target comparing `a` with `b`: judged only where they compare like with like.
+    fn new(
+        outstanding: u32,
+        what: &str,
+        measured: f64,
+        required: f64,
+        at_most: bool,
+        a: &RrRow,
+        b: &RrRow,
+    ) -> Self {
+        let judged = corelat::comparable(a.placement(), b.placement());
+        let ok = if at_most {
+            measured <= required
+        } else {
+            measured >= required
+        };
+        Self {
+            outstanding,
+            what: what.into(),
+            measured,
+            required,
+            at_most,
+            met: judged && ok,
+            judged,
+            core_rtt_ns: a.core_rtt_ns(),
+        }
+    }
 }
 
 /// Issue 14's targets: `server` (driver polled) p50 ≤ the kernel's at 1 in flight, and ≥ 2×
@@ -178,26 +247,28 @@ fn targets(rows: &[RrRow]) -> Vec<RrTarget> {
     let mut out = Vec::new();
     if let (Some(server), Some(kernel)) = (find(Structure::Server, 1), find(Structure::Kernel, 1)) {
         let ratio = server.p50_us / kernel.p50_us.max(1e-9);
-        out.push(RrTarget {
-            outstanding: 1,
-            what: "server p50 ÷ kernel p50".into(),
-            measured: ratio,
-            required: 1.0,
-            at_most: true,
-            met: ratio <= 1.0,
-        });
+        out.push(RrTarget::new(
+            1,
+            "server p50 ÷ kernel p50",
+            ratio,
+            1.0,
+            true,
+            server,
+            kernel,
+        ));
     }
     if let (Some(server), Some(kernel)) = (find(Structure::Server, 16), find(Structure::Kernel, 16))
     {
         let ratio = server.transactions_per_s / kernel.transactions_per_s.max(1e-9);
-        out.push(RrTarget {
-            outstanding: 16,
-            what: "server txn/s ÷ kernel txn/s".into(),
-            measured: ratio,
-            required: 2.0,
-            at_most: false,
-            met: ratio >= 2.0,
-        });
+        out.push(RrTarget::new(
+            16,
+            "server txn/s ÷ kernel txn/s",
+            ratio,
+            2.0,
+            false,
+            server,
+            kernel,
+        ));
     }
     // Issue 15: through registered regions, p50 no more than 10 % above and transactions/s
     // no more than 10 % below `server` with shared windows.
@@ -221,18 +292,9 @@ fn targets(rows: &[RrRow]) -> Vec<RrTarget> {
                     false,
                 )
             };
-            out.push(RrTarget {
-                outstanding: n,
-                what: what.into(),
-                measured: ratio,
-                required,
-                at_most,
-                met: if at_most {
-                    ratio <= required
-                } else {
-                    ratio >= required
-                },
-            });
+            out.push(RrTarget::new(
+                n, what, ratio, required, at_most, shared, regions,
+            ));
         }
     }
     out
@@ -300,6 +362,9 @@ fn cell(
         samples: out.samples.len(),
         txn_over_kernel: 0.0,
         p50_over_kernel: 0.0,
+        core_rtt_ns_before: None,
+        core_rtt_ns_after: None,
+        placement_stable: false,
     })
 }
 
@@ -369,13 +434,15 @@ impl fmt::Display for RrReport {
             for t in &self.targets {
                 writeln!(
                     f,
-                    "  {:>3} in flight  {} = {:.2} (need {} {}) {}",
+                    "  {:>3} in flight  {} = {:.2} (need {} {}) {}{}",
                     t.outstanding,
                     t.what,
                     t.measured,
                     if t.at_most { "≤" } else { "≥" },
                     t.required,
-                    if t.met { "MET" } else { "NOT MET" }
+                    corelat::verdict(t.judged, t.met),
+                    t.core_rtt_ns
+                        .map_or(String::new(), |ns| format!(", core-to-core {ns:.0} ns"))
                 )?;
             }
         }

@@ -365,7 +365,7 @@ fn measured_cell(
                 rtts.push(h.and_then(|h| h.core_rtt_ns_after));
             }
         }
-        r.placement_stable = one_placement(&rtts);
+        r.placement_stable = corelat::one_placement(&rtts);
         if r.placement_stable || attempt >= attempts {
             return Ok(r);
         }
@@ -377,17 +377,6 @@ fn measured_cell(
                 .join(", ")
         ));
     }
-}
-
-/// Whether every round trip was measured and all show one placement.
-fn one_placement(rtts: &[Option<f64>]) -> bool {
-    let got: Vec<f64> = rtts.iter().flatten().copied().collect();
-    if got.len() != rtts.len() || got.is_empty() {
-        return false;
-    }
-    let lo = got.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = got.iter().copied().fold(0.0, f64::max);
-    corelat::same_placement(lo, hi)
 }
 
 /// The hand-off probe at the run's sizes (sizes the CLI has checked; any it could not
@@ -583,22 +572,15 @@ fn targets(rows: &[TtcpRow], _memcpy: &[Memcpy]) -> Vec<Target> {
     out
 }
 
-/// Whether two cells' figures compare like with like: each ran in one placement of the
-/// CPUs throughout, and the same one. The `inline` structure runs on one thread, so its
-/// figures do not depend on the placement: against it, only the other cell's stability
-/// counts.
+/// Whether two cells' figures compare like with like ([`corelat::comparable`]; `inline`
+/// runs on one thread).
 fn comparable(a: &TtcpRow, b: &TtcpRow) -> bool {
-    let single = |r: &TtcpRow| r.structure == Structure::Inline;
-    match (single(a), single(b)) {
-        (true, true) => true,
-        (true, false) => b.placement_stable,
-        (false, true) => a.placement_stable,
-        (false, false) => {
-            a.placement_stable
-                && b.placement_stable
-                && matches!((a.core_rtt_ns(), b.core_rtt_ns()), (Some(x), Some(y)) if corelat::same_placement(x, y))
-        }
-    }
+    let at = |r: &TtcpRow| corelat::CellPlacement {
+        stable: r.placement_stable,
+        rtt_ns: r.core_rtt_ns(),
+        one_thread: r.structure == Structure::Inline,
+    };
+    corelat::comparable(at(a), at(b))
 }
 
 /// What limits a cell: the busiest party and the whole CPU bill against this machine's
@@ -758,12 +740,7 @@ impl fmt::Display for TtcpReport {
                     t.what,
                     t.measured,
                     t.required,
-                    match (t.judged, t.met) {
-                        (false, _) =>
-                            "NOT JUDGED (the CPUs' placement changed between the cells compared)",
-                        (true, true) => "MET",
-                        (true, false) => "NOT MET",
-                    }
+                    corelat::verdict(t.judged, t.met)
                 )?;
                 if !t.met && !explained.contains(&(t.dir, t.size)) {
                     explained.push((t.dir, t.size));
