@@ -70,7 +70,8 @@ def placements(targets):
     """How each target's run placed the VM's two vCPUs (docs/netbench.md): "near" or "far",
     told apart by the round trips themselves. Sorted, the widest gap between neighbours splits
     near from far when it is at least 2x (the placements seen differ by 4x or more; noise
-    within one by well under 2x); "?" where no round trip was measured."""
+    within one by well under 2x); "one" when there is no such jump, "?" where no round trip
+    was measured."""
     rtts = sorted(t["core_rtt_ns"] for t in targets if t.get("core_rtt_ns"))
     split = None
     if len(rtts) >= 2:
@@ -81,7 +82,11 @@ def placements(targets):
     def placement(t):
         if not t.get("core_rtt_ns"):
             return "?"
-        return "far" if split is not None and t["core_rtt_ns"] >= split else "near"
+        if split is None:
+            # No jump between these runs: one placement, whichever it was (the round trip
+            # column says which).
+            return "one"
+        return "far" if t["core_rtt_ns"] >= split else "near"
     return placement
 
 

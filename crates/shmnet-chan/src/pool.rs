@@ -740,8 +740,9 @@ impl Buffers {
             // under a peer scribbling on it, which either way frees the buffer or stops the
             // walk (counted); and a store retires at once where a locked instruction waits
             // for the line, which the application that read the chain last still shares.
-            // Ordering comes from the head's release (`unref`) and the pool lock, not from
-            // this word.
+            // Ordering comes from the head's count (`unref`'s release and acquire), the
+            // deferred-free ring's hand-over where a driver deferred the chain, and the pool
+            // lock, not from this word.
             if !first {
                 if h.refcnt.load(Ordering::Relaxed) != 1 {
                     Self::bump(&self.counters().bad_chains);

@@ -670,7 +670,11 @@ impl<P: Pacer> Driver for Softnic<P> {
                 self.patch(self.sent);
             }
             if stash.used == stash.have {
-                let want = (max - produced).min(stash.bufs.len());
+                let mut want = (max - produced).min(stash.bufs.len());
+                if !self.cfg.gap.is_zero() {
+                    // Paced: this call sends the rest of one message at most.
+                    want = want.min(self.frames.len() - self.next_frame);
+                }
                 stash.have = pools.alloc_burst(&mut stash.bufs[..want]);
                 stash.used = 0;
             }
@@ -705,7 +709,8 @@ impl<P: Pacer> Driver for Softnic<P> {
                 self.pacer.sent(self.sent);
             }
         }
-        for &b in &stash.bufs[stash.used..stash.have] {
+        // Most recently taken first back, so the pool's LIFO order is as it was.
+        for &b in stash.bufs[stash.used..stash.have].iter().rev() {
             pools.release(b);
         }
         #[cfg(target_arch = "x86_64")]
@@ -884,6 +889,34 @@ mod tests {
             }
             assert!(nic.done());
             assert_eq!(nic.rx_burst(&mut drv, &mut out, 10).unwrap(), 0);
+        }
+    }
+
+    /// A burst takes buffers a burst at a time and gives back every one it did not fill,
+    /// paced or not: after each call the pool holds all but the frames handed out.
+    #[test]
+    fn a_burst_gives_back_every_buffer_it_did_not_fill() {
+        for gap in [Duration::ZERO, Duration::from_secs(3600)] {
+            let cfg = SoftnicConfig {
+                size: 8192,
+                count: Some(5),
+                gap,
+                ..SoftnicConfig::default()
+            };
+            let mut nic = Softnic::new(cfg).unwrap();
+            let (_server, mut drv) = pools();
+            let total = drv.buffers().free_count();
+            let mut out = Vec::new();
+            for max in [1, 4, 32, 32, 32] {
+                out.clear();
+                let n = nic.rx_burst(&mut drv, &mut out, max).unwrap();
+                assert_eq!(n, out.len());
+                assert_eq!(drv.buffers().free_count(), total - n as u32, "gap {gap:?}");
+                for f in &out {
+                    drv.release(f.buf);
+                }
+                assert_eq!(drv.buffers().free_count(), total, "gap {gap:?}");
+            }
         }
     }
 

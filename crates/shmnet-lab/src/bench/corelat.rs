@@ -3,7 +3,7 @@
 //!
 //! Why it exists: on a virtual machine the hypervisor places the vCPUs on physical cores and
 //! may move them while we run. On the AMD EPYC VM shmnet was measured on, two vCPUs sharing a
-//! core complex pass a line there and back in about 100 ns; placed on different complexes,
+//! core complex pass a line there and back in about 50–110 ns; placed on different complexes,
 //! in about 450 ns — and the placement flips within seconds. Everything that moves data
 //! between two cores (the hand-off probe, the `server` structure) runs up to eight times
 //! slower in the far placement, while single-core work (`memcpy`, the `inline` structure)
@@ -145,7 +145,9 @@ pub fn comparable(a: CellPlacement, b: CellPlacement) -> bool {
 /// A target's verdict as the reports print it.
 pub fn verdict(judged: bool, met: bool) -> &'static str {
     match (judged, met) {
-        (false, _) => "NOT JUDGED (the CPUs' placement changed between the cells compared)",
+        (false, _) => {
+            "NOT JUDGED (the CPUs' placement changed between the cells compared, or was not measured)"
+        }
         (true, true) => "MET",
         (true, false) => "NOT MET",
     }

@@ -330,18 +330,25 @@ fn measured_cell(
         let opts = HandoffOptions::new(true, vec![size], Some((cpus[0], cpus[1]))).ok()?;
         Some(handoff::run(&opts, progress))
     };
+    // Nothing crosses a core on one CPU: no adjacent probe, no round trips to compare.
+    let paired = paired && cpus[0] != cpus[1];
     let attempts = if paired { PAIRED_ATTEMPTS } else { 1 };
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
+    let mut kept: Option<TtcpRow> = None;
+    for attempt in 1..=attempts {
         let before = if paired { probe(progress) } else { None };
         let rtt_before = corelat::round_trip_ns(cpus);
-        let mut r = cell(o, structure, dir, size, &mut |n, t| {
+        let measured = cell(o, structure, dir, size, &mut |n, t| {
             progress(&format!(
                 "{label}: {n} messages, {:.0}/s",
                 n as f64 / t.max(1e-9)
             ));
-        })?;
+        });
+        let mut r = match (measured, kept.take()) {
+            (Ok(r), _) => r,
+            // A retry that failed leaves the attempt before it (measured, if unstable).
+            (Err(_), Some(earlier)) => return Ok(earlier),
+            (Err(e), None) => return Err(e),
+        };
         let rtt_after = corelat::round_trip_ns(cpus);
         let after = if paired { probe(progress) } else { None };
         r.core_rtt_ns_before = rtt_before;
@@ -366,7 +373,10 @@ fn measured_cell(
             }
         }
         r.placement_stable = corelat::one_placement(&rtts);
-        if r.placement_stable || attempt >= attempts {
+        // Again only when the round trips were all measured and disagree: one that could not
+        // be measured (a stalled thread) would not be measured better by running again.
+        let moved = rtts.iter().all(Option::is_some) && !r.placement_stable;
+        if !moved || attempt == attempts {
             return Ok(r);
         }
         progress(&format!(
@@ -376,7 +386,9 @@ fn measured_cell(
                 .collect::<Vec<_>>()
                 .join(", ")
         ));
+        kept = Some(r);
     }
+    unreachable!("the last attempt returns")
 }
 
 /// The hand-off probe at the run's sizes (sizes the CLI has checked; any it could not
