@@ -1094,22 +1094,8 @@ impl DriverPools {
     /// Allocates one buffer, or counts a drop and returns `None`. Never waits.
     #[inline]
     pub fn alloc(&mut self) -> Option<u32> {
-        let pools = self.bufs.mem.geo.pools;
-        for k in 0..pools {
-            let p = (self.start + k) % pools;
-            if !self.bufs.try_lock(p, DRIVER) {
-                Buffers::bump(&self.bufs.ctl(p).list.counters.trylock_failures);
-                continue;
-            }
-            let got = self.bufs.pop_locked(p, &mut self.rng);
-            self.bufs.unlock(p);
-            if got.is_some() {
-                self.start = p;
-                return got;
-            }
-        }
-        Buffers::bump(&self.bufs.counters().driver_drops);
-        None
+        let mut one = [0u32; 1];
+        (self.alloc_burst(&mut one) == 1).then_some(one[0])
     }
 
     /// Allocates up to `out.len()` buffers into `out`, taking each pool's lock once (where

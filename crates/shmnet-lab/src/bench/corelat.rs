@@ -103,6 +103,11 @@ pub fn same_placement(a: f64, b: f64) -> bool {
     a > 0.0 && b > 0.0 && a.max(b) / a.min(b) <= SAME_PLACEMENT
 }
 
+/// A cell's round trip: the mean of the ones taken before and after it, if both were.
+pub fn mean_rtt(before: Option<f64>, after: Option<f64>) -> Option<f64> {
+    Some((before? + after?) / 2.0)
+}
+
 /// Whether every round trip was measured and all show one placement.
 pub fn one_placement(rtts: &[Option<f64>]) -> bool {
     let got: Vec<f64> = rtts.iter().flatten().copied().collect();

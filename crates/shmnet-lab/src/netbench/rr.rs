@@ -105,7 +105,7 @@ impl RrRow {
 
     /// The cell's core-to-core round trip (mean of before and after), if measured.
     pub fn core_rtt_ns(&self) -> Option<f64> {
-        Some((self.core_rtt_ns_before? + self.core_rtt_ns_after?) / 2.0)
+        corelat::mean_rtt(self.core_rtt_ns_before, self.core_rtt_ns_after)
     }
 }
 
