@@ -160,7 +160,7 @@ against that run's own baseline and counted over the runs.
 
 def chan(runs, quick):
     rows = []
-    impls = [i for i in ("shmnet", "shmnet+wake", "rtrb", "rte_ring")
+    impls = [i for i in ("shmnet", "shmnet+wake", "rtrb", "rte_ring", "faithful-in", "faithful-out")
              if any(r["impl"] == i for run in runs for r in run["spsc"])]
     bursts = sorted({r["burst"] for run in runs for r in run["spsc"]})
 
@@ -212,6 +212,72 @@ Ticks per element (ns per element in brackets):
         prow.append(line)
     s += "\nPool alloc+free pairs (one thread, a working set of 32 buffers):\n\n"
     s += table(["policy", "server path (may wait for the lock)", "driver path (try-lock only)"], prow)
+    s += faithful_tables(runs)
+    return s
+
+
+def faithful_tables(runs):
+    """Seed 002's own queues and mutex beside the rings (issue 19), from the same runs."""
+    if not all("one_cpu" in r for r in runs):
+        return ""
+
+    def cell(run, table_name, impl, burst, key, sub=None):
+        row = next((x for x in run[table_name] if x["impl"] == impl and x["burst"] == burst), None)
+        if row is None:
+            return None
+        return row[key][sub] if sub else row[key]
+
+    s = """
+### Seed 002's own synchronisation beside the rings
+
+`faithful-in` is seed 002's IN queue (driver → server: the producer gives up on a held lock
+and changes sub-queue, the consumer spins), `faithful-out` its OUT queue (server → driver),
+two sub-queues of 512 slots each under the seed's asymmetric Peterson mutex
+(`shmnet_chan::faithful`, [channel.md](channel.md)). The protocol counters are per 1,000
+elements: looks at a held lock, entries that waited long enough to yield the CPU (the holder
+was preempted inside its critical section), and the producer's changes of sub-queue (the
+Enable protocol).
+
+Ticks per element and protocol counters, producer and consumer on different CPUs:
+
+"""
+    rows = []
+    bursts = sorted({x["burst"] for r in runs for x in r["spsc"]})
+    for impl in ("faithful-in", "faithful-out"):
+        for b in bursts:
+            t = [cell(r, "spsc", impl, b, "ticks_per_elem") for r in runs]
+            base = [cell(r, "spsc", "shmnet", b, "ticks_per_elem") for r in runs]
+            ratio = [a / c for a, c in zip(t, base) if a and c]
+            rows.append([impl, str(b), fig(t, 2), fig(ratio, 2),
+                         fig([cell(r, "spsc", impl, b, "faithful", "lock_spins") for r in runs], 1),
+                         fig([cell(r, "spsc", impl, b, "faithful", "switches") for r in runs], 2),
+                         fig([cell(r, "spsc", impl, b, "faithful", "gave_up") for r in runs], 1)])
+    s += table(["queue", "burst", "ticks/elem", "÷ shmnet ring", "lock spins", "sub-queue changes",
+                "consumer gave up"], rows)
+    for name, title in (("one_cpu", "Both parties on one CPU (the seed's uniprocessor; each "
+                         "yields when it finds nothing to do)"),
+                        ("driver_preempted", "Across CPUs, with a busy thread sharing the "
+                         "driver's (the producer's) CPU, so the driver is preempted anywhere")):
+        rows = []
+        pb = sorted({x["burst"] for r in runs for x in r[name]})
+        for impl in ("shmnet", "rtrb", "faithful-in"):
+            for b in pb:
+                t = [cell(r, name, impl, b, "ticks_per_elem") for r in runs]
+                base = [cell(r, name, "shmnet", b, "ticks_per_elem") for r in runs]
+                ratio = [a / c for a, c in zip(t, base) if a and c]
+                extra = (fig([cell(r, name, impl, b, "faithful", "long_waits") for r in runs], 3)
+                         if impl.startswith("faithful") else "—")
+                rows.append([impl, str(b), fig(t, 2), fig(ratio, 2), extra])
+        s += f"\n{title}:\n\n"
+        s += table(["queue", "burst", "ticks/elem", "÷ shmnet ring", "long waits per 1,000"], rows)
+    if all("locks" in r for r in runs):
+        rows = []
+        for lock in ("faithful-waiting", "faithful-yielding", "cas"):
+            t = [next(x["ticks_per_pair"] for x in r["locks"] if x["lock"] == lock) for r in runs]
+            cas = [next(x["ticks_per_pair"] for x in r["locks"] if x["lock"] == "cas") for r in runs]
+            rows.append([lock, fig(t, 1), fig([a / c for a, c in zip(t, cas)], 2)])
+        s += "\nUncontended lock + unlock in one thread, against a compare-and-swap lock:\n\n"
+        s += table(["lock", "ticks", "÷ cas"], rows)
     return s
 
 

@@ -16,6 +16,8 @@
 //! - [`pool`]: N pools of fixed-size buffers, each with its own lock and free list (LIFO,
 //!   FIFO or random), try-lock allocation for the driver, a deferred-free queue, reference
 //!   counts, chains, and a waiters flag.
+//! - [`faithful`]: the seed's own mechanisms beside ours — its asymmetric Peterson mutex and
+//!   its double sub-queues with the Enable protocol — for the loom models and the benchmark.
 //! - [`chain`]: walking a chain a peer may have built — validated segments, bounded against
 //!   cycles, typed errors — and copying its bytes out.
 //!
@@ -41,6 +43,7 @@
 
 pub mod chain;
 pub mod desc;
+pub mod faithful;
 pub mod heap;
 pub mod pool;
 pub mod ring;

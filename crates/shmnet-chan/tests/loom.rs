@@ -211,3 +211,146 @@ fn no_wakeup_is_lost_for_one_item() {
         producer.join().unwrap();
     });
 }
+
+// ---------------------------------------------------------------- seed 002's own mechanisms
+
+use loom::cell::UnsafeCell;
+use shmnet_chan::faithful::{AsymMutex, Direction, Entered, Pushed, faithful_queue};
+
+/// Two parties under one [`AsymMutex`], each adding to a counter that is not atomic: loom's
+/// `UnsafeCell` reports any two accesses not ordered by the mutex, and the final count shows
+/// every entry the waiting side was promised and every one the yielding side got.
+fn run_mutex(fenced: bool) {
+    /// The counter the mutex guards.
+    struct Guarded(UnsafeCell<u32>);
+    // SAFETY: it is only touched inside the mutex under test, and loom's cell reports any
+    // two accesses the mutex failed to order (that is what the model checks).
+    unsafe impl Sync for Guarded {}
+    // SAFETY: as above.
+    unsafe impl Send for Guarded {}
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound.get_or_insert(3);
+    model.check(move || {
+        let m = Arc::new(AsymMutex::default());
+        let count = Arc::new(Guarded(UnsafeCell::new(0u32)));
+        let (m2, c2) = (m.clone(), count.clone());
+        let driver = thread::spawn(move || {
+            let entered = if fenced {
+                m2.try_lock_yielding()
+            } else {
+                m2.try_lock_yielding_unfenced()
+            };
+            if entered {
+                // SAFETY: inside the mutex (the model checks exactly this).
+                c2.0.with_mut(|c| unsafe { *c += 1 });
+                m2.unlock_yielding();
+            }
+            u32::from(entered)
+        });
+        if fenced {
+            assert!(matches!(m.lock_waiting(), Entered::After { .. }));
+        } else {
+            m.lock_waiting_unfenced();
+        }
+        // SAFETY: inside the mutex.
+        count.0.with_mut(|c| unsafe { *c += 1 });
+        m.unlock_waiting();
+        let got = driver.join().unwrap();
+        // SAFETY: both threads are done.
+        let total = count.0.with(|c| unsafe { *c });
+        assert_eq!(total, 1 + got);
+    });
+}
+
+#[test]
+fn faithful_mutex_excludes_and_the_driver_never_waits() {
+    run_mutex(true);
+}
+
+/// The seed's algorithm exactly as printed (no fence between the stores and the loads):
+/// on a processor that reorders a store with a later load, both parties get in.
+#[test]
+#[should_panic(expected = "Concurrent write accesses")]
+fn faithful_mutex_needs_its_fence() {
+    run_mutex(false);
+}
+
+/// An IN queue: a yielding producer that changes sub-queue whenever the consumer holds its
+/// current one, a waiting consumer; every element arrives once and in order.
+#[test]
+fn faithful_queue_keeps_order_across_sub_queues() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound.get_or_insert(3);
+    model.check(|| {
+        let (mut tx, mut rx) = faithful_queue(2, Direction::In, None);
+        const N: u32 = 3;
+        let producer = thread::spawn(move || {
+            let mut next = 0;
+            while next < N {
+                match tx.enqueue_burst(&[desc(next)]) {
+                    Pushed::Took(1) => next += 1,
+                    _ => thread::yield_now(),
+                }
+            }
+            tx.stats()
+        });
+        let mut got = 0;
+        while got < N {
+            match rx.dequeue() {
+                Some(d) => {
+                    assert_eq!(d, desc(got));
+                    got += 1;
+                }
+                None => thread::yield_now(),
+            }
+        }
+        let ps = producer.join().unwrap();
+        assert_eq!(rx.dequeue(), None);
+        assert_eq!(ps.enqueued, u64::from(N));
+        assert_eq!(rx.stats().dequeued, u64::from(N));
+        assert!(rx.stats().switches <= ps.switches);
+        if ps.switches > 0 {
+            SWITCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    // Not vacuous: some executions had the producer change sub-queue.
+    assert!(SWITCHED.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
+
+/// Executions of the order model in which the producer changed sub-queue.
+static SWITCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The condition-variable protocol: a consumer that blocks without a timeout whenever it
+/// finds nothing is always woken (a lost wake-up is a deadlock loom reports).
+#[test]
+fn faithful_queue_loses_no_wakeup() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound.get_or_insert(3);
+    model.check(|| {
+        let signal: Arc<dyn Signal> = Arc::new(LoomSignal::default());
+        let (mut tx, mut rx) = faithful_queue(4, Direction::In, Some(signal));
+        let producer = thread::spawn(move || {
+            let mut next = 0;
+            while next < 2 {
+                match tx.enqueue_burst(&[desc(next)]) {
+                    Pushed::Took(1) => next += 1,
+                    _ => thread::yield_now(),
+                }
+            }
+        });
+        let mut got = 0;
+        while got < 2 {
+            match rx.dequeue() {
+                Some(d) => {
+                    assert_eq!(d, desc(got));
+                    got += 1;
+                }
+                // It did not sleep: work was there but not yet takeable (appended to the
+                // other sub-queue, not yet enabled). Let the producer finish.
+                None if !rx.wait(None) => thread::yield_now(),
+                None => {}
+            }
+        }
+        producer.join().unwrap();
+    });
+}

@@ -190,6 +190,12 @@ enum Bench {
     /// element (medians over repetitions). The rte_ring baseline runs the C harness built by
     /// scripts/build-rte-ring-bench (Debian's dpdk-dev); without it that row is skipped and a
     /// note says so.
+    ///
+    /// Beside them, seed 002's own queues (faithful-in: driver → server, faithful-out:
+    /// server → driver; two sub-queues under its asymmetric Peterson mutex), with what their
+    /// protocols did per 1,000 elements; the queues again with both parties on one CPU and
+    /// with a busy thread on the driver's CPU; and an uncontended lock+unlock of seed 002's
+    /// mutex against a compare-and-swap lock. See docs/channel.md.
     Chan(ChanArgs),
     /// The protocol stack's receive path (parse, reassemble, demultiplex, queue, copy out)
     /// and send path, for 10 B, 1 KB, 8 KB and 14,792 B UDP messages with the checksum off
@@ -238,7 +244,7 @@ struct QuickArgs {
 
 #[derive(Args)]
 struct ChanArgs {
-    /// 10^6 elements and 3 repetitions per cell instead of 10^7 and 5 (about a minute).
+    /// 10^6 elements and 3 repetitions per cell instead of 10^7 and 5 (seconds instead of about a minute).
     #[arg(long)]
     quick: bool,
     /// Print one JSON object instead of tables.

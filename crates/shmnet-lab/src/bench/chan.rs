@@ -10,8 +10,19 @@
 //! producer's TSC read just before its first enqueue to the consumer's just after its last
 //! dequeue (the TSC is synchronised across cores), and the same interval on the monotonic
 //! clock gives nanoseconds. Medians over repetitions.
+//!
+//! Beside them, seed 002's own queues ([`shmnet_chan::faithful`]): `faithful-in` (the IN
+//! queue, driver → server: the producer gives up on a held lock and changes sub-queue, the
+//! consumer spins) and `faithful-out` (server → driver), 512 slots in each of their two
+//! sub-queues. The same queues run again with both parties on one CPU (`one_cpu`), as on
+//! the seed's uniprocessor: there a side that finds nothing to do yields instead of spinning,
+//! so the figures are dominated by the switches between the two threads and show what being
+//! preempted inside a critical section costs a lock-based queue.
 
 use crate::tsc;
+use shmnet_chan::faithful::{
+    Direction, FaithfulConsumer, FaithfulProducer, Pushed, faithful_queue,
+};
 use shmnet_chan::{
     AllocPolicy, ChannelSpec, Desc, DescLimits, PageSize, PoolSpec, RingSpec, Window,
 };
@@ -23,6 +34,8 @@ use std::time::{Duration, Instant};
 pub const CAPACITY: usize = 1024;
 /// Bursts measured.
 pub const BURSTS: [usize; 3] = [1, 8, 32];
+/// Bursts measured with a party preempted (both on one CPU, or the driver's CPU shared).
+pub const PREEMPTED_BURSTS: [usize; 2] = [1, 32];
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -68,6 +81,24 @@ pub struct SpscRow {
     pub elems: u64,
     /// Repetitions.
     pub reps: u32,
+    /// Seed 002's queues only: what their protocols did, per 1,000 elements (medians).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faithful: Option<FaithfulCounts>,
+}
+
+/// What seed 002's queue protocols did during a run, per 1,000 elements.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct FaithfulCounts {
+    /// Looks at a lock the other side held (the waiting side's spins, producer + consumer).
+    pub lock_spins: f64,
+    /// Lock entries that waited long enough to yield the CPU (the holder was preempted).
+    pub long_waits: f64,
+    /// Changes of sub-queue by the producer (the Enable protocol).
+    pub switches: f64,
+    /// Enqueues refused because neither sub-queue could be entered (a driver would drop).
+    pub busy: f64,
+    /// Dequeues by a yielding consumer that found the lock held.
+    pub gave_up: f64,
 }
 
 /// One pool measurement.
@@ -86,8 +117,17 @@ pub struct PoolRow {
 /// Everything `shmnet bench chan` measured.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ChanReport {
-    /// Queue figures.
+    /// Queue figures, producer and consumer on different CPUs.
     pub spsc: Vec<SpscRow>,
+    /// Queue figures with both on one CPU (each yields when it finds nothing to do).
+    pub one_cpu: Vec<SpscRow>,
+    /// Queue figures across CPUs with a busy thread on the producer's (the driver's) CPU.
+    pub driver_preempted: Vec<SpscRow>,
+    /// The CPU the one-CPU rows ran on (the producer's).
+    #[serde(rename = "one_cpu_cpu")]
+    pub cpu0: usize,
+    /// Uncontended lock+unlock: seed 002's mutex from each side against a CAS lock.
+    pub locks: Vec<LockRow>,
     /// Pool figures.
     pub pool: Vec<PoolRow>,
     /// Where it ran.
@@ -117,6 +157,10 @@ trait Queue {
     fn make(capacity: usize) -> (Self::Tx, Self::Rx);
     fn push(tx: &mut Self::Tx, descs: &[Desc]) -> usize;
     fn pop(rx: &mut Self::Rx, out: &mut [Desc]) -> usize;
+    /// The protocol counters of seed 002's queues (raw, for the whole run).
+    fn counts(_tx: &Self::Tx, _rx: &Self::Rx) -> Option<FaithfulCounts> {
+        None
+    }
 }
 
 /// shmnet's ring in a window: `WAKE` selects the wake-up mode (the consumer never sleeps
@@ -208,17 +252,79 @@ impl Queue for Rtrb {
     }
 }
 
-/// One repetition: `(ticks, ns)` for `count` elements in bursts of `burst`.
+/// Seed 002's IN (`IN = true`: driver → server, the producer yields and the consumer waits)
+/// or OUT queue (server → driver), [`shmnet_chan::faithful`].
+struct Faithful<const IN: bool>;
+
+impl<const IN: bool> Queue for Faithful<IN> {
+    type Tx = FaithfulProducer;
+    type Rx = FaithfulConsumer;
+    fn make(capacity: usize) -> (Self::Tx, Self::Rx) {
+        // Two sub-queues of half the slots each: the same 1,024 in all.
+        let dir = if IN { Direction::In } else { Direction::Out };
+        faithful_queue((capacity / 2) as u32, dir, None)
+    }
+    #[inline]
+    fn push(tx: &mut Self::Tx, descs: &[Desc]) -> usize {
+        match tx.enqueue_burst(descs) {
+            Pushed::Took(k) => k,
+            Pushed::Busy => 0,
+        }
+    }
+    #[inline]
+    fn pop(rx: &mut Self::Rx, out: &mut [Desc]) -> usize {
+        rx.dequeue_burst(out)
+    }
+    fn counts(tx: &Self::Tx, rx: &Self::Rx) -> Option<FaithfulCounts> {
+        let (p, c) = (tx.stats(), rx.stats());
+        Some(FaithfulCounts {
+            lock_spins: (p.spins + c.spins) as f64,
+            long_waits: (p.long_waits + c.long_waits) as f64,
+            switches: p.switches as f64,
+            busy: p.busy as f64,
+            gave_up: c.gave_up as f64,
+        })
+    }
+}
+
+/// One repetition: `(ticks, ns, counters)` for `count` elements in bursts of `burst`. On
+/// one CPU (`cpus.0 == cpus.1`) a side that finds nothing to do yields, so the other runs;
+/// across CPUs it spins.
+///
+/// `hog`: a CPU on which a third thread spins for the whole repetition, so the party pinned
+/// there is preempted at whatever point the scheduler's tick finds it — inside its critical
+/// section too.
 fn run_once<Q: Queue>(
     burst: usize,
     count: u64,
     cpus: (usize, usize),
+    hog: Option<usize>,
     pinned: &AtomicBool,
-) -> (u64, f64) {
+) -> (u64, f64, Option<FaithfulCounts>) {
+    let one_cpu = cpus.0 == cpus.1;
+    let idle = || {
+        if one_cpu {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    };
     let (mut tx, mut rx) = Q::make(CAPACITY);
     let ready = AtomicUsize::new(0);
     let go = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
     std::thread::scope(|s| {
+        if let Some(cpu) = hog {
+            let done = &done;
+            s.spawn(move || {
+                if !tsc::pin_to(cpu) {
+                    pinned.store(false, Ordering::Relaxed);
+                }
+                while !done.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
         let producer = s.spawn(|| {
             if !tsc::pin_to(cpus.0) {
                 pinned.store(false, Ordering::Relaxed);
@@ -240,13 +346,13 @@ fn run_once<Q: Queue>(
                 while done < k {
                     let n = Q::push(&mut tx, &buf[done..k]);
                     if n == 0 {
-                        std::hint::spin_loop();
+                        idle();
                     }
                     done += n;
                 }
                 seq += k as u64;
             }
-            (t0, w0)
+            (t0, w0, tx)
         });
         let consumer = s.spawn(|| {
             if !tsc::pin_to(cpus.1) {
@@ -261,7 +367,7 @@ fn run_once<Q: Queue>(
             while seq < count {
                 let n = Q::pop(&mut rx, &mut out);
                 if n == 0 {
-                    std::hint::spin_loop();
+                    idle();
                     continue;
                 }
                 for d in &out[..n] {
@@ -269,15 +375,20 @@ fn run_once<Q: Queue>(
                     seq += 1;
                 }
             }
-            (tsc::stop(), Instant::now())
+            (tsc::stop(), Instant::now(), rx)
         });
         while ready.load(Ordering::Acquire) < 2 {
             std::hint::spin_loop();
         }
         go.store(true, Ordering::Release);
-        let (t0, w0) = producer.join().expect("producer thread");
-        let (t1, w1) = consumer.join().expect("consumer thread");
-        (t1.wrapping_sub(t0), (w1 - w0).as_nanos() as f64)
+        let (t0, w0, tx) = producer.join().expect("producer thread");
+        let (t1, w1, rx) = consumer.join().expect("consumer thread");
+        done.store(true, Ordering::Relaxed);
+        (
+            t1.wrapping_sub(t0),
+            (w1 - w0).as_nanos() as f64,
+            Q::counts(&tx, &rx),
+        )
     })
 }
 
@@ -286,6 +397,7 @@ struct Samples {
     name: &'static str,
     ticks: Vec<f64>,
     ns: Vec<f64>,
+    counts: Vec<FaithfulCounts>,
 }
 
 impl Samples {
@@ -294,12 +406,28 @@ impl Samples {
             name,
             ticks: Vec::new(),
             ns: Vec::new(),
+            counts: Vec::new(),
         }
     }
 
     fn push(&mut self, ticks: f64, ns: f64) {
         self.ticks.push(ticks);
         self.ns.push(ns);
+    }
+
+    /// Adds one repetition of `count` elements from [`run_once`].
+    fn add(&mut self, (t, n, c): (u64, f64, Option<FaithfulCounts>), count: u64) {
+        self.push(t as f64 / count as f64, n / count as f64);
+        if let Some(c) = c {
+            let k = 1000.0 / count as f64;
+            self.counts.push(FaithfulCounts {
+                lock_spins: c.lock_spins * k,
+                long_waits: c.long_waits * k,
+                switches: c.switches * k,
+                busy: c.busy * k,
+                gave_up: c.gave_up * k,
+            });
+        }
     }
 
     fn row(mut self, burst: usize, count: u64) -> Option<SpscRow> {
@@ -311,6 +439,19 @@ impl Samples {
             ns_per_elem: tsc::median(&mut self.ns),
             elems: count,
             reps,
+            faithful: (!self.counts.is_empty()).then(|| {
+                let med = |f: fn(&FaithfulCounts) -> f64| {
+                    let mut v: Vec<f64> = self.counts.iter().map(f).collect();
+                    tsc::median(&mut v)
+                };
+                FaithfulCounts {
+                    lock_spins: med(|c| c.lock_spins),
+                    long_waits: med(|c| c.long_waits),
+                    switches: med(|c| c.switches),
+                    busy: med(|c| c.busy),
+                    gave_up: med(|c| c.gave_up),
+                }
+            }),
         })
     }
 }
@@ -366,6 +507,7 @@ fn measure_rte_ring(
             ns_per_elem: tsc::median(&mut r.ns_per_elem),
             elems: count,
             reps,
+            faithful: None,
         },
         r.dpdk_version,
     ))
@@ -388,6 +530,60 @@ pub fn default_rte_ring_bench() -> Option<PathBuf> {
     }
     candidates.push(PathBuf::from("target/rte_ring_bench"));
     candidates.into_iter().find(|p| p.is_file())
+}
+
+/// One uncontended lock+unlock, measured in one thread.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LockRow {
+    /// Which lock.
+    pub lock: LockKind,
+    /// Median TSC ticks per lock+unlock.
+    pub ticks_per_pair: f64,
+    /// Median nanoseconds per lock+unlock.
+    pub ns_per_pair: f64,
+}
+
+/// The locks `shmnet bench chan` times uncontended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LockKind {
+    /// Seed 002's mutex, the protocol (waiting) side.
+    FaithfulWaiting,
+    /// Seed 002's mutex, the driver (yielding) side.
+    FaithfulYielding,
+    /// A compare-and-swap lock released by a store, as the pools use.
+    Cas,
+}
+
+/// `pairs` uncontended lock+unlock pairs of `lock`: `(ticks, ns)` in all.
+fn lock_once(lock: LockKind, pairs: u64) -> (u64, f64) {
+    let m = shmnet_chan::faithful::AsymMutex::default();
+    let cas = std::sync::atomic::AtomicU32::new(0);
+    let w0 = Instant::now();
+    let t0 = tsc::start();
+    for _ in 0..pairs {
+        match lock {
+            LockKind::FaithfulWaiting => {
+                let _ = std::hint::black_box(m.lock_waiting());
+                m.unlock_waiting();
+            }
+            LockKind::FaithfulYielding => {
+                if std::hint::black_box(m.try_lock_yielding()) {
+                    m.unlock_yielding();
+                }
+            }
+            LockKind::Cas => {
+                while cas
+                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    std::hint::spin_loop();
+                }
+                cas.store(0, Ordering::Release);
+            }
+        }
+    }
+    (tsc::stop().wrapping_sub(t0), w0.elapsed().as_nanos() as f64)
 }
 
 /// Alloc+free pairs on one path of a fresh pool set, `pairs` in working sets of 32.
@@ -458,18 +654,33 @@ pub fn run(opts: &ChanOptions, progress: &mut dyn FnMut(&str)) -> ChanReport {
         let mut wake = Samples::new("shmnet+wake");
         let mut theirs = Samples::new("rtrb");
         let mut dpdk = Samples::new("rte_ring");
+        let mut seed_in = Samples::new("faithful-in");
+        let mut seed_out = Samples::new("faithful-out");
         for rep in 0..reps {
             progress(&format!(
                 "spsc burst {burst}, repetition {}/{reps}",
                 rep + 1
             ));
-            let per = |(t, n): (u64, f64)| (t as f64 / count as f64, n / count as f64);
-            let (t, n) = per(run_once::<Shmnet<false>>(burst, count, opts.cpus, &pinned));
-            ours.push(t, n);
-            let (t, n) = per(run_once::<Shmnet<true>>(burst, count, opts.cpus, &pinned));
-            wake.push(t, n);
-            let (t, n) = per(run_once::<Rtrb>(burst, count, opts.cpus, &pinned));
-            theirs.push(t, n);
+            ours.add(
+                run_once::<Shmnet<false>>(burst, count, opts.cpus, None, &pinned),
+                count,
+            );
+            wake.add(
+                run_once::<Shmnet<true>>(burst, count, opts.cpus, None, &pinned),
+                count,
+            );
+            theirs.add(
+                run_once::<Rtrb>(burst, count, opts.cpus, None, &pinned),
+                count,
+            );
+            seed_in.add(
+                run_once::<Faithful<true>>(burst, count, opts.cpus, None, &pinned),
+                count,
+            );
+            seed_out.add(
+                run_once::<Faithful<false>>(burst, count, opts.cpus, None, &pinned),
+                count,
+            );
             if let Some(bin) = &rte {
                 match measure_rte_ring(bin, burst, count, 1, opts.cpus) {
                     Ok((row, version)) => {
@@ -486,10 +697,55 @@ pub fn run(opts: &ChanOptions, progress: &mut dyn FnMut(&str)) -> ChanReport {
             }
         }
         spsc.extend(
-            [ours, wake, theirs, dpdk]
+            [ours, wake, theirs, dpdk, seed_in, seed_out]
                 .into_iter()
                 .filter_map(|s| s.row(burst, count)),
         );
+    }
+    // Seed 002's situations where a party is preempted: both parties on one CPU, as on the
+    // seed's uniprocessor (each runs only when the other yields or is preempted), and across
+    // CPUs with a busy thread sharing the driver's (the producer's) CPU, so the driver is
+    // preempted at random points — inside its critical section too, where seed 002's
+    // waiting side spins until the lock is let go.
+    // (A driver preempted needs runs of many scheduler ticks: the whole count.)
+    let mut one_cpu = Vec::new();
+    let mut driver_preempted = Vec::new();
+    for (label, cpus, hog, extra_count, out) in [
+        (
+            "one CPU",
+            (opts.cpus.0, opts.cpus.0),
+            None,
+            count / 10,
+            &mut one_cpu,
+        ),
+        (
+            "driver preempted",
+            opts.cpus,
+            Some(opts.cpus.0),
+            count,
+            &mut driver_preempted,
+        ),
+    ] {
+        for burst in PREEMPTED_BURSTS {
+            let mut ours = Samples::new("shmnet");
+            let mut theirs = Samples::new("rtrb");
+            let mut seed_in = Samples::new("faithful-in");
+            for rep in 0..reps {
+                progress(&format!(
+                    "{label}, burst {burst}, repetition {}/{reps}",
+                    rep + 1
+                ));
+                let c = extra_count;
+                ours.add(run_once::<Shmnet<false>>(burst, c, cpus, hog, &pinned), c);
+                theirs.add(run_once::<Rtrb>(burst, c, cpus, hog, &pinned), c);
+                seed_in.add(run_once::<Faithful<true>>(burst, c, cpus, hog, &pinned), c);
+            }
+            out.extend(
+                [ours, theirs, seed_in]
+                    .into_iter()
+                    .filter_map(|s| s.row(burst, extra_count)),
+            );
+        }
     }
     if !pinned.load(Ordering::Relaxed) {
         notes.push(format!(
@@ -498,6 +754,25 @@ pub fn run(opts: &ChanOptions, progress: &mut dyn FnMut(&str)) -> ChanReport {
         ));
     }
     let pairs: u64 = if opts.quick { 200_000 } else { 2_000_000 };
+    let mut locks = Vec::new();
+    for lock in [
+        LockKind::FaithfulWaiting,
+        LockKind::FaithfulYielding,
+        LockKind::Cas,
+    ] {
+        progress(&format!("lock {lock:?}"));
+        let (mut ticks, mut ns) = (Vec::new(), Vec::new());
+        for _ in 0..reps {
+            let (t, n) = lock_once(lock, pairs);
+            ticks.push(t as f64 / pairs as f64);
+            ns.push(n / pairs as f64);
+        }
+        locks.push(LockRow {
+            lock,
+            ticks_per_pair: tsc::median(&mut ticks),
+            ns_per_pair: tsc::median(&mut ns),
+        });
+    }
     let mut pool = Vec::new();
     for policy in [AllocPolicy::Lifo, AllocPolicy::Fifo] {
         for (path, driver) in [("server", false), ("driver", true)] {
@@ -519,6 +794,10 @@ pub fn run(opts: &ChanOptions, progress: &mut dyn FnMut(&str)) -> ChanReport {
     }
     ChanReport {
         spsc,
+        one_cpu,
+        driver_preempted,
+        cpu0: opts.cpus.0,
+        locks,
         pool,
         machine: crate::machine::Machine::this(),
         tsc: cal,
@@ -558,6 +837,31 @@ impl ChanReport {
     }
 }
 
+/// The queue table: seed 002's rows with what their protocols did per 1,000 elements.
+fn write_rows(f: &mut std::fmt::Formatter<'_>, rows: &[SpscRow]) -> std::fmt::Result {
+    writeln!(
+        f,
+        "{:<12} {:>6} {:>14} {:>12}   per 1,000 elements (seed 002's queues)",
+        "impl", "burst", "ticks/elem", "ns/elem"
+    )?;
+    for r in rows {
+        write!(
+            f,
+            "{:<12} {:>6} {:>14.2} {:>12.2}",
+            r.impl_name, r.burst, r.ticks_per_elem, r.ns_per_elem
+        )?;
+        if let Some(c) = r.faithful {
+            write!(
+                f,
+                "   lock spins {:.1}, long waits {:.2}, sub-queue changes {:.2}, refused {:.2}, gave up {:.1}",
+                c.lock_spins, c.long_waits, c.switches, c.busy, c.gave_up
+            )?;
+        }
+        writeln!(f)?;
+    }
+    Ok(())
+}
+
 impl std::fmt::Display for ChanReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(f, "machine: {}", self.machine)?;
@@ -573,16 +877,34 @@ impl std::fmt::Display for ChanReport {
             self.spsc.first().map_or(0, |r| r.reps),
             self.spsc.first().map_or(0, |r| r.elems)
         )?;
-        writeln!(
-            f,
-            "{:<12} {:>6} {:>14} {:>12}",
-            "impl", "burst", "ticks/elem", "ns/elem"
-        )?;
-        for r in &self.spsc {
+        write_rows(f, &self.spsc)?;
+        if !self.one_cpu.is_empty() {
+            writeln!(f)?;
             writeln!(
                 f,
-                "{:<12} {:>6} {:>14.2} {:>12.2}",
-                r.impl_name, r.burst, r.ticks_per_elem, r.ns_per_elem
+                "Both on CPU {} (each yields when it finds nothing to do; {} elements)",
+                self.cpu0, self.one_cpu[0].elems
+            )?;
+            write_rows(f, &self.one_cpu)?;
+        }
+        if !self.driver_preempted.is_empty() {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Driver preempted: a busy thread shares the producer's CPU {} ({} elements)",
+                self.cpu0, self.driver_preempted[0].elems
+            )?;
+            write_rows(f, &self.driver_preempted)?;
+        }
+        writeln!(f)?;
+        writeln!(f, "Uncontended lock+unlock (one thread)")?;
+        for l in &self.locks {
+            writeln!(
+                f,
+                "{:<18} {:>8.1} ticks {:>8.2} ns",
+                format!("{:?}", l.lock),
+                l.ticks_per_pair,
+                l.ns_per_pair
             )?;
         }
         writeln!(f)?;
