@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{json as shmnet, run, u};
+use common::{json as shmnet, run, run_on_cpu, u};
 use serde_json::Value;
 
 /// sent = received + lost, and the loss counters account for every lost message.
@@ -105,6 +105,77 @@ fn ttcp_runs_every_cell_and_every_message_sent_is_received() {
             assert_eq!(t["met"].as_bool(), Some(false), "{t}");
         }
     }
+    check_gap_measure(rows);
+}
+
+/// Seed 002's gap measure: where a row has one, it is `(this − ipc) ÷ (kernel − ipc)` of the
+/// same run's cells at its size and direction; where it has none, ipc and the kernel are
+/// within 10 % of each other.
+fn check_gap_measure(rows: &[Value]) {
+    let gbit = |st: &str, r: &Value| {
+        rows.iter()
+            .find(|x| x["structure"] == st && x["size"] == r["size"] && x["dir"] == r["dir"])
+            .and_then(|x| x["gbit_per_s"].as_f64())
+            .unwrap_or_else(|| panic!("no {st} cell beside {r}"))
+    };
+    for r in rows {
+        let (k, i) = (gbit("kernel", r), gbit("ipc", r));
+        let this = r["gbit_per_s"].as_f64().expect("gbit_per_s");
+        match r["gap_recovered"].as_f64() {
+            Some(g) => {
+                let want = (this - i) / (k - i);
+                assert!(
+                    (g - want).abs() <= 1e-9 * want.abs().max(1.0),
+                    "{g} vs {want}: {r}"
+                );
+            }
+            None => assert!((k - i).abs() <= 0.1 * k.max(i), "no gap measure: {r}"),
+        }
+    }
+}
+
+/// Seed 002's uniprocessor: every party on one CPU (the affinity every process inherits).
+/// The cells run and keep their books, nothing claims a cross-core placement, and no
+/// target is judged.
+#[test]
+fn ttcp_on_one_cpu_runs_every_party_there() {
+    let out = run_on_cpu(
+        0,
+        &[
+            "ttcp",
+            "--quick",
+            "--count",
+            "2000",
+            "--structure",
+            "kernel,ipc,server,inline",
+            "--size",
+            "10,8192",
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["failed"].as_array().map(Vec::len), Some(0), "{v}");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 4 * 2 * 2, "{v}");
+    for r in rows {
+        check_books(r, "sent");
+        assert!(
+            r["core_rtt_ns_before"].is_null(),
+            "one CPU has no round trip: {r}"
+        );
+        assert_eq!(r["placement_stable"].as_bool(), Some(false), "{r}");
+        assert_eq!(r["handoff_adjacent"].as_bool(), Some(false), "{r}");
+    }
+    assert_eq!(v["handoff"]["cpus"][0], v["handoff"]["cpus"][1], "{v}");
+    for t in v["targets"].as_array().expect("targets") {
+        assert_eq!(t["judged"].as_bool(), Some(false), "{t}");
+    }
+    check_gap_measure(rows);
 }
 
 /// The hand-off probe's JSON: every size with positive figures, the CPUs it ran on, and no

@@ -128,6 +128,13 @@ pub struct TtcpRow {
     /// This cell's Gbit/s ÷ the `kernel` cell's at the same size and direction, same run
     /// (0 without a kernel cell).
     pub over_kernel: f64,
+    /// Seed 002's summary measure: the share of the gap between the message-based `ipc`
+    /// structure and the kernel that this cell closes, `(this − ipc) ÷ (kernel − ipc)` in
+    /// Gbit/s at the same size and direction, same run — 0 at ipc's rate, 1 at the kernel's,
+    /// above 1 past it (the seed's server closed "about half" on transmit). `None` without
+    /// both baseline cells in the run, or when they are within 10 % of each other (no gap
+    /// to speak of beside the run-to-run noise).
+    pub gap_recovered: Option<f64>,
     /// CPU microseconds per message, by party (server, driver, app, …; `shmnet serve`'s
     /// time split into its server loop, its driver — a thread or a process; a driver polled
     /// by the server is the server's work and has no entry — and the rest).
@@ -282,9 +289,18 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
         .filter(|r| r.structure == Structure::Kernel)
         .map(|r| (r.size, r.dir, r.gbit_per_s))
         .collect();
+    let ipc: Vec<(usize, Dir, f64)> = rows
+        .iter()
+        .filter(|r| r.structure == Structure::Ipc)
+        .map(|r| (r.size, r.dir, r.gbit_per_s))
+        .collect();
     for r in &mut rows {
-        if let Some(&(_, _, k)) = kernel.iter().find(|k| k.0 == r.size && k.1 == r.dir) {
+        let same = |k: &&(usize, Dir, f64)| k.0 == r.size && k.1 == r.dir;
+        if let Some(&(_, _, k)) = kernel.iter().find(same) {
             r.over_kernel = r.gbit_per_s / k.max(1e-12);
+            if let Some(&(_, _, i)) = ipc.iter().find(same) {
+                r.gap_recovered = gap_recovered(r.gbit_per_s, i, k);
+            }
         }
     }
     // The issues' targets are UDP's.
@@ -305,6 +321,17 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
         machine: crate::machine::Machine::this(),
     }
 }
+
+/// Seed 002's measure for a cell of `this` Gbit/s between `ipc` and `kernel`: `None` when
+/// the two baselines are within [`GAP_NOISE`] of each other.
+fn gap_recovered(this: f64, ipc: f64, kernel: f64) -> Option<f64> {
+    let gap = kernel - ipc;
+    (gap.abs() > GAP_NOISE * kernel.abs().max(ipc.abs())).then(|| (this - ipc) / gap)
+}
+
+/// Baselines closer than this share of the larger are no gap: run-to-run noise on this
+/// kind of machine moves either by more.
+const GAP_NOISE: f64 = 0.1;
 
 /// Attempts at a `server` receive cell whose placement changed under it.
 const PAIRED_ATTEMPTS: usize = 5;
@@ -464,6 +491,7 @@ fn cell(
         sent_bytes,
         received_bytes,
         over_kernel: 0.0,
+        gap_recovered: None,
         cpu_us_per_msg_by_party: by_party,
         sleeps_per_msg: out
             .parties
@@ -771,6 +799,22 @@ impl fmt::Display for TtcpReport {
                 }
             }
         }
+        for r in self
+            .rows
+            .iter()
+            .filter(|r| !matches!(r.structure, Structure::Kernel | Structure::Ipc))
+        {
+            if let Some(g) = r.gap_recovered {
+                writeln!(
+                    f,
+                    "seed 002's measure: {} {:>6} B {} closes {:.2} of the gap from ipc to the kernel",
+                    r.dir.name(),
+                    r.size,
+                    r.structure.name(),
+                    g
+                )?;
+            }
+        }
         match self.proto {
             Proto::Udp => writeln!(
                 f,
@@ -781,5 +825,21 @@ impl fmt::Display for TtcpReport {
                 "over TCP every structure runs both ends of the connection (sender and receiver, data and ACKs) on this host, as the kernel does over lo; CPU µs/msg is every party's."
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gap_recovered;
+
+    #[test]
+    fn the_gap_measure_is_zero_at_ipc_one_at_the_kernel_and_absent_without_a_gap() {
+        assert_eq!(gap_recovered(2.0, 2.0, 6.0), Some(0.0));
+        assert_eq!(gap_recovered(6.0, 2.0, 6.0), Some(1.0));
+        assert_eq!(gap_recovered(4.0, 2.0, 6.0), Some(0.5));
+        assert_eq!(gap_recovered(10.0, 2.0, 6.0), Some(2.0));
+        // ipc faster than the kernel: a cell between them still reads as a share.
+        assert_eq!(gap_recovered(4.0, 6.0, 2.0), Some(0.5));
+        assert_eq!(gap_recovered(4.0, 5.0, 5.4), None);
     }
 }

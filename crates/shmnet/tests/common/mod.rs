@@ -18,6 +18,25 @@ pub fn run(args: &[&str]) -> Output {
         .expect("run shmnet")
 }
 
+/// Runs `shmnet args…` with every process it starts on CPU `cpu` alone: the child inherits
+/// the affinity of the thread that spawns it, which is set for that spawn only.
+pub fn run_on_cpu(cpu: usize, args: &[&str]) -> Output {
+    let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut set = rustix::thread::CpuSet::new();
+            set.set(cpu);
+            rustix::thread::sched_setaffinity(None, &set).expect("pin the spawning thread");
+            Command::new(env!("CARGO_BIN_EXE_shmnet"))
+                .args(args)
+                .output()
+                .expect("run shmnet")
+        })
+        .join()
+        .expect("spawning thread")
+    })
+}
+
 /// Runs `shmnet args…`, which must succeed, and parses its standard output as JSON.
 pub fn json(args: &[&str]) -> Value {
     let out = run(args);
