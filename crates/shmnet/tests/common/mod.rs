@@ -20,6 +20,7 @@ pub fn run(args: &[&str]) -> Output {
 
 /// Runs `shmnet args…` with every process it starts on CPU `cpu` alone: the child inherits
 /// the affinity of the thread that spawns it, which is set for that spawn only.
+#[allow(dead_code)] // each test binary compiles this module; only some run on one CPU
 pub fn run_on_cpu(cpu: usize, args: &[&str]) -> Output {
     let _guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     std::thread::scope(|s| {
