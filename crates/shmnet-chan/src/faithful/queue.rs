@@ -39,7 +39,9 @@
 //! A sub-queue's `head` and `tail` are free-running `u32` indices in shared memory; a
 //! distance over the capacity is a lie, counted (`index_errors`) and treated as an empty
 //! (consumer) or full (producer) sub-queue. The mutex's waiting side gives up on a holder
-//! that never lets go ([`super::mutex::SPIN_LIMIT`]).
+//! that never lets go ([`super::mutex::SPIN_LIMIT`]). Descriptors are returned as read:
+//! unlike the rings' consumer, this one applies no [`crate::DescLimits`] (the queue is not
+//! wired to a window's pools), so a caller that takes buffer indices from it must check them.
 
 use super::mutex::{AsymMutex, SPIN_BEFORE_YIELD, Side};
 use crate::desc::{Desc, DescSlot};
