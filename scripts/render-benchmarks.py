@@ -232,11 +232,12 @@ def faithful_tables(runs):
 
 `faithful-in` is seed 002's IN queue (driver → server: the producer gives up on a held lock
 and changes sub-queue, the consumer spins), `faithful-out` its OUT queue (server → driver),
-two sub-queues of 512 slots each under the seed's asymmetric Peterson mutex
-(`shmnet_chan::faithful`, [channel.md](channel.md)). The protocol counters are per 1,000
-elements: looks at a held lock, entries that waited long enough to yield the CPU (the holder
-was preempted inside its critical section), and the producer's changes of sub-queue (the
-Enable protocol).
+two sub-queues of 1,024 slots each under the seed's asymmetric Peterson mutex (a producer
+fills one at a time, so each queue holds what the others hold; `shmnet_chan::faithful`,
+[channel.md](channel.md)). The protocol counters are per 1,000 elements: looks at a held
+lock, the producer's changes of sub-queue (the Enable protocol), the driver-side consumer's
+give-ups, and *long waits* — entries that waited past the spin phase and began yielding the
+CPU, an upper bound on the times the holder was preempted inside its critical section.
 
 Ticks per element and protocol counters, producer and consumer on different CPUs:
 

@@ -308,17 +308,35 @@ fn faithful_queue_keeps_order_across_sub_queues() {
         assert_eq!(rx.dequeue(), None);
         assert_eq!(ps.enqueued, u64::from(N));
         assert_eq!(rx.stats().dequeued, u64::from(N));
-        assert!(rx.stats().switches <= ps.switches);
-        if ps.switches > 0 {
-            SWITCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        let cs = rx.stats().switches;
+        assert!(cs <= ps.switches);
+        let count = |c: &std::sync::atomic::AtomicUsize, yes: bool| {
+            if yes {
+                c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        count(&PRODUCER_SWITCHED, ps.switches > 0);
+        count(&CONSUMER_FOLLOWED, cs > 0);
+        count(&SWITCHED_BACK, ps.switches >= 2);
     });
-    // Not vacuous: some executions had the producer change sub-queue.
-    assert!(SWITCHED.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    // Not vacuous: some executions had the producer change sub-queue, the consumer follow it,
+    // and the producer change back (A → B → A, the case the order argument turns on).
+    for (what, c) in [
+        ("the producer changed sub-queue", &PRODUCER_SWITCHED),
+        ("the consumer followed", &CONSUMER_FOLLOWED),
+        ("the producer changed back", &SWITCHED_BACK),
+    ] {
+        assert!(
+            c.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "no execution where {what}"
+        );
+    }
 }
 
-/// Executions of the order model in which the producer changed sub-queue.
-static SWITCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Executions of the order model in which each case happened.
+static PRODUCER_SWITCHED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CONSUMER_FOLLOWED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static SWITCHED_BACK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// The condition-variable protocol: a consumer that blocks without a timeout whenever it
 /// finds nothing is always woken (a lost wake-up is a deadlock loom reports).

@@ -59,8 +59,11 @@ use crate::sync::{AtomicU32, Ordering, spin_hint, yield_now};
 /// looks: on one CPU the holder may be the thread it is waiting for).
 pub const SPIN_BEFORE_YIELD: u32 = 64;
 
-/// Looks after which the waiting side gives up on a holder that never lets go.
-pub const SPIN_LIMIT: u32 = 1 << 20;
+/// Looks after which the waiting side gives up on a holder that never lets go: past
+/// [`SPIN_BEFORE_YIELD`] each look follows a `sched_yield`, so this is some milliseconds —
+/// far longer than any honest critical section (tens of nanoseconds), short enough that a
+/// dead or hostile holder costs each entry only that.
+pub const SPIN_LIMIT: u32 = 1 << 14;
 
 const WAITING: u32 = 0;
 const YIELDING: u32 = 1;

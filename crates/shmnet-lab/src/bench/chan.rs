@@ -13,8 +13,8 @@
 //!
 //! Beside them, seed 002's own queues ([`shmnet_chan::faithful`]): `faithful-in` (the IN
 //! queue, driver → server: the producer gives up on a held lock and changes sub-queue, the
-//! consumer spins) and `faithful-out` (server → driver), 512 slots in each of their two
-//! sub-queues. The same queues run again with both parties on one CPU (`one_cpu`), as on
+//! consumer spins) and `faithful-out` (server → driver), 1,024 slots in each of their two
+//! sub-queues (a producer fills one at a time, so each holds what the other queues hold). The same queues run again with both parties on one CPU (`one_cpu`), as on
 //! the seed's uniprocessor: there a side that finds nothing to do yields instead of spinning,
 //! so the figures are dominated by the switches between the two threads and show what being
 //! preempted inside a critical section costs a lock-based queue.
@@ -91,7 +91,8 @@ pub struct SpscRow {
 pub struct FaithfulCounts {
     /// Looks at a lock the other side held (the waiting side's spins, producer + consumer).
     pub lock_spins: f64,
-    /// Lock entries that waited long enough to yield the CPU (the holder was preempted).
+    /// Lock entries that waited past the spin phase (64 looks) and began to yield the CPU:
+    /// an upper bound on entries that found the holder preempted inside its section.
     pub long_waits: f64,
     /// Changes of sub-queue by the producer (the Enable protocol).
     pub switches: f64,
@@ -260,9 +261,10 @@ impl<const IN: bool> Queue for Faithful<IN> {
     type Tx = FaithfulProducer;
     type Rx = FaithfulConsumer;
     fn make(capacity: usize) -> (Self::Tx, Self::Rx) {
-        // Two sub-queues of half the slots each: the same 1,024 in all.
+        // Each sub-queue as large as the other queues: it holds at most one sub-queue's
+        // worth at a time (a producer changes sub-queue when blocked, not when full).
         let dir = if IN { Direction::In } else { Direction::Out };
-        faithful_queue((capacity / 2) as u32, dir, None)
+        faithful_queue(capacity as u32, dir, None)
     }
     #[inline]
     fn push(tx: &mut Self::Tx, descs: &[Desc]) -> usize {
@@ -313,19 +315,25 @@ fn run_once<Q: Queue>(
     let ready = AtomicUsize::new(0);
     let go = AtomicBool::new(false);
     let done = AtomicBool::new(false);
+    // Set by a thread that panics (a wrong element), so the others stop instead of
+    // spinning forever on a queue nobody serves.
+    let failed = AtomicBool::new(false);
     std::thread::scope(|s| {
         if let Some(cpu) = hog {
-            let done = &done;
+            let (done, failed) = (&done, &failed);
             s.spawn(move || {
+                // A hog that cannot be pinned competes with nobody in particular: the row's
+                // premise fails, and the note about unpinned threads says so.
                 if !tsc::pin_to(cpu) {
                     pinned.store(false, Ordering::Relaxed);
                 }
-                while !done.load(Ordering::Relaxed) {
+                while !done.load(Ordering::Relaxed) && !failed.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }
             });
         }
         let producer = s.spawn(|| {
+            let _flag = FlagOnPanic(&failed);
             if !tsc::pin_to(cpus.0) {
                 pinned.store(false, Ordering::Relaxed);
             }
@@ -346,6 +354,9 @@ fn run_once<Q: Queue>(
                 while done < k {
                     let n = Q::push(&mut tx, &buf[done..k]);
                     if n == 0 {
+                        if failed.load(Ordering::Relaxed) {
+                            break;
+                        }
                         idle();
                     }
                     done += n;
@@ -355,6 +366,7 @@ fn run_once<Q: Queue>(
             (t0, w0, tx)
         });
         let consumer = s.spawn(|| {
+            let _flag = FlagOnPanic(&failed);
             if !tsc::pin_to(cpus.1) {
                 pinned.store(false, Ordering::Relaxed);
             }
@@ -367,6 +379,9 @@ fn run_once<Q: Queue>(
             while seq < count {
                 let n = Q::pop(&mut rx, &mut out);
                 if n == 0 {
+                    if failed.load(Ordering::Relaxed) {
+                        break;
+                    }
                     idle();
                     continue;
                 }
@@ -390,6 +405,17 @@ fn run_once<Q: Queue>(
             Q::counts(&tx, &rx),
         )
     })
+}
+
+/// Sets its flag when dropped by a panicking thread.
+struct FlagOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for FlagOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Per-repetition figures of one queue at one burst, reduced to a row by medians.
@@ -559,6 +585,8 @@ pub enum LockKind {
 fn lock_once(lock: LockKind, pairs: u64) -> (u64, f64) {
     let m = shmnet_chan::faithful::AsymMutex::default();
     let cas = std::sync::atomic::AtomicU32::new(0);
+    // Seen by the optimiser as escaping, so its atomics are kept as written.
+    let (m, cas) = (std::hint::black_box(&m), std::hint::black_box(&cas));
     let w0 = Instant::now();
     let t0 = tsc::start();
     for _ in 0..pairs {
