@@ -102,6 +102,34 @@ pub struct FaithfulCounts {
     pub gave_up: f64,
 }
 
+impl FaithfulCounts {
+    /// Every counter through `f`.
+    fn map(self, f: impl Fn(f64) -> f64) -> Self {
+        Self {
+            lock_spins: f(self.lock_spins),
+            long_waits: f(self.long_waits),
+            switches: f(self.switches),
+            busy: f(self.busy),
+            gave_up: f(self.gave_up),
+        }
+    }
+
+    /// Each counter's median over `reps`.
+    fn median(reps: &[Self]) -> Self {
+        let med = |field: fn(&Self) -> f64| {
+            let mut v: Vec<f64> = reps.iter().map(field).collect();
+            tsc::median(&mut v)
+        };
+        Self {
+            lock_spins: med(|c| c.lock_spins),
+            long_waits: med(|c| c.long_waits),
+            switches: med(|c| c.switches),
+            busy: med(|c| c.busy),
+            gave_up: med(|c| c.gave_up),
+        }
+    }
+}
+
 /// One pool measurement.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PoolRow {
@@ -445,14 +473,7 @@ impl Samples {
     fn add(&mut self, (t, n, c): (u64, f64, Option<FaithfulCounts>), count: u64) {
         self.push(t as f64 / count as f64, n / count as f64);
         if let Some(c) = c {
-            let k = 1000.0 / count as f64;
-            self.counts.push(FaithfulCounts {
-                lock_spins: c.lock_spins * k,
-                long_waits: c.long_waits * k,
-                switches: c.switches * k,
-                busy: c.busy * k,
-                gave_up: c.gave_up * k,
-            });
+            self.counts.push(c.map(|x| x * 1000.0 / count as f64));
         }
     }
 
@@ -465,19 +486,7 @@ impl Samples {
             ns_per_elem: tsc::median(&mut self.ns),
             elems: count,
             reps,
-            faithful: (!self.counts.is_empty()).then(|| {
-                let med = |f: fn(&FaithfulCounts) -> f64| {
-                    let mut v: Vec<f64> = self.counts.iter().map(f).collect();
-                    tsc::median(&mut v)
-                };
-                FaithfulCounts {
-                    lock_spins: med(|c| c.lock_spins),
-                    long_waits: med(|c| c.long_waits),
-                    switches: med(|c| c.switches),
-                    busy: med(|c| c.busy),
-                    gave_up: med(|c| c.gave_up),
-                }
-            }),
+            faithful: (!self.counts.is_empty()).then(|| FaithfulCounts::median(&self.counts)),
         })
     }
 }
@@ -587,29 +596,34 @@ fn lock_once(lock: LockKind, pairs: u64) -> (u64, f64) {
     let cas = std::sync::atomic::AtomicU32::new(0);
     // Seen by the optimiser as escaping, so its atomics are kept as written.
     let (m, cas) = (std::hint::black_box(&m), std::hint::black_box(&cas));
+    match lock {
+        LockKind::FaithfulWaiting => time_pairs(pairs, || {
+            let _ = std::hint::black_box(m.lock_waiting());
+            m.unlock_waiting();
+        }),
+        LockKind::FaithfulYielding => time_pairs(pairs, || {
+            if std::hint::black_box(m.try_lock_yielding()) {
+                m.unlock_yielding();
+            }
+        }),
+        LockKind::Cas => time_pairs(pairs, || {
+            while cas
+                .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                std::hint::spin_loop();
+            }
+            cas.store(0, Ordering::Release);
+        }),
+    }
+}
+
+/// `(ticks, ns)` for `pairs` calls of `pair` (its own loop, so no choice is timed with it).
+fn time_pairs(pairs: u64, mut pair: impl FnMut()) -> (u64, f64) {
     let w0 = Instant::now();
     let t0 = tsc::start();
     for _ in 0..pairs {
-        match lock {
-            LockKind::FaithfulWaiting => {
-                let _ = std::hint::black_box(m.lock_waiting());
-                m.unlock_waiting();
-            }
-            LockKind::FaithfulYielding => {
-                if std::hint::black_box(m.try_lock_yielding()) {
-                    m.unlock_yielding();
-                }
-            }
-            LockKind::Cas => {
-                while cas
-                    .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-                    .is_err()
-                {
-                    std::hint::spin_loop();
-                }
-                cas.store(0, Ordering::Release);
-            }
-        }
+        pair();
     }
     (tsc::stop().wrapping_sub(t0), w0.elapsed().as_nanos() as f64)
 }
@@ -906,23 +920,22 @@ impl std::fmt::Display for ChanReport {
             self.spsc.first().map_or(0, |r| r.elems)
         )?;
         write_rows(f, &self.spsc)?;
-        if !self.one_cpu.is_empty() {
-            writeln!(f)?;
-            writeln!(
-                f,
-                "Both on CPU {} (each yields when it finds nothing to do; {} elements)",
-                self.cpu0, self.one_cpu[0].elems
-            )?;
-            write_rows(f, &self.one_cpu)?;
-        }
-        if !self.driver_preempted.is_empty() {
-            writeln!(f)?;
-            writeln!(
-                f,
-                "Driver preempted: a busy thread shares the producer's CPU {} ({} elements)",
-                self.cpu0, self.driver_preempted[0].elems
-            )?;
-            write_rows(f, &self.driver_preempted)?;
+        let cpu = self.cpu0;
+        for (title, rows) in [
+            (
+                format!("Both on CPU {cpu} (each yields when it finds nothing to do)"),
+                &self.one_cpu,
+            ),
+            (
+                format!("Driver preempted: a busy thread shares the producer's CPU {cpu}"),
+                &self.driver_preempted,
+            ),
+        ] {
+            if let Some(first) = rows.first() {
+                writeln!(f)?;
+                writeln!(f, "{title}, {} elements", first.elems)?;
+                write_rows(f, rows)?;
+            }
         }
         writeln!(f)?;
         writeln!(f, "Uncontended lock+unlock (one thread)")?;
