@@ -1116,6 +1116,51 @@ off; a pool running dry would show here).
     return s
 
 
+def labservers(runs, quick):
+    """Seed 002's three benchmarks as it ran them: one `shmnet lab servers` run (six
+    repetitions of every row inside it)."""
+    r = runs[-1]
+    s = """## Seed 002's benchmarks as it ran them (`shmnet lab servers`)
+
+Command: `shmnet lab servers --json` as root (once: every row is six repetitions inside the
+run, mean ± sample standard deviation). ttcp over TCP on one host (kernel over 127.0.0.1,
+shmnet over a loopback wire), and transmit and receive apart across the veth pair (the
+measured side writes or reads messages of each size; Linux's `nc` on the other end); ftp (`shmnet app send-file`/`recv-file`, `--kernel` for the
+kernel row, Debian's `nc` on the other side) and the unmodified `x11perf -dot` (under
+`shmnet run` for ipc and server) against Debian's Xvfb across a veth pair between two
+namespaces. *Gap* is the seed's `(server − ipc) ÷ (kernel − ipc)` on the means. The seed's
+own shape, as ratios to its kernel: ttcp transmit ipc < 1/3 with about half the gap
+recovered; ttcp receive 10 B server 1.1×, 1 KB just over 1/2, 8 KB a little above ipc; ftp
+ipc 0.25 / 0.4, server 0.45 / 0.5 (transmit / receive); x11perf ipc 0.5, server 0.75.
+See [netbench.md](netbench.md#seed-002s-benchmarks-as-it-ran-them-shmnet-lab-servers).
+"""
+    if r.get("skipped"):
+        s += "\nSkipped: " + "; ".join(x["why"] for x in r["skipped"]) + "\n"
+    def mean_sd(v):
+        if not v:
+            return "—"
+        return f"{num(v['mean'], 3)} ± {100 * v['sd'] / v['mean']:.0f} %" if v["mean"] else "0"
+    def opt(x, d):
+        return "—" if x is None else num(x, d)
+    def sub(x):
+        return None if x is None else x["mean"]
+    names = {"ttcp": "ttcp, one host (Gbit/s)", "ttcp_transmit": "ttcp transmit, veth (MB/s)",
+             "ttcp_receive": "ttcp receive, veth (MB/s)", "ftp_transmit": "ftp transmit (MB/s)",
+             "ftp_receive": "ftp receive (MB/s)", "x11_dot": "x11perf -dot (dots/s)"}
+    rows = []
+    for x in r["rows"]:
+        rows.append([names[x["bench"]], x["cpus"], f"{x['size']:,}" if x["size"] else "",
+                     x["structure"], mean_sd(x["value"]), opt(x["over_kernel"], 2),
+                     opt(x["gap_recovered"], 2), opt(sub(x["sleeps_per_msg"]), 3),
+                     opt(sub(x["wire_bytes_per_frame_sent"]), 0),
+                     opt(sub(x["wire_bytes_per_frame_received"]), 0)])
+    s += "\n" + table(["benchmark", "CPUs", "size B", "structure", "mean ± sd", "÷ kernel", "gap",
+                       "sleeps/msg", "B/frame sent", "B/frame received"], rows)
+    if r.get("failures"):
+        s += "\nFailures: " + "; ".join(r["failures"]) + "\n"
+    return s
+
+
 def main():
     d = Path(sys.argv[1])
     meta = json.loads((d / "meta.json").read_text())
@@ -1132,6 +1177,7 @@ def main():
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     parts.insert(-3, seed002(load_runs(d, "seed002one"), load_runs(d, "seed002two")))
+    parts.insert(-3, labservers(load_runs(d, "labservers"), quick))
     print("\n".join(parts), end="")
 
 

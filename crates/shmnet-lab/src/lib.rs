@@ -23,6 +23,7 @@ pub mod netbench;
 pub mod plot;
 pub mod residency;
 pub mod scoreboard;
+pub mod servers;
 pub mod softnic_roles;
 pub mod suite;
 pub mod tcp_setup;

@@ -2,6 +2,10 @@
 //! connection of the server structure, to or from anything that speaks TCP (`nc`, `socat`,
 //! another shmnet). Progress goes to standard error once a second; the report, readable or
 //! `--json`, to standard output.
+//!
+//! With `--kernel` the same program moves the file over the Linux kernel's TCP instead (the
+//! baseline `shmnet lab servers` compares with: one program, one chunk size, one clock, only
+//! the sockets differ).
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -27,6 +31,15 @@ pub struct SendFileArgs {
     /// The server's control socket (default: the one `shmnet serve` uses by default).
     #[arg(long, default_value_os_t = shmnet_io::control::default_socket())]
     socket: PathBuf,
+    /// Use the Linux kernel's TCP instead of a shmnet server (the baseline). "Sent" then
+    /// means the receiver closed its end after the last byte (the kernel has no linger that
+    /// reports), an end-to-end confirmation at least as strong as shmnet's.
+    #[arg(long, conflicts_with = "socket")]
+    kernel: bool,
+    /// Bytes per write on the connection, 1 to 16 MiB (the file is still read in large
+    /// blocks): ttcp's `-l`, e.g. 10 to send the file as 10-byte messages.
+    #[arg(long, default_value_t = CHUNK, value_parser = chunk, value_name = "BYTES")]
+    write_size: usize,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -44,9 +57,25 @@ pub struct RecvFileArgs {
     /// The server's control socket (default: the one `shmnet serve` uses by default).
     #[arg(long, default_value_os_t = shmnet_io::control::default_socket())]
     socket: PathBuf,
+    /// Use the Linux kernel's TCP instead of a shmnet server (the baseline), listening on
+    /// every address of this network namespace.
+    #[arg(long, conflicts_with = "socket")]
+    kernel: bool,
+    /// Bytes per read from the connection, 1 to 16 MiB (the file is still written in large
+    /// blocks): ttcp's `-l` on receive.
+    #[arg(long, default_value_t = CHUNK, value_parser = chunk, value_name = "BYTES")]
+    read_size: usize,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `--write-size` and `--read-size`: 1 byte to 16 MiB.
+fn chunk(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=16 << 20).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: a number of bytes from 1 to 16,777,216")),
+    }
 }
 
 /// Bytes moved per read or write.
@@ -115,6 +144,26 @@ fn report(bytes: u64, start: Instant, peer: SocketAddrV4, json: bool, verb: &str
     Ok(())
 }
 
+/// Copies `input` (read in [`CHUNK`]s) to `s` in writes of `a.write_size`, showing
+/// progress; returns the bytes sent.
+fn pump_out(input: &mut dyn Read, s: &mut dyn Write, a: &SendFileArgs) -> Result<u64> {
+    let mut progress = Progress::new(a.json);
+    let mut buf = vec![0u8; CHUNK.max(a.write_size)];
+    let mut bytes = 0u64;
+    loop {
+        let n = input.read(&mut buf).context("reading the file")?;
+        if n == 0 {
+            return Ok(bytes);
+        }
+        for piece in buf[..n].chunks(a.write_size) {
+            s.write_all(piece)
+                .with_context(|| format!("sending to {}", a.addr))?;
+        }
+        bytes += n as u64;
+        progress.tick(bytes);
+    }
+}
+
 /// `shmnet app send-file`.
 pub fn send_file(a: SendFileArgs) -> Result<()> {
     let mut input: Box<dyn Read> = if a.file.as_os_str() == "-" {
@@ -125,24 +174,17 @@ pub fn send_file(a: SendFileArgs) -> Result<()> {
                 .with_context(|| format!("opening {}", a.file.display()))?,
         )
     };
+    let connect_timeout = Duration::try_from_secs_f64(a.connect_timeout)
+        .context("--connect-timeout: a number of seconds, more than 0")?;
+    if a.kernel {
+        return send_file_kernel(&a, &mut *input, connect_timeout);
+    }
     let client = Client::connect(&a.socket).context("attaching to the server")?;
     let mut s = client
-        .tcp_connect(a.addr, Duration::from_secs_f64(a.connect_timeout))
+        .tcp_connect(a.addr, connect_timeout)
         .with_context(|| format!("connecting to {}", a.addr))?;
     let start = Instant::now();
-    let mut progress = Progress::new(a.json);
-    let mut buf = vec![0u8; CHUNK];
-    let mut bytes = 0u64;
-    loop {
-        let n = input.read(&mut buf).context("reading the file")?;
-        if n == 0 {
-            break;
-        }
-        s.write_all(&buf[..n])
-            .with_context(|| format!("sending to {}", a.addr))?;
-        bytes += n as u64;
-        progress.tick(bytes);
-    }
+    let bytes = pump_out(&mut *input, &mut s, &a)?;
     // The end of the file follows the last byte; report only once the receiver has
     // acknowledged all of it (the server would deliver it without us, but "sent" should
     // mean "arrived").
@@ -163,8 +205,51 @@ pub fn send_file(a: SendFileArgs) -> Result<()> {
     }
 }
 
+/// `shmnet app send-file --kernel`: the same transfer over the kernel's TCP. The end of the
+/// file is a `shutdown(SHUT_WR)`; "sent" once the receiver has closed its end (its FIN
+/// follows every byte it read), within `--linger`.
+fn send_file_kernel(a: &SendFileArgs, input: &mut dyn Read, timeout: Duration) -> Result<()> {
+    let mut s = std::net::TcpStream::connect_timeout(&a.addr.into(), timeout)
+        .with_context(|| format!("connecting to {} (kernel TCP)", a.addr))?;
+    let start = Instant::now();
+    let bytes = pump_out(input, &mut s, a)?;
+    s.shutdown(std::net::Shutdown::Write)
+        .context("ending the stream")?;
+    let linger = Duration::try_from_secs_f64(a.linger)
+        .context("--linger: a number of seconds, 0 or more")?;
+    s.set_read_timeout(Some(linger.max(Duration::from_millis(1))))
+        .context("setting the linger time")?;
+    let mut rest = [0u8; 4096];
+    loop {
+        match s.read(&mut rest) {
+            Ok(0) => return report(bytes, start, a.addr, a.json, "sent"),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                bail!(
+                    "{} did not close its end within --linger {} s after the last byte",
+                    a.addr,
+                    a.linger
+                )
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("the connection to {} failed after the last byte", a.addr)
+                });
+            }
+        }
+    }
+}
+
 /// `shmnet app recv-file`.
 pub fn recv_file(a: RecvFileArgs) -> Result<()> {
+    if a.kernel {
+        return recv_file_kernel(&a);
+    }
     let client = Client::connect(&a.socket).context("attaching to the server")?;
     let l = client
         .tcp_listen(a.port, 1)
@@ -186,6 +271,15 @@ pub fn recv_file(a: RecvFileArgs) -> Result<()> {
     };
     l.close().context("closing the listener")?;
     let peer = s.peer_addr();
+    let start = Instant::now();
+    let bytes = pump_in(&mut s, peer, &a)?;
+    s.close().context("closing the connection")?;
+    received(bytes, start, peer, &a)
+}
+
+/// Copies the stream `s` from `peer`, in reads of `a.read_size`, into `a.out` (written in
+/// [`CHUNK`]s) until its end; returns the bytes.
+fn pump_in(s: &mut dyn Read, peer: SocketAddrV4, a: &RecvFileArgs) -> Result<u64> {
     let mut out: Box<dyn Write> = if a.out.as_os_str() == "-" {
         Box::new(std::io::stdout().lock())
     } else {
@@ -195,9 +289,8 @@ pub fn recv_file(a: RecvFileArgs) -> Result<()> {
                 .with_context(|| format!("creating {}", a.out.display()))?,
         ))
     };
-    let start = Instant::now();
     let mut progress = Progress::new(a.json);
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = vec![0u8; a.read_size];
     let mut bytes = 0u64;
     loop {
         let n = s
@@ -211,12 +304,58 @@ pub fn recv_file(a: RecvFileArgs) -> Result<()> {
         progress.tick(bytes);
     }
     out.flush().context("writing the file")?;
-    drop(out);
-    s.close().context("closing the connection")?;
+    Ok(bytes)
+}
+
+/// The report of a receipt: to standard error when the file went to standard output.
+fn received(bytes: u64, start: Instant, peer: SocketAddrV4, a: &RecvFileArgs) -> Result<()> {
     if a.out.as_os_str() == "-" {
         // The report would mix with the file's bytes: standard error instead.
         eprintln!("received {bytes} bytes from {peer}");
         return Ok(());
     }
     report(bytes, start, peer, a.json, "received")
+}
+
+/// `shmnet app recv-file --kernel`: the same over the kernel's TCP.
+fn recv_file_kernel(a: &RecvFileArgs) -> Result<()> {
+    let l = std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, a.port))
+        .with_context(|| format!("listening on TCP port {} (kernel TCP)", a.port))?;
+    let port = l.local_addr().context("reading the listening port")?.port();
+    if a.port == 0 {
+        println!("port {port}");
+        let _ = std::io::stdout().flush();
+    }
+    if !a.json {
+        eprintln!("listening on TCP port {port} (kernel TCP)");
+    }
+    let (mut s, peer) = match a.timeout {
+        None => l.accept().context("waiting for a connection")?,
+        Some(t) => {
+            let deadline = Instant::now() + Duration::from_secs_f64(t);
+            l.set_nonblocking(true).context("polling the listener")?;
+            loop {
+                match l.accept() {
+                    Ok(c) => break c,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() > deadline {
+                            bail!("no connection came within {t} s");
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(e) => return Err(e).context("waiting for a connection"),
+                }
+            }
+        }
+    };
+    s.set_nonblocking(false)
+        .context("making the connection blocking")?;
+    drop(l);
+    let std::net::SocketAddr::V4(peer) = peer else {
+        bail!("a connection from {peer}: IPv4 only");
+    };
+    let start = Instant::now();
+    let bytes = pump_in(&mut s, peer, a)?;
+    drop(s);
+    received(bytes, start, peer, a)
 }

@@ -305,6 +305,106 @@ enum LabSeed {
     ///
     /// Example: shmnet lab buffers --quick --out buffers-report
     Buffers(BuffersLabArgs),
+    /// Seed 002 (a protocol server over shared memory): its three benchmarks run as it ran
+    /// them, six repetitions each with mean and spread, on one CPU (the seed's uniprocessor)
+    /// and on two, the kernel and the message-based interface (ipc) measured in the same run:
+    /// ttcp over TCP (10 B, 1 KB, 8 KB; kernel, ipc, server, inline) on one host; ttcp
+    /// transmit and receive apart, ftp (a file from disk to the other side's /dev/null, each
+    /// way) and the unmodified `x11perf -dot` against Xvfb (under `shmnet run`) across a veth
+    /// pair between two network namespaces (root; Debian's xvfb and x11-apps for X11perf). Reports the
+    /// seed's gap-recovered measure per row and checks its two surprises with counters.
+    /// Writes report.md, ttcp.png, ttcp-veth.png, ftp.png, x11perf.png and report.json.
+    ///
+    /// Example: sudo shmnet lab servers --quick --out servers-report
+    Servers(ServersLabArgs),
+}
+
+#[derive(Args)]
+struct ServersLabArgs {
+    /// A few minutes instead of about a quarter of an hour: quarter-second ttcp cells, a
+    /// 16 MiB file, one-second x11perf repetitions (still six repetitions of everything).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write report.md, the PNGs and report.json.
+    #[arg(long, default_value = "servers-report", value_name = "DIR")]
+    out: PathBuf,
+    /// Print the report as one JSON object when done.
+    #[arg(long)]
+    json: bool,
+}
+
+fn lab_servers(a: ServersLabArgs) -> Result<()> {
+    let exe = std::env::current_exe().context("finding this program to start the parties")?;
+    let pb = crate::progress_bar();
+    let opts = shmnet_lab::servers::ServersOptions {
+        quick: a.quick,
+        out: a.out,
+        exe,
+    };
+    let report = {
+        let pb = pb.clone();
+        shmnet_lab::servers::run(&opts, &mut move |f, step| {
+            pb.set_position((f * 1000.0) as u64);
+            pb.set_message(step.to_string());
+        })
+    };
+    pb.finish_and_clear();
+    let report = report.context("running the servers lab")?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{:<13} {:<9} {:>5} {:<7} {:>16} {:>8} {:>6}",
+            "benchmark", "CPUs", "size", "struct", "mean ± sd", "÷kernel", "gap"
+        );
+        for r in &report.rows {
+            let v = r.value.as_ref().map_or("did not run".to_string(), |v| {
+                format!(
+                    "{} ± {:.0} %",
+                    shmnet_lab::servers::human(v.mean),
+                    v.cv_pct()
+                )
+            });
+            println!(
+                "{:<13} {:<9} {:>5} {:<7} {:>16} {:>8} {:>6} {}",
+                r.bench.name(),
+                r.cpus.name(),
+                r.size.map_or(String::new(), |s| s.to_string()),
+                r.structure.name(),
+                v,
+                r.over_kernel.map_or("–".into(), |x| format!("{x:.2}")),
+                r.gap_recovered.map_or("–".into(), |x| format!("{x:.2}")),
+                r.unit
+            );
+        }
+        for s in &report.skipped {
+            println!("skipped: {}", s.why);
+        }
+        println!(
+            "\n{} rows in {:.0} s; report: {}",
+            report.rows.len(),
+            report.seconds,
+            report.report.display()
+        );
+    }
+    let failed: Vec<String> = report
+        .rows
+        .iter()
+        .filter(|r| r.value.is_none())
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r.bench.name(),
+                r.cpus.name(),
+                r.structure.name()
+            )
+        })
+        .chain(report.failures.iter().cloned())
+        .collect();
+    if !failed.is_empty() {
+        return Err(Unsound::RunsFailed(failed).into());
+    }
+    Ok(())
 }
 
 #[derive(Args)]
@@ -410,6 +510,7 @@ pub fn lab(a: LabArgs) -> Result<()> {
     match a.seed {
         Some(LabSeed::Handles(h)) => return lab_handles(h),
         Some(LabSeed::Buffers(b)) => return lab_buffers(b),
+        Some(LabSeed::Servers(b)) => return lab_servers(b),
         None => {}
     }
     let exe = std::env::current_exe().context("finding this program to start the server")?;

@@ -196,9 +196,6 @@ pub struct RrArgs {
     json: bool,
 }
 
-/// The MTU of shmnet's loopback wire over TCP, unless `--mtu` says otherwise (see its help).
-const TCP_LOOPBACK_MTU: usize = 16_384;
-
 fn launch(
     checksum: bool,
     proto: Proto,
@@ -210,7 +207,7 @@ fn launch(
             bail!("--mtu applies to --proto tcp only (UDP cells use softnic's 1,500-byte wire)")
         }
         (Proto::Udp, None) => 1500,
-        (Proto::Tcp, None) => TCP_LOOPBACK_MTU,
+        (Proto::Tcp, None) => shmnet_lab::netbench::TCP_LOOPBACK_MTU,
         (Proto::Tcp, Some(m)) => {
             if !(shmnet_io::spec::MIN_MTU..=shmnet_io::spec::MAX_MTU).contains(&m) {
                 return Err(shmnet_io::spec::SpecError::Mtu(m).into());
@@ -218,11 +215,7 @@ fn launch(
             m
         }
     };
-    // The parties sleep in short waits (a sender held back by its window looks again every
-    // few microseconds); the default 50 µs timer slack would stretch every one of them. The
-    // children inherit it.
-    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    shmnet_lab::netbench::short_timer_slack();
     Ok(Launch {
         exe: std::env::current_exe().context("finding this program to start the parties")?,
         checksum,

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-mod party;
+pub(crate) mod party;
 mod requester;
 pub mod rr;
 pub mod tcp;
@@ -44,6 +44,18 @@ pub mod worker;
 use party::{Finished, Party, PartyError};
 pub use party::{PARTY_COMMAND, PartySpec};
 use worker::{InlineJob, WorkerJob, WorkerSpec};
+
+/// The MTU of shmnet's loopback wire over TCP unless told otherwise: Linux's `lo` carries
+/// segments of up to 64 KiB, shmnet's are one pool buffer each, which grows with the MTU.
+pub const TCP_LOOPBACK_MTU: usize = 16_384;
+
+/// Shortens the calling thread's timer slack to 1 µs; the parties it starts inherit it. They
+/// sleep in short waits (a sender held back by its window looks again every few
+/// microseconds), which the default 50 µs slack would stretch.
+pub fn short_timer_slack() {
+    // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer slack.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+}
 
 /// How the parties are placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

@@ -119,6 +119,14 @@ impl Party {
         })
     }
 
+    /// Asks it to stop in order (SIGTERM: `shmnet serve` then closes its windows and prints
+    /// its final report); [`Party::finish`] reaps it.
+    pub fn terminate(&self) {
+        // SAFETY: signalling our own child, which has not been reaped yet (`finish` consumes
+        // the party), so the pid is still its.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+    }
+
     /// Whether it has exited (without reaping it).
     pub fn has_exited(&self) -> bool {
         // SAFETY: `waitid` with WNOWAIT only inspects our own child, writing one siginfo.

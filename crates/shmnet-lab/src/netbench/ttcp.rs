@@ -324,7 +324,7 @@ pub fn run(o: &TtcpOptions, progress: &mut dyn FnMut(&str)) -> TtcpReport {
 
 /// Seed 002's measure for a cell of `this` Gbit/s between `ipc` and `kernel`: `None` when
 /// the two baselines are within [`GAP_NOISE`] of each other.
-fn gap_recovered(this: f64, ipc: f64, kernel: f64) -> Option<f64> {
+pub fn gap_recovered(this: f64, ipc: f64, kernel: f64) -> Option<f64> {
     let gap = kernel - ipc;
     (gap.abs() > GAP_NOISE * kernel.abs().max(ipc.abs())).then(|| (this - ipc) / gap)
 }
