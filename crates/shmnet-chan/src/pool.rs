@@ -6,7 +6,7 @@
 //! # Shared layout
 //!
 //! - [`PoolSetShared`]: the waiters word (`want`, the seed's `m_want`) and set-wide counters,
-//!   one line of them per side ([`Side`]): each party counts in a line the other never
+//!   one line of them per side (`Side`): each party counts in a line the other never
 //!   writes, so a count on the hot path (a chain handed back, deferred) never takes a line
 //!   from the other party's cache.
 //! - One [`PoolCtl`] per pool (one cache line): the lock word, the free list's `head` and
