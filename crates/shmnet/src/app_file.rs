@@ -263,7 +263,9 @@ pub fn recv_file(a: RecvFileArgs) -> Result<()> {
         eprintln!("listening on TCP port {}", l.port());
     }
     let mut s = match a.timeout {
-        Some(t) => match l.accept_timeout(Duration::from_secs_f64(t))? {
+        Some(t) => match l.accept_timeout(
+            Duration::try_from_secs_f64(t).context("--timeout: a number of seconds, 0 or more")?,
+        )? {
             Some(s) => s,
             None => bail!("no connection came within {t} s"),
         },
@@ -332,24 +334,27 @@ fn recv_file_kernel(a: &RecvFileArgs) -> Result<()> {
     let (mut s, peer) = match a.timeout {
         None => l.accept().context("waiting for a connection")?,
         Some(t) => {
-            let deadline = Instant::now() + Duration::from_secs_f64(t);
-            l.set_nonblocking(true).context("polling the listener")?;
-            loop {
-                match l.accept() {
-                    Ok(c) => break c,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        if Instant::now() > deadline {
-                            bail!("no connection came within {t} s");
-                        }
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    Err(e) => return Err(e).context("waiting for a connection"),
-                }
+            let limit = Duration::try_from_secs_f64(t)
+                .context("--timeout: a number of seconds, 0 or more")?;
+            // Woken by the connection itself (no polling interval): the clock starts at
+            // accept as it does for shmnet's listener.
+            let mut fd = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&l),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = libc::c_int::try_from(limit.as_millis()).unwrap_or(libc::c_int::MAX);
+            // SAFETY: poll on one pollfd we own, naming the listener's open descriptor.
+            let ready = unsafe { libc::poll(&mut fd, 1, ms) };
+            if ready < 0 {
+                return Err(std::io::Error::last_os_error()).context("waiting for a connection");
             }
+            if ready == 0 {
+                bail!("no connection came within {t} s");
+            }
+            l.accept().context("accepting the connection")?
         }
     };
-    s.set_nonblocking(false)
-        .context("making the connection blocking")?;
     drop(l);
     let std::net::SocketAddr::V4(peer) = peer else {
         bail!("a connection from {peer}: IPv4 only");

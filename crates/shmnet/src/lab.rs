@@ -387,16 +387,20 @@ fn lab_servers(a: ServersLabArgs) -> Result<()> {
             report.report.display()
         );
     }
+    // A row that lost any repetition fails the run (its figure is from fewer than six).
     let failed: Vec<String> = report
         .rows
         .iter()
-        .filter(|r| r.value.is_none())
+        .filter(|r| !r.failures.is_empty() || r.value.is_none())
         .map(|r| {
             format!(
-                "{} {} {}",
+                "{} {} {}{}: {} of {} repetitions failed",
                 r.bench.name(),
                 r.cpus.name(),
-                r.structure.name()
+                r.structure.name(),
+                r.size.map_or(String::new(), |s| format!(" {s} B")),
+                r.failures.len(),
+                report.repetitions
             )
         })
         .chain(report.failures.iter().cloned())

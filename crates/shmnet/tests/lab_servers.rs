@@ -81,6 +81,13 @@ fn gap_checked(rows: &[&Value]) {
 
 #[test]
 fn lab_servers_runs_seed_002s_benchmarks_six_times_each() {
+    if root() && !(installed("nc") && installed("ss")) {
+        shmnet_testkit::skip(
+            TEST,
+            "the veth half needs nc and ss (Debian's netcat-openbsd and iproute2; scripts/setup installs them)",
+        );
+        return;
+    }
     let out = std::env::temp_dir().join(format!("shmnet-lab-servers-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let v = common::json(&[
@@ -166,6 +173,17 @@ fn lab_servers_runs_seed_002s_benchmarks_six_times_each() {
                     if r["structure"] != "kernel" {
                         // Ethernet header + MTU: shmnet never hands the wire more.
                         assert!(f(&r["wire_bytes_per_frame_sent"], "max") <= 1514.0, "{r}");
+                    }
+                    // The data goes one way and the acknowledgments the other: the counters
+                    // are the right way round.
+                    let (sent, received) = (
+                        f(&r["wire_bytes_per_frame_sent"], "mean"),
+                        f(&r["wire_bytes_per_frame_received"], "mean"),
+                    );
+                    if bench.ends_with("transmit") {
+                        assert!(sent > received, "data is sent: {r}");
+                    } else {
+                        assert!(received > sent, "data is received: {r}");
                     }
                 }
                 gap_checked(&at);

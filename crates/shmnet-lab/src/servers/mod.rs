@@ -25,11 +25,17 @@
 //! modern rings; `shmnet bench chan` measures the seed's queues alone).
 //!
 //! The figures are the programs' own: ttcp's cells, the transfer reports of `send-file` and
-//! `recv-file`, x11perf's dots per second. Repetitions alternate between one CPU and two, so
-//! that a machine that drifts during the run drifts both alike.
+//! `recv-file`, x11perf's dots per second. On one host the repetitions alternate between one
+//! CPU and two, so that a machine that drifts during the run drifts both alike. Across the
+//! pair they run in blocks — for each CPU setting, the kernel's six, then ipc's, then the
+//! server's — because each block starts its structure once (a server, or the kernel's
+//! address on `v0`); a drift between blocks shows as a spread of the ratios, not within a
+//! row. On one CPU the peer's programs (`nc`, Xvfb) share the core too, as they inherit the
+//! pin: harsher than the seed's second machine, which was never the limit.
 
 pub mod bed;
 mod report;
+mod running;
 pub use report::human;
 pub mod spread;
 mod transfer;
@@ -488,7 +494,7 @@ fn rows(samples: BTreeMap<Key, Samples>) -> Vec<Row> {
             size: key.2,
             structure: key.3,
             unit: key.0.unit(),
-            over_kernel: this.zip(kernel).map(|(t, k)| t / k.max(f64::MIN_POSITIVE)),
+            over_kernel: this.zip(kernel.filter(|&k| k > 0.0)).map(|(t, k)| t / k),
             gap_recovered: match (this, ipc, kernel) {
                 (Some(t), Some(i), Some(k))
                     if !matches!(key.3, Structure::Ipc | Structure::Kernel) =>

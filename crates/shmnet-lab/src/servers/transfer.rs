@@ -15,13 +15,14 @@
 //! timed by one clock the same way.
 
 use super::bed::{Bed, MEASURED_IFACE, MEASURED_IP, PEER_IP, PREFIX};
+use super::running::{RunError, Running};
 use super::{Bench, Collected, Cpus, REPETITIONS, ServersOptions};
+use crate::netbench::CellError;
 use crate::netbench::Structure;
-use crate::netbench::party::{Party, PartySpec};
+use crate::netbench::party::{Party, PartyError, PartySpec};
 use shmnet_io::spec::{DriverSpec, ServeSpec};
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A file the transfers read, on disk.
@@ -93,33 +94,34 @@ fn the_file(o: &ServersOptions, name: &str, bytes: usize) -> std::io::Result<The
     })
 }
 
-/// Why a transfer (or the side under test) failed.
+/// Why a transfer (or starting the side under test) failed.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum FtpError {
+pub(super) enum TransferError {
     /// The bed.
     #[error(transparent)]
     Bed(#[from] super::bed::BedError),
-    /// A program could not be started or waited for.
-    #[error("{what}: {source}")]
-    Spawn {
+    /// A program failed or did not finish.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The file could not be opened.
+    #[error("opening {path}: {source}")]
+    File {
         /// Which.
-        what: String,
+        path: PathBuf,
         /// Why.
         source: std::io::Error,
     },
-    /// The server did not start.
+    /// The server could not be started.
+    #[error("starting shmnet serve on {MEASURED_IFACE}: {0}")]
+    ServerStart(#[from] PartyError),
+    /// The server exited (at start, or at the end when asked to stop).
     #[error("shmnet serve on {MEASURED_IFACE}: {0}")]
-    Server(String),
-    /// A program failed or did not finish.
-    #[error("{what} {how}")]
-    Failed {
-        /// Which.
-        what: String,
-        /// How (its exit and last words, or that it timed out).
-        how: String,
-    },
+    ServerFailed(CellError),
+    /// The server did not make its control socket in time.
+    #[error("shmnet serve on {MEASURED_IFACE} made no control socket within {} s", PATIENCE.as_secs())]
+    ServerNotUp,
     /// The peer's `nc` did not listen.
-    #[error("nc -l did not listen in the peer namespace within 10 s")]
+    #[error("nc -l did not listen in the peer namespace within {} s", PATIENCE.as_secs())]
     PeerNotListening,
     /// The measured program's report could not be read.
     #[error("{what}'s report {said:?}: not the JSON expected")]
@@ -130,6 +132,11 @@ pub(super) enum FtpError {
         said: String,
     },
 }
+
+/// How long a program may take to come up (a server to make its socket, a listener to
+/// listen, a receiver to say its port): only a bound against a hang, as a busy machine is
+/// slow, not broken.
+pub(super) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The structure under test on the measured side, running.
 pub(super) struct Side {
@@ -143,7 +150,11 @@ pub(super) struct Side {
 impl Side {
     /// Gives the kernel the address, or starts `shmnet serve` for `structure` on `v0` (from
     /// the calling thread, which must be in the measured namespace).
-    pub fn start(o: &ServersOptions, bed: &Bed, structure: Structure) -> Result<Side, FtpError> {
+    pub fn start(
+        o: &ServersOptions,
+        bed: &Bed,
+        structure: Structure,
+    ) -> Result<Side, TransferError> {
         let socket = o.out.join(format!("serve-{}.sock", structure.name()));
         let Some((serve_structure, placement)) = structure.serve() else {
             bed.kernel_address(true)?;
@@ -170,13 +181,17 @@ impl Side {
             json: true,
             ..ServeSpec::default()
         };
-        let party = Party::spawn("serve", &o.exe, &PartySpec::Serve(Box::new(spec)))
-            .map_err(|e| FtpError::Server(e.to_string()))?;
-        let deadline = Instant::now() + Duration::from_secs(15);
+        let party = Party::spawn("serve", &o.exe, &PartySpec::Serve(Box::new(spec)))?;
+        let deadline = Instant::now() + PATIENCE;
         while !socket.exists() {
-            if party.has_exited() || Instant::now() > deadline {
+            if party.has_exited() {
                 let f = party.finish(Duration::from_secs(5));
-                return Err(FtpError::Server(f.failure().to_string()));
+                return Err(TransferError::ServerFailed(f.failure()));
+            }
+            if Instant::now() > deadline {
+                party.terminate();
+                let _ = party.finish(Duration::from_secs(5));
+                return Err(TransferError::ServerNotUp);
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -207,8 +222,8 @@ impl Side {
     }
 
     /// Stops the server in order (or takes the kernel's address away).
-    pub fn stop(self, bed: &Bed) -> Result<(), FtpError> {
-        match self.server {
+    pub fn stop(mut self, bed: &Bed) -> Result<(), TransferError> {
+        match self.server.take() {
             None => Ok(bed.kernel_address(false)?),
             Some(p) => {
                 p.terminate();
@@ -217,85 +232,41 @@ impl Side {
                 if f.code == Some(0) {
                     Ok(())
                 } else {
-                    Err(FtpError::Server(format!(
-                        "did not stop in order: {}",
-                        f.failure()
-                    )))
+                    Err(TransferError::ServerFailed(f.failure()))
                 }
             }
         }
     }
 }
 
-/// Waits for `child` within `limit` (killing it after); its standard output if it
-/// succeeded.
-fn finish(mut child: Child, what: &str, limit: Duration) -> Result<String, FtpError> {
-    let deadline = Instant::now() + limit;
-    loop {
-        match child.try_wait() {
-            Ok(Some(st)) => {
-                let mut out = String::new();
-                let mut err = String::new();
-                if let Some(mut o) = child.stdout.take() {
-                    let _ = o.read_to_string(&mut out);
-                }
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                if st.success() {
-                    return Ok(out);
-                }
-                let last: Vec<&str> = err.lines().rev().take(3).collect();
-                return Err(FtpError::Failed {
-                    what: what.into(),
-                    how: format!("exited with {st}: {}", last.join(" | ")),
-                });
-            }
-            Ok(None) if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(FtpError::Failed {
-                    what: what.into(),
-                    how: format!("did not finish within {} s", limit.as_secs()),
-                });
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(source) => {
-                return Err(FtpError::Spawn {
-                    what: what.into(),
-                    source,
-                });
-            }
+impl Drop for Side {
+    /// A side dropped without [`Side::stop`] (a panic, an early return) still stops its
+    /// server: nothing keeps `v0`.
+    fn drop(&mut self) {
+        if let Some(p) = self.server.take() {
+            p.terminate();
+            let _ = p.finish(Duration::from_secs(10));
+            let _ = std::fs::remove_file(&self.socket);
         }
     }
-}
-
-/// Starts `cmd` with its output captured.
-fn spawn(cmd: &mut Command, what: &str) -> Result<Child, FtpError> {
-    cmd.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| FtpError::Spawn {
-            what: what.into(),
-            source,
-        })
 }
 
 /// MB/s from the last line of `send-file`/`recv-file --json`.
-fn rate(out: &str, what: &str) -> Result<f64, FtpError> {
+fn rate(out: &str, what: &str) -> Result<f64, TransferError> {
     let last = out.lines().last().unwrap_or_default();
     serde_json::from_str::<serde_json::Value>(last)
         .ok()
         .and_then(|v| v["mbyte_per_s"].as_f64())
-        .ok_or_else(|| FtpError::Report {
+        .ok_or_else(|| TransferError::Report {
             what: what.into(),
             said: last.into(),
         })
 }
 
-/// How long one transfer may take: generous (a busy machine is slow, not broken).
+/// How long one transfer may take: generous (a busy machine is slow, not broken: this only
+/// bounds a hang).
 fn limit(file: &TheFile) -> Duration {
-    Duration::from_secs(30 + file.bytes / (1 << 20))
+    Duration::from_secs(120 + 2 * file.bytes / (1 << 20))
 }
 
 /// The measured side sends the file to `nc -l PORT > /dev/null` in the peer namespace, in
@@ -307,22 +278,17 @@ fn transmit(
     file: &TheFile,
     port: u16,
     message: Option<usize>,
-) -> Result<f64, FtpError> {
+) -> Result<f64, TransferError> {
     let port_s = port.to_string();
-    let nc = bed
-        .peer("nc")
-        .args(["-l", &port_s])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| FtpError::Spawn {
-            what: "nc -l in the peer namespace".into(),
-            source,
-        })?;
-    if !bed.wait_peer_listens(port, Duration::from_secs(10)) {
-        let _ = finish(nc, "nc -l", Duration::ZERO);
-        return Err(FtpError::PeerNotListening);
+    let nc = Running::start(
+        bed.peer("nc")
+            .args(["-l", &port_s])
+            .stdin(std::process::Stdio::null()),
+        "nc -l in the peer namespace",
+        false,
+    )?;
+    if !bed.wait_peer_listens(port, PATIENCE) {
+        return Err(TransferError::PeerNotListening);
     }
     let what = format!("shmnet app send-file ({})", side.structure().name());
     let mut cmd = Command::new(&o.exe);
@@ -334,8 +300,8 @@ fn transmit(
         cmd.arg("--write-size").arg(m.to_string());
     }
     side.transport(&mut cmd);
-    let sent = finish(spawn(&mut cmd, &what)?, &what, limit(file));
-    let nc_done = finish(nc, "nc -l in the peer namespace", Duration::from_secs(10));
+    let sent = Running::start(&mut cmd, &what, true)?.finish(limit(file));
+    let nc_done = nc.finish(PATIENCE);
     let mb = rate(&sent?, &what)?;
     nc_done?;
     Ok(mb)
@@ -349,64 +315,48 @@ fn receive(
     side: &Side,
     file: &TheFile,
     message: Option<usize>,
-) -> Result<f64, FtpError> {
+) -> Result<f64, TransferError> {
     let what = format!("shmnet app recv-file ({})", side.structure().name());
     let mut cmd = Command::new(&o.exe);
-    cmd.args([
-        "app",
-        "recv-file",
-        "0",
-        "/dev/null",
-        "--json",
-        "--timeout",
-        "20",
-    ]);
+    // Its accept is bounded by --timeout; the stream by the limit on nc's side.
+    cmd.args(["app", "recv-file", "0", "/dev/null", "--json", "--timeout"])
+        .arg(PATIENCE.as_secs().to_string());
     if let Some(m) = message {
         cmd.arg("--read-size").arg(m.to_string());
     }
     side.transport(&mut cmd);
-    let mut recv = spawn(&mut cmd, &what)?;
+    let recv = Running::start(&mut cmd, &what, true)?;
     // "port N" on its own line once it listens.
-    let mut stdout = BufReader::new(recv.stdout.take().expect("piped"));
-    let mut line = String::new();
-    let _ = stdout.read_line(&mut line);
+    let line = recv.next_line(PATIENCE).unwrap_or_default();
     let Some(port) = line
         .trim()
         .strip_prefix("port ")
         .and_then(|p| p.parse::<u16>().ok())
     else {
-        recv.stdout = None;
-        return Err(match finish(recv, &what, Duration::from_secs(5)) {
-            Err(e) => e,
-            Ok(_) => FtpError::Report {
+        return Err(match recv.finish(Duration::from_secs(5)) {
+            Err(e) => e.into(),
+            Ok(_) => TransferError::Report {
                 what,
                 said: line.trim().into(),
             },
         });
     };
-    let input = std::fs::File::open(&file.path).map_err(|source| FtpError::Spawn {
-        what: "opening ftp's file".into(),
+    let input = std::fs::File::open(&file.path).map_err(|source| TransferError::File {
+        path: file.path.clone(),
         source,
     })?;
-    let nc = bed
-        .peer("nc")
-        .args(["-N", &MEASURED_IP.to_string(), &port.to_string()])
-        .stdin(input)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| FtpError::Spawn {
-            what: "nc -N in the peer namespace".into(),
-            source,
-        })?;
-    let nc_done = finish(nc, "nc -N in the peer namespace", limit(file));
-    // What remains of its output is the report.
-    let mut rest = String::new();
-    let _ = stdout.read_to_string(&mut rest);
-    let got = finish(recv, &what, Duration::from_secs(10));
+    let nc = Running::start(
+        bed.peer("nc")
+            .args(["-N", &MEASURED_IP.to_string(), &port.to_string()])
+            .stdin(input),
+        "nc -N in the peer namespace",
+        false,
+    )?;
+    let nc_done = nc.finish(limit(file));
+    // The receiver ends once the stream has; its last line is the report.
+    let got = recv.finish(PATIENCE);
     nc_done?;
-    got?;
-    rate(&rest, &what)
+    rate(&got?, &what)
 }
 
 /// Six repetitions of ftp and of ttcp each way for the running `side`; ports count up

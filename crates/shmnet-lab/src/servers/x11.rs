@@ -6,11 +6,11 @@
 //! benchmark whose messages no one sized.
 
 use super::bed::{Bed, PEER_IP};
-use super::transfer::Side;
+use super::running::{RunError, Running};
+use super::transfer::{PATIENCE, Side};
 use super::{Bench, Collected, Cpus, REPETITIONS, ServersOptions};
-use std::io::Read;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The X display number in the peer namespace (its own network, so any number is free;
 /// `-nolock` and no Unix socket keep it from meeting another X server on this host).
@@ -23,15 +23,16 @@ pub(super) enum X11Error {
     #[error("starting Xvfb in the peer namespace: {0}")]
     Spawn(std::io::Error),
     /// Xvfb did not listen.
-    #[error("Xvfb did not listen on TCP port {} within 15 s", 6000 + DISPLAY)]
+    #[error("Xvfb did not listen on TCP port {} within {} s", 6000 + DISPLAY, PATIENCE.as_secs())]
     NotListening,
-    /// x11perf failed or printed no repetition.
-    #[error("{what}: {how}")]
-    Failed {
+    /// x11perf failed or did not finish.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// x11perf printed no repetition.
+    #[error("{what} printed no repetition's rate")]
+    NoRates {
         /// Which run.
         what: String,
-        /// What went wrong.
-        how: String,
     },
 }
 
@@ -81,7 +82,7 @@ impl Xvfb {
             .spawn()
             .map_err(X11Error::Spawn)?;
         let x = Xvfb { child };
-        if !bed.wait_peer_listens(6000 + DISPLAY, Duration::from_secs(15)) {
+        if !bed.wait_peer_listens(6000 + DISPLAY, PATIENCE) {
             return Err(X11Error::NotListening);
         }
         Ok(x)
@@ -159,54 +160,13 @@ fn run(o: &ServersOptions, side: &Side) -> Result<Vec<f64>, X11Error> {
         .arg(REPETITIONS.to_string())
         .arg("-time")
         .arg(t.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let failed = |how: String| X11Error::Failed {
-        what: what.clone(),
-        how,
-    };
-    let mut child = cmd.spawn().map_err(|e| failed(e.to_string()))?;
-    // x11perf calibrates before it times: allow for that and a busy machine.
-    let limit = Duration::from_secs(60 + 4 * u64::from(t) * REPETITIONS as u64);
-    let deadline = Instant::now() + limit;
-    let mut out = String::new();
-    let mut err = String::new();
-    let mut stdout = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st,
-            Ok(None) if Instant::now() > deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(failed(format!(
-                    "did not finish within {} s",
-                    limit.as_secs()
-                )));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(failed(e.to_string())),
-        }
-    };
-    if let Ok(s) = reader.join() {
-        out = s;
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
+        .stdin(Stdio::null());
+    // x11perf calibrates before it times: a generous bound, against a hang only.
+    let limit = Duration::from_secs(120 + 10 * u64::from(t) * REPETITIONS as u64);
+    let out = Running::start(&mut cmd, &what, true)?.finish(limit)?;
     let rates = rates(&out);
-    if !status.success() || rates.is_empty() {
-        let last: Vec<&str> = err.lines().rev().take(3).collect();
-        return Err(failed(format!(
-            "exited with {status} after {} repetitions: {}",
-            rates.len(),
-            last.join(" | ")
-        )));
+    if rates.is_empty() {
+        return Err(X11Error::NoRates { what });
     }
     Ok(rates)
 }
