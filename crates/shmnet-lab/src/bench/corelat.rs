@@ -158,17 +158,21 @@ pub fn verdict(judged: bool, met: bool) -> &'static str {
     }
 }
 
-/// The CPUs the cross-core probes use: the first two this thread may run on, or the one it
-/// may (both the same: nothing crosses a core).
-pub fn pick_cpus() -> [usize; 2] {
-    let allowed: Vec<usize> = rustix::thread::sched_getaffinity(None)
+/// The CPUs the calling thread may run on, lowest first (none if they cannot be read).
+pub fn allowed_cpus() -> Vec<usize> {
+    rustix::thread::sched_getaffinity(None)
         .map(|set| {
             (0..rustix::thread::CpuSet::MAX_CPU)
                 .filter(|&c| set.is_set(c))
                 .collect()
         })
-        .unwrap_or_default();
-    match allowed.as_slice() {
+        .unwrap_or_default()
+}
+
+/// The CPUs the cross-core probes use: the first two this thread may run on, or the one it
+/// may (both the same: nothing crosses a core).
+pub fn pick_cpus() -> [usize; 2] {
+    match allowed_cpus().as_slice() {
         [] => [0, 0],
         [one] => [*one, *one],
         [a, b, ..] => [*a, *b],

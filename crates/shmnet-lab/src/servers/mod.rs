@@ -283,20 +283,9 @@ impl Collected {
 /// What the lab tells its caller while it runs: the fraction done, and what runs.
 pub type Progress<'a> = &'a mut (dyn FnMut(f64, &str) + Send);
 
-/// The CPUs this thread may use, first first.
-fn allowed_cpus() -> Vec<usize> {
-    rustix::thread::sched_getaffinity(None)
-        .map(|set| {
-            (0..rustix::thread::CpuSet::MAX_CPU)
-                .filter(|&c| set.is_set(c))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The CPU settings this machine allows: two only where two CPUs are allowed.
 fn cpu_settings() -> Vec<Cpus> {
-    if allowed_cpus().len() >= 2 {
+    if crate::bench::corelat::allowed_cpus().len() >= 2 {
         vec![Cpus::One, Cpus::Two]
     } else {
         vec![Cpus::One]
@@ -313,7 +302,10 @@ impl Pinned {
     fn to(cpus: Cpus) -> Pinned {
         let old = rustix::thread::sched_getaffinity(None).ok();
         let mut set = rustix::thread::CpuSet::new();
-        for c in allowed_cpus().into_iter().take(cpus.count()) {
+        for c in crate::bench::corelat::allowed_cpus()
+            .into_iter()
+            .take(cpus.count())
+        {
             set.set(c);
         }
         let _ = rustix::thread::sched_setaffinity(None, &set);

@@ -19,7 +19,7 @@ use super::running::{RunError, Running};
 use super::{Bench, Collected, Cpus, REPETITIONS, ServersOptions};
 use crate::netbench::CellError;
 use crate::netbench::Structure;
-use crate::netbench::party::{Party, PartyError, PartySpec};
+use crate::netbench::party::{Finished, Party, PartyError, PartySpec};
 use shmnet_io::spec::{DriverSpec, ServeSpec};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -223,19 +223,20 @@ impl Side {
 
     /// Stops the server in order (or takes the kernel's address away).
     pub fn stop(mut self, bed: &Bed) -> Result<(), TransferError> {
-        match self.server.take() {
+        match self.stop_server() {
             None => Ok(bed.kernel_address(false)?),
-            Some(p) => {
-                p.terminate();
-                let f = p.finish(Duration::from_secs(10));
-                let _ = std::fs::remove_file(&self.socket);
-                if f.code == Some(0) {
-                    Ok(())
-                } else {
-                    Err(TransferError::ServerFailed(f.failure()))
-                }
-            }
+            Some(f) if f.code == Some(0) => Ok(()),
+            Some(f) => Err(TransferError::ServerFailed(f.failure())),
         }
+    }
+
+    /// Asks the server (if any) to stop, reaps it and removes its socket.
+    fn stop_server(&mut self) -> Option<Finished> {
+        let p = self.server.take()?;
+        p.terminate();
+        let f = p.finish(Duration::from_secs(10));
+        let _ = std::fs::remove_file(&self.socket);
+        Some(f)
     }
 }
 
@@ -243,11 +244,7 @@ impl Drop for Side {
     /// A side dropped without [`Side::stop`] (a panic, an early return) still stops its
     /// server: nothing keeps `v0`.
     fn drop(&mut self) {
-        if let Some(p) = self.server.take() {
-            p.terminate();
-            let _ = p.finish(Duration::from_secs(10));
-            let _ = std::fs::remove_file(&self.socket);
-        }
+        let _ = self.stop_server();
     }
 }
 
