@@ -1156,6 +1156,19 @@ See [netbench.md](netbench.md#seed-002s-benchmarks-as-it-ran-them-shmnet-lab-ser
                      opt(sub(x["wire_bytes_per_frame_received"]), 0)])
     s += "\n" + table(["benchmark", "CPUs", "size B", "structure", "mean ± sd", "÷ kernel", "gap",
                        "sleeps/msg", "B/frame sent", "B/frame received"], rows)
+    if r.get("sync"):
+        s += ("\nSeed 002's synchronisation beside ours: `server-faithful` (`--sync faithful`, the "
+              "seed's Peterson mutexes, double sub-queues and condition variable) ÷ `server-thread` "
+              "(the channel's rings), both with the driver on a thread of the server, same run:\n\n")
+        def pair(p, d):
+            return "—" if p is None else f"{num(p[0], d)} → {num(p[1], d)}"
+        srows = []
+        for c in r["sync"]:
+            srows.append([names[c["bench"]], c["cpus"], f"{c['size']:,}" if c["size"] else "",
+                          num(c["faithful_over_modern"], 2), pair(c.get("cpu_us_per_msg"), 2),
+                          pair(c.get("sleeps_per_msg"), 3)])
+        s += table(["benchmark", "CPUs", "size B", "faithful ÷ modern",
+                    "CPU µs/msg (modern → faithful)", "sleeps/msg (modern → faithful)"], srows)
     if r.get("failures"):
         s += "\nFailures: " + "; ".join(r["failures"]) + "\n"
     return s

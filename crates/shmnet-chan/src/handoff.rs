@@ -1,4 +1,5 @@
-//! Passing a window to another process over a Unix socket (`SCM_RIGHTS`).
+//! Passing a window (or any set of fds, [`send_fds`]) to another process over a Unix socket
+//! (`SCM_RIGHTS`).
 //!
 //! The message is a fixed greeting naming the protocol and layout version, with the memfd
 //! and the eventfds attached. The receiver refuses anything else: a wrong greeting, a
@@ -59,21 +60,46 @@ pub fn send_window(sock: impl AsFd, win: &Window) -> std::io::Result<()> {
     let (memfd, signals) = win.fds();
     let mut fds = vec![memfd];
     fds.extend(signals);
+    send_fds(sock, &greeting(), &fds)
+}
+
+/// Sends `fds` over the connected Unix socket `sock` in one message whose bytes are
+/// `greeting` (what the receiver checks to know what it was sent).
+pub fn send_fds(
+    sock: impl AsFd,
+    greeting: &[u8; 16],
+    fds: &[rustix::fd::BorrowedFd<'_>],
+) -> std::io::Result<()> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+    if fds.len() > MAX_FDS || !control.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(std::io::Error::other("too many fds for one message"));
     }
-    let g = greeting();
-    let sent = rustix::net::sendmsg(sock, &[IoSlice::new(&g)], &mut control, SendFlags::NOSIGNAL)?;
-    if sent != g.len() {
-        return Err(std::io::Error::other("short send of the window greeting"));
+    let sent = rustix::net::sendmsg(
+        sock,
+        &[IoSlice::new(greeting)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    if sent != greeting.len() {
+        return Err(std::io::Error::other("short send of the hand-off greeting"));
     }
     Ok(())
 }
 
 /// Receives a window from the connected Unix socket `sock` and opens it.
 pub fn recv_window(sock: impl AsFd) -> Result<Window, HandoffError> {
+    let mut fds = recv_fds(sock, &greeting())?;
+    if fds.len() < 2 {
+        return Err(HandoffError::MissingFds(fds.len()));
+    }
+    let memfd = fds.remove(0);
+    Ok(Window::open(memfd, fds)?)
+}
+
+/// Receives one message of [`send_fds`] from `sock`: its fds, owned (closed on every
+/// refusal), if its bytes are `greeting` and none were truncated.
+pub fn recv_fds(sock: impl AsFd, greeting: &[u8; 16]) -> Result<Vec<OwnedFd>, HandoffError> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut buf = [0u8; 16];
@@ -94,12 +120,11 @@ pub fn recv_window(sock: impl AsFd) -> Result<Window, HandoffError> {
     if msg.bytes == 0 && fds.is_empty() {
         return Err(HandoffError::Closed);
     }
-    if msg.bytes != buf.len() || buf != greeting() {
+    if msg.bytes != buf.len() || &buf != greeting {
         return Err(HandoffError::BadGreeting);
     }
-    if msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) || fds.len() < 2 {
+    if msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
         return Err(HandoffError::MissingFds(fds.len()));
     }
-    let memfd = fds.remove(0);
-    Ok(Window::open(memfd, fds)?)
+    Ok(fds)
 }

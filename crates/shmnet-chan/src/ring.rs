@@ -208,8 +208,9 @@ impl DescLimits {
         max_len: u32::MAX,
     };
 
+    /// Whether `d` is within the limits.
     #[inline]
-    fn accepts(&self, d: &Desc) -> bool {
+    pub fn accepts(&self, d: &Desc) -> bool {
         d.buf <= self.max_buf && d.len <= self.max_len
     }
 }

@@ -227,7 +227,7 @@ pub enum Request {
         version: u32,
     },
     /// A driver process's counters (sent every 100 ms).
-    DriverStats(crate::server::DriverThreadStats),
+    DriverStats(Box<crate::server::DriverThreadStats>),
 }
 
 /// A message from the server.

@@ -5,6 +5,7 @@
 
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::driver::{Driver, DriverStats, Family, RxFrame};
+use crate::faithful_link::{FaithfulDriverEnds, FaithfulDriverStats};
 use crate::spec::DriverSetup;
 use crate::windows::{IN_ARP, IN_IPV4, OUT};
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -27,6 +28,9 @@ pub struct DriverThreadStats {
     /// Why the driver stopped, if it gave up (its device failed for good).
     #[serde(default)]
     pub stopped: Option<String>,
+    /// `--sync faithful`: the driver's side of seed 002's queues.
+    #[serde(default)]
+    pub faithful: Option<FaithfulDriverStats>,
 }
 
 /// CPU seconds (user + system) used by `who`: `libc::RUSAGE_THREAD` (the calling thread),
@@ -69,6 +73,111 @@ impl DriverEnds {
     }
 }
 
+/// The driver's ends of its IN and OUT queues, whichever kind joins it to the server: the
+/// loop in [`drive`] is the same for both.
+pub(crate) trait DriverQueues {
+    /// The pools the driver fills and frees.
+    fn pools(&mut self) -> &mut DriverPools;
+    /// Frames both IN queues can take now without dropping one.
+    fn in_room(&mut self) -> usize;
+    /// Appends `frames` to the IN queue of `family`; returns how many it took (the caller
+    /// releases the rest).
+    fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize;
+    /// Takes up to `out.len()` frames to transmit.
+    fn dequeue_out(&mut self, out: &mut [Desc]) -> usize;
+    /// Sleeps until the device or the server has something (`full`: the IN queues had no
+    /// room, so the device is left alone).
+    fn sleep<D: Driver>(&mut self, driver: &D, full: bool);
+    /// Adds the queues' own counters to the driver's.
+    fn publish(&self, _stats: &mut DriverThreadStats) {}
+}
+
+impl DriverQueues for DriverEnds {
+    fn pools(&mut self) -> &mut DriverPools {
+        &mut self.pools
+    }
+
+    fn in_room(&mut self) -> usize {
+        self.in_ipv4.free_slots().min(self.in_arp.free_slots()) as usize
+    }
+
+    fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {
+        match family {
+            Family::Ipv4 => self.in_ipv4.enqueue_burst(frames),
+            Family::Arp => self.in_arp.enqueue_burst(frames),
+        }
+    }
+
+    fn dequeue_out(&mut self, out: &mut [Desc]) -> usize {
+        self.out.dequeue_burst(out)
+    }
+
+    fn sleep<D: Driver>(&mut self, driver: &D, full: bool) {
+        sleep_driver(driver, self, full)
+    }
+}
+
+/// How soon a driver whose faithful IN queue was full looks again: seed 002's queues have
+/// no room event (its driver dropped what did not fit), so the device's frames wait there
+/// and the driver looks again this soon.
+const FAITHFUL_FULL_RECHECK: Timespec = Timespec {
+    tv_sec: 0,
+    tv_nsec: 200_000,
+};
+
+impl DriverQueues for FaithfulDriverEnds {
+    fn pools(&mut self) -> &mut DriverPools {
+        &mut self.pools
+    }
+
+    fn in_room(&mut self) -> usize {
+        self.in_ipv4.free_hint().min(self.in_arp.free_hint()) as usize
+    }
+
+    fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {
+        let q = match family {
+            Family::Ipv4 => &mut self.in_ipv4,
+            Family::Arp => &mut self.in_arp,
+        };
+        match q.enqueue_burst(frames) {
+            shmnet_chan::faithful::Pushed::Took(k) => k,
+            // Both sub-queues held by the server: the seed's driver drops (counted there as
+            // `busy`, here also as a full IN queue).
+            shmnet_chan::faithful::Pushed::Busy => 0,
+        }
+    }
+
+    fn dequeue_out(&mut self, out: &mut [Desc]) -> usize {
+        self.out.dequeue_burst(out)
+    }
+
+    fn sleep<D: Driver>(&mut self, driver: &D, full: bool) {
+        if !self.out.prepare_wait() {
+            return;
+        }
+        let timeout = if full {
+            FAITHFUL_FULL_RECHECK
+        } else {
+            idle_timeout(driver, IDLE_CAP)
+        };
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2);
+        if let Some(fd) = self.out.wake_fd() {
+            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+        }
+        if !full {
+            if let Some(fd) = driver.rx_fd() {
+                fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+            }
+        }
+        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+        self.out.finish_wait();
+    }
+
+    fn publish(&self, stats: &mut DriverThreadStats) {
+        stats.faithful = Some(self.stats());
+    }
+}
+
 /// How long an idle driver loop may sleep: at most `cap`, and for a device without an fd
 /// that knows when it will have frames (a paced softnic's next message), no longer than its
 /// hint. Everything else that has work for the loop wakes it — the server (the OUT ring's
@@ -101,6 +210,8 @@ const IPC_BUSY_CAP: std::time::Duration = std::time::Duration::from_micros(200);
 pub struct AttachedDriver {
     ctl: OwnedFd,
     data: Window,
+    /// `--sync faithful`: seed 002's queues, sent after the data window.
+    faithful: Option<crate::faithful_link::FaithfulShared>,
 }
 
 /// Attaches a driver process to the server at `socket`: says `DriverHello`, and receives the
@@ -136,7 +247,25 @@ pub fn attach_driver_process(
     };
     let data = shmnet_chan::handoff::recv_window(&ctl)
         .map_err(|e| ControlError::Malformed(e.to_string()))?;
-    Ok((AttachedDriver { ctl, data }, setup))
+    let faithful = match setup.sync {
+        crate::server::SyncMode::Modern => None,
+        crate::server::SyncMode::Faithful => {
+            let fds = shmnet_chan::handoff::recv_fds(&ctl, crate::faithful_link::HANDOFF_GREETING)
+                .map_err(|e| ControlError::Malformed(e.to_string()))?;
+            Some(
+                crate::faithful_link::FaithfulShared::open(fds)
+                    .map_err(|e| ControlError::Malformed(e.to_string()))?,
+            )
+        }
+    };
+    Ok((
+        AttachedDriver {
+            ctl,
+            data,
+            faithful,
+        },
+        setup,
+    ))
 }
 
 /// The body of a driver process whose device is already open: attaches to the server at
@@ -158,21 +287,25 @@ impl AttachedDriver {
             )),
             ..DriverThreadStats::default()
         };
-        let _ = control::send(&self.ctl, &Request::DriverStats(st));
+        let _ = control::send(&self.ctl, &Request::DriverStats(Box::new(st)));
     }
 
     /// Tells the server the device is open, waits for the word to start, then moves frames between `driver` and the data window
     /// until the server goes away (its control socket hangs up), sending its counters every
     /// 100 ms.
     pub fn run<D: Driver>(self, driver: D) -> Result<(), ControlError> {
-        let Self { ctl, data } = self;
+        let Self {
+            ctl,
+            data,
+            faithful,
+        } = self;
         // Ready: the device is open. The server waits for this word before it says it runs.
         control::send(
             &ctl,
-            &Request::DriverStats(DriverThreadStats {
+            &Request::DriverStats(Box::new(DriverThreadStats {
                 driver: driver.stats(),
                 ..DriverThreadStats::default()
-            }),
+            })),
         )?;
         match control::recv_blocking::<Response>(ctl.as_fd())? {
             Response::Start => {}
@@ -182,15 +315,22 @@ impl AttachedDriver {
                 )));
             }
         }
-        drive_process(driver, &ctl, &data);
+        match faithful {
+            Some(f) => {
+                let pools = data
+                    .driver_pools()
+                    .expect("the driver's ends are taken once");
+                drive_process(driver, &ctl, f.driver_ends(pools, data.buffer_limits()));
+            }
+            None => drive_process(driver, &ctl, DriverEnds::take(&data)),
+        }
         Ok(())
     }
 }
 
-/// A driver process's loop, with the watcher thread that reports its counters and stops it
-/// when the server is gone.
-fn drive_process<D: Driver>(driver: D, ctl: &OwnedFd, data: &Window) {
-    let ends = DriverEnds::take(data);
+/// A driver process's loop over its queues `ends`, with the watcher thread that reports its
+/// counters and stops it when the server is gone.
+fn drive_process<D: Driver, Q: DriverQueues>(driver: D, ctl: &OwnedFd, ends: Q) {
     let stop = AtomicBool::new(false);
     let stats = Mutex::new(DriverThreadStats::default());
     std::thread::scope(|s| {
@@ -205,7 +345,7 @@ fn drive_process<D: Driver>(driver: D, ctl: &OwnedFd, data: &Window) {
                 let ready = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0);
                 let hup = ready > 0 && control::recv::<Response>(ctl).is_err();
                 let st = stats.lock().map(|s| s.clone()).unwrap_or_default();
-                if hup || control::send(ctl, &Request::DriverStats(st)).is_err() {
+                if hup || control::send(ctl, &Request::DriverStats(Box::new(st))).is_err() {
                     stop.store(true, Ordering::Relaxed);
                     break;
                 }
@@ -219,7 +359,7 @@ fn drive_process<D: Driver>(driver: D, ctl: &OwnedFd, data: &Window) {
     });
     // The last word: the final counters, and why the driver stopped if it gave up.
     let last = stats.lock().map(|s| s.clone()).unwrap_or_default();
-    let _ = control::send(ctl, &Request::DriverStats(last));
+    let _ = control::send(ctl, &Request::DriverStats(Box::new(last)));
 }
 
 /// Sleeps until the device or the server has something. With the IN queues full, the
@@ -285,9 +425,9 @@ fn sleep_driver<D: Driver>(driver: &D, ends: &mut DriverEnds, full: bool) {
 }
 
 /// The driver thread: device → IN queues, OUT queue → device. Never waits on the server.
-pub(crate) fn drive<D: Driver>(
+pub(crate) fn drive<D: Driver, Q: DriverQueues>(
     mut driver: D,
-    mut ends: DriverEnds,
+    mut ends: Q,
     stop: &AtomicBool,
     shared: &Mutex<DriverThreadStats>,
 ) {
@@ -304,9 +444,9 @@ pub(crate) fn drive<D: Driver>(
         // Take from the device only what the IN queues can hold: frames left in the device
         // are the device's to drop (and count), and a frame taken is never dropped for want
         // of queue space after its buffer was filled.
-        let room = ends.in_ipv4.free_slots().min(ends.in_arp.free_slots()) as usize;
+        let room = ends.in_room();
         // Called even with no room (max 0): the device does its health checks there.
-        if let Err(e) = driver.rx_burst(&mut ends.pools, &mut rx, room.min(32)) {
+        if let Err(e) = driver.rx_burst(ends.pools(), &mut rx, room.min(32)) {
             // The device gave up for good (the `Driver` contract): stop, and say why.
             gave_up = Some(format!("the device failed: {e}"));
             break;
@@ -320,18 +460,21 @@ pub(crate) fn drive<D: Driver>(
                 Family::Arp => arp.push(d),
             }
         }
-        for (ring, frames) in [(&mut ends.in_ipv4, &ipv4), (&mut ends.in_arp, &arp)] {
-            let placed = ring.enqueue_burst(frames);
+        for (family, frames) in [(Family::Ipv4, &ipv4), (Family::Arp, &arp)] {
+            if frames.is_empty() {
+                continue;
+            }
+            let placed = ends.enqueue_in(family, frames);
             for d in &frames[placed..] {
                 in_full += 1;
-                ends.pools.release(d.buf);
+                ends.pools().release(d.buf);
             }
         }
-        let n = ends.out.dequeue_burst(&mut out);
+        let n = ends.dequeue_out(&mut out);
         if n > 0 {
             out_idx.clear();
             out_idx.extend(out[..n].iter().map(|d| d.buf));
-            let _ = driver.tx_burst(&mut ends.pools, &out_idx);
+            let _ = driver.tx_burst(ends.pools(), &out_idx);
         }
         rounds += 1;
         let idle = rx.is_empty() && n == 0;
@@ -339,15 +482,17 @@ pub(crate) fn drive<D: Driver>(
             if let Ok(mut s) = shared.lock() {
                 s.driver = driver.stats();
                 s.in_queue_full = in_full;
+                ends.publish(&mut s);
             }
         }
         if idle {
-            sleep_driver(&driver, &mut ends, room == 0);
+            ends.sleep(&driver, room == 0);
         }
     }
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = in_full;
+        ends.publish(&mut s);
         s.cpu_us = (rusage_cpu_s(libc::RUSAGE_THREAD) * 1e6) as u64;
         s.stopped = gave_up;
     }

@@ -14,6 +14,7 @@ mod coarse_clock;
 pub mod control;
 pub mod driver;
 mod driver_host;
+pub mod faithful_link;
 pub mod inline;
 pub mod pool;
 pub mod server;

@@ -19,7 +19,7 @@
 pub use crate::driver::impair::{ImpairSpec, ImpairSpecError};
 use crate::driver::softnic::{Dma, SoftnicConfig};
 use crate::inline::{App, ServeConfig};
-use crate::server::{ControlLimits, Placement, ServerOptions};
+use crate::server::{ControlLimits, Placement, ServerOptions, SyncMode};
 use serde::{Deserialize, Serialize};
 use shmnet_chan::{AllocPolicy, PageSize, PoolSpec};
 use std::net::Ipv4Addr;
@@ -55,6 +55,11 @@ pub enum SpecError {
     /// `--mtu` is outside what the stack and the pool buffers carry.
     #[error("--mtu {0} is out of range: use {MIN_MTU} to {MAX_MTU} bytes")]
     Mtu(usize),
+    /// `--sync faithful` where there is no driver apart from the server structure's loop.
+    #[error(
+        "--sync faithful joins a driver to the server by seed 002's queues: use --structure server with --placement thread or process, not the {0}"
+    )]
+    FaithfulSync(&'static str),
 }
 
 /// The smallest MTU `shmnet serve` takes (IPv4's minimum datagram every host must accept).
@@ -403,6 +408,10 @@ pub struct DriverSetup {
     /// The largest IP packet per frame (af_packet cuts super-frames to it).
     #[serde(default = "default_mtu")]
     pub mtu: usize,
+    /// How its queues to the server synchronise: with `Faithful` the server sends seed
+    /// 002's queues (their memory and two eventfds) right after the data window.
+    #[serde(default)]
+    pub sync: SyncMode,
 }
 
 /// An Ethernet MTU.
@@ -419,6 +428,8 @@ pub struct ServeSpec {
     pub structure: ServeStructure,
     /// server structure: where the driver runs (the ipc structure always uses a thread).
     pub placement: Placement,
+    /// server structure, `thread` placement: how the driver's IN and OUT queues synchronise.
+    pub sync: SyncMode,
     /// The packet device.
     pub driver: DriverSpec,
     /// Our address.
@@ -503,6 +514,7 @@ impl Default for ServeSpec {
         Self {
             structure: ServeStructure::default(),
             placement: Placement::default(),
+            sync: SyncMode::default(),
             driver: DriverSpec::default(),
             ip: Ipv4Addr::new(10, 0, 0, 1),
             prefix: 24,
@@ -588,6 +600,20 @@ impl ServeSpec {
         Ok(())
     }
 
+    /// Refuses `--sync faithful` where its queues do not exist: seed 002's queues join a
+    /// driver thread to the server structure.
+    pub fn check_sync(&self) -> Result<(), SpecError> {
+        if self.sync == SyncMode::Modern {
+            return Ok(());
+        }
+        match (self.structure, self.placement) {
+            (ServeStructure::Server, Placement::Thread | Placement::Process) => Ok(()),
+            (ServeStructure::Inline, _) => Err(SpecError::FaithfulSync("inline structure")),
+            (ServeStructure::Ipc, _) => Err(SpecError::FaithfulSync("ipc structure")),
+            (_, Placement::Polled) => Err(SpecError::FaithfulSync("polled placement")),
+        }
+    }
+
     /// Where the driver actually runs: the ipc structure always runs it on a thread.
     pub fn effective_placement(&self) -> Placement {
         if self.structure == ServeStructure::Ipc {
@@ -625,6 +651,7 @@ impl ServeSpec {
             page: self.page,
             ipc: self.structure == ServeStructure::Ipc,
             placement: self.placement,
+            sync: self.sync,
             isolation: self.isolation,
             on_miss: self.on_miss,
             limits: ControlLimits {
@@ -645,6 +672,7 @@ impl ServeSpec {
             ip: self.ip,
             checksum: self.checksum,
             mtu: self.mtu,
+            sync: self.sync,
         }
     }
 
@@ -800,6 +828,30 @@ mod tests {
             Ok(()),
             "a jumbo MTU on a real interface (whose own MTU the driver checks when it opens)"
         );
+    }
+
+    #[test]
+    fn faithful_sync_needs_a_driver_thread() {
+        let mut spec = ServeSpec {
+            structure: ServeStructure::Server,
+            placement: Placement::Thread,
+            sync: SyncMode::Faithful,
+            ..ServeSpec::default()
+        };
+        assert_eq!(spec.check_sync(), Ok(()));
+        assert_eq!(spec.server_options().sync, SyncMode::Faithful);
+        spec.placement = Placement::Polled;
+        assert_eq!(
+            spec.check_sync(),
+            Err(SpecError::FaithfulSync("polled placement"))
+        );
+        spec.placement = Placement::Process;
+        assert_eq!(spec.check_sync(), Ok(()));
+        assert_eq!(spec.driver_setup().sync, SyncMode::Faithful);
+        spec.structure = ServeStructure::Ipc;
+        assert!(spec.check_sync().is_err());
+        spec.sync = SyncMode::Modern;
+        assert_eq!(spec.check_sync(), Ok(()), "the rings go everywhere");
     }
 
     /// `--impair` travels with the device's spec (to a driver process too), and leaves the

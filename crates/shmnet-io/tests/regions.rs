@@ -32,6 +32,7 @@ fn start(tag: &str, regions: TableLimits) -> Stepped {
             ipc: false,
             isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
+            sync: Default::default(),
             placement: Placement::Polled,
             limits: ControlLimits {
                 regions,

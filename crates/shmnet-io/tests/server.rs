@@ -5,7 +5,7 @@ use shmnet_chan::PageSize;
 use shmnet_io::client::{Client, ClientError};
 use shmnet_io::driver::softnic::{Pacer, Permit, Softnic, SoftnicConfig, expected_payload};
 use shmnet_io::inline::ServeConfig;
-use shmnet_io::server::{Placement, Server, ServerOptions};
+use shmnet_io::server::{Placement, Server, ServerOptions, SyncMode};
 use shmnet_io::spec::{DriverSpec, SoftnicSpec};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
@@ -190,9 +190,10 @@ fn start_with_process(
     count: u64,
     size: usize,
     entry: &str,
+    sync: SyncMode,
 ) -> (Server, std::process::ChildStdin) {
     let mut stdin = None;
-    let server = start_with_process_entry(tag, count, size, entry, &mut stdin)
+    let server = start_with_process_entry(tag, count, size, entry, sync, &mut stdin)
         .expect("start the server with a driver process");
     assert_eq!(server.stats().driver_placement, "process");
     (server, stdin.expect("the driver process's stdin"))
@@ -203,6 +204,7 @@ fn start_with_process_entry(
     count: u64,
     size: usize,
     entry: &str,
+    sync: SyncMode,
     stdin: &mut Option<std::process::ChildStdin>,
 ) -> Result<Server, shmnet_io::server::ServerError> {
     Server::start_with_driver_process(
@@ -214,6 +216,7 @@ fn start_with_process_entry(
             ipc: false,
             isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
+            sync,
             placement: Placement::Process,
             limits: Default::default(),
         },
@@ -240,14 +243,26 @@ fn start_with_process_entry(
 
 #[test]
 fn three_processes_driver_server_application() {
+    three_processes("3proc", SyncMode::Modern);
+}
+
+/// Seed 002's own layout whole: the driver a process of its own, joined to the server by
+/// the seed's queues in memory the two processes share.
+#[test]
+fn three_processes_joined_by_seed_002s_queues() {
+    three_processes("3procf", SyncMode::Faithful);
+}
+
+fn three_processes(tag: &str, sync: SyncMode) {
     let (count, size) = (2_000u64, 14_792usize);
-    let (server, stdin) = start_with_process("3proc", count, size, "driver_process_softnic_paced");
+    let (server, stdin) =
+        start_with_process(tag, count, size, "driver_process_softnic_paced", sync);
     let mut r = Running {
         server,
         gate: Arc::new(AtomicBool::new(false)),
         progress: Progress::Pipe(stdin),
     };
-    let path = socket_path("3proc");
+    let path = socket_path(tag);
     let mut app = spawn_app(
         "app_checked_receiver",
         &path,
@@ -264,6 +279,11 @@ fn three_processes_driver_server_application() {
         r.server.stats_json()["driver"]["driver"]["rx_frames"] == count * 10
     });
     assert!(all_free(&mut r), "buffers leaked: {stats:#}");
+    let how = match sync {
+        SyncMode::Modern => How::Thread,
+        SyncMode::Faithful => How::Faithful,
+    };
+    check_faithful(&r, how, count * 10);
 }
 
 /// The driver process learns its device from the server (a `DriverSetup` over the control
@@ -277,6 +297,7 @@ fn a_driver_process_that_cannot_open_its_device_says_why() {
         10,
         100,
         "driver_process_without_its_device",
+        SyncMode::Modern,
         &mut None,
     ) {
         Err(e) => assert!(
@@ -290,8 +311,18 @@ fn a_driver_process_that_cannot_open_its_device_says_why() {
 
 #[test]
 fn a_killed_driver_process_is_reported_and_the_server_keeps_answering() {
+    killed_driver("killdrv", SyncMode::Modern);
+}
+
+/// Killed perhaps inside one of the queues' mutexes: the server stops using the queues.
+#[test]
+fn a_killed_driver_process_on_seed_002s_queues_is_reported_and_the_server_keeps_answering() {
+    killed_driver("killdrvf", SyncMode::Faithful);
+}
+
+fn killed_driver(tag: &str, sync: SyncMode) {
     let (server, _stdin) =
-        start_with_process("killdrv", 1_000_000, 1_472, "driver_process_softnic");
+        start_with_process(tag, 1_000_000, 1_472, "driver_process_softnic", sync);
     let mut r = Running {
         server,
         gate: Arc::new(AtomicBool::new(false)),
@@ -318,7 +349,7 @@ fn a_killed_driver_process_is_reported_and_the_server_keeps_answering() {
     );
     serve_until(&mut r, |r| r.server.driver_stopped());
     // The server still answers on its control socket (the loop must run while we ask).
-    let path = socket_path("killdrv");
+    let path = socket_path(tag);
     let asker = std::thread::spawn(move || shmnet_io::server::query_stats(&path));
     serve_until(&mut r, |_| asker.is_finished());
     let st = asker.join().unwrap().expect("the server answers");
@@ -345,6 +376,8 @@ enum How {
     Thread,
     /// `ipc`.
     Ipc,
+    /// `server`, the driver on a thread joined by seed 002's own queues (`--sync faithful`).
+    Faithful,
 }
 
 /// Starts a server with an in-process softnic; `paced`: held to [`AHEAD`] messages beyond
@@ -381,6 +414,11 @@ fn start_as(tag: &str, count: u64, size: usize, how: How, paced: bool) -> Runnin
             ipc: how == How::Ipc,
             isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
+            sync: if how == How::Faithful {
+                shmnet_io::server::SyncMode::Faithful
+            } else {
+                Default::default()
+            },
             placement: if how == How::Polled {
                 Placement::Polled
             } else {
@@ -505,6 +543,25 @@ fn receive_all(tag: &str, how: How) {
     let stats = r.server.stats_json();
     assert!(status.success(), "application failed: {status}: {stats:#}");
     assert!(all_free(&mut r), "buffers leaked: {stats:#}");
+    check_faithful(&r, how, count);
+}
+
+/// Under `--sync faithful` every frame crossed seed 002's queues: the IPv4 IN queue's two
+/// ends agree on at least `frames` (and the stats say which sync ran).
+fn check_faithful(r: &Running, how: How, frames: u64) {
+    let st = r.server.stats();
+    if how != How::Faithful {
+        assert_eq!(st.sync, "modern");
+        assert!(st.faithful.is_none() && st.driver.faithful.is_none());
+        return;
+    }
+    assert_eq!(st.sync, "faithful");
+    let server = st.faithful.expect("the server's side of the queues");
+    let driver = st.driver.faithful.expect("the driver's side of the queues");
+    assert!(server.in_ipv4.dequeued >= frames, "{server:?}");
+    assert_eq!(server.in_ipv4.dequeued, driver.in_ipv4.enqueued);
+    assert_eq!(server.in_ipv4.refused + server.in_ipv4.index_errors, 0);
+    assert_eq!(driver.out.dequeued, server.out.enqueued);
 }
 
 #[test]
@@ -515,6 +572,11 @@ fn an_application_process_receives_every_message_intact() {
 #[test]
 fn an_application_process_receives_every_message_intact_from_a_driver_thread() {
     receive_all("intactthr", How::Thread);
+}
+
+#[test]
+fn an_application_process_receives_every_message_intact_through_seed_002s_queues() {
+    receive_all("intactfaith", How::Faithful);
 }
 
 #[test]
@@ -543,6 +605,7 @@ fn echo_all(tag: &str, how: How) {
         "buffers leaked: {:#}",
         r.server.stats_json()
     );
+    check_faithful(&r, how, count);
 }
 
 #[test]
@@ -553,6 +616,11 @@ fn an_echo_application_sends_through_the_server() {
 #[test]
 fn an_echo_application_sends_through_the_server_and_a_driver_thread() {
     echo_all("echothr", How::Thread);
+}
+
+#[test]
+fn an_echo_application_sends_through_seed_002s_queues() {
+    echo_all("echofaith", How::Faithful);
 }
 
 #[test]
@@ -635,6 +703,7 @@ fn start_limited(tag: &str, limits: shmnet_io::server::ControlLimits) -> Server 
             ipc: false,
             isolation: shmnet_io::spec::Isolation::Shared,
             on_miss: Default::default(),
+            sync: Default::default(),
             placement: Placement::Polled,
             limits,
         },

@@ -161,6 +161,7 @@ fn shmnet(n: u32, isolation: Isolation) -> Result<Duration, SetupError> {
             ipc: false,
             isolation,
             on_miss: OnMiss::Buffer,
+            sync: Default::default(),
             placement: Placement::Polled,
             limits: Default::default(),
         },

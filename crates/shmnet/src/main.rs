@@ -106,6 +106,8 @@ enum Command {
     ///   shmnet ttcp --structure kernel,server --size 10 --dir rx
     ///   shmnet ttcp --structure server,server-thread,server-process --size 14792
     ///                                                 the server's driver in each place
+    ///   shmnet ttcp --structure server-thread,server-faithful --proto tcp --size 1024
+    ///                                                 seed 002's queues beside the rings
     ///   shmnet ttcp --json --plot ttcp.png            rows as JSON, bars like the seed's figures
     #[command(verbatim_doc_comment)]
     Ttcp(netbench::TtcpArgs),

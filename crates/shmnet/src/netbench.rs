@@ -52,8 +52,10 @@ pub struct TtcpArgs {
     /// Structures to compare: kernel (Linux UDP over loopback), ipc (shmnet, messages copied
     /// through sockets), server (shmnet, shared windows, the driver polled by the server's
     /// loop), server-thread (the driver a thread of the server), server-process (the driver a
-    /// process of its own), server-regions (as server, under `--isolation regions`: the
-    /// application maps only its own memory), inline (one process).
+    /// process of its own), server-faithful (as server-thread, joined by seed 002's own queues:
+    /// `--sync faithful`; not in the default list), server-regions (as server, under
+    /// `--isolation regions`: the application maps only its own memory), inline (one
+    /// process).
     #[arg(long, default_value = DEFAULT_STRUCTURES, value_parser = list::<Structure>)]
     structure: std::vec::Vec<Structure>,
     /// The transport: udp (each message one datagram; a cell per direction, the shmnet

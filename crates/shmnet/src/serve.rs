@@ -28,6 +28,16 @@ pub enum PlacementArg {
     Process,
 }
 
+/// How the driver's IN and OUT queues synchronise (see `--sync`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SyncArg {
+    /// The channel's wait-free rings with eventfd wake-ups.
+    Modern,
+    /// Seed 002's own: asymmetric Peterson mutexes, double sub-queues with the Enable
+    /// protocol, a condition variable over counting events.
+    Faithful,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Structure {
     /// Driver, stack and the built-in applications (--echo, --sink) in one thread: the
@@ -280,6 +290,13 @@ pub struct ServeArgs {
     /// Same as `--placement thread` (kept for scripts).
     #[arg(long, hide = true)]
     driver_thread: bool,
+    /// server structure, `--placement thread`: how the driver and the server share their IN
+    /// and OUT queues — `modern` (wait-free rings, eventfd wake-ups) or `faithful` (seed
+    /// 002's own: asymmetric Peterson mutexes from 32-bit loads and stores, two sub-queues
+    /// per queue with the Enable protocol, a condition variable over counting events;
+    /// docs/channel.md). `shmnet stats` shows the queues' counters under `faithful`.
+    #[arg(long, value_enum, default_value = "modern")]
+    sync: SyncArg,
     /// server structure: connections the control socket accepts at once (applications,
     /// `shmnet stats`, not yet greeted); the next is told the server is full.
     #[arg(long, default_value_t = 1024, value_name = "N")]
@@ -381,6 +398,10 @@ impl ServeArgs {
                 (PlacementArg::Polled, _) => Placement::Polled,
                 (PlacementArg::Process, _) => Placement::Process,
             },
+            sync: match self.sync {
+                SyncArg::Modern => shmnet_io::server::SyncMode::Modern,
+                SyncArg::Faithful => shmnet_io::server::SyncMode::Faithful,
+            },
             driver: self.dev.to_spec()?,
             ip: self.dev.ip.0,
             prefix: self.dev.ip.1,
@@ -415,6 +436,7 @@ impl ServeArgs {
         };
         spec.check_mtu()?;
         spec.check_gateway()?;
+        spec.check_sync()?;
         Ok(spec)
     }
 }
@@ -830,10 +852,14 @@ fn run_server(a: &ServeSpec) -> Result<()> {
     }
     let data_mib = server.data_window().size() as f64 / (1 << 20) as f64;
     eprintln!(
-        "shmnet {} structure, driver {} ({}) on {}/{}, control socket {}; data window {data_mib:.1} MiB{}",
+        "shmnet {} structure, driver {} ({}{}) on {}/{}, control socket {}; data window {data_mib:.1} MiB{}",
         if ipc { "ipc" } else { "server" },
         a.driver.name(),
         placement.name(),
+        match a.sync {
+            shmnet_io::server::SyncMode::Modern => "",
+            shmnet_io::server::SyncMode::Faithful => ", seed 002's queues",
+        },
         a.ip,
         a.prefix,
         a.socket.display(),

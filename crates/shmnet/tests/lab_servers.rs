@@ -110,8 +110,8 @@ fn lab_servers_runs_seed_002s_benchmarks_six_times_each() {
         let ttcp = rows(&v, "ttcp", cpus);
         assert_eq!(
             ttcp.len(),
-            3 * 4,
-            "three sizes × kernel, ipc, server, inline on {cpus}"
+            3 * 6,
+            "three sizes × kernel, ipc, server, server-thread, server-faithful, inline on {cpus}"
         );
         for size in [10, 1024, 8192] {
             let at: Vec<&Value> = ttcp.iter().copied().filter(|r| r["size"] == size).collect();
@@ -125,10 +125,23 @@ fn lab_servers_runs_seed_002s_benchmarks_six_times_each() {
             gap_checked(&at);
         }
     }
+    // Every row measured with seed 002's queues is set beside the same row with the rings.
+    let sync = v["sync"].as_array().expect("the sync comparison");
+    let faithful = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["structure"] == "server-faithful")
+        .count();
+    assert_eq!(sync.len(), faithful, "{}", v["sync"]);
+    for c in sync {
+        assert!(f(c, "faithful_over_modern") > 0.0, "{c}");
+    }
     let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     for heading in [
         "## ttcp over TCP, one host",
         "## The seed's two surprises, checked",
+        "## The seed's synchronisation beside ours",
         "## Not built yet",
     ] {
         assert!(report.contains(heading), "report.md lacks {heading:?}");
@@ -154,8 +167,8 @@ fn lab_servers_runs_seed_002s_benchmarks_six_times_each() {
             let all = rows(&v, bench, cpus);
             assert_eq!(
                 all.len(),
-                3 * sizes.len(),
-                "{bench} on {cpus}: kernel, ipc, server"
+                5 * sizes.len(),
+                "{bench} on {cpus}: kernel, ipc, server, server-thread, server-faithful"
             );
             for size in sizes {
                 let at: Vec<&Value> = all
@@ -200,7 +213,11 @@ fn lab_servers_runs_seed_002s_benchmarks_six_times_each() {
     }
     for cpus in settings {
         let at = rows(&v, "x11_dot", cpus);
-        assert_eq!(at.len(), 3, "x11perf on {cpus}: kernel, ipc, server");
+        assert_eq!(
+            at.len(),
+            5,
+            "x11perf on {cpus}: kernel, ipc, server, server-thread, server-faithful"
+        );
         for r in &at {
             six_and_consistent(r);
             assert_eq!(r["unit"], "dots/s");

@@ -326,7 +326,7 @@ fn bad_arguments_are_refused_with_a_hint() {
     for (args, hint) in [
         (
             &["ttcp", "--structure", "kernal"][..],
-            "use kernel, ipc, server, server-thread, server-process, server-regions or inline",
+            "use kernel, ipc, server, server-thread, server-process, server-faithful, server-regions or inline",
         ),
         (&["ttcp", "--size", "70000"][..], "1 to 65,507"),
         (&["rr", "--outstanding", "0"][..], "1 to 128"),

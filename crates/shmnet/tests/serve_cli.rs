@@ -332,14 +332,24 @@ fn on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused() {
 
 #[test]
 fn an_idle_server_structure_sleeps_in_every_placement() {
-    for (structure, placement) in [
-        ("server", "polled"),
-        ("server", "thread"),
-        ("server", "process"),
-        ("ipc", "thread"),
+    for (structure, placement, sync) in [
+        ("server", "polled", "modern"),
+        ("server", "thread", "modern"),
+        ("server", "thread", "faithful"),
+        ("server", "process", "modern"),
+        ("server", "process", "faithful"),
+        ("ipc", "thread", "modern"),
     ] {
-        let runtime = temp(&format!("idle-{structure}-{placement}"));
-        let mut args = vec!["serve", "--structure", structure, "--placement", placement];
+        let runtime = temp(&format!("idle-{structure}-{placement}-{sync}"));
+        let mut args = vec![
+            "serve",
+            "--structure",
+            structure,
+            "--placement",
+            placement,
+            "--sync",
+            sync,
+        ];
         args.extend(PACED);
         let mut p = Party::shmnet(&args, &runtime);
         p.wait_for(&format!("shmnet {structure} structure"));
@@ -350,12 +360,12 @@ fn an_idle_server_structure_sleeps_in_every_placement() {
         p.signal(libc::SIGTERM);
         assert!(p.wait().success(), "{placement}: {}", p.err());
         println!(
-            "idle {structure} structure, driver {placement}: {:.2} % of a CPU",
+            "idle {structure} structure, driver {placement}, {sync} queues: {:.2} % of a CPU",
             cpu * 100.0
         );
         assert!(
             cpu < IDLE_CPU_BOUND,
-            "an idle {structure} structure (driver {placement}) used {:.0} % of a CPU",
+            "an idle {structure} structure (driver {placement}, {sync} queues) used {:.0} % of a CPU",
             cpu * 100.0
         );
         let _ = std::fs::remove_dir_all(runtime);
@@ -472,6 +482,36 @@ fn stats_answers_when_the_server_is_out_of_file_descriptors() {
     p.signal(libc::SIGTERM);
     assert!(p.wait().success(), "{}", p.err());
     let _ = std::fs::remove_dir_all(runtime);
+}
+
+/// `--sync faithful` where seed 002's queues do not exist (no driver apart from the
+/// server's loop) is refused before anything starts, in one line that says what to use.
+#[test]
+fn faithful_sync_without_a_driver_apart_is_refused_with_what_to_do() {
+    for (structure, placement, named) in [
+        ("server", "polled", "polled placement"),
+        ("ipc", "thread", "ipc structure"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_shmnet"))
+            .args([
+                "serve",
+                "--structure",
+                structure,
+                "--placement",
+                placement,
+                "--sync",
+                "faithful",
+                "--socket",
+                "/nonexistent/never-made.sock",
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("--placement thread or process"), "{err}");
+        assert!(err.contains(named), "{err}");
+    }
 }
 
 #[test]
@@ -665,15 +705,19 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
         shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
         return;
     }
-    for (structure, placement) in [
-        ("inline", "polled"),
-        ("server", "polled"),
-        ("server", "thread"),
-        ("server", "process"),
-        ("ipc", "thread"),
+    for (structure, placement, sync) in [
+        ("inline", "polled", "modern"),
+        ("server", "polled", "modern"),
+        ("server", "thread", "modern"),
+        ("server", "process", "modern"),
+        ("server", "process", "faithful"),
+        ("ipc", "thread", "modern"),
     ] {
-        let what = format!("{structure}/{placement}");
-        let Some(ns) = Netns::new("shmnet-cli", &format!("impair-{structure}-{placement}")) else {
+        let what = format!("{structure}/{placement}/{sync}");
+        let Some(ns) = Netns::new(
+            "shmnet-cli",
+            &format!("impair-{structure}-{placement}-{sync}"),
+        ) else {
             shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
             return;
         };
@@ -708,7 +752,7 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
             "nud",
             "permanent",
         ]);
-        let runtime = temp(&format!("impair-{structure}-{placement}"));
+        let runtime = temp(&format!("impair-{structure}-{placement}-{sync}"));
         let socket = runtime.join("s.sock");
         let mut server = ns.shmnet(
             &[
@@ -718,6 +762,8 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
                 structure,
                 "--placement",
                 placement,
+                "--sync",
+                sync,
                 "--driver",
                 "af_packet:v0",
                 "--ip",

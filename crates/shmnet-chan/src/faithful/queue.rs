@@ -46,10 +46,13 @@
 //! (consumer) or full (producer) sub-queue. The mutex's waiting side gives up on a holder
 //! that never lets go ([`super::mutex::SPIN_LIMIT`]). Descriptors are returned as read:
 //! unlike the rings' consumer, this one applies no [`crate::DescLimits`] (the queue is not
-//! wired to a window's pools), so a caller that takes buffer indices from it must check them.
+//! wired to a window's pools) unless it is given limits ([`FaithfulConsumer::with_limits`]);
+//! then a descriptor outside them is refused and counted (`refused`), as the rings' consumer
+//! does.
 
 use super::mutex::{AsymMutex, SPIN_BEFORE_YIELD, Side};
 use crate::desc::{Desc, DescSlot};
+use crate::ring::DescLimits;
 use crate::signal::Signal;
 use crate::sync::{AtomicU32, CacheLine, Ordering, fence};
 use std::sync::Arc;
@@ -67,16 +70,50 @@ pub struct SubQueue {
     tail: AtomicU32,
 }
 
-/// The shared part of a queue: two sub-queues on their own cache lines, the idle flag on a
-/// third, and each sub-queue's slots. `repr(C)` and made only of 32- and 64-bit atomics, so
-/// zeroed memory is an empty queue and the layout could live in a window as the rings do.
-#[derive(Debug)]
-struct Shared {
+/// The shared words of a queue: two sub-queues on their own cache lines and the idle flag
+/// on a third. `repr(C)` and made only of 32-bit atomics, so zeroed memory is an empty
+/// queue, and it can live in memory shared between processes ([`super::memory`]).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub(crate) struct Header {
     sub: [CacheLine<SubQueue>; 2],
     idle: CacheLine<AtomicU32>,
-    slots: [Box<[DescSlot]>; 2],
-    capacity: u32,
 }
+
+/// The bytes of one queue of `capacity` slots per sub-queue: its [`Header`], then each
+/// sub-queue's slots (every part 64-byte aligned).
+pub(crate) const fn queue_bytes(capacity: u32) -> usize {
+    std::mem::size_of::<Header>() + 2 * capacity as usize * std::mem::size_of::<DescSlot>()
+}
+
+/// Where a queue's words and slots are, and what keeps that memory alive.
+#[derive(Debug)]
+struct Shared {
+    hdr: std::ptr::NonNull<Header>,
+    slots: [std::ptr::NonNull<DescSlot>; 2],
+    capacity: u32,
+    _backing: Backing,
+}
+
+/// The memory behind a queue.
+#[derive(Debug)]
+enum Backing {
+    /// On this process's heap (threads share it).
+    Heap {
+        _hdr: Box<Header>,
+        _slots: [Box<[DescSlot]>; 2],
+    },
+    /// In a mapping shared with another process, kept alive by its owner.
+    #[cfg(not(loom))]
+    Mapped(#[allow(dead_code)] Arc<dyn std::any::Any + Send + Sync>),
+}
+
+// SAFETY: the pointers name memory the `Backing` keeps alive for as long as `Shared` lives;
+// everything reached through them is atomics (the header) or slots written and read with
+// atomics, so sharing between threads is what they are made for.
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
 
 /// What an enqueue did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +125,7 @@ pub enum Pushed {
 }
 
 /// A producer's counters (private to it, never in shared memory).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ProducerStats {
     /// Elements appended.
     pub enqueued: u64,
@@ -111,7 +148,7 @@ pub struct ProducerStats {
 }
 
 /// A consumer's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ConsumerStats {
     /// Elements taken.
     pub dequeued: u64,
@@ -127,6 +164,9 @@ pub struct ConsumerStats {
     pub sleeps: u64,
     /// Impossible indices read from shared memory.
     pub index_errors: u64,
+    /// Descriptors taken off the queue and refused: outside the consumer's limits.
+    #[serde(default)]
+    pub refused: u64,
 }
 
 /// The producing end.
@@ -146,6 +186,7 @@ pub struct FaithfulConsumer {
     side: Side,
     current: usize,
     signal: Option<Arc<dyn Signal>>,
+    limits: DescLimits,
     stats: ConsumerStats,
 }
 
@@ -171,13 +212,63 @@ pub fn faithful_queue(
         capacity.is_power_of_two(),
         "queue capacity must be a power of two"
     );
-    let slots = || (0..capacity).map(|_| DescSlot::default()).collect();
+    let slots = || -> Box<[DescSlot]> { (0..capacity).map(|_| DescSlot::default()).collect() };
+    let hdr = Box::new(Header::default());
+    let slots = [slots(), slots()];
     let shared = Arc::new(Shared {
-        sub: Default::default(),
-        idle: CacheLine::default(),
-        slots: [slots(), slots()],
+        hdr: std::ptr::NonNull::from(&*hdr),
+        slots: [
+            std::ptr::NonNull::from(&slots[0][0]),
+            std::ptr::NonNull::from(&slots[1][0]),
+        ],
         capacity,
+        _backing: Backing::Heap {
+            _hdr: hdr,
+            _slots: slots,
+        },
     });
+    ends(shared, direction, signal)
+}
+
+/// Builds a queue of `capacity` slots per sub-queue in `mem` ([`queue_bytes`] of them,
+/// 64-byte aligned), kept alive by `owner`. Zeroed memory is an empty queue.
+///
+/// # Safety
+///
+/// `mem` must point to at least `queue_bytes(capacity)` bytes, 64-byte aligned, that stay
+/// mapped while `owner` lives and that nothing accesses except through atomics (another
+/// process's queue ends over the same memory).
+#[cfg(not(loom))]
+pub(crate) unsafe fn faithful_queue_in(
+    mem: std::ptr::NonNull<u8>,
+    capacity: u32,
+    direction: Direction,
+    signal: Option<Arc<dyn Signal>>,
+    owner: Arc<dyn std::any::Any + Send + Sync>,
+) -> (FaithfulProducer, FaithfulConsumer) {
+    assert!(
+        capacity.is_power_of_two(),
+        "queue capacity must be a power of two"
+    );
+    let hdr = std::mem::size_of::<Header>();
+    let per_sub = capacity as usize * std::mem::size_of::<DescSlot>();
+    // SAFETY: both offsets are within the `queue_bytes(capacity)` the caller vouches for.
+    let (s0, s1) = unsafe { (mem.add(hdr), mem.add(hdr + per_sub)) };
+    let shared = Arc::new(Shared {
+        hdr: mem.cast(),
+        slots: [s0.cast(), s1.cast()],
+        capacity,
+        _backing: Backing::Mapped(owner),
+    });
+    ends(shared, direction, signal)
+}
+
+/// The two ends of a queue over `shared`.
+fn ends(
+    shared: Arc<Shared>,
+    direction: Direction,
+    signal: Option<Arc<dyn Signal>>,
+) -> (FaithfulProducer, FaithfulConsumer) {
     let (ps, cs) = match direction {
         Direction::In => (Side::Yielding, Side::Waiting),
         Direction::Out => (Side::Waiting, Side::Yielding),
@@ -195,17 +286,26 @@ pub fn faithful_queue(
             side: cs,
             current: 0,
             signal,
+            limits: DescLimits::OPAQUE,
             stats: ConsumerStats::default(),
         },
     )
 }
 
 impl Shared {
+    /// The shared words.
+    #[inline]
+    fn hdr(&self) -> &Header {
+        // SAFETY: `hdr` points to a live, aligned `Header` (see the constructors) made only of
+        // atomics.
+        unsafe { self.hdr.as_ref() }
+    }
+
     /// Elements in sub-queue `q` by its indices, `None` if they are impossible. Called
     /// inside `q`'s mutex (or, for the idle look, outside it: then only a hint).
     #[inline]
     fn count(&self, q: usize) -> Option<(u32, u32, u32)> {
-        let s = &self.sub[q];
+        let s = &self.hdr().sub[q];
         let head = s.head.load(Ordering::Acquire);
         let tail = s.tail.load(Ordering::Acquire);
         let n = tail.wrapping_sub(head);
@@ -214,7 +314,10 @@ impl Shared {
 
     #[inline]
     fn slot(&self, q: usize, i: u32) -> &DescSlot {
-        &self.slots[q][(i & (self.capacity - 1)) as usize]
+        let k = (i & (self.capacity - 1)) as usize;
+        // SAFETY: `slots[q]` points to `capacity` live slots (see the constructors) and `k` is
+        // below `capacity`; a slot is only ever reached through its atomics.
+        unsafe { &*self.slots[q].as_ptr().add(k) }
     }
 }
 
@@ -226,12 +329,12 @@ impl FaithfulProducer {
         }
         let sh = &*self.shared;
         let mut q = self.current;
-        let spins = match self.side.enter(&sh.sub[q].mutex) {
+        let spins = match self.side.enter(&sh.hdr().sub[q].mutex) {
             Some(s) => s,
             None => {
                 // Blocked by the consumer: the Enable protocol's change of sub-queue.
                 let other = 1 - q;
-                match self.side.enter(&sh.sub[other].mutex) {
+                match self.side.enter(&sh.hdr().sub[other].mutex) {
                     Some(s) => {
                         q = other;
                         s
@@ -251,7 +354,7 @@ impl FaithfulProducer {
                 for (i, d) in descs[..k].iter().enumerate() {
                     sh.slot(q, tail.wrapping_add(i as u32)).write(*d);
                 }
-                sh.sub[q]
+                sh.hdr().sub[q]
                     .tail
                     .store(tail.wrapping_add(k as u32), Ordering::Release);
                 (k, false)
@@ -263,17 +366,17 @@ impl FaithfulProducer {
         };
         if q != self.current {
             if took > 0 {
-                sh.sub[q].enabled.store(1, Ordering::Release);
+                sh.hdr().sub[q].enabled.store(1, Ordering::Release);
                 self.current = q;
                 self.stats.switches += 1;
             } else {
                 // Nothing appended there: the change did not happen.
                 self.stats.full += u64::from(!corrupt);
-                self.side.leave(&sh.sub[q].mutex);
+                self.side.leave(&sh.hdr().sub[q].mutex);
                 return Pushed::Took(0);
             }
         }
-        self.side.leave(&sh.sub[q].mutex);
+        self.side.leave(&sh.hdr().sub[q].mutex);
         if took < descs.len() && !corrupt {
             self.stats.full += 1;
         }
@@ -295,7 +398,7 @@ impl FaithfulProducer {
     fn wake_if_idle(&mut self) {
         let Some(sig) = &self.signal else { return };
         fence(Ordering::SeqCst);
-        if self.shared.idle.load(Ordering::Acquire) == 1 {
+        if self.shared.hdr().idle.load(Ordering::Acquire) == 1 {
             sig.raise();
             self.stats.wakeups_sent += 1;
         }
@@ -304,6 +407,14 @@ impl FaithfulProducer {
     /// This end's counters.
     pub fn stats(&self) -> ProducerStats {
         self.stats
+    }
+
+    /// Free slots in the current sub-queue, read outside its mutex: a hint (the consumer
+    /// may have taken more since; never fewer were free). 0 if its indices are impossible.
+    pub fn free_hint(&self) -> u32 {
+        self.shared
+            .count(self.current)
+            .map_or(0, |(_, _, n)| self.shared.capacity - n)
     }
 
     /// Which side of the mutexes this end plays.
@@ -319,19 +430,22 @@ impl FaithfulConsumer {
             return 0;
         }
         match self.take(self.current, out) {
-            Some(0) => {}
-            Some(got) => return got,
+            Some((0, _)) => {}
+            // Slots were taken (some perhaps refused): the current sub-queue is not done.
+            Some((_, kept)) => return kept,
             // Not entered (or its indices are impossible): whatever it holds comes first,
             // so the other sub-queue must wait.
             None => return 0,
         }
         // Current sub-queue empty: the Enable protocol's other half.
         let other = 1 - self.current;
-        if self.shared.sub[other].enabled.load(Ordering::Acquire) == 1 {
+        if self.shared.hdr().sub[other].enabled.load(Ordering::Acquire) == 1 {
             self.current = other;
-            self.shared.sub[other].enabled.store(0, Ordering::Release);
+            self.shared.hdr().sub[other]
+                .enabled
+                .store(0, Ordering::Release);
             self.stats.switches += 1;
-            return self.take(other, out).unwrap_or(0);
+            return self.take(other, out).map_or(0, |(_, kept)| kept);
         }
         0
     }
@@ -342,11 +456,12 @@ impl FaithfulConsumer {
         (self.dequeue_burst(&mut one) == 1).then_some(one[0])
     }
 
-    /// Takes from sub-queue `q`: `None` if it could not be entered or its indices are
-    /// impossible.
-    fn take(&mut self, q: usize, out: &mut [Desc]) -> Option<usize> {
+    /// Takes from sub-queue `q`: the slots it emptied and the descriptors it kept (those
+    /// within the limits, at the front of `out`); `None` if it could not be entered or its
+    /// indices are impossible.
+    fn take(&mut self, q: usize, out: &mut [Desc]) -> Option<(usize, usize)> {
         let sh = &*self.shared;
-        let Some(spins) = self.side.enter(&sh.sub[q].mutex) else {
+        let Some(spins) = self.side.enter(&sh.hdr().sub[q].mutex) else {
             self.stats.gave_up += 1;
             return None;
         };
@@ -355,21 +470,30 @@ impl FaithfulConsumer {
         let k = match sh.count(q) {
             Some((head, _, n)) => {
                 let k = out.len().min(n as usize);
-                for (i, o) in out[..k].iter_mut().enumerate() {
-                    *o = sh.slot(q, head.wrapping_add(i as u32)).read();
+                // Every slot taken leaves the queue; those outside the limits are refused
+                // (counted) and the rest close up in order.
+                let mut kept = 0;
+                for i in 0..k {
+                    let d = sh.slot(q, head.wrapping_add(i as u32)).read();
+                    if self.limits.accepts(&d) {
+                        out[kept] = d;
+                        kept += 1;
+                    } else {
+                        self.stats.refused += 1;
+                    }
                 }
-                sh.sub[q]
+                sh.hdr().sub[q]
                     .head
                     .store(head.wrapping_add(k as u32), Ordering::Release);
-                Some(k)
+                Some((k, kept))
             }
             None => {
                 self.stats.index_errors += 1;
                 None
             }
         };
-        self.side.leave(&sh.sub[q].mutex);
-        self.stats.dequeued += k.unwrap_or(0) as u64;
+        self.side.leave(&sh.hdr().sub[q].mutex);
+        self.stats.dequeued += k.map_or(0, |(_, kept)| kept) as u64;
         k
     }
 
@@ -381,7 +505,7 @@ impl FaithfulConsumer {
         self.shared
             .count(self.current)
             .is_some_and(|(_, _, n)| n > 0)
-            || self.shared.sub[other].enabled.load(Ordering::Acquire) == 1
+            || self.shared.hdr().sub[other].enabled.load(Ordering::Acquire) == 1
     }
 
     /// The condition-variable protocol's consumer half: say idle, look again, and block on
@@ -391,7 +515,23 @@ impl FaithfulConsumer {
         let Some(sig) = self.signal.clone() else {
             return false;
         };
-        let idle = &self.shared.idle;
+        if !self.prepare_wait() {
+            return false;
+        }
+        sig.wait(timeout);
+        self.shared.hdr().idle.store(0, Ordering::Release);
+        true
+    }
+
+    /// The first half of [`Self::wait`] for a caller that sleeps on several things at once
+    /// (`poll` on [`Self::wake_fd`] and others): says idle and looks again. `true`: nothing
+    /// to take, sleep (then call [`Self::finish_wait`]); `false`: work arrived, the idle
+    /// word is withdrawn already. Without a signal, always `false`.
+    pub fn prepare_wait(&mut self) -> bool {
+        if self.signal.is_none() {
+            return false;
+        }
+        let idle = &self.shared.hdr().idle;
         idle.store(1, Ordering::Release);
         fence(Ordering::SeqCst);
         if self.has_work() {
@@ -399,9 +539,28 @@ impl FaithfulConsumer {
             return false;
         }
         self.stats.sleeps += 1;
-        sig.wait(timeout);
-        idle.store(0, Ordering::Release);
         true
+    }
+
+    /// The second half: withdraws the idle word and consumes the events raised meanwhile.
+    pub fn finish_wait(&mut self) {
+        self.shared.hdr().idle.store(0, Ordering::Release);
+        if let Some(sig) = &self.signal {
+            sig.clear();
+        }
+    }
+
+    /// The fd that is readable while an event is pending (the signal's), for `poll`.
+    #[cfg(not(loom))]
+    pub fn wake_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        self.signal.as_deref().and_then(|s| s.fd())
+    }
+
+    /// Refuses descriptors outside `limits` from now on (each counted in `refused`): for a
+    /// queue that carries buffer indices from a peer.
+    pub fn with_limits(mut self, limits: DescLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// This end's counters.
@@ -417,7 +576,7 @@ impl FaithfulConsumer {
     /// Writes impossible indices into both sub-queues, as a hostile peer might (tests only).
     #[doc(hidden)]
     pub fn scribble_indices(&self, head: u32, tail: u32) {
-        for s in &self.shared.sub {
+        for s in &self.shared.hdr().sub {
             s.head.store(head, Ordering::Relaxed);
             s.tail.store(tail, Ordering::Relaxed);
         }
@@ -500,6 +659,48 @@ mod tests {
         assert!(rx.wait(Some(std::time::Duration::from_millis(20))));
         assert!(t0.elapsed() >= std::time::Duration::from_millis(15));
         assert_eq!(rx.stats().sleeps, 1);
+    }
+
+    /// A consumer with limits refuses (and counts) what lies outside them, keeps the rest
+    /// in order, and a refused burst does not make it leave its sub-queue early.
+    #[test]
+    fn limits_refuse_and_count() {
+        let (mut tx, rx) = faithful_queue(8, Direction::In, None);
+        let mut rx = rx.with_limits(DescLimits {
+            max_buf: 10,
+            max_len: 100,
+        });
+        let bad = Desc::new(11, 1);
+        let long = Desc::new(1, 101);
+        let good = [Desc::new(2, 3), Desc::new(4, 5)];
+        assert_eq!(
+            tx.enqueue_burst(&[bad, good[0], long, good[1]]),
+            Pushed::Took(4)
+        );
+        let mut out = [Desc::default(); 8];
+        assert_eq!(rx.dequeue_burst(&mut out), 2);
+        assert_eq!(&out[..2], &good);
+        assert_eq!(rx.stats().refused, 2);
+        assert_eq!(rx.stats().dequeued, 2);
+        assert_eq!(rx.dequeue_burst(&mut out), 0);
+    }
+
+    /// The split wait: idle is announced and withdrawn, an event raised in between is
+    /// consumed, and a queue with work refuses to sleep.
+    #[test]
+    fn prepare_and_finish_wait() {
+        let signal: Arc<dyn Signal> = Arc::new(crate::signal::EventFd::new().expect("eventfd"));
+        let (mut tx, mut rx) = faithful_queue(8, Direction::In, Some(signal));
+        assert!(rx.prepare_wait());
+        assert!(tx.enqueue(Desc::new(1, 1)));
+        assert_eq!(tx.stats().wakeups_sent, 1);
+        assert!(rx.wake_fd().is_some());
+        rx.finish_wait();
+        assert!(!rx.prepare_wait(), "work is there: no sleep");
+        assert_eq!(rx.dequeue(), Some(Desc::new(1, 1)));
+        assert!(tx.enqueue(Desc::new(2, 2)));
+        assert_eq!(tx.stats().wakeups_sent, 1, "nobody idle: no event");
+        assert_eq!(tx.free_hint(), 7);
     }
 
     /// A full sub-queue takes what fits and says so.

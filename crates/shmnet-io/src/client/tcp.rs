@@ -677,6 +677,9 @@ impl TcpStream {
                         return Ok(Some(n));
                     }
                 }
+                // An empty message carries nothing (a leftover of no bytes would read as
+                // the end of the stream).
+                Item::Bytes(v) if v.is_empty() => {}
                 Item::Bytes(v) => {
                     i.tcp.leftover.insert(self.id, (v, 0));
                 }

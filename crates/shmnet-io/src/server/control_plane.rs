@@ -537,7 +537,7 @@ impl ControlPlane {
                 Ok(Some(n)) => {
                     if let Ok(Request::DriverStats(st)) = serde_json::from_slice(&self.buf[..n]) {
                         if let Ok(mut s) = stats.lock() {
-                            *s = st;
+                            *s = *st;
                         }
                     }
                 }

@@ -60,6 +60,8 @@ pub(crate) enum DriverLink {
     },
     /// `ipc`: every frame copied through a socket to a driver thread.
     Ipc(OwnedFd),
+    /// `--sync faithful`: seed 002's own IN and OUT queues, to a driver thread.
+    Faithful(crate::faithful_link::FaithfulServerEnds),
 }
 
 /// A driver polled by the data plane.
@@ -294,6 +296,21 @@ impl DataPlane {
                 }
                 work
             }
+            // A driver process that died may have died inside a sub-queue's mutex: the
+            // queues are left alone from then on (each entry would spin to the give-up).
+            DriverLink::Faithful(_) if !self.driver.alive.load(Ordering::Relaxed) => 0,
+            DriverLink::Faithful(q) => {
+                let mut work = 0;
+                for c in [&mut q.in_ipv4, &mut q.in_arp] {
+                    let n = c.dequeue_burst(&mut self.batch);
+                    work += n;
+                    for d in &self.batch[..n] {
+                        self.iface
+                            .receive(&mut self.pool, BufIdx(d.buf), now, &mut self.tx);
+                    }
+                }
+                work
+            }
             DriverLink::Ipc(sock) => {
                 let mut n = 0;
                 while n < BURST {
@@ -334,6 +351,7 @@ impl DataPlane {
                 p.driver.tx_room().unwrap_or(usize::MAX)
             }
             DriverLink::Rings { out, .. } => out.free_slots() as usize,
+            DriverLink::Faithful(q) => q.out.free_hint() as usize,
             _ => usize::MAX,
         }
     }
@@ -369,6 +387,31 @@ impl DataPlane {
                         *d = Desc::new(b.0, u32::from(self.pool.len(*b)));
                     }
                     let placed = out.enqueue_burst(descs);
+                    for d in &descs[placed..] {
+                        self.out_full += 1;
+                        self.pool.free(BufIdx(d.buf));
+                    }
+                }
+                self.tx.clear();
+            }
+            DriverLink::Faithful(_) if !self.driver.alive.load(Ordering::Relaxed) => {
+                self.out_full += self.tx.len() as u64;
+                for b in self.tx.drain(..) {
+                    self.pool.free(b);
+                }
+            }
+            DriverLink::Faithful(q) => {
+                for chunk in self.tx.chunks(BURST) {
+                    let descs = &mut self.out_descs[..chunk.len()];
+                    for (d, b) in descs.iter_mut().zip(chunk) {
+                        *d = Desc::new(b.0, u32::from(self.pool.len(*b)));
+                    }
+                    // The server is OUT's spinning side: it is refused only after a holder
+                    // kept the lock past the spin limit (a driver stopped inside it).
+                    let placed = match q.out.enqueue_burst(descs) {
+                        shmnet_chan::faithful::Pushed::Took(k) => k,
+                        shmnet_chan::faithful::Pushed::Busy => 0,
+                    };
                     for d in &descs[placed..] {
                         self.out_full += 1;
                         self.pool.free(BufIdx(d.buf));
@@ -684,6 +727,12 @@ impl DataPlane {
                         }
                     }
                 }
+                DriverLink::Faithful(q) => {
+                    // One event for both IN queues.
+                    if let Some(fd) = q.in_ipv4.wake_fd() {
+                        fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+                    }
+                }
                 DriverLink::Ipc(sock) => {
                     let out = if self.ipc_pending_full {
                         PollFlags::OUT
@@ -722,6 +771,11 @@ impl DataPlane {
                 return None;
             }
         }
+        if let DriverLink::Faithful(q) = &mut self.link {
+            if !q.prepare_wait() {
+                return None;
+            }
+        }
         for i in 0..self.apps.len() {
             if !self.apps[i].transport.prepare_sleep() {
                 self.disarm(i);
@@ -740,6 +794,9 @@ impl DataPlane {
         {
             in_ipv4.finish_wait();
             in_arp.finish_wait();
+        }
+        if let DriverLink::Faithful(q) = &mut self.link {
+            q.finish_wait();
         }
         for a in self.apps.iter_mut().take(apps) {
             a.transport.finish_sleep();
@@ -828,6 +885,16 @@ impl DataPlane {
             }
             .into(),
             driver_placement: self.driver.placement.into(),
+            sync: match self.link {
+                DriverLink::Faithful(_) => super::SyncMode::Faithful,
+                _ => super::SyncMode::Modern,
+            }
+            .name()
+            .into(),
+            faithful: match &self.link {
+                DriverLink::Faithful(q) => Some(q.stats()),
+                _ => None,
+            },
             socket: self.socket.clone(),
             uptime_s: self.epoch.elapsed().as_secs_f64(),
             memory: MemoryStats {

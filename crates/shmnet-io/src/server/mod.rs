@@ -50,6 +50,7 @@ pub use stats::{
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
 use crate::driver::Driver;
 use crate::driver_host::{DriverEnds, drive, drive_ipc};
+use crate::faithful_link::FaithfulShared;
 use crate::inline::ServeConfig;
 use crate::spec::{DriverSetup, DriverSpec};
 use crate::windows::{self, IN_ARP, IN_IPV4, OUT};
@@ -93,6 +94,30 @@ impl Placement {
     }
 }
 
+/// How the driver and the server share their IN and OUT queues (`--sync`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// The channel's wait-free single-producer rings in the data window, with eventfd
+    /// wake-ups announced by the sleeper.
+    #[default]
+    Modern,
+    /// Seed 002's own: two sub-queues per queue under asymmetric Peterson mutexes, the
+    /// Enable protocol, and a consumer-idle condition variable over counting events
+    /// ([`crate::faithful_link`]). Needs the driver on a thread ([`Placement::Thread`]).
+    Faithful,
+}
+
+impl SyncMode {
+    /// Its name, as `--sync` takes it and the stats show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Modern => "modern",
+            Self::Faithful => "faithful",
+        }
+    }
+}
+
 /// An instrument the data plane calls around each buffer it copies into an application's
 /// posted buffer ([`Server::probe_copies`]): any [`RecvHook`](shmnet_stack::RecvHook) that
 /// can move to the data plane's thread. `Any`, so its owner can have it back as what it is.
@@ -116,6 +141,8 @@ pub struct ServerOptions {
     /// (`Process` is [`Server::start_with_driver_process`]'s). The `ipc` structure always
     /// runs it on a thread.
     pub placement: Placement,
+    /// How the driver's IN and OUT queues synchronise (`Faithful` needs `Thread`).
+    pub sync: SyncMode,
     /// What each application may see: the data window (`Shared`) or only its own regions.
     pub isolation: crate::spec::Isolation,
     /// `Regions`: what a lookup-cache miss does to a request.
@@ -139,6 +166,14 @@ pub enum ServerError {
     /// The driver process did not attach, or could not open its device.
     #[error("{0}")]
     DriverProcess(String),
+    /// `--sync faithful` was asked for where there is no driver apart from the loop.
+    #[error(
+        "--sync faithful joins a driver to the server by seed 002's queues: use --structure server with --placement thread or process, not {0}"
+    )]
+    FaithfulNeedsDriver(&'static str),
+    /// Seed 002's queues could not be made.
+    #[error(transparent)]
+    Faithful(#[from] crate::faithful_link::FaithfulError),
 }
 
 // The message above includes the cause, so it is not also reported as `source()` (a chain
@@ -207,6 +242,13 @@ impl Server {
         } else {
             opts.placement
         };
+        if opts.sync == SyncMode::Faithful && (opts.ipc || placement != Placement::Thread) {
+            return Err(ServerError::FaithfulNeedsDriver(if opts.ipc {
+                "the ipc structure"
+            } else {
+                "--placement polled"
+            }));
+        }
         let (link, host) = if opts.ipc {
             let (ours, theirs) = rustix::net::socketpair(
                 rustix::net::AddressFamily::UNIX,
@@ -226,6 +268,15 @@ impl Server {
                 DriverLink::Polled(Box::new(Polled::new(Box::new(driver), pools))),
                 DriverHost::InLoop,
             )
+        } else if opts.sync == SyncMode::Faithful {
+            let shared = FaithfulShared::create()?;
+            let limits = data.buffer_limits();
+            let pools = data.driver_pools().expect("a fresh window");
+            let theirs = shared.driver_ends(pools, limits);
+            let host = driver_thread(&stats, &alive, move |stop, stats| {
+                drive(driver, theirs, stop, stats)
+            })?;
+            (DriverLink::Faithful(shared.server_ends(limits)), host)
         } else {
             let ends = DriverEnds::take(&data);
             let host = driver_thread(&stats, &alive, move |stop, stats| {
@@ -254,6 +305,10 @@ impl Server {
         spawn: impl FnOnce(&std::path::Path) -> std::io::Result<std::process::Child>,
         patience: Duration,
     ) -> Result<Self, ServerError> {
+        let faithful = match opts.sync {
+            SyncMode::Faithful => Some(FaithfulShared::create()?),
+            SyncMode::Modern => None,
+        };
         let data = Arc::new(Window::create(&windows::data_window_spec(
             opts.serve.pools,
             opts.page,
@@ -308,12 +363,17 @@ impl Server {
             ip: opts.serve.ip,
             checksum: opts.serve.checksum,
             mtu: opts.serve.mtu,
+            sync: opts.sync,
         };
         control::send(&ctl, &Response::Driver(Box::new(setup)))?;
         send_window(&ctl, &data).map_err(ControlError::Io)?;
+        if let Some(f) = &faithful {
+            shmnet_chan::handoff::send_fds(&ctl, crate::faithful_link::HANDOFF_GREETING, &f.fds())
+                .map_err(ControlError::Io)?;
+        }
         // The driver opens its device now; its first counters say it did (or why not).
         let first = match wait_message::<Request>(&ctl, &mut buf, deadline) {
-            Some(Request::DriverStats(st)) => st,
+            Some(Request::DriverStats(st)) => *st,
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -340,7 +400,10 @@ impl Server {
             started: false,
         };
         let iface = interface(mac, opts);
-        let link = rings(&data);
+        let link = match &faithful {
+            Some(f) => DriverLink::Faithful(f.server_ends(data.buffer_limits())),
+            None => rings(&data),
+        };
         Self::assemble(data, listener, iface, link, watch, host, driver_ctl, opts)
     }
 

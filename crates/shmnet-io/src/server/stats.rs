@@ -14,6 +14,10 @@ pub struct ServerStats {
     /// Where the driver runs: `polled` (by the server's own loop), `thread`, `process`, or
     /// `none` once it has been stopped.
     pub driver_placement: String,
+    /// How the driver's queues synchronise: `modern` (the rings) or `faithful` (seed 002's).
+    pub sync: String,
+    /// `faithful`: the server's side of seed 002's queues (the driver's is in `driver`).
+    pub faithful: Option<crate::faithful_link::FaithfulServerStats>,
     /// The control socket.
     pub socket: std::path::PathBuf,
     /// Seconds since the server started.

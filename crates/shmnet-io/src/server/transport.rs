@@ -862,6 +862,12 @@ impl AppTransport for IpcApp {
                     ) else {
                         break;
                     };
+                    if k == 0 {
+                        // Nothing came out after all: a DELIVER of no bytes would read as
+                        // the end of the stream to the application. (Not `continue`: the
+                        // same socket would be offered again and again.)
+                        break;
+                    }
                     let src = std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0);
                     let hdr = control::ipc_header(control::TAG_DELIVER, socket, src);
                     r.scratch[..control::IPC_HEADER].copy_from_slice(&hdr);

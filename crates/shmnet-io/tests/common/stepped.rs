@@ -128,6 +128,7 @@ pub fn loopback_serving(
             ipc: false,
             isolation,
             on_miss,
+            sync: Default::default(),
             placement: Placement::Polled,
             limits: Default::default(),
         },
@@ -192,6 +193,7 @@ pub fn tcp_loopback(tag: &str, kind: Kind, idle: Duration) -> Stepped {
             ipc,
             isolation,
             on_miss: OnMiss::Buffer,
+            sync: Default::default(),
             placement: if ipc {
                 Placement::Thread
             } else {

@@ -59,6 +59,7 @@ impl Running {
                 ipc: false,
                 isolation: Isolation::Regions,
                 on_miss,
+                sync: Default::default(),
                 placement: Placement::Polled,
                 limits: Default::default(),
             },

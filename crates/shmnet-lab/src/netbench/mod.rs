@@ -16,6 +16,7 @@
 //! | `server` | `shmnet serve --structure server` (the server process polling softnic in its own loop, shared windows) and an application process (rr: two) |
 //! | `server-thread` | as `server`, softnic on a thread of the server process (`--placement thread`), joined by the IN and OUT queues |
 //! | `server-process` | as `server`, softnic in a driver process of its own (`--placement process`, seed 002's layout) |
+//! | `server-faithful` | as `server-thread`, the IN and OUT queues seed 002's own (`--sync faithful`: Peterson mutexes, double sub-queues, a condition variable) |
 //! | `server-regions` | as `server`, with `--isolation regions`: the application maps only its own rings and registered regions, and the server copies each datagram into a buffer it posted (seed 004) |
 //! | `inline` | one process: softnic, the stack and the application (rr: the echo and the requester) in one loop |
 //!
@@ -26,7 +27,7 @@
 //! echo, and every structure runs its stack twice per direction (see [`rr`]).
 
 use crate::scoreboard::{Scoreboard, ScoreboardError};
-use shmnet_io::server::Placement;
+use shmnet_io::server::{Placement, SyncMode};
 use shmnet_io::spec::{
     BenchPart, BenchRole, DriverSpec, Isolation, ServeSpec, ServeStructure, SoftnicSpec,
 };
@@ -77,6 +78,9 @@ pub enum Structure {
     /// As [`Structure::Server`], the driver in a process of its own.
     #[serde(rename = "server-process")]
     ServerProcess,
+    /// As [`Structure::ServerThread`], joined by seed 002's own queues (`--sync faithful`).
+    #[serde(rename = "server-faithful")]
+    ServerFaithful,
     /// As [`Structure::Server`] under `--isolation regions`: the applications map only their
     /// own rings and regions; the server copies each datagram into a buffer they posted.
     #[serde(rename = "server-regions")]
@@ -88,12 +92,13 @@ pub enum Structure {
 
 impl Structure {
     /// Every structure, in the order tables list them.
-    pub const ALL: [Structure; 7] = [
+    pub const ALL: [Structure; 8] = [
         Structure::Kernel,
         Structure::Ipc,
         Structure::Server,
         Structure::ServerThread,
         Structure::ServerProcess,
+        Structure::ServerFaithful,
         Structure::ServerRegions,
         Structure::Inline,
     ];
@@ -106,6 +111,7 @@ impl Structure {
             Self::Server => "server",
             Self::ServerThread => "server-thread",
             Self::ServerProcess => "server-process",
+            Self::ServerFaithful => "server-faithful",
             Self::ServerRegions => "server-regions",
             Self::Inline => "inline",
         }
@@ -119,7 +125,16 @@ impl Structure {
             Self::Server => Some((ServeStructure::Server, Placement::Polled)),
             Self::ServerThread => Some((ServeStructure::Server, Placement::Thread)),
             Self::ServerProcess => Some((ServeStructure::Server, Placement::Process)),
+            Self::ServerFaithful => Some((ServeStructure::Server, Placement::Thread)),
             Self::ServerRegions => Some((ServeStructure::Server, Placement::Polled)),
+        }
+    }
+
+    /// How its driver's queues synchronise.
+    pub fn sync(self) -> SyncMode {
+        match self {
+            Self::ServerFaithful => SyncMode::Faithful,
+            _ => SyncMode::Modern,
         }
     }
 
@@ -137,7 +152,7 @@ impl std::str::FromStr for Structure {
     fn from_str(s: &str) -> Result<Self, String> {
         Self::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
             format!(
-                "unknown structure {s:?}: use kernel, ipc, server, server-thread, server-process, server-regions or inline"
+                "unknown structure {s:?}: use kernel, ipc, server, server-thread, server-process, server-faithful, server-regions or inline"
             )
         })
     }
@@ -422,6 +437,7 @@ pub(crate) fn start(
             let serve = ServeSpec {
                 structure: serve_structure,
                 placement,
+                sync: structure.sync(),
                 driver: DriverSpec::Softnic(SoftnicSpec {
                     // A loopback generates nothing: over TCP its message size does not
                     // apply (and a TCP write may be larger than a datagram).

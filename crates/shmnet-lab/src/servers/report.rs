@@ -468,6 +468,44 @@ fn differences(md: &mut String, r: &ServersReport) {
     md.push('\n');
 }
 
+/// Seed 002's synchronisation beside the rings: `server-faithful` ÷ `server-thread`.
+fn sync_beside(md: &mut String, r: &ServersReport) {
+    if r.sync.is_empty() {
+        return;
+    }
+    md.push_str(
+        "## The seed's synchronisation beside ours\n\n\
+         Both rows run the shared-memory server with its driver on a thread of the server \
+         process; `server-thread` joins them by the channel's wait-free rings (eventfd \
+         wake-ups announced by the sleeper), `server-faithful` by seed 002's own queues \
+         (`--sync faithful`: asymmetric Peterson mutexes from 32-bit loads and stores, two \
+         sub-queues with the Enable protocol, a condition variable over counting events). \
+         Above 1: the seed's queues were faster.\n\n\
+         | benchmark | CPUs | faithful ÷ modern | CPU µs/msg (modern → faithful) | sleeps/msg (modern → faithful) |\n\
+         |---|---|---|---|---|\n",
+    );
+    let pair = |p: Option<(f64, f64)>, digits: usize| {
+        p.map_or("–".to_string(), |(m, f)| {
+            format!("{m:.digits$} → {f:.digits$}")
+        })
+    };
+    for c in &r.sync {
+        let bench = match c.size {
+            Some(s) => format!("{} {s} B", c.bench.name()),
+            None => c.bench.name().to_string(),
+        };
+        let _ = writeln!(
+            md,
+            "| {bench} | {} | {:.2} | {} | {} |",
+            c.cpus.name(),
+            c.faithful_over_modern,
+            pair(c.cpu_us_per_msg, 2),
+            pair(c.sleeps_per_msg, 3),
+        );
+    }
+    md.push('\n');
+}
+
 /// report.md.
 fn markdown(r: &ServersReport, charts: &[(String, Result<(), PlotError>)]) -> String {
     let mut md = String::new();
@@ -569,7 +607,11 @@ fn markdown(r: &ServersReport, charts: &[(String, Result<(), PlotError>)]) -> St
     }
     surprises(&mut md, r);
     differences(&mut md, r);
+    sync_beside(&mut md, r);
     md.push_str("## Not built yet\n\n");
+    if r.not_built.is_empty() {
+        md.push_str("Nothing: every row seed 002's benchmarks name runs.\n");
+    }
     for n in &r.not_built {
         let _ = writeln!(md, "- {n}");
     }
@@ -606,6 +648,7 @@ mod tests {
             repetitions: 6,
             quick: true,
             rows: rows(c.rows),
+            sync: Vec::new(),
             skipped: Vec::new(),
             not_built: Vec::new(),
             failures: Vec::new(),
@@ -650,6 +693,33 @@ mod tests {
             "{}",
             lines[1]
         );
+    }
+
+    /// Each row measured both ways gets its ratio; a row measured one way gets none.
+    #[test]
+    fn the_two_synchronisations_are_compared_row_by_row() {
+        use Structure::{ServerFaithful, ServerThread};
+        let mut r = report(&[
+            (Bench::Ttcp, Some(10), ServerThread, 2.0, 0.0, 0.0),
+            (Bench::Ttcp, Some(10), ServerFaithful, 3.0, 0.0, 0.0),
+            (Bench::Ttcp, Some(1024), ServerThread, 5.0, 0.0, 0.0),
+            (Bench::X11Dot, None, ServerThread, 4.0, 0.0, 0.0),
+            (Bench::X11Dot, None, ServerFaithful, 2.0, 0.0, 0.0),
+        ]);
+        r.sync = super::super::sync_compared(&r.rows);
+        let got: Vec<(Bench, Option<usize>, f64)> = r
+            .sync
+            .iter()
+            .map(|c| (c.bench, c.size, c.faithful_over_modern))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(Bench::Ttcp, Some(10), 1.5), (Bench::X11Dot, None, 0.5)]
+        );
+        let mut md = String::new();
+        sync_beside(&mut md, &r);
+        assert!(md.contains("| ttcp 10 B | two CPUs | 1.50 |"), "{md}");
+        assert!(md.contains("| x11perf -dot | two CPUs | 0.50 |"), "{md}");
     }
 
     #[test]

@@ -168,6 +168,7 @@ impl Side {
         let spec = ServeSpec {
             structure: serve_structure,
             placement,
+            sync: structure.sync(),
             driver: DriverSpec::AfPacket {
                 iface: MEASURED_IFACE.into(),
                 give_up_after_s: 10.0,

@@ -11,11 +11,14 @@ use crate::netbench::{Launch, Proto, Structure, TCP_LOOPBACK_MTU, short_timer_sl
 pub const SIZES: [usize; 3] = [10, 1024, 8192];
 
 /// The structures, the seed's three systems first: the integrated kernel, the
-/// message-based interface, the shared-memory server; then shmnet's inline.
-pub const STRUCTURES: [Structure; 4] = [
+/// message-based interface, the shared-memory server; then the server with its driver on a
+/// thread, joined by the rings and by the seed's own queues; then shmnet's inline.
+pub const STRUCTURES: [Structure; 6] = [
     Structure::Kernel,
     Structure::Ipc,
     Structure::Server,
+    Structure::ServerThread,
+    Structure::ServerFaithful,
     Structure::Inline,
 ];
 
