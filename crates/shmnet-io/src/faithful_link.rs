@@ -98,9 +98,9 @@ impl FaithfulShared {
         })
     }
 
-    /// The server's ends, refusing descriptors outside `limits` (the data window's
-    /// buffers).
-    pub(crate) fn server_ends(&self, limits: DescLimits) -> FaithfulServerEnds {
+    /// Both ends of each queue, in layout order (IPv4 IN, ARP IN, OUT), each consumer
+    /// sleeping on its queue's event; a party keeps the ends it plays.
+    fn all_ends(&self) -> [(FaithfulProducer, FaithfulConsumer); 3] {
         let to_server: Arc<dyn Signal> = self.to_server.clone();
         let to_driver: Arc<dyn Signal> = self.to_driver.clone();
         let q = |i, d, sig| {
@@ -108,29 +108,32 @@ impl FaithfulShared {
                 .queue(i, d, Some(sig))
                 .expect("a queue of the layout")
         };
+        [
+            q(Q_IN_IPV4, Direction::In, to_server.clone()),
+            q(Q_IN_ARP, Direction::In, to_server),
+            q(Q_OUT, Direction::Out, to_driver),
+        ]
+    }
+
+    /// The server's ends, refusing descriptors outside `limits` (the data window's
+    /// buffers).
+    pub(crate) fn server_ends(&self, limits: DescLimits) -> FaithfulServerEnds {
+        let [ipv4, arp, out] = self.all_ends();
         FaithfulServerEnds {
-            in_ipv4: q(Q_IN_IPV4, Direction::In, to_server.clone())
-                .1
-                .with_limits(limits),
-            in_arp: q(Q_IN_ARP, Direction::In, to_server).1.with_limits(limits),
-            out: q(Q_OUT, Direction::Out, to_driver).0,
+            in_ipv4: ipv4.1.with_limits(limits),
+            in_arp: arp.1.with_limits(limits),
+            out: out.0,
         }
     }
 
     /// The driver's ends, with its pools, refusing descriptors outside `limits`.
     pub(crate) fn driver_ends(&self, pools: DriverPools, limits: DescLimits) -> FaithfulDriverEnds {
-        let to_server: Arc<dyn Signal> = self.to_server.clone();
-        let to_driver: Arc<dyn Signal> = self.to_driver.clone();
-        let q = |i, d, sig| {
-            self.memory
-                .queue(i, d, Some(sig))
-                .expect("a queue of the layout")
-        };
+        let [ipv4, arp, out] = self.all_ends();
         FaithfulDriverEnds {
             pools,
-            in_ipv4: q(Q_IN_IPV4, Direction::In, to_server.clone()).0,
-            in_arp: q(Q_IN_ARP, Direction::In, to_server).0,
-            out: q(Q_OUT, Direction::Out, to_driver).1.with_limits(limits),
+            in_ipv4: ipv4.0,
+            in_arp: arp.0,
+            out: out.1.with_limits(limits),
         }
     }
 }
