@@ -442,8 +442,9 @@ pub(crate) fn drive<D: Driver, Q: DriverQueues>(
     while !stop.load(Ordering::Relaxed) {
         rx.clear();
         // Take from the device only what the IN queues can hold: frames left in the device
-        // are the device's to drop (and count), and a frame taken is never dropped for want
-        // of queue space after its buffer was filled.
+        // are the device's to drop (and count), and a frame taken is not dropped for want
+        // of queue space after its buffer was filled (on the rings never; on seed 002's
+        // queues only when the server holds both sub-queues, which it never does).
         let room = ends.in_room();
         // Called even with no room (max 0): the device does its health checks there.
         if let Err(e) = driver.rx_burst(ends.pools(), &mut rx, room.min(32)) {

@@ -428,7 +428,8 @@ pub struct ServeSpec {
     pub structure: ServeStructure,
     /// server structure: where the driver runs (the ipc structure always uses a thread).
     pub placement: Placement,
-    /// server structure, `thread` placement: how the driver's IN and OUT queues synchronise.
+    /// server structure, `thread` or `process` placement: how the driver's IN and OUT queues
+    /// synchronise.
     pub sync: SyncMode,
     /// The packet device.
     pub driver: DriverSpec,

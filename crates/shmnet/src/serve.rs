@@ -290,8 +290,8 @@ pub struct ServeArgs {
     /// Same as `--placement thread` (kept for scripts).
     #[arg(long, hide = true)]
     driver_thread: bool,
-    /// server structure, `--placement thread`: how the driver and the server share their IN
-    /// and OUT queues — `modern` (wait-free rings, eventfd wake-ups) or `faithful` (seed
+    /// server structure, `--placement thread|process`: how the driver and the server share
+    /// their IN and OUT queues — `modern` (wait-free rings, eventfd wake-ups) or `faithful` (seed
     /// 002's own: asymmetric Peterson mutexes from 32-bit loads and stores, two sub-queues
     /// per queue with the Enable protocol, a condition variable over counting events;
     /// docs/channel.md). `shmnet stats` shows the queues' counters under `faithful`.
@@ -489,6 +489,8 @@ struct Report {
 /// the time limit, or a signal.
 pub fn run(spec: ServeSpec) -> Result<()> {
     // One server per interface, held until this function returns (every structure).
+    // A spec that did not come through the options (`shmnet party`) is checked too.
+    spec.check_sync()?;
     let _lock = match spec.driver.af_packet() {
         Some(iface) => crate::iface_lock::lock_or_warn(iface, spec.force)?,
         None => None,

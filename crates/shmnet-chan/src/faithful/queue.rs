@@ -98,14 +98,30 @@ struct Shared {
 /// The memory behind a queue.
 #[derive(Debug)]
 enum Backing {
-    /// On this process's heap (threads share it).
+    /// On this process's heap (threads share it): what `Box::into_raw` gave, freed on drop
+    /// (raw, so that the pointers `Shared` holds stay valid while the owner moves).
     Heap {
-        _hdr: Box<Header>,
-        _slots: [Box<[DescSlot]>; 2],
+        hdr: *mut Header,
+        slots: [*mut [DescSlot]; 2],
     },
     /// In a mapping shared with another process, kept alive by its owner.
     #[cfg(not(loom))]
     Mapped(#[allow(dead_code)] Arc<dyn std::any::Any + Send + Sync>),
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if let Backing::Heap { hdr, slots } = *self {
+            // SAFETY: both came from `Box::into_raw` in `faithful_queue` and are freed here
+            // once, when the last end (the last `Arc<Shared>`) has gone.
+            unsafe {
+                drop(Box::from_raw(hdr));
+                for s in slots {
+                    drop(Box::from_raw(s));
+                }
+            }
+        }
+    }
 }
 
 // SAFETY: the pointers name memory the `Backing` keeps alive for as long as `Shared` lives;
@@ -212,20 +228,17 @@ pub fn faithful_queue(
         capacity.is_power_of_two(),
         "queue capacity must be a power of two"
     );
-    let slots = || -> Box<[DescSlot]> { (0..capacity).map(|_| DescSlot::default()).collect() };
-    let hdr = Box::new(Header::default());
+    let slots = || -> *mut [DescSlot] {
+        Box::into_raw((0..capacity).map(|_| DescSlot::default()).collect())
+    };
+    let hdr = Box::into_raw(Box::new(Header::default()));
     let slots = [slots(), slots()];
+    let nonnull = |p: *mut DescSlot| std::ptr::NonNull::new(p).expect("a box is not null");
     let shared = Arc::new(Shared {
-        hdr: std::ptr::NonNull::from(&*hdr),
-        slots: [
-            std::ptr::NonNull::from(&slots[0][0]),
-            std::ptr::NonNull::from(&slots[1][0]),
-        ],
+        hdr: std::ptr::NonNull::new(hdr).expect("a box is not null"),
+        slots: [nonnull(slots[0].cast()), nonnull(slots[1].cast())],
         capacity,
-        _backing: Backing::Heap {
-            _hdr: hdr,
-            _slots: slots,
-        },
+        _backing: Backing::Heap { hdr, slots },
     });
     ends(shared, direction, signal)
 }
@@ -393,7 +406,8 @@ impl FaithfulProducer {
     }
 
     /// The condition-variable protocol's producer half: raise an event if the consumer said
-    /// it is idle.
+    /// it is idle. (Every append that finds it idle raises one: a producer that also took
+    /// the idle word down, to raise once per sleep, lost a wake-up under loom.)
     #[inline]
     fn wake_if_idle(&mut self) {
         let Some(sig) = &self.signal else { return };
@@ -683,6 +697,19 @@ mod tests {
         assert_eq!(rx.stats().refused, 2);
         assert_eq!(rx.stats().dequeued, 2);
         assert_eq!(rx.dequeue_burst(&mut out), 0);
+        // A burst that takes only refused slots while more wait behind them, and the other
+        // sub-queue enabled: the consumer stays where the older elements are.
+        assert_eq!(tx.enqueue_burst(&[bad, bad, good[0]]), Pushed::Took(3));
+        rx.shared.hdr().sub[1].enabled.store(1, Ordering::Release);
+        let mut two = [Desc::default(); 2];
+        assert_eq!(rx.dequeue_burst(&mut two), 0, "both refused");
+        assert_eq!(
+            rx.dequeue_burst(&mut two),
+            1,
+            "then the good one, from the same sub-queue"
+        );
+        assert_eq!(two[0], good[0]);
+        assert_eq!(rx.stats().switches, 0);
     }
 
     /// The split wait: idle is announced and withdrawn, an event raised in between is

@@ -60,7 +60,7 @@ pub(crate) enum DriverLink {
     },
     /// `ipc`: every frame copied through a socket to a driver thread.
     Ipc(OwnedFd),
-    /// `--sync faithful`: seed 002's own IN and OUT queues, to a driver thread.
+    /// `--sync faithful`: seed 002's own IN and OUT queues, to a driver thread or process.
     Faithful(crate::faithful_link::FaithfulServerEnds),
 }
 
@@ -265,6 +265,7 @@ impl DataPlane {
 
     /// Frames from the driver into the stack.
     fn receive_frames(&mut self, now: shmnet_stack::Instant) -> usize {
+        let abandoned = self.faithful_abandoned();
         match &mut self.link {
             DriverLink::Polled(p) => {
                 if p.stopped.is_some() {
@@ -298,7 +299,8 @@ impl DataPlane {
             }
             // A driver process that died may have died inside a sub-queue's mutex: the
             // queues are left alone from then on (each entry would spin to the give-up).
-            DriverLink::Faithful(_) if !self.driver.alive.load(Ordering::Relaxed) => 0,
+            // What it had queued is lost with it, as what it held is.
+            DriverLink::Faithful(_) if abandoned => 0,
             DriverLink::Faithful(q) => {
                 let mut work = 0;
                 for c in [&mut q.in_ipv4, &mut q.in_arp] {
@@ -362,6 +364,8 @@ impl DataPlane {
             return 0;
         }
         let n = self.tx.len();
+        let abandoned = self.faithful_abandoned();
+        let mut busy = false;
         match &mut self.link {
             DriverLink::Polled(p) => {
                 for chunk in self.tx.chunks(BURST) {
@@ -394,7 +398,7 @@ impl DataPlane {
                 }
                 self.tx.clear();
             }
-            DriverLink::Faithful(_) if !self.driver.alive.load(Ordering::Relaxed) => {
+            DriverLink::Faithful(_) if abandoned => {
                 self.out_full += self.tx.len() as u64;
                 for b in self.tx.drain(..) {
                     self.pool.free(b);
@@ -407,10 +411,15 @@ impl DataPlane {
                         *d = Desc::new(b.0, u32::from(self.pool.len(*b)));
                     }
                     // The server is OUT's spinning side: it is refused only after a holder
-                    // kept the lock past the spin limit (a driver stopped inside it).
-                    let placed = match q.out.enqueue_burst(descs) {
-                        shmnet_chan::faithful::Pushed::Took(k) => k,
-                        shmnet_chan::faithful::Pushed::Busy => 0,
+                    // kept the lock past the spin limit (a driver stopped inside it). Then
+                    // the rest of the round is dropped rather than spun on chunk by chunk.
+                    let placed = match (busy, q.out.enqueue_burst(descs)) {
+                        (true, _) => 0,
+                        (false, shmnet_chan::faithful::Pushed::Took(k)) => k,
+                        (false, shmnet_chan::faithful::Pushed::Busy) => {
+                            busy = true;
+                            0
+                        }
                     };
                     for d in &descs[placed..] {
                         self.out_full += 1;
@@ -706,6 +715,7 @@ impl DataPlane {
         let Some(armed) = self.arm() else {
             return;
         };
+        let abandoned = self.faithful_abandoned();
         {
             let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(8 + 2 * self.apps.len());
             fds.push(PollFd::from_borrowed_fd(
@@ -727,6 +737,7 @@ impl DataPlane {
                         }
                     }
                 }
+                DriverLink::Faithful(_) if abandoned => {}
                 DriverLink::Faithful(q) => {
                     // One event for both IN queues.
                     if let Some(fd) = q.in_ipv4.wake_fd() {
@@ -771,8 +782,11 @@ impl DataPlane {
                 return None;
             }
         }
+        let abandoned = self.faithful_abandoned();
         if let DriverLink::Faithful(q) = &mut self.link {
-            if !q.prepare_wait() {
+            // Queues left alone after their driver process died are not waited on (their
+            // leftovers would keep the loop awake for ever).
+            if !abandoned && !q.prepare_wait() {
                 return None;
             }
         }
@@ -801,6 +815,15 @@ impl DataPlane {
         for a in self.apps.iter_mut().take(apps) {
             a.transport.finish_sleep();
         }
+    }
+
+    /// Whether seed 002's queues are left alone: their driver process is gone, perhaps
+    /// inside one of their mutexes. (A driver thread that ended left them cleanly: what it
+    /// queued is still taken.)
+    fn faithful_abandoned(&self) -> bool {
+        matches!(self.link, DriverLink::Faithful(_))
+            && !self.driver.alive.load(Ordering::Relaxed)
+            && self.driver.placement == super::Placement::Process.name()
     }
 
     /// The lookup cache's side of the data plane (recording traces).

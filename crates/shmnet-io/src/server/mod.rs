@@ -104,7 +104,8 @@ pub enum SyncMode {
     Modern,
     /// Seed 002's own: two sub-queues per queue under asymmetric Peterson mutexes, the
     /// Enable protocol, and a consumer-idle condition variable over counting events
-    /// ([`crate::faithful_link`]). Needs the driver on a thread ([`Placement::Thread`]).
+    /// ([`crate::faithful_link`]). Needs a driver apart from the loop: a thread
+    /// ([`Placement::Thread`]) or a process ([`Placement::Process`]).
     Faithful,
 }
 
@@ -141,7 +142,8 @@ pub struct ServerOptions {
     /// (`Process` is [`Server::start_with_driver_process`]'s). The `ipc` structure always
     /// runs it on a thread.
     pub placement: Placement,
-    /// How the driver's IN and OUT queues synchronise (`Faithful` needs `Thread`).
+    /// How the driver's IN and OUT queues synchronise (`Faithful` needs a driver thread or
+    /// process).
     pub sync: SyncMode,
     /// What each application may see: the data window (`Shared`) or only its own regions.
     pub isolation: crate::spec::Isolation,
@@ -229,6 +231,20 @@ impl Server {
         driver: D,
         opts: &ServerOptions,
     ) -> Result<Self, ServerError> {
+        let placement = if opts.ipc {
+            Placement::Thread
+        } else {
+            opts.placement
+        };
+        if opts.sync == SyncMode::Faithful && (opts.ipc || placement != Placement::Thread) {
+            return Err(ServerError::FaithfulNeedsDriver(match placement {
+                _ if opts.ipc => "the ipc structure",
+                Placement::Process => {
+                    "Server::start (a driver process is start_with_driver_process's)"
+                }
+                _ => "--placement polled",
+            }));
+        }
         let data = Arc::new(Window::create(&windows::data_window_spec(
             opts.serve.pools,
             opts.page,
@@ -237,18 +253,6 @@ impl Server {
         let iface = interface(driver.mac(), opts);
         let stats = Arc::new(Mutex::new(DriverThreadStats::default()));
         let alive = Arc::new(AtomicBool::new(true));
-        let placement = if opts.ipc {
-            Placement::Thread
-        } else {
-            opts.placement
-        };
-        if opts.sync == SyncMode::Faithful && (opts.ipc || placement != Placement::Thread) {
-            return Err(ServerError::FaithfulNeedsDriver(if opts.ipc {
-                "the ipc structure"
-            } else {
-                "--placement polled"
-            }));
-        }
         let (link, host) = if opts.ipc {
             let (ours, theirs) = rustix::net::socketpair(
                 rustix::net::AddressFamily::UNIX,
