@@ -263,6 +263,19 @@ impl DataPlane {
         work
     }
 
+    /// The frames an IN queue gave, into the stack.
+    fn receive_batch(
+        iface: &mut Interface,
+        pool: &mut ChanPool,
+        tx: &mut Vec<BufIdx>,
+        frames: &[Desc],
+        now: shmnet_stack::Instant,
+    ) {
+        for d in frames {
+            iface.receive(pool, BufIdx(d.buf), now, tx);
+        }
+    }
+
     /// Frames from the driver into the stack.
     fn receive_frames(&mut self, now: shmnet_stack::Instant) -> usize {
         let abandoned = self.faithful_abandoned();
@@ -290,10 +303,13 @@ impl DataPlane {
                 for ring in [in_ipv4, in_arp] {
                     let n = ring.dequeue_burst(&mut self.batch);
                     work += n;
-                    for d in &self.batch[..n] {
-                        self.iface
-                            .receive(&mut self.pool, BufIdx(d.buf), now, &mut self.tx);
-                    }
+                    Self::receive_batch(
+                        &mut self.iface,
+                        &mut self.pool,
+                        &mut self.tx,
+                        &self.batch[..n],
+                        now,
+                    );
                 }
                 work
             }
@@ -306,10 +322,13 @@ impl DataPlane {
                 for c in [&mut q.in_ipv4, &mut q.in_arp] {
                     let n = c.dequeue_burst(&mut self.batch);
                     work += n;
-                    for d in &self.batch[..n] {
-                        self.iface
-                            .receive(&mut self.pool, BufIdx(d.buf), now, &mut self.tx);
-                    }
+                    Self::receive_batch(
+                        &mut self.iface,
+                        &mut self.pool,
+                        &mut self.tx,
+                        &self.batch[..n],
+                        now,
+                    );
                 }
                 work
             }
