@@ -192,16 +192,18 @@ impl FaithfulServerEnds {
             return false;
         }
         if !self.in_arp.prepare_wait() {
-            self.in_ipv4.finish_wait();
+            // Work is there: the loop runs on, and the event (if any) is consumed at its
+            // next sleep.
+            self.in_ipv4.withdraw_idle();
             return false;
         }
         true
     }
 
-    /// Withdraws what [`Self::prepare_wait`] announced.
+    /// Withdraws what [`Self::prepare_wait`] announced, consuming the shared event once.
     pub(crate) fn finish_wait(&mut self) {
+        self.in_arp.withdraw_idle();
         self.in_ipv4.finish_wait();
-        self.in_arp.finish_wait();
     }
 }
 

@@ -558,10 +558,16 @@ impl FaithfulConsumer {
 
     /// The second half: withdraws the idle word and consumes the events raised meanwhile.
     pub fn finish_wait(&mut self) {
-        self.shared.hdr().idle.store(0, Ordering::Release);
+        self.withdraw_idle();
         if let Some(sig) = &self.signal {
             sig.clear();
         }
+    }
+
+    /// [`Self::finish_wait`] without consuming the events: for a consumer whose signal
+    /// another queue's `finish_wait` clears (two queues, one sleeper, one event).
+    pub fn withdraw_idle(&mut self) {
+        self.shared.hdr().idle.store(0, Ordering::Release);
     }
 
     /// The fd that is readable while an event is pending (the signal's), for `poll`.
