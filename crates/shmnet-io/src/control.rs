@@ -225,6 +225,11 @@ pub enum Request {
     DriverHello {
         /// [`PROTOCOL_VERSION`] of the driver.
         version: u32,
+        /// A shared driver (`shmnet driver --listen`) says its device's MAC address, which
+        /// the attaching server answers for (a driver the server started need not: the
+        /// server knew the device first).
+        #[serde(default)]
+        mac: Option<[u8; 6]>,
     },
     /// A driver process's counters (sent every 100 ms).
     DriverStats(Box<crate::server::DriverThreadStats>),

@@ -4,10 +4,10 @@
 //! through a socket instead.
 
 use crate::control::{self, ControlError, PROTOCOL_VERSION, Request, Response};
-use crate::driver::{Driver, DriverStats, Family, RxFrame};
+use crate::driver::{Driver, DriverStats, Families, Family, RxFrame, ServedPools};
 use crate::faithful_link::{FaithfulDriverEnds, FaithfulDriverStats};
 use crate::spec::DriverSetup;
-use crate::windows::{IN_ARP, IN_IPV4, OUT};
+use crate::windows::{IN_ARP, IN_IP, OUT};
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, OwnedFd};
 use shmnet_chan::{Consumer, Desc, DriverPools, Producer, Window};
@@ -49,7 +49,7 @@ pub fn rusage_cpu_s(who: libc::c_int) -> f64 {
 /// The driver's ends of the data window.
 pub(crate) struct DriverEnds {
     pools: DriverPools,
-    in_ipv4: Producer,
+    in_ip: Producer,
     in_arp: Producer,
     out: Consumer,
 }
@@ -60,8 +60,8 @@ impl DriverEnds {
             pools: data
                 .driver_pools()
                 .expect("the driver's ends are taken once"),
-            in_ipv4: data
-                .producer(IN_IPV4)
+            in_ip: data
+                .producer(IN_IP)
                 .expect("the driver's ends are taken once"),
             in_arp: data
                 .producer(IN_ARP)
@@ -90,6 +90,13 @@ pub(crate) trait DriverQueues {
     fn sleep<D: Driver>(&mut self, driver: &D, full: bool);
     /// Adds the queues' own counters to the driver's.
     fn publish(&self, _stats: &mut DriverThreadStats) {}
+    /// Announces that the driver is about to sleep on the OUT queue; false if it has work
+    /// already (then do not sleep, and do not call `out_finish_wait`).
+    fn out_prepare_wait(&mut self) -> bool;
+    /// What a driver sleeping on the OUT queue polls.
+    fn out_wake_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>>;
+    /// Ends a sleep `out_prepare_wait` announced.
+    fn out_finish_wait(&mut self);
 }
 
 impl DriverQueues for DriverEnds {
@@ -98,12 +105,12 @@ impl DriverQueues for DriverEnds {
     }
 
     fn in_room(&mut self) -> usize {
-        self.in_ipv4.free_slots().min(self.in_arp.free_slots()) as usize
+        self.in_ip.free_slots().min(self.in_arp.free_slots()) as usize
     }
 
     fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {
         match family {
-            Family::Ipv4 => self.in_ipv4.enqueue_burst(frames),
+            Family::Ipv4 | Family::Ipv6 => self.in_ip.enqueue_burst(frames),
             Family::Arp => self.in_arp.enqueue_burst(frames),
         }
     }
@@ -114,6 +121,18 @@ impl DriverQueues for DriverEnds {
 
     fn sleep<D: Driver>(&mut self, driver: &D, full: bool) {
         sleep_driver(driver, self, full)
+    }
+
+    fn out_prepare_wait(&mut self) -> bool {
+        self.out.prepare_wait()
+    }
+
+    fn out_wake_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        self.out.wake_fd()
+    }
+
+    fn out_finish_wait(&mut self) {
+        self.out.finish_wait()
     }
 }
 
@@ -131,12 +150,12 @@ impl DriverQueues for FaithfulDriverEnds {
     }
 
     fn in_room(&mut self) -> usize {
-        self.in_ipv4.free_hint().min(self.in_arp.free_hint()) as usize
+        self.in_ip.free_hint().min(self.in_arp.free_hint()) as usize
     }
 
     fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {
         let q = match family {
-            Family::Ipv4 => &mut self.in_ipv4,
+            Family::Ipv4 | Family::Ipv6 => &mut self.in_ip,
             Family::Arp => &mut self.in_arp,
         };
         match q.enqueue_burst(frames) {
@@ -176,6 +195,18 @@ impl DriverQueues for FaithfulDriverEnds {
     fn publish(&self, stats: &mut DriverThreadStats) {
         stats.faithful = Some(self.stats());
     }
+
+    fn out_prepare_wait(&mut self) -> bool {
+        self.out.prepare_wait()
+    }
+
+    fn out_wake_fd(&self) -> Option<rustix::fd::BorrowedFd<'_>> {
+        self.out.wake_fd()
+    }
+
+    fn out_finish_wait(&mut self) {
+        self.out.finish_wait()
+    }
 }
 
 /// How long an idle driver loop may sleep: at most `cap`, and for a device without an fd
@@ -208,10 +239,12 @@ const IPC_BUSY_CAP: std::time::Duration = std::time::Duration::from_micros(200);
 /// holding the data window; [`AttachedDriver::run`] drives the device once the server says
 /// start. Dropping it hangs up: the server then reports the driver gone.
 pub struct AttachedDriver {
-    ctl: OwnedFd,
-    data: Window,
+    pub(crate) ctl: OwnedFd,
+    pub(crate) data: Window,
     /// `--sync faithful`: seed 002's queues, sent after the data window.
-    faithful: Option<crate::faithful_link::FaithfulShared>,
+    pub(crate) faithful: Option<crate::faithful_link::FaithfulShared>,
+    /// The families the server takes (the others are shed).
+    pub(crate) families: Families,
 }
 
 /// Attaches a driver process to the server at `socket`: says `DriverHello`, and receives the
@@ -221,11 +254,21 @@ pub struct AttachedDriver {
 pub fn attach_driver_process(
     socket: &std::path::Path,
 ) -> Result<(AttachedDriver, DriverSetup), ControlError> {
-    let ctl = control::connect(socket)?;
+    greet(control::connect(socket)?, None)
+}
+
+/// A driver's side of the attach handshake over `ctl` (connected either way): says
+/// `DriverHello` (with the device's `mac` if the driver is a shared one, which the server
+/// does not know), and receives the `Welcome`, the setup and the data window.
+pub(crate) fn greet(
+    ctl: OwnedFd,
+    mac: Option<[u8; 6]>,
+) -> Result<(AttachedDriver, DriverSetup), ControlError> {
     control::send(
         &ctl,
         &Request::DriverHello {
             version: PROTOCOL_VERSION,
+            mac,
         },
     )?;
     match control::recv_blocking::<Response>(ctl.as_fd())? {
@@ -263,6 +306,7 @@ pub fn attach_driver_process(
             ctl,
             data,
             faithful,
+            families: setup.families,
         },
         setup,
     ))
@@ -298,6 +342,7 @@ impl AttachedDriver {
             ctl,
             data,
             faithful,
+            families,
         } = self;
         // Ready: the device is open. The server waits for this word before it says it runs.
         control::send(
@@ -320,9 +365,14 @@ impl AttachedDriver {
                 let pools = data
                     .driver_pools()
                     .expect("the driver's ends are taken once");
-                drive_process(driver, &ctl, f.driver_ends(pools, data.buffer_limits()));
+                drive_process(
+                    driver,
+                    &ctl,
+                    f.driver_ends(pools, data.buffer_limits()),
+                    families,
+                );
             }
-            None => drive_process(driver, &ctl, DriverEnds::take(&data)),
+            None => drive_process(driver, &ctl, DriverEnds::take(&data), families),
         }
         Ok(())
     }
@@ -330,7 +380,12 @@ impl AttachedDriver {
 
 /// A driver process's loop over its queues `ends`, with the watcher thread that reports its
 /// counters and stops it when the server is gone.
-fn drive_process<D: Driver, Q: DriverQueues>(driver: D, ctl: &OwnedFd, ends: Q) {
+fn drive_process<D: Driver, Q: DriverQueues>(
+    driver: D,
+    ctl: &OwnedFd,
+    ends: Q,
+    families: Families,
+) {
     let stop = AtomicBool::new(false);
     let stats = Mutex::new(DriverThreadStats::default());
     std::thread::scope(|s| {
@@ -354,7 +409,7 @@ fn drive_process<D: Driver, Q: DriverQueues>(driver: D, ctl: &OwnedFd, ends: Q) 
                 }
             }
         });
-        drive(driver, ends, &stop, &stats);
+        drive(driver, ends, families, &stop, &stats);
         stop.store(true, Ordering::Relaxed);
     });
     // The last word: the final counters, and why the driver stopped if it gave up.
@@ -375,10 +430,7 @@ fn sleep_driver<D: Driver>(driver: &D, ends: &mut DriverEnds, full: bool) {
     let mut armed = [false; 2];
     let mut room_now = false;
     if full {
-        for (k, p) in [&mut ends.in_ipv4, &mut ends.in_arp]
-            .into_iter()
-            .enumerate()
-        {
+        for (k, p) in [&mut ends.in_ip, &mut ends.in_arp].into_iter().enumerate() {
             if p.free_slots() == 0 {
                 if p.prepare_wait_room() {
                     armed[k] = true;
@@ -406,7 +458,7 @@ fn sleep_driver<D: Driver>(driver: &D, ends: &mut DriverEnds, full: bool) {
                 fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
             }
         }
-        for (k, p) in [&ends.in_ipv4, &ends.in_arp].into_iter().enumerate() {
+        for (k, p) in [&ends.in_ip, &ends.in_arp].into_iter().enumerate() {
             if let (true, Some(fd)) = (armed[k], p.room_fd()) {
                 fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
             }
@@ -414,25 +466,24 @@ fn sleep_driver<D: Driver>(driver: &D, ends: &mut DriverEnds, full: bool) {
         let _ = rustix::event::poll(&mut fds, Some(&timeout));
     }
     ends.out.finish_wait();
-    for (k, p) in [&mut ends.in_ipv4, &mut ends.in_arp]
-        .into_iter()
-        .enumerate()
-    {
+    for (k, p) in [&mut ends.in_ip, &mut ends.in_arp].into_iter().enumerate() {
         if armed[k] {
             p.finish_wait_room();
         }
     }
 }
 
-/// The driver thread: device → IN queues, OUT queue → device. Never waits on the server.
+/// The driver thread: device → IN queues, OUT queue → device, the frames of `families`
+/// only (the rest are shed). Never waits on the server.
 pub(crate) fn drive<D: Driver, Q: DriverQueues>(
     mut driver: D,
     mut ends: Q,
+    families: Families,
     stop: &AtomicBool,
     shared: &Mutex<DriverThreadStats>,
 ) {
     let mut rx: Vec<RxFrame> = Vec::with_capacity(32);
-    let mut ipv4 = Vec::with_capacity(32);
+    let mut ip = Vec::with_capacity(32);
     let mut arp = Vec::with_capacity(32);
     let mut out = [Desc::default(); 32];
     let mut out_idx = Vec::with_capacity(32);
@@ -447,21 +498,25 @@ pub(crate) fn drive<D: Driver, Q: DriverQueues>(
         // queues only when the server holds both sub-queues, which it never does).
         let room = ends.in_room();
         // Called even with no room (max 0): the device does its health checks there.
-        if let Err(e) = driver.rx_burst(ends.pools(), &mut rx, room.min(32)) {
+        let mut served = ServedPools {
+            pools: ends.pools(),
+            families,
+        };
+        if let Err(e) = driver.rx_burst(&mut served, &mut rx, room.min(32)) {
             // The device gave up for good (the `Driver` contract): stop, and say why.
             gave_up = Some(format!("the device failed: {e}"));
             break;
         }
-        ipv4.clear();
+        ip.clear();
         arp.clear();
         for f in &rx {
             let d = Desc::new(f.buf, f.len);
             match f.family {
-                Family::Ipv4 => ipv4.push(d),
+                Family::Ipv4 | Family::Ipv6 => ip.push(d),
                 Family::Arp => arp.push(d),
             }
         }
-        for (family, frames) in [(Family::Ipv4, &ipv4), (Family::Arp, &arp)] {
+        for (family, frames) in [(Family::Ipv4, &ip), (Family::Arp, &arp)] {
             if frames.is_empty() {
                 continue;
             }

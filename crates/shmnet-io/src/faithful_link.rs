@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// Slots per sub-queue of the IPv4 IN queue, the ARP IN queue and the OUT queue, in the
 /// order they lie in the memory (the rings' sizes).
 const CAPACITIES: [u32; 3] = [1024, 64, 1024];
-const Q_IN_IPV4: usize = 0;
+const Q_IN_IP: usize = 0;
 const Q_IN_ARP: usize = 1;
 const Q_OUT: usize = 2;
 
@@ -109,7 +109,7 @@ impl FaithfulShared {
                 .expect("a queue of the layout")
         };
         [
-            q(Q_IN_IPV4, Direction::In, to_server.clone()),
+            q(Q_IN_IP, Direction::In, to_server.clone()),
             q(Q_IN_ARP, Direction::In, to_server),
             q(Q_OUT, Direction::Out, to_driver),
         ]
@@ -120,7 +120,7 @@ impl FaithfulShared {
     pub(crate) fn server_ends(&self, limits: DescLimits) -> FaithfulServerEnds {
         let [ipv4, arp, out] = self.all_ends();
         FaithfulServerEnds {
-            in_ipv4: ipv4.1.with_limits(limits),
+            in_ip: ipv4.1.with_limits(limits),
             in_arp: arp.1.with_limits(limits),
             out: out.0,
         }
@@ -131,7 +131,7 @@ impl FaithfulShared {
         let [ipv4, arp, out] = self.all_ends();
         FaithfulDriverEnds {
             pools,
-            in_ipv4: ipv4.0,
+            in_ip: ipv4.0,
             in_arp: arp.0,
             out: out.1.with_limits(limits),
         }
@@ -140,7 +140,7 @@ impl FaithfulShared {
 
 /// The server's ends: it consumes the IN queues (spinning side) and produces OUT (spinning).
 pub(crate) struct FaithfulServerEnds {
-    pub(crate) in_ipv4: FaithfulConsumer,
+    pub(crate) in_ip: FaithfulConsumer,
     pub(crate) in_arp: FaithfulConsumer,
     pub(crate) out: FaithfulProducer,
 }
@@ -148,7 +148,7 @@ pub(crate) struct FaithfulServerEnds {
 /// The driver's ends: it produces the IN queues (yielding side) and consumes OUT (yielding).
 pub(crate) struct FaithfulDriverEnds {
     pub(crate) pools: DriverPools,
-    pub(crate) in_ipv4: FaithfulProducer,
+    pub(crate) in_ip: FaithfulProducer,
     pub(crate) in_arp: FaithfulProducer,
     pub(crate) out: FaithfulConsumer,
 }
@@ -157,7 +157,7 @@ pub(crate) struct FaithfulDriverEnds {
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FaithfulServerStats {
     /// The IPv4 IN queue, as its consumer counts it.
-    pub in_ipv4: ConsumerStats,
+    pub in_ip: ConsumerStats,
     /// The ARP IN queue, as its consumer counts it.
     pub in_arp: ConsumerStats,
     /// The OUT queue, as its producer counts it.
@@ -168,7 +168,7 @@ pub struct FaithfulServerStats {
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FaithfulDriverStats {
     /// The IPv4 IN queue, as its producer counts it.
-    pub in_ipv4: ProducerStats,
+    pub in_ip: ProducerStats,
     /// The ARP IN queue, as its producer counts it.
     pub in_arp: ProducerStats,
     /// The OUT queue, as its consumer counts it.
@@ -179,7 +179,7 @@ impl FaithfulServerEnds {
     /// Its counters.
     pub(crate) fn stats(&self) -> FaithfulServerStats {
         FaithfulServerStats {
-            in_ipv4: self.in_ipv4.stats(),
+            in_ip: self.in_ip.stats(),
             in_arp: self.in_arp.stats(),
             out: self.out.stats(),
         }
@@ -188,13 +188,13 @@ impl FaithfulServerEnds {
     /// Says idle on both IN queues and looks again: `true` to sleep (then
     /// [`Self::finish_wait`]), `false` if either has work (nothing left announced).
     pub(crate) fn prepare_wait(&mut self) -> bool {
-        if !self.in_ipv4.prepare_wait() {
+        if !self.in_ip.prepare_wait() {
             return false;
         }
         if !self.in_arp.prepare_wait() {
             // Work is there: the loop runs on, and the event (if any) is consumed at its
             // next sleep.
-            self.in_ipv4.withdraw_idle();
+            self.in_ip.withdraw_idle();
             return false;
         }
         true
@@ -203,7 +203,7 @@ impl FaithfulServerEnds {
     /// Withdraws what [`Self::prepare_wait`] announced, consuming the shared event once.
     pub(crate) fn finish_wait(&mut self) {
         self.in_arp.withdraw_idle();
-        self.in_ipv4.finish_wait();
+        self.in_ip.finish_wait();
     }
 }
 
@@ -211,7 +211,7 @@ impl FaithfulDriverEnds {
     /// Its counters.
     pub(crate) fn stats(&self) -> FaithfulDriverStats {
         FaithfulDriverStats {
-            in_ipv4: self.in_ipv4.stats(),
+            in_ip: self.in_ip.stats(),
             in_arp: self.in_arp.stats(),
             out: self.out.stats(),
         }

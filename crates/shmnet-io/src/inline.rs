@@ -60,6 +60,11 @@ pub struct ServeConfig {
     pub prefix: u8,
     /// The router for destinations off the subnet (`None`: they are unreachable).
     pub gateway: Option<Ipv4Addr>,
+    /// Our IPv6 address and its prefix length (`None`: no IPv6).
+    pub ipv6: Option<(std::net::Ipv6Addr, u8)>,
+    /// The families the server takes from its driver (IPv4 with ARP, IPv6, or both): the
+    /// driver sheds the others, or hands them to the server that takes them.
+    pub families: crate::driver::Families,
     /// The pools of the window the buffers live in.
     pub pools: PoolSpec,
     /// Verify and generate UDP checksums.
@@ -100,6 +105,7 @@ impl ServeConfig {
     pub fn stack_config(&self, mac: [u8; 6]) -> Config {
         let mut cfg = Config::new(EthernetAddress(mac), self.ip, self.prefix);
         cfg.gateway = self.gateway;
+        cfg.ipv6 = self.ipv6.filter(|_| self.families.ipv6);
         cfg.udp_rx_checksum = self.checksum;
         cfg.udp_tx_checksum = self.checksum;
         cfg.rx_queue_limit = self.rx_queue_limit;
@@ -122,6 +128,8 @@ impl Default for ServeConfig {
             ip: Ipv4Addr::new(10, 0, 0, 1),
             prefix: 24,
             gateway: None,
+            ipv6: None,
+            families: crate::driver::Families::IPV4,
             pools: PoolSpec::default(),
             checksum: true,
             rx_queue_limit: 64,
@@ -201,6 +209,8 @@ pub struct Inline<D: Driver> {
     driver: D,
     window: Window,
     dpools: DriverPools,
+    /// The families it serves (the driver sheds the rest).
+    families: crate::driver::Families,
     pool: ChanPool,
     iface: Interface,
     sockets: Vec<(App, SocketHandle)>,
@@ -263,6 +273,7 @@ impl<D: Driver> Inline<D> {
             driver,
             window,
             dpools,
+            families: cfg.families,
             pool,
             iface,
             sockets,
@@ -300,7 +311,11 @@ impl<D: Driver> Inline<D> {
         self.rx.clear();
         // A driver error (e.g. the interface went away) leaves nothing received this round;
         // it shows in the driver's counters.
-        let _ = self.driver.rx_burst(&mut self.dpools, &mut self.rx, BURST);
+        let mut served = crate::driver::ServedPools {
+            pools: &mut self.dpools,
+            families: self.families,
+        };
+        let _ = self.driver.rx_burst(&mut served, &mut self.rx, BURST);
         let mut work = self.rx.len();
         for f in &self.rx {
             self.iface

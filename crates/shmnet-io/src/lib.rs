@@ -18,5 +18,6 @@ pub mod faithful_link;
 pub mod inline;
 pub mod pool;
 pub mod server;
+pub mod shared_driver;
 pub mod spec;
 pub mod windows;

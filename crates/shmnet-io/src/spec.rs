@@ -60,6 +60,17 @@ pub enum SpecError {
         "--sync faithful joins a driver to the server by seed 002's queues: use --structure server with --placement thread or process, not the {0}"
     )]
     FaithfulSync(&'static str),
+    /// IPv6 asked for without an IPv6 address.
+    #[error("--family {0} serves IPv6: give the server an IPv6 address with --ip6 ADDR/PREFIX")]
+    NoIpv6Address(&'static str),
+    /// A server that serves no family.
+    #[error("the server serves no family: use --family ipv4, ipv6 or both")]
+    NoFamily,
+    /// `--attach` outside the server structure.
+    #[error(
+        "--attach joins a server to a running `shmnet driver --listen`: use it with --structure server (and no --placement or --driver)"
+    )]
+    AttachNeedsServer,
 }
 
 /// The smallest MTU `shmnet serve` takes (IPv4's minimum datagram every host must accept).
@@ -412,6 +423,10 @@ pub struct DriverSetup {
     /// 002's queues (their memory and two eventfds) right after the data window.
     #[serde(default)]
     pub sync: SyncMode,
+    /// The families the server takes: the driver hands it only those (a driver shared by
+    /// several servers gives each family to the one server that asked for it).
+    #[serde(default)]
+    pub families: crate::driver::Families,
 }
 
 /// An Ethernet MTU.
@@ -439,6 +454,14 @@ pub struct ServeSpec {
     pub prefix: u8,
     /// The router for destinations off the subnet (`None`: they are unreachable).
     pub gateway: Option<Ipv4Addr>,
+    /// Our IPv6 address and its prefix length (`None`: no IPv6).
+    pub ip6: Option<(std::net::Ipv6Addr, u8)>,
+    /// The families the server takes from its driver.
+    pub families: crate::driver::Families,
+    /// server structure: the listening socket of a running `shmnet driver --listen` to
+    /// attach to, instead of starting a driver (several servers then share one device, each
+    /// taking its own families).
+    pub attach: Option<PathBuf>,
     /// Verify and generate UDP checksums (and TCP's on a loopback; see
     /// [`crate::inline::ServeConfig::stack_config`]).
     pub checksum: bool,
@@ -520,6 +543,9 @@ impl Default for ServeSpec {
             ip: Ipv4Addr::new(10, 0, 0, 1),
             prefix: 24,
             gateway: None,
+            ip6: None,
+            families: crate::driver::Families::IPV4,
+            attach: None,
             checksum: true,
             mtu: 1500,
             rx_queue: 64,
@@ -607,7 +633,7 @@ impl ServeSpec {
         if self.sync == SyncMode::Modern {
             return Ok(());
         }
-        match (self.structure, self.placement) {
+        match (self.structure, self.effective_placement()) {
             (ServeStructure::Server, Placement::Thread | Placement::Process) => Ok(()),
             (ServeStructure::Inline, _) => Err(SpecError::FaithfulSync("inline structure")),
             (ServeStructure::Ipc, _) => Err(SpecError::FaithfulSync("ipc structure")),
@@ -615,10 +641,28 @@ impl ServeSpec {
         }
     }
 
-    /// Where the driver actually runs: the ipc structure always runs it on a thread.
+    /// Refuses a server that serves no family, IPv6 without an address, and `--attach`
+    /// outside the server structure.
+    pub fn check_families(&self) -> Result<(), SpecError> {
+        if !self.families.ipv4 && !self.families.ipv6 {
+            return Err(SpecError::NoFamily);
+        }
+        if self.families.ipv6 && self.ip6.is_none() {
+            return Err(SpecError::NoIpv6Address(self.families.name()));
+        }
+        if self.attach.is_some() && self.structure != ServeStructure::Server {
+            return Err(SpecError::AttachNeedsServer);
+        }
+        Ok(())
+    }
+
+    /// Where the driver actually runs: the ipc structure always runs it on a thread, and an
+    /// attached server's driver (`--attach`) is a process of its own.
     pub fn effective_placement(&self) -> Placement {
         if self.structure == ServeStructure::Ipc {
             Placement::Thread
+        } else if self.attach.is_some() {
+            Placement::Process
         } else {
             self.placement
         }
@@ -631,6 +675,8 @@ impl ServeSpec {
             ip: self.ip,
             prefix: self.prefix,
             gateway: self.gateway,
+            ipv6: self.ip6,
+            families: self.families,
             checksum: self.checksum,
             apps,
             rx_queue_limit: self.rx_queue,
@@ -674,6 +720,7 @@ impl ServeSpec {
             checksum: self.checksum,
             mtu: self.mtu,
             sync: self.sync,
+            families: self.families,
         }
     }
 
@@ -846,6 +893,13 @@ mod tests {
             spec.check_sync(),
             Err(SpecError::FaithfulSync("polled placement"))
         );
+        spec.attach = Some("/run/shmnet/v0.drv".into());
+        assert_eq!(
+            spec.check_sync(),
+            Ok(()),
+            "a shared driver is a process apart"
+        );
+        spec.attach = None;
         spec.placement = Placement::Process;
         assert_eq!(spec.check_sync(), Ok(()));
         assert_eq!(spec.driver_setup().sync, SyncMode::Faithful);

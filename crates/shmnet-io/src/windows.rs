@@ -13,8 +13,9 @@
 use shmnet_chan::{AllocPolicy, ChannelSpec, Desc, PageSize, PoolSpec, RingSpec};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-/// Data window ring: IPv4 frames, driver → server (the seed's IN queue for one family).
-pub const IN_IPV4: usize = 0;
+/// Data window ring: network-layer frames, driver → server (the seed's IN queue for one
+/// family): IPv4 and IPv6, whichever of them the server takes.
+pub const IN_IP: usize = 0;
 /// Data window ring: ARP frames, driver → server.
 pub const IN_ARP: usize = 1;
 /// Data window ring: frames to transmit, server → driver (the OUT queue).

@@ -573,13 +573,12 @@ fn check_faithful(r: &mut Running, how: How, frames: u64) {
         let (Some(server), Some(driver)) = (st.faithful, st.driver.faithful) else {
             return false;
         };
-        server.in_ipv4.dequeued == driver.in_ipv4.enqueued
-            && driver.out.dequeued == server.out.enqueued
+        server.in_ip.dequeued == driver.in_ip.enqueued && driver.out.dequeued == server.out.enqueued
     });
     let st = r.server.stats();
     let server = st.faithful.expect("the server's side of the queues");
-    assert!(server.in_ipv4.dequeued >= frames, "{server:?}");
-    assert_eq!(server.in_ipv4.refused + server.in_ipv4.index_errors, 0);
+    assert!(server.in_ip.dequeued >= frames, "{server:?}");
+    assert_eq!(server.in_ip.refused + server.in_ip.index_errors, 0);
 }
 
 #[test]

@@ -4,11 +4,12 @@
 //!
 //! [`Sum`] accumulates the ones' complement sum of a byte sequence given in pieces of any
 //! length and alignment (each piece summed with smoltcp's `checksum::data`); [`checksum`] is
-//! the complemented sum of one slice, as it goes in a header field; [`pseudo_v4`] the IPv4
-//! pseudo-header's sum. The receive path's IPv4 header check has a faster form of the same
-//! arithmetic (32-bit words and a remainder, `ipv4_header_ok`), tested against it.
+//! the complemented sum of one slice, as it goes in a header field; [`pseudo_v4`] and
+//! [`pseudo_v6`] the pseudo-headers' sums. The receive path's IPv4 header check has a
+//! faster form of the same arithmetic (32-bit words and a remainder, `ipv4_header_ok`),
+//! tested against it.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use smoltcp::wire::checksum as sm;
 use smoltcp::wire::{IPV4_HEADER_LEN, IpProtocol};
@@ -145,6 +146,13 @@ fn options_sum(options: &[u8]) -> u64 {
 #[inline]
 pub fn pseudo_v4(src: Ipv4Addr, dst: Ipv4Addr, proto: IpProtocol, len: usize) -> u16 {
     sm::pseudo_header_v4(&src, &dst, proto, len as u32)
+}
+
+/// The sum of the IPv6 pseudo-header (RFC 8200 section 8.1) for `len` bytes of upper-layer
+/// protocol `proto` from `src` to `dst` (`len` below 65,536: no jumbograms).
+#[inline]
+pub fn pseudo_v6(src: Ipv6Addr, dst: Ipv6Addr, proto: IpProtocol, len: usize) -> u16 {
+    sm::pseudo_header_v6(&src, &dst, proto, len as u32)
 }
 
 #[cfg(test)]

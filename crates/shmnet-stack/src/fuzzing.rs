@@ -13,13 +13,17 @@
 //! draining the sockets, and clearing the interface (TCP connections that are still open
 //! hold their queues until then).
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
 use crate::{
     BufIdx, BufferPool, Config, EthernetAddress, HeapPool, Instant, Interface, NoHook, Stats,
 };
 
 const HEADROOM: usize = 32;
+
+/// The interface's IPv6 address, so that the fuzzer reaches neighbour discovery and ICMPv6
+/// echo (its MAC is 02:00:00:00:00:01, its IPv4 address 10.0.0.1/24).
+pub const IPV6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
 
 /// Run one fuzz input (format above) and return the interface's counters. Panics only if a
 /// bug breaks buffer conservation (or the stack itself panics).
@@ -45,6 +49,7 @@ fn run(data: &[u8], pool: &mut HeapPool, user: &mut [u8]) -> Stats {
     cfg.rx_queue_limit = 4;
     cfg.arp_pending_limit = 16;
     cfg.reasm_capacity = 8;
+    cfg.ipv6 = Some((IPV6, 64));
     let mut ifc = Interface::new(cfg);
     let socks = [
         ifc.udp_bind_port(7).expect("bind 7"),

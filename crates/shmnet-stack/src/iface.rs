@@ -28,6 +28,7 @@ use crate::tcp::{Tcp, TcpConfig};
 use crate::udp::{self, UdpHeader};
 use crate::{Instant, eth};
 
+mod ipv6;
 mod local_udp;
 mod tcp;
 
@@ -67,6 +68,12 @@ pub struct Config {
     pub prefix_len: u8,
     /// Gateway for off-link destinations, if any.
     pub gateway: Option<Ipv4Addr>,
+    /// Our IPv6 address and its prefix length (`None`: IPv6 frames are not ours and are
+    /// counted in `unknown_ethertype`, as before the stack spoke IPv6). With an address the
+    /// stack answers neighbour solicitations for it and ICMPv6 echo requests, so that a host
+    /// on the link can `ping -6` it; nothing else of IPv6 (see `iface/ipv6.rs`). The prefix
+    /// length is not used yet (every answer goes to the link-layer address it came from).
+    pub ipv6: Option<(std::net::Ipv6Addr, u8)>,
     /// MTU: the largest IP packet per frame (1500).
     pub mtu: usize,
     /// TTL of the packets we send (64).
@@ -141,6 +148,7 @@ impl Config {
             ipv4,
             prefix_len,
             gateway: None,
+            ipv6: None,
             mtu: 1500,
             ttl: 64,
             udp_rx_checksum: true,
@@ -439,7 +447,7 @@ impl Interface {
             pool.free(frame);
             return;
         };
-        if eh.dst != self.cfg.mac && !eh.dst.is_broadcast() {
+        if eh.dst != self.cfg.mac && !eh.dst.is_broadcast() && !self.ipv6_multicast(&eh) {
             self.stats.not_for_us += 1;
             pool.free(frame);
             return;
@@ -447,11 +455,21 @@ impl Interface {
         match eh.ethertype {
             EthernetProtocol::Arp => self.rx_arp(pool, frame, now, tx),
             EthernetProtocol::Ipv4 => self.rx_ipv4(pool, frame, eh.src, now, tx),
+            EthernetProtocol::Ipv6 => self.rx_ipv6(pool, frame, eh.src, tx),
             _ => {
                 self.stats.unknown_ethertype += 1;
                 pool.free(frame);
             }
         }
+    }
+
+    /// Whether a frame to a multicast Ethernet address may be ours: with an IPv6 address,
+    /// an IPv6 frame to 33:33:xx:xx:xx:xx (its IPv6 destination decides, in `rx_ipv6`).
+    #[inline]
+    fn ipv6_multicast(&self, eh: &eth::EthHeader) -> bool {
+        self.cfg.ipv6.is_some()
+            && eh.ethertype == EthernetProtocol::Ipv6
+            && crate::ipv6::is_multicast_mac(eh.dst)
     }
 
     #[inline(never)]

@@ -1,6 +1,7 @@
 //! shmnet-stack: the protocol server's stack — Ethernet II, ARP, IPv4 with fragmentation and
 //! reassembly, ICMP (echo, port unreachable), UDP sockets and TCP ([`tcp`], docs/tcp.md) —
-//! over buffer chains.
+//! over buffer chains; and, given an IPv6 address, enough IPv6 to be resolved and pinged
+//! (neighbour discovery and ICMPv6 echo, [`ipv6`]).
 //!
 //! # Shape
 //!
@@ -58,6 +59,7 @@ pub mod fuzzing;
 pub mod icmp;
 pub mod iface;
 pub mod ipv4;
+pub mod ipv6;
 pub mod reasm;
 pub mod socket;
 pub mod stats;
@@ -72,7 +74,7 @@ pub mod udp;
 /// and its drivers agree on every field by construction.
 pub mod wire {
     pub use crate::checksum::{self, Sum};
-    pub use crate::{arp, eth, icmp, ipv4, udp};
+    pub use crate::{arp, eth, icmp, ipv4, ipv6, udp};
     pub use smoltcp::wire::{ArpOperation, ArpRepr, EthernetAddress, EthernetProtocol, IpProtocol};
 }
 

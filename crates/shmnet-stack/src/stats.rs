@@ -3,9 +3,10 @@
 //! Invariant: every frame handed to [`crate::Interface::receive`] that the stack refuses is
 //! counted under exactly one drop counter (from `runt` on), and its buffers are back in the
 //! pool before `receive` returns. Frames it accepts are held (a fragment, a queued message),
-//! answered (ARP, ICMP) or simply consumed (an ARP packet about someone else). A TCP
-//! segment that reached TCP is counted in [`crate::tcp::TcpCounters`] instead (its own
-//! refusals, from `malformed` on), which the interface reports beside these.
+//! answered (ARP, ICMP, neighbour discovery, ICMPv6 echo) or simply consumed (an ARP packet
+//! about someone else, an ICMPv6 message we do not answer). A TCP segment that reached TCP
+//! is counted in [`crate::tcp::TcpCounters`] instead (its own refusals, from `malformed`
+//! on), which the interface reports beside these.
 
 macro_rules! stats {
     ($( $(#[$m:meta])* $name:ident ),* $(,)?) => {
@@ -63,18 +64,42 @@ stats! {
     arp_requests_sent,
     /// Neighbour cache entries learnt or refreshed.
     arp_learnt,
+    /// IPv6 packets for us (to our address, its solicited-node group or all nodes) carrying
+    /// ICMPv6, handed to the ICMPv6 path (only with [`crate::Config::ipv6`]).
+    ipv6_rx,
+    /// Neighbour advertisements sent, answering solicitations for our IPv6 address (another
+    /// node's duplicate address detection included).
+    nd_advertisements_sent,
+    /// ICMPv6 echo replies sent.
+    icmpv6_echo_replies,
+    /// ICMPv6 messages consumed without an answer (neighbour advertisements, router
+    /// discovery, MLD, errors, unknown types).
+    icmpv6_other,
 
     // ---- drops ----
     /// Frame shorter than the header it claims to carry.
     runt,
     /// Buffer header inconsistent (chained frame, `off`/`len` beyond the capacity).
     bad_buffer,
-    /// Ethernet destination is neither us nor broadcast.
+    /// Ethernet destination is neither us nor broadcast (nor, with an IPv6 address, an IPv6
+    /// multicast address for an IPv6 frame).
     not_for_us,
-    /// EtherType neither IPv4 nor ARP.
+    /// EtherType neither IPv4 nor ARP (nor IPv6, with an IPv6 address).
     unknown_ethertype,
     /// ARP packet we do not handle (not Ethernet/IPv4, unknown operation).
     arp_bad,
+    /// Malformed IPv6 packet: version not 6, payload length beyond the frame, multicast
+    /// (or our own) source, ICMPv6 message malformed or with a wrong checksum, echo request
+    /// with nobody to answer, or neighbour solicitation failing RFC 4861's validation (hop
+    /// limit not 255, multicast target, bad options, bad duplicate address detection).
+    /// A frame shorter than the IPv6 header is a `runt`.
+    ipv6_bad,
+    /// IPv6 destination neither our address, nor its solicited-node group, nor all nodes;
+    /// or a neighbour solicitation for another node's address.
+    ipv6_not_for_us,
+    /// IPv6 packet we cannot handle: next header other than ICMPv6 (UDP, TCP, extension
+    /// headers, fragments), or an echo request whose reply would exceed the MTU.
+    ipv6_unsupported,
     /// IPv4 version field is not 4.
     bad_version,
     /// IPv4 header checksum wrong.

@@ -82,8 +82,22 @@ enum Command {
     App(app::AppCmd),
     /// Run an unmodified program with its IPv4 TCP sockets on a shmnet server.
     Run(run::RunArgs),
-    /// A driver process of the server structure (started by `shmnet serve`).
-    #[command(hide = true)]
+    /// One device shared by several protocol servers, each taking its own families.
+    ///
+    /// `shmnet driver --listen PATH --device IFACE` opens IFACE and waits for servers:
+    /// each `shmnet serve --structure server --attach PATH --family ipv4|ipv6|both`
+    /// hands the driver its data window, and gets every frame of its families (ARP goes
+    /// with IPv4). A server that dies, even by kill -9, frees its families: the others go
+    /// on, and a new server may take them. Two servers cannot take the same family.
+    ///
+    /// Example (IPv4 and IPv6 served by two processes on one veth end):
+    ///   shmnet driver --listen /tmp/v0.drv --device v0 &
+    ///   shmnet serve --structure server --attach /tmp/v0.drv --family ipv4 --ip 10.0.0.1/24 --socket /tmp/four.sock &
+    ///   shmnet serve --structure server --attach /tmp/v0.drv --family ipv6 --ip6 fd00::1/64 --socket /tmp/six.sock &
+    ///
+    /// (Without --listen it is the driver process that `shmnet serve --placement process`
+    /// starts for itself.)
+    #[command(verbatim_doc_comment)]
     Driver(serve::DriverProcessArgs),
     /// Print the live counters of a running server: every queue, pool and layer, and the
     /// memory its windows hold.

@@ -2,9 +2,9 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
-use shmnet_io::driver::Driver;
 use shmnet_io::driver::impair::{ImpairSpec, Impaired};
 use shmnet_io::driver::softnic::{Dma, Softnic};
+use shmnet_io::driver::{Driver, Families};
 use shmnet_io::inline::{App, Inline};
 use shmnet_io::server::Placement;
 use shmnet_io::spec::{BenchPart, DriverSpec, ServeSpec, ServeStructure, SoftnicSpec};
@@ -81,9 +81,9 @@ pub struct DriverArgs {
     /// around the cache).
     #[arg(long, default_value = "cached")]
     softnic_dma: Dma,
-    /// Our address and prefix, e.g. 10.0.0.1/24.
-    #[arg(long, default_value = "10.0.0.1/24", value_parser = parse_cidr)]
-    ip: (Ipv4Addr, u8),
+    /// Our address and prefix (default 10.0.0.1/24).
+    #[arg(long, value_name = "ADDR/PREFIX", value_parser = parse_cidr)]
+    ip: Option<(Ipv4Addr, u8)>,
     /// The router for destinations off our subnet (without one, what is sent there is
     /// refused and counted as `no_route`). The stack resolves it with ARP like a neighbour.
     #[arg(long, value_name = "IP")]
@@ -156,6 +156,9 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
         .map_err(|_| format!("bad MAC address {s:?}: use six hex bytes like 02:00:00:00:00:01"))
 }
 
+/// The IPv4 address a server answers on when `--ip` is not given.
+const DEFAULT_IP: (Ipv4Addr, u8) = (Ipv4Addr::new(10, 0, 0, 1), 24);
+
 impl DriverArgs {
     /// The device these options name, as a spec (refusing options that do not apply to it).
     fn to_spec(&self) -> Result<DriverSpec> {
@@ -213,20 +216,45 @@ fn open_board(part: &BenchPart) -> Result<Arc<Scoreboard>> {
     Ok(Arc::new(board))
 }
 
-/// The hidden `shmnet driver` command's options: only the server's control socket (the
-/// server tells the driver its device over it).
+/// `shmnet driver`'s options: either `--listen` (a shared driver that servers attach to)
+/// or `--socket` (the driver process `shmnet serve --placement process` starts).
 #[derive(Args)]
+#[command(group = clap::ArgGroup::new("mode").required(true).args(["listen", "socket"]))]
 pub struct DriverProcessArgs {
-    /// The server's control socket.
+    /// Listen here for servers to attach (`shmnet serve --structure server --attach PATH`),
+    /// each taking its own families (--family): e.g. an IPv4 server and an IPv6 server on
+    /// one interface, each of which may stop, die or restart without disturbing the other.
+    #[arg(long, value_name = "PATH", requires = "device")]
+    listen: Option<PathBuf>,
+    /// With --listen: the interface to drive with AF_PACKET.
+    #[arg(long, value_name = "IFACE")]
+    device: Option<String>,
+    /// With --listen: seconds the interface may stay gone before the driver gives up
+    /// (0: never).
+    #[arg(long, default_value_t = shmnet_io::spec::DEFAULT_GIVE_UP_S, value_name = "SECONDS")]
+    give_up_after: f64,
+    /// With --listen: the largest IP packet per frame.
+    #[arg(long, default_value_t = 1500)]
+    mtu: usize,
+    /// With --listen: print the final report as JSON.
     #[arg(long)]
-    socket: PathBuf,
+    json: bool,
+    /// The control socket of the server that started this driver process (internal).
+    #[arg(long, hide = true)]
+    socket: Option<PathBuf>,
 }
 
-/// The hidden `shmnet driver` command: a driver process of the server structure. It
-/// attaches to the server, which sends the spec of the device to drive.
+/// `shmnet driver`: a shared driver (`--listen`), or a driver process of the server
+/// structure (`--socket`, started by `shmnet serve`: it attaches to the server, which sends
+/// the spec of the device to drive).
 pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
     use shmnet_io::server::attach_driver_process;
-    let (attached, setup) = attach_driver_process(&a.socket).context("driver process")?;
+    let socket = match (&a.listen, &a.socket) {
+        (Some(listen), _) => return run_shared_driver(&a, listen),
+        (None, Some(socket)) => socket,
+        (None, None) => bail!("give --listen PATH --device IFACE"),
+    };
+    let (attached, setup) = attach_driver_process(socket).context("driver process")?;
     let impair = setup.driver.impair();
     match &setup.driver {
         DriverSpec::Softnic(s) => drive_with(
@@ -244,6 +272,56 @@ pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
             impair,
         ),
     }
+}
+
+/// `shmnet driver --listen PATH --device IFACE`: drives the interface for every server
+/// that attaches, until Ctrl-C or SIGTERM; then prints what it did.
+fn run_shared_driver(a: &DriverProcessArgs, listen: &Path) -> Result<()> {
+    use shmnet_io::shared_driver::{SharedDriver, SharedDriverEvent, SharedDriverStats};
+    let iface = a
+        .device
+        .as_deref()
+        .context("--listen needs --device IFACE")?;
+    let _lock = crate::iface_lock::lock_or_warn(iface, false)?;
+    let mac = mac_of(iface)?;
+    let nic = open_af_packet(iface, a.give_up_after, a.mtu)?;
+    let shared = SharedDriver::listen(listen, mac)
+        .with_context(|| format!("listening at {}", listen.display()))?
+        .on_event(|e| match e {
+            SharedDriverEvent::Attached { server, families } => {
+                eprintln!("server {server} attached, taking {}", families.name())
+            }
+            SharedDriverEvent::Detached { server } => eprintln!("server {server} went away"),
+            SharedDriverEvent::Refused { server, why } => {
+                eprintln!("server {server} refused: {why}")
+            }
+        });
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    ctrlc::set_handler(move || s2.store(true, Ordering::Relaxed))
+        .context("installing the SIGINT/SIGTERM handler")?;
+    eprintln!(
+        "shmnet shared driver on {iface}, listening at {}: attach servers with `shmnet serve --structure server --attach {}`; Ctrl-C to stop",
+        listen.display(),
+        listen.display()
+    );
+    let report = std::sync::Mutex::new(SharedDriverStats::default());
+    let out = shared.run(nic, &stop, &report);
+    let _ = std::fs::remove_file(listen);
+    let last = out.context("the shared driver stopped")?;
+    if a.json {
+        println!("{}", serde_json::to_string(&last)?);
+    } else {
+        eprintln!(
+            "shared driver: {} frames in, {} out; {} servers attached, {} went away, {} refused",
+            last.driver.rx_frames,
+            last.driver.tx_frames,
+            last.attached,
+            last.detached,
+            last.refused
+        );
+    }
+    Ok(())
 }
 
 /// `nic`, impaired as `spec` says (`--impair`).
@@ -297,6 +375,22 @@ pub struct ServeArgs {
     /// docs/channel.md). `shmnet stats` shows the queues' counters under `faithful`.
     #[arg(long, value_enum, default_value = "modern")]
     sync: SyncArg,
+    /// Our IPv6 address and prefix, e.g. fd00::1/64: the server answers neighbour
+    /// discovery and ICMPv6 echo (ping -6) there.
+    #[arg(long, value_name = "ADDR/PREFIX", value_parser = parse_cidr6)]
+    ip6: Option<(std::net::Ipv6Addr, u8)>,
+    /// The families this server takes from its driver: `ipv4` (with ARP), `ipv6`, or
+    /// `both` (default: ipv6 when only --ip6 is given, both when --ip and --ip6 are, else
+    /// ipv4). The driver sheds the rest —
+    /// or, shared (--attach), hands them to the server that takes them.
+    #[arg(long, value_enum)]
+    family: Option<FamilyArg>,
+    /// server structure: attach to the shared driver listening at PATH (`shmnet driver
+    /// --listen PATH --device IFACE`) instead of opening a device: several servers then
+    /// share one interface, each taking its own --family, and each may stop or die without
+    /// disturbing the others.
+    #[arg(long, value_name = "PATH", conflicts_with = "placement")]
+    attach: Option<PathBuf>,
     /// server structure: connections the control socket accepts at once (applications,
     /// `shmnet stats`, not yet greeted); the next is told the server is full.
     #[arg(long, default_value_t = 1024, value_name = "N")]
@@ -403,9 +497,16 @@ impl ServeArgs {
                 SyncArg::Faithful => shmnet_io::server::SyncMode::Faithful,
             },
             driver: self.dev.to_spec()?,
-            ip: self.dev.ip.0,
-            prefix: self.dev.ip.1,
+            ip: self.dev.ip.unwrap_or(DEFAULT_IP).0,
+            prefix: self.dev.ip.unwrap_or(DEFAULT_IP).1,
             gateway: self.dev.gateway,
+            ip6: self.ip6,
+            families: match (self.family, self.ip6, self.dev.ip.is_some()) {
+                (Some(FamilyArg::Ipv4), ..) | (None, None, _) => Families::IPV4,
+                (Some(FamilyArg::Ipv6), ..) | (None, Some(_), false) => Families::IPV6,
+                (Some(FamilyArg::Both), ..) | (None, Some(_), true) => Families::BOTH,
+            },
+            attach: self.attach.clone(),
             checksum: !self.dev.no_checksum,
             buffers: self.dev.buffers,
             cache: if self.dev.buffers.is_none() {
@@ -437,8 +538,46 @@ impl ServeArgs {
         spec.check_mtu()?;
         spec.check_gateway()?;
         spec.check_sync()?;
+        spec.check_families()?;
         Ok(spec)
     }
+}
+
+/// The addresses a server answers on, by the families it takes.
+fn addresses(a: &ServeSpec) -> String {
+    let v4 = format!("{}/{}", a.ip, a.prefix);
+    let v6 = a.ip6.map(|(ip, p)| format!("{ip}/{p}"));
+    match (a.families.ipv4, v6.filter(|_| a.families.ipv6)) {
+        (true, Some(v6)) => format!("{v4} and {v6}"),
+        (false, Some(v6)) => v6,
+        _ => v4,
+    }
+}
+
+/// `--family`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum FamilyArg {
+    /// IPv4 and ARP.
+    Ipv4,
+    /// IPv6.
+    Ipv6,
+    /// Both.
+    Both,
+}
+
+fn parse_cidr6(s: &str) -> Result<(std::net::Ipv6Addr, u8), String> {
+    let (a, p) = s
+        .split_once('/')
+        .ok_or_else(|| format!("expected ADDRESS/PREFIX like fd00::1/64, got {s:?}"))?;
+    let ip: std::net::Ipv6Addr = a.parse().map_err(|_| format!("bad IPv6 address {a:?}"))?;
+    let prefix: u8 = p.parse().map_err(|_| format!("bad prefix {p:?}"))?;
+    if prefix > 128 {
+        return Err(format!("prefix {prefix} is longer than 128"));
+    }
+    if ip.is_multicast() || ip.is_unspecified() || ip.is_loopback() {
+        return Err(format!("{ip} cannot be a host's address"));
+    }
+    Ok((ip, prefix))
 }
 
 fn parse_cidr(s: &str) -> Result<(Ipv4Addr, u8), String> {
@@ -798,10 +937,13 @@ fn run_server(a: &ServeSpec) -> Result<()> {
     let opts = a.server_options();
     let ipc = opts.ipc;
     let gate = Arc::new(AtomicBool::new(false));
-    let softnic = a.driver.softnic();
+    // An attached server drives no device of its own: its `driver` spec is unused.
+    let softnic = a.driver.softnic().filter(|_| a.attach.is_none());
     let placement = a.effective_placement();
     let as_thread = placement != Placement::Process;
-    let mut server = if as_thread {
+    let mut server = if let Some(path) = &a.attach {
+        Server::attach_to_driver(&opts, path, Duration::from_secs(10)).map_err(anyhow::Error::from)
+    } else if as_thread {
         let impair = a.driver.impair();
         match &a.driver {
             DriverSpec::AfPacket {
@@ -853,17 +995,23 @@ fn run_server(a: &ServeSpec) -> Result<()> {
         server.start_driver();
     }
     let data_mib = server.data_window().size() as f64 / (1 << 20) as f64;
+    let driver = match &a.attach {
+        Some(p) => format!("shared at {}", p.display()),
+        None => a.driver.name(),
+    };
     eprintln!(
-        "shmnet {} structure, driver {} ({}{}) on {}/{}, control socket {}; data window {data_mib:.1} MiB{}",
+        "shmnet {} structure, driver {driver} ({}{}) on {}, control socket {}; data window {data_mib:.1} MiB{}",
         if ipc { "ipc" } else { "server" },
-        a.driver.name(),
-        placement.name(),
+        if a.attach.is_some() {
+            "process"
+        } else {
+            placement.name()
+        },
         match a.sync {
             shmnet_io::server::SyncMode::Modern => "",
             shmnet_io::server::SyncMode::Faithful => ", seed 002's queues",
         },
-        a.ip,
-        a.prefix,
+        addresses(a),
         a.socket.display(),
         match softnic {
             Some(s) if s.loopback => "; the loopback wire hands every frame back".into(),

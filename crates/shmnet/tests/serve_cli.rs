@@ -856,3 +856,184 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
         let _ = std::fs::remove_dir_all(runtime);
     }
 }
+
+/// Prints a party's stderr if the test fails while it is in scope.
+struct ShowOnPanic(&'static str, Arc<Mutex<String>>);
+
+impl Drop for ShowOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "{} said:\n{}",
+                self.0,
+                self.1.lock().map(|s| s.clone()).unwrap_or_default()
+            );
+        }
+    }
+}
+
+/// `ping` (or `ping -6`) in `ns` with `args`: whether every one was answered.
+fn pings_answered(ns: &Netns, args: &[&str]) -> bool {
+    let out = ns.cmd("ping").args(args).output().unwrap();
+    let (sent, received, _) = ping_summary(&String::from_utf8_lossy(&out.stdout));
+    if sent == 0 || sent != received {
+        eprintln!(
+            "ping {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    sent > 0 && sent == received
+}
+
+/// Seed 002's several protocol servers on one driver: `shmnet driver --listen` drives v0 for
+/// an IPv4 server and an IPv6 server, each attached with `--attach`. Linux pings both; a
+/// third server asking for a family already taken is refused with what to do; `kill -9` of
+/// either server leaves the other answering every ping, and the killed one, started again,
+/// answers again (the restarted IPv4 server joined by seed 002's own queues, `--sync
+/// faithful`).
+#[test]
+fn two_servers_share_one_driver_by_family_and_each_survives_the_others_death() {
+    const TEST: &str = "two_servers_share_one_driver_by_family_and_each_survives_the_others_death";
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
+        return;
+    }
+    let Some(ns) = Netns::new("shmnet-cli", "shared") else {
+        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+        return;
+    };
+    let ip_ok = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "ip {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ip_ok(&["-n", &ns.0, "addr", "add", "10.81.0.2/24", "dev", "v1"]);
+    ip_ok(&[
+        "-n",
+        &ns.0,
+        "-6",
+        "addr",
+        "add",
+        "fd81::2/64",
+        "dev",
+        "v1",
+        "nodad",
+    ]);
+    let runtime = temp("shared");
+    let drv_sock = runtime.join("v0.drv");
+    let drv_path = drv_sock.to_str().unwrap().to_string();
+    let mut driver = ns.shmnet(
+        &["driver", "--listen", &drv_path, "--device", "v0", "--json"],
+        &runtime,
+    );
+    driver.wait_for("Ctrl-C to stop");
+    // On failure, what the driver said of each server (attached, went away, refused why).
+    let _show = ShowOnPanic("the shared driver", Arc::clone(&driver.stderr));
+    // `sync` is the server's --sync: the driver joins either kind of queue.
+    let start = |family: &str, tag: &str, sync: &str| {
+        let sock = runtime.join(format!("{tag}.sock"));
+        let mut args = vec![
+            "serve",
+            "--json",
+            "--structure",
+            "server",
+            "--attach",
+            &drv_path,
+            "--family",
+            family,
+            "--socket",
+            sock.to_str().unwrap(),
+            "--sync",
+            sync,
+        ];
+        args.extend(match family {
+            "ipv4" => ["--ip", "10.81.0.1/24"],
+            _ => ["--ip6", "fd81::1/64"],
+        });
+        let mut p = ns.shmnet(&args, &runtime);
+        p.wait_for("; data window");
+        p
+    };
+    let v4 = ["-c", "5", "-i", "0.1", "-W", "2", "10.81.0.1"];
+    let v6 = ["-6", "-c", "5", "-i", "0.1", "-W", "2", "fd81::1"];
+    let mut four = start("ipv4", "four", "modern");
+    let mut six = start("ipv6", "six", "modern");
+    assert!(pings_answered(&ns, &v4), "IPv4 server: {}", four.err());
+    assert!(pings_answered(&ns, &v6), "IPv6 server: {}", six.err());
+
+    // A second IPv6 server is refused, and says what to do.
+    let mut again = ns.shmnet(
+        &[
+            "serve",
+            "--structure",
+            "server",
+            "--attach",
+            &drv_path,
+            "--ip6",
+            "fd81::9/64",
+            "--socket",
+            runtime.join("again.sock").to_str().unwrap(),
+        ],
+        &runtime,
+    );
+    assert!(
+        !again.wait().success(),
+        "a second server for IPv6 was let in"
+    );
+    assert!(
+        again
+            .err()
+            .contains("already gives its ipv4+ipv6 frames to other servers"),
+        "{}",
+        again.err()
+    );
+
+    // kill -9 of the IPv6 server: IPv4 goes on, IPv6 stops; a new IPv6 server answers.
+    six.signal(libc::SIGKILL);
+    six.wait();
+    assert!(pings_answered(&ns, &v4), "IPv4 after the IPv6 server died");
+    assert!(
+        !pings_answered(&ns, &["-6", "-c", "1", "-W", "1", "fd81::1"]),
+        "a dead server answered"
+    );
+    let mut six = start("ipv6", "six2", "modern");
+    assert!(
+        pings_answered(&ns, &v6),
+        "restarted IPv6 server: {}",
+        six.err()
+    );
+
+    // And the other way round.
+    four.signal(libc::SIGKILL);
+    four.wait();
+    assert!(pings_answered(&ns, &v6), "IPv6 after the IPv4 server died");
+    let mut four = start("ipv4", "four2", "faithful");
+    assert!(
+        pings_answered(&ns, &v4),
+        "restarted IPv4 server: {}",
+        four.err()
+    );
+
+    for p in [&mut four, &mut six] {
+        p.signal(libc::SIGTERM);
+        assert!(p.wait().success(), "{}", p.err());
+    }
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait().success(), "{}", driver.err());
+    let out = driver.out();
+    let report: serde_json::Value = serde_json::from_str(out.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    // Every server that attached either went away or is still listed (its watcher had
+    // not seen the hang-up yet when the driver stopped).
+    assert_eq!(report["attached"], 4, "{report}");
+    let listed = report["serving"].as_array().map_or(0, Vec::len) as u64;
+    assert_eq!(report["detached"].as_u64().unwrap() + listed, 4, "{report}");
+    assert!(report["refused"].as_u64() >= Some(1), "{report}");
+    assert!(!drv_sock.exists(), "the driver left its socket behind");
+    let _ = std::fs::remove_dir_all(runtime);
+}

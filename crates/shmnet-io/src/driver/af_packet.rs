@@ -520,7 +520,7 @@ impl RxRing {
         &mut self,
         map: &Mapping,
         stats: &mut DriverStats,
-        pools: &mut DriverPools,
+        pools: &mut dyn super::RxPools,
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> usize {
@@ -621,7 +621,7 @@ impl RxRing {
         &mut self,
         map: &Mapping,
         stats: &mut DriverStats,
-        pools: &mut DriverPools,
+        pools: &mut dyn super::RxPools,
         out: &mut Vec<RxFrame>,
     ) -> bool {
         let bs = self.block_size;
@@ -675,7 +675,12 @@ impl RxRing {
         }
         if frame.len() >= 6 {
             let dst: [u8; 6] = frame[..6].try_into().expect("six bytes");
-            let ok = dst == self.mac || dst == [0xff; 6] || (self.multicast && dst[0] & 1 != 0);
+            // IPv6 multicast (33:33:…) is how neighbour discovery reaches us: kept for
+            // the server that takes IPv6 (shed as unserved if none does).
+            let ok = dst == self.mac
+                || dst == [0xff; 6]
+                || dst[..2] == [0x33, 0x33]
+                || (self.multicast && dst[0] & 1 != 0);
             if !ok {
                 stats.rx_filtered += 1;
                 return false;
@@ -687,6 +692,10 @@ impl RxRing {
                 stats.shed(why);
                 return false;
             }
+        };
+        let Some(pools) = pools.pools_for(family) else {
+            stats.rx_unserved += 1;
+            return false;
         };
         let data_size = pools.buffers().geometry().data_size as usize;
         if snaplen > data_size && snaplen == len as usize {
@@ -1371,7 +1380,7 @@ impl AfPacket {
 impl Driver for AfPacket {
     fn rx_burst(
         &mut self,
-        pools: &mut DriverPools,
+        pools: &mut dyn super::RxPools,
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
@@ -1682,7 +1691,7 @@ mod tests {
             .frame(&ip, libc::PACKET_OUTGOING, libc::TP_STATUS_USER, 60)
             .frame(&ip, libc::PACKET_HOST, libc::TP_STATUS_VLAN_VALID, 60)
             .ours(&eth([0x01, 0, 0x5e, 0, 0, 1], 0x0800, 60)) // multicast
-            .ours(&eth(OURS, 0x86dd, 80)) // IPv6: not ours to handle
+            .ours(&eth(OURS, 0x86dd, 80)) // IPv6: these pools take IPv4 and ARP only
             .ours(&eth(OURS, 0x0800, 20)) // runt
             .ours(&eth(OURS, 0x0800, 3000)) // longer than a buffer
             .frame(&ip, libc::PACKET_HOST, libc::TP_STATUS_USER, 9000) // truncated
@@ -1701,7 +1710,8 @@ mod tests {
         assert_eq!(stats.rx_frames, 3);
         assert_eq!(stats.rx_bytes, 60 + 42 + 60);
         assert_eq!(stats.rx_filtered, 4);
-        assert_eq!(stats.rx_unknown_type, 1);
+        assert_eq!(stats.rx_unserved, 1);
+        assert_eq!(stats.rx_unknown_type, 0);
         assert_eq!(stats.rx_runts, 1);
         assert_eq!(stats.rx_oversize, 2);
         assert_eq!(stats.rx_bad_ring, 0);

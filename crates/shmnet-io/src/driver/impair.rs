@@ -947,24 +947,34 @@ impl<D: Driver> Impaired<D> {
 
     /// [`Driver::rx_burst`] at time `now` (on any clock, as long as every call uses the same
     /// one: tests and simulations drive it with their own).
+    ///
+    /// The frames it holds back live in one set of pools ([`super::RxPools::single`]): with
+    /// several servers on one driver there is none, and it gives up (`Err`).
     pub fn rx_burst_at(
         &mut self,
         now: Duration,
-        pools: &mut DriverPools,
+        pools: &mut dyn super::RxPools,
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
+        let Some(one) = pools.single() else {
+            return Err(std::io::Error::other(
+                "--impair holds frames in one server's pools: it cannot feed several servers",
+            ));
+        };
         // The caller's loop calls rx_burst even when it has nothing to send: transmit what
         // came due meanwhile.
-        self.tx.release(&self.p, pools, now);
-        let sent = self.send_tx(pools);
-        self.rx.release(&self.p, pools, now);
+        self.tx.release(&self.p, one, now);
+        let sent = self.send_tx(one);
+        self.rx.release(&self.p, one, now);
         // Called even with no room: the device does its health checks there.
         let room = max.saturating_sub(self.rx.out.len());
         self.rx_scratch.clear();
         let got = self.inner.rx_burst(pools, &mut self.rx_scratch, room);
-        for &f in &self.rx_scratch {
-            self.rx.admit(&self.p, pools, &mut self.bytes, now, f);
+        if let Some(one) = pools.single() {
+            for &f in &self.rx_scratch {
+                self.rx.admit(&self.p, one, &mut self.bytes, now, f);
+            }
         }
         got?;
         sent?;
@@ -1005,7 +1015,7 @@ impl<D: Driver> Impaired<D> {
 impl<D: Driver> Driver for Impaired<D> {
     fn rx_burst(
         &mut self,
-        pools: &mut DriverPools,
+        pools: &mut dyn super::RxPools,
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
@@ -1209,10 +1219,11 @@ mod tests {
     impl Driver for Fake {
         fn rx_burst(
             &mut self,
-            pools: &mut DriverPools,
+            pools: &mut dyn crate::driver::RxPools,
             out: &mut Vec<RxFrame>,
             max: usize,
         ) -> std::io::Result<usize> {
+            let pools = pools.single().unwrap();
             let mut n = 0;
             while n < max {
                 let Some(f) = self.incoming.pop_front() else {

@@ -3,7 +3,9 @@
 //! A driver moves frames between a device and pool buffers and never waits: a full queue or
 //! an empty pool is a counted drop. It also does the seed's first-level demultiplexing
 //! ([`classify`]): runts and unknown EtherTypes are shed here, before they cost the protocol
-//! server anything.
+//! server anything — and so are frames of a family no protocol server takes
+//! ([`RxPools::pools_for`]): each family's frames land in the pools of the server that
+//! serves it, so one driver can feed several servers (an IPv4 one and an IPv6 one, say).
 
 pub mod af_packet;
 pub mod impair;
@@ -11,6 +13,9 @@ pub mod softnic;
 
 use shmnet_chan::DriverPools;
 use shmnet_stack::wire::{EthernetProtocol, arp, eth, ipv4};
+
+/// Length of an IPv6 header: the smallest IPv6 packet.
+const IPV6_HEADER_LEN: usize = 40;
 
 /// The protocol family of a frame, by EtherType: which IN queue it goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -20,6 +25,133 @@ pub enum Family {
     Ipv4,
     /// EtherType 0x0806.
     Arp,
+    /// EtherType 0x86DD (its neighbour discovery travels inside it, as ICMPv6).
+    Ipv6,
+}
+
+/// The families one protocol server takes from its driver: IPv4 (with ARP, its address
+/// resolution), IPv6, or both. Each family goes to exactly one server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Families {
+    /// IPv4 and ARP.
+    pub ipv4: bool,
+    /// IPv6.
+    pub ipv6: bool,
+}
+
+impl Default for Families {
+    /// IPv4 and ARP: what every server took before shmnet spoke IPv6.
+    fn default() -> Self {
+        Self::IPV4
+    }
+}
+
+impl Families {
+    /// IPv4 and ARP only.
+    pub const IPV4: Families = Families {
+        ipv4: true,
+        ipv6: false,
+    };
+    /// IPv6 only.
+    pub const IPV6: Families = Families {
+        ipv4: false,
+        ipv6: true,
+    };
+    /// Both.
+    pub const BOTH: Families = Families {
+        ipv4: true,
+        ipv6: true,
+    };
+
+    /// Whether frames of `family` are taken.
+    pub fn contains(self, family: Family) -> bool {
+        match family {
+            Family::Ipv4 | Family::Arp => self.ipv4,
+            Family::Ipv6 => self.ipv6,
+        }
+    }
+
+    /// No family.
+    pub const NONE: Families = Families {
+        ipv4: false,
+        ipv6: false,
+    };
+
+    /// The families of either set.
+    pub fn union(self, other: Families) -> Families {
+        Families {
+            ipv4: self.ipv4 || other.ipv4,
+            ipv6: self.ipv6 || other.ipv6,
+        }
+    }
+
+    /// The families of `self` not in `other`, if there are any.
+    pub fn minus(self, other: Families) -> Option<Families> {
+        let left = Families {
+            ipv4: self.ipv4 && !other.ipv4,
+            ipv6: self.ipv6 && !other.ipv6,
+        };
+        (left != Families::NONE).then_some(left)
+    }
+
+    /// Whether the two sets share a family.
+    pub fn overlaps(self, other: Families) -> bool {
+        (self.ipv4 && other.ipv4) || (self.ipv6 && other.ipv6)
+    }
+
+    /// Its name, as the stats and messages show it: `ipv4`, `ipv6`, `ipv4+ipv6` (or `none`).
+    pub fn name(self) -> &'static str {
+        match (self.ipv4, self.ipv6) {
+            (true, true) => "ipv4+ipv6",
+            (true, false) => "ipv4",
+            (false, true) => "ipv6",
+            (false, false) => "none",
+        }
+    }
+}
+
+/// Where a driver puts the frames it receives: the pools of the server that takes each
+/// family. A driver asks once per frame, after [`classify`] and before it takes a buffer.
+pub trait RxPools {
+    /// The pools a frame of `family` is received into, or `None` when no server takes it
+    /// now (none serves the family, or its server has no room): the driver then counts the
+    /// frame in [`DriverStats::rx_unserved`] and leaves it.
+    fn pools_for(&mut self, family: Family) -> Option<&mut DriverPools>;
+
+    /// The one set of pools every frame goes to, if there is only one (a decorator that
+    /// holds frames back, such as [`impair::Impaired`], needs it; with several servers on
+    /// one driver there is none).
+    fn single(&mut self) -> Option<&mut DriverPools>;
+}
+
+/// One server's pools taking every frame of IPv4 and ARP — what a driver fed the server
+/// before there was more than one family.
+impl RxPools for DriverPools {
+    fn pools_for(&mut self, family: Family) -> Option<&mut DriverPools> {
+        Families::IPV4.contains(family).then_some(self)
+    }
+
+    fn single(&mut self) -> Option<&mut DriverPools> {
+        Some(self)
+    }
+}
+
+/// One server's pools, taking the families it serves.
+pub struct ServedPools<'a> {
+    /// The server's pools.
+    pub pools: &'a mut DriverPools,
+    /// What it serves.
+    pub families: Families,
+}
+
+impl RxPools for ServedPools<'_> {
+    fn pools_for(&mut self, family: Family) -> Option<&mut DriverPools> {
+        self.families.contains(family).then_some(&mut *self.pools)
+    }
+
+    fn single(&mut self) -> Option<&mut DriverPools> {
+        Some(self.pools)
+    }
 }
 
 /// Why a driver shed a frame.
@@ -46,7 +178,8 @@ pub fn classify(frame: &[u8]) -> Result<Family, Shed> {
     match ethertype {
         EthernetProtocol::Ipv4 if body >= ipv4::HEADER_LEN => Ok(Family::Ipv4),
         EthernetProtocol::Arp if body >= arp::ARP_LEN => Ok(Family::Arp),
-        EthernetProtocol::Ipv4 | EthernetProtocol::Arp => Err(Shed::Runt),
+        EthernetProtocol::Ipv6 if body >= IPV6_HEADER_LEN => Ok(Family::Ipv6),
+        EthernetProtocol::Ipv4 | EthernetProtocol::Arp | EthernetProtocol::Ipv6 => Err(Shed::Runt),
         _ => Err(Shed::UnknownType),
     }
 }
@@ -85,6 +218,10 @@ pub struct DriverStats {
     pub rx_runts: u64,
     /// Frames shed for an unknown EtherType.
     pub rx_unknown_type: u64,
+    /// Frames of a family no server took when they came ([`RxPools::pools_for`]: none
+    /// serves it, or its server's IN queue was full), left unreceived.
+    #[serde(default)]
+    pub rx_unserved: u64,
     /// Frames dropped by the device or kernel before we saw them (as it reports them).
     pub rx_device_drops: u64,
     /// Frames seen but not for us (another host's unicast, outgoing, unwanted multicast).
@@ -160,13 +297,14 @@ pub struct RxFrame {
 /// No driver holds a pool buffer between calls except as the docs of its `tx_burst` say
 /// (the loopback); a reopen therefore cannot leak buffers.
 pub trait Driver: Send {
-    /// Receives up to `max` frames into buffers allocated from `pools` and appends them to
-    /// `out`, classified. Frames that find no buffer, and frames shed by [`classify`], are
-    /// counted and never appear in `out`. Never blocks. Returns how many were appended, or
+    /// Receives up to `max` frames into buffers allocated from the pools `pools` names for
+    /// each frame's family, and appends them to `out`, classified. Frames that find no
+    /// buffer, frames shed by [`classify`] and frames no server takes are counted and never
+    /// appear in `out`. Never blocks. Returns how many were appended, or
     /// `Err` once the driver has given up on its device (see [Errors and health](Driver)).
     fn rx_burst(
         &mut self,
-        pools: &mut DriverPools,
+        pools: &mut dyn RxPools,
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize>;
@@ -224,8 +362,53 @@ mod tests {
         assert_eq!(classify(&f[..ETH_HDR + 20]), Ok(Family::Ipv4));
         assert_eq!(classify(&f[..ETH_HDR + 19]), Err(Shed::Runt));
         f[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+        assert_eq!(classify(&f), Ok(Family::Ipv6));
+        assert_eq!(classify(&f[..ETH_HDR + 39]), Err(Shed::Runt));
+        f[12..14].copy_from_slice(&0x88ccu16.to_be_bytes()); // LLDP
         assert_eq!(classify(&f), Err(Shed::UnknownType));
         assert_eq!(classify(&f[..10]), Err(Shed::Runt));
+    }
+
+    #[test]
+    fn families_combine_as_sets() {
+        use super::Families;
+        assert_eq!(Families::IPV4.union(Families::IPV6), Families::BOTH);
+        assert_eq!(Families::BOTH.minus(Families::IPV4), Some(Families::IPV6));
+        assert_eq!(Families::BOTH.minus(Families::BOTH), None);
+        assert_eq!(Families::IPV6.minus(Families::IPV4), Some(Families::IPV6));
+        assert!(Families::BOTH.overlaps(Families::IPV6));
+        assert!(!Families::IPV4.overlaps(Families::IPV6));
+        assert!(!Families::NONE.overlaps(Families::BOTH));
+        assert_eq!(Families::NONE.name(), "none");
+    }
+
+    #[test]
+    fn each_family_goes_only_where_it_is_served() {
+        let (_server, mut pools) = shmnet_chan::heap::heap_pools(
+            shmnet_chan::PoolGeometry {
+                pools: 1,
+                per_pool: 4,
+                data_size: 256,
+                free_cap: 4,
+                policy: shmnet_chan::AllocPolicy::Lifo,
+            },
+            None,
+        );
+        // A bare DriverPools: IPv4 and ARP, as before IPv6.
+        assert!(pools.pools_for(Family::Ipv4).is_some());
+        assert!(pools.pools_for(Family::Arp).is_some());
+        assert!(pools.pools_for(Family::Ipv6).is_none());
+        let mut six = ServedPools {
+            pools: &mut pools,
+            families: Families::IPV6,
+        };
+        assert!(six.pools_for(Family::Ipv6).is_some());
+        assert!(six.pools_for(Family::Arp).is_none());
+        assert!(six.single().is_some());
+        assert!(Families::BOTH.overlaps(Families::IPV6));
+        assert!(!Families::IPV4.overlaps(Families::IPV6));
+        assert_eq!(Families::default(), Families::IPV4);
+        assert_eq!(Families::BOTH.name(), "ipv4+ipv6");
     }
 
     #[test]

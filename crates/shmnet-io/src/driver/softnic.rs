@@ -458,7 +458,7 @@ impl<P: Pacer> Softnic<P> {
                     self.pacer.sunk(self.sink_udp);
                 }
             }
-            Err(_) => {}
+            Ok(Family::Ipv6) | Err(_) => {}
         }
     }
 
@@ -604,13 +604,18 @@ unsafe fn copy_nontemporal(dst: *mut u8, src: &[u8]) {
 impl<P: Pacer> Driver for Softnic<P> {
     fn rx_burst(
         &mut self,
-        pools: &mut DriverPools,
+        pools: &mut dyn super::RxPools,
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
         if self.is_loopback() {
             return Ok(self.loop_rx(out, max));
         }
+        // The softnic is an IPv4 device: everything it makes is IPv4 or ARP, which one
+        // server takes together ([`super::Families`]).
+        let Some(pools) = pools.pools_for(Family::Ipv4) else {
+            return Ok(0);
+        };
         let mut produced = 0;
         while produced < max {
             let Some(reply) = self.arp_replies.pop_front() else {

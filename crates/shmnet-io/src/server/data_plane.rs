@@ -54,7 +54,7 @@ pub(crate) enum DriverLink {
     Polled(Box<Polled>),
     /// IN and OUT rings in the data window, to a driver thread or process.
     Rings {
-        in_ipv4: Consumer,
+        in_ip: Consumer,
         in_arp: Consumer,
         out: Producer,
     },
@@ -68,6 +68,8 @@ pub(crate) enum DriverLink {
 pub(crate) struct Polled {
     pub(crate) driver: Box<dyn Driver>,
     pub(crate) pools: DriverPools,
+    /// The families the server takes (the driver sheds the rest).
+    families: crate::driver::Families,
     frames: Vec<RxFrame>,
     out: Vec<u32>,
     /// Set when the device gave up.
@@ -75,10 +77,15 @@ pub(crate) struct Polled {
 }
 
 impl Polled {
-    pub(crate) fn new(driver: Box<dyn Driver>, pools: DriverPools) -> Self {
+    pub(crate) fn new(
+        driver: Box<dyn Driver>,
+        pools: DriverPools,
+        families: crate::driver::Families,
+    ) -> Self {
         Self {
             driver,
             pools,
+            families,
             frames: Vec::with_capacity(BURST),
             out: Vec::with_capacity(BURST),
             stopped: None,
@@ -285,7 +292,11 @@ impl DataPlane {
                     return 0;
                 }
                 p.frames.clear();
-                if let Err(e) = p.driver.rx_burst(&mut p.pools, &mut p.frames, BURST) {
+                let mut served = crate::driver::ServedPools {
+                    pools: &mut p.pools,
+                    families: p.families,
+                };
+                if let Err(e) = p.driver.rx_burst(&mut served, &mut p.frames, BURST) {
                     p.stopped = Some(format!("the device failed: {e}"));
                     self.driver.alive.store(false, Ordering::Relaxed);
                 }
@@ -296,11 +307,9 @@ impl DataPlane {
                 self.counters.polled_rx += p.frames.len() as u64;
                 p.frames.len()
             }
-            DriverLink::Rings {
-                in_ipv4, in_arp, ..
-            } => {
+            DriverLink::Rings { in_ip, in_arp, .. } => {
                 let mut work = 0;
-                for ring in [in_ipv4, in_arp] {
+                for ring in [in_ip, in_arp] {
                     let n = ring.dequeue_burst(&mut self.batch);
                     work += n;
                     Self::receive_batch(
@@ -319,7 +328,7 @@ impl DataPlane {
             DriverLink::Faithful(_) if abandoned => 0,
             DriverLink::Faithful(q) => {
                 let mut work = 0;
-                for c in [&mut q.in_ipv4, &mut q.in_arp] {
+                for c in [&mut q.in_ip, &mut q.in_arp] {
                     let n = c.dequeue_burst(&mut self.batch);
                     work += n;
                     Self::receive_batch(
@@ -747,10 +756,8 @@ impl DataPlane {
                         fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
                     }
                 }
-                DriverLink::Rings {
-                    in_ipv4, in_arp, ..
-                } => {
-                    for c in [in_ipv4, in_arp] {
+                DriverLink::Rings { in_ip, in_arp, .. } => {
+                    for c in [in_ip, in_arp] {
                         if let Some(fd) = c.wake_fd() {
                             fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
                         }
@@ -759,7 +766,7 @@ impl DataPlane {
                 DriverLink::Faithful(_) if abandoned => {}
                 DriverLink::Faithful(q) => {
                     // One event for both IN queues.
-                    if let Some(fd) = q.in_ipv4.wake_fd() {
+                    if let Some(fd) = q.in_ip.wake_fd() {
                         fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
                     }
                 }
@@ -789,15 +796,12 @@ impl DataPlane {
     /// Arms every consumed ring; `None` (all disarmed again) if one has work. Returns how
     /// many applications were armed.
     fn arm(&mut self) -> Option<usize> {
-        if let DriverLink::Rings {
-            in_ipv4, in_arp, ..
-        } = &mut self.link
-        {
-            if !in_ipv4.prepare_wait() {
+        if let DriverLink::Rings { in_ip, in_arp, .. } = &mut self.link {
+            if !in_ip.prepare_wait() {
                 return None;
             }
             if !in_arp.prepare_wait() {
-                in_ipv4.finish_wait();
+                in_ip.finish_wait();
                 return None;
             }
         }
@@ -821,11 +825,8 @@ impl DataPlane {
     /// Withdraws the sleep announcements of the driver's rings and the first `apps`
     /// applications.
     fn disarm(&mut self, apps: usize) {
-        if let DriverLink::Rings {
-            in_ipv4, in_arp, ..
-        } = &mut self.link
-        {
-            in_ipv4.finish_wait();
+        if let DriverLink::Rings { in_ip, in_arp, .. } = &mut self.link {
+            in_ip.finish_wait();
             in_arp.finish_wait();
         }
         if let DriverLink::Faithful(q) = &mut self.link {

@@ -3,7 +3,7 @@
 //! `ipc` twin, where everything crosses as copied messages instead.
 //!
 //! ```text
-//! driver ──IN_IPV4/IN_ARP──► data plane ──RX (per app)──► application process
+//! driver ──IN_IP/IN_ARP──► data plane ──RX (per app)──► application process
 //!        ◄──────OUT────────  (one loop) ◄──REQ, RET──────
 //!                                ▲ commands (attach, bind, close, stats, detach)
 //!                          control plane thread ◄── control socket ── applications, `shmnet stats`
@@ -53,7 +53,7 @@ use crate::driver_host::{DriverEnds, drive, drive_ipc};
 use crate::faithful_link::FaithfulShared;
 use crate::inline::ServeConfig;
 use crate::spec::{DriverSetup, DriverSpec};
-use crate::windows::{self, IN_ARP, IN_IPV4, OUT};
+use crate::windows::{self, IN_ARP, IN_IP, OUT};
 use control_plane::{ControlHandle, ControlSpec, command_queue, wait_message};
 use data_plane::{DataPlane, DriverLink, DriverWatch, Polled};
 use rustix::fd::{AsFd, OwnedFd};
@@ -251,6 +251,7 @@ impl Server {
         ))?);
         let listener = control::listen(&opts.socket)?;
         let iface = interface(driver.mac(), opts);
+        let families = opts.serve.families;
         let stats = Arc::new(Mutex::new(DriverThreadStats::default()));
         let alive = Arc::new(AtomicBool::new(true));
         let (link, host) = if opts.ipc {
@@ -269,7 +270,7 @@ impl Server {
         } else if placement == Placement::Polled {
             let pools = data.driver_pools().expect("a fresh window");
             (
-                DriverLink::Polled(Box::new(Polled::new(Box::new(driver), pools))),
+                DriverLink::Polled(Box::new(Polled::new(Box::new(driver), pools, families))),
                 DriverHost::InLoop,
             )
         } else if opts.sync == SyncMode::Faithful {
@@ -278,13 +279,13 @@ impl Server {
             let pools = data.driver_pools().expect("a fresh window");
             let theirs = shared.driver_ends(pools, limits);
             let host = driver_thread(&stats, &alive, move |stop, stats| {
-                drive(driver, theirs, stop, stats)
+                drive(driver, theirs, families, stop, stats)
             })?;
             (DriverLink::Faithful(shared.server_ends(limits)), host)
         } else {
             let ends = DriverEnds::take(&data);
             let host = driver_thread(&stats, &alive, move |stop, stats| {
-                drive(driver, ends, stop, stats)
+                drive(driver, ends, families, stop, stats)
             })?;
             (rings(&data), host)
         };
@@ -309,10 +310,6 @@ impl Server {
         spawn: impl FnOnce(&std::path::Path) -> std::io::Result<std::process::Child>,
         patience: Duration,
     ) -> Result<Self, ServerError> {
-        let faithful = match opts.sync {
-            SyncMode::Faithful => Some(FaithfulShared::create()?),
-            SyncMode::Modern => None,
-        };
         let data = Arc::new(Window::create(&windows::data_window_spec(
             opts.serve.pools,
             opts.page,
@@ -324,7 +321,7 @@ impl Server {
         let ctl = loop {
             if let Some(fd) = control::accept(&listener)? {
                 match wait_message::<Request>(&fd, &mut buf, deadline) {
-                    Some(Request::DriverHello { version }) if version == PROTOCOL_VERSION => {
+                    Some(Request::DriverHello { version, .. }) if version == PROTOCOL_VERSION => {
                         break fd;
                     }
                     // Not the driver (an application too early): turn it away.
@@ -351,46 +348,139 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(2));
         };
-        control::send(
-            &ctl,
-            &Response::Welcome {
-                version: PROTOCOL_VERSION,
-                data_window: data.size(),
-                app_window: 0,
-                ipc: false,
-                isolated: false,
-                address: None,
-            },
-        )?;
-        let setup = DriverSetup {
-            driver: driver.clone(),
-            ip: opts.serve.ip,
-            checksum: opts.serve.checksum,
-            mtu: opts.serve.mtu,
-            sync: opts.sync,
-        };
-        control::send(&ctl, &Response::Driver(Box::new(setup)))?;
-        send_window(&ctl, &data).map_err(ControlError::Io)?;
-        if let Some(f) = &faithful {
-            shmnet_chan::handoff::send_fds(&ctl, crate::faithful_link::HANDOFF_GREETING, &f.fds())
-                .map_err(ControlError::Io)?;
-        }
-        // The driver opens its device now; its first counters say it did (or why not).
-        let first = match wait_message::<Request>(&ctl, &mut buf, deadline) {
-            Some(Request::DriverStats(st)) => *st,
+        Self::hand_over(
+            data,
+            listener,
+            ctl,
+            Some(child),
+            mac,
+            opts,
+            driver,
+            deadline,
+        )
+    }
+
+    /// Creates the data window and the control socket, and attaches to the shared driver
+    /// (`shmnet driver --listen`) listening at `driver_socket`: it says its device's MAC
+    /// address, then takes the window and hands this server the frames of
+    /// `opts.serve.families` — refusing (within `patience`) if another server already
+    /// takes one of them. The driver outlives this server; this server sees it go as it
+    /// sees a driver process go.
+    pub fn attach_to_driver(
+        opts: &ServerOptions,
+        driver_socket: &std::path::Path,
+        patience: Duration,
+    ) -> Result<Self, ServerError> {
+        // Only a driver run by this user (or root) is given the window: it sees every frame.
+        let (ctl, _) = control::connect_checked(driver_socket)?;
+        // Non-blocking, as an accepted driver process's socket is: the control plane reads
+        // the driver's counters until there are none left, then goes back to its loop.
+        rustix::io::ioctl_fionbio(&ctl, true).map_err(std::io::Error::from)?;
+        let deadline = Instant::now() + patience;
+        let mut buf = vec![0u8; control::MAX_MSG + 1];
+        let mac = match wait_message::<Request>(&ctl, &mut buf, deadline) {
+            Some(Request::DriverHello {
+                version,
+                mac: Some(mac),
+            }) if version == PROTOCOL_VERSION => mac,
             _ => {
-                let _ = child.kill();
-                let _ = child.wait();
+                return Err(ServerError::DriverProcess(format!(
+                    "{} is not a shared driver of this version (start one with `shmnet driver --listen`)",
+                    driver_socket.display()
+                )));
+            }
+        };
+        let data = Arc::new(Window::create(&windows::data_window_spec(
+            opts.serve.pools,
+            opts.page,
+        ))?);
+        let listener = control::listen(&opts.socket)?;
+        let spec = DriverSpec::AfPacket {
+            iface: String::new(),
+            give_up_after_s: 0.0,
+            impair: None,
+        };
+        Self::hand_over(data, listener, ctl, None, mac, opts, &spec, deadline)
+    }
+
+    /// The rest of a driver process's start, once it said hello on `ctl`: tells it its
+    /// setup, hands it the data window (and seed 002's queues), waits for its word that the
+    /// device is open, and assembles the server. `child` is the driver process if this
+    /// server started it (killed if it fails).
+    #[allow(clippy::too_many_arguments)]
+    fn hand_over(
+        data: Arc<Window>,
+        listener: OwnedFd,
+        ctl: OwnedFd,
+        mut child: Option<std::process::Child>,
+        mac: [u8; 6],
+        opts: &ServerOptions,
+        driver: &DriverSpec,
+        deadline: Instant,
+    ) -> Result<Self, ServerError> {
+        let kill = |child: &mut Option<std::process::Child>| {
+            if let Some(c) = child {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        };
+        let faithful = match opts.sync {
+            SyncMode::Faithful => Some(FaithfulShared::create()?),
+            SyncMode::Modern => None,
+        };
+        let mut buf = vec![0u8; control::MAX_MSG + 1];
+        let sent = (|| -> Result<(), ControlError> {
+            control::send(
+                &ctl,
+                &Response::Welcome {
+                    version: PROTOCOL_VERSION,
+                    data_window: data.size(),
+                    app_window: 0,
+                    ipc: false,
+                    isolated: false,
+                    address: None,
+                },
+            )?;
+            let setup = DriverSetup {
+                driver: driver.clone(),
+                ip: opts.serve.ip,
+                checksum: opts.serve.checksum,
+                mtu: opts.serve.mtu,
+                sync: opts.sync,
+                families: opts.serve.families,
+            };
+            control::send(&ctl, &Response::Driver(Box::new(setup)))?;
+            send_window(&ctl, &data).map_err(ControlError::Io)?;
+            if let Some(f) = &faithful {
+                shmnet_chan::handoff::send_fds(
+                    &ctl,
+                    crate::faithful_link::HANDOFF_GREETING,
+                    &f.fds(),
+                )
+                .map_err(ControlError::Io)?;
+            }
+            Ok(())
+        })();
+        // The driver opens its device now; its first counters say it did (or why not). A
+        // shared driver that refuses this server says why and hangs up, perhaps before it
+        // took all of the above: its last word is still there to read.
+        let first = match (wait_message::<Request>(&ctl, &mut buf, deadline), sent) {
+            (Some(Request::DriverStats(st)), _) if st.stopped.is_some() => {
+                kill(&mut child);
+                return Err(ServerError::DriverProcess(st.stopped.unwrap_or_default()));
+            }
+            (Some(Request::DriverStats(st)), Ok(())) => *st,
+            (_, Err(e)) => {
+                kill(&mut child);
+                return Err(e.into());
+            }
+            (_, Ok(())) => {
+                kill(&mut child);
                 return Err(ServerError::DriverProcess(
                     "the driver process did not open its device in time".into(),
                 ));
             }
         };
-        if let Some(why) = first.stopped {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(ServerError::DriverProcess(why));
-        }
         let start = ctl.try_clone()?;
         let watch = DriverWatch {
             stats: Arc::new(Mutex::new(first)),
@@ -400,7 +490,7 @@ impl Server {
         let driver_ctl = Some((ctl, watch.stats.clone()));
         let host = DriverHost::Process {
             start,
-            child: Some(child),
+            child,
             started: false,
         };
         let iface = interface(mac, opts);
@@ -652,7 +742,7 @@ fn interface(mac: [u8; 6], opts: &ServerOptions) -> Interface {
 /// The server's ends of the IN and OUT rings.
 fn rings(data: &Window) -> DriverLink {
     DriverLink::Rings {
-        in_ipv4: data.consumer(IN_IPV4).expect("a fresh window"),
+        in_ip: data.consumer(IN_IP).expect("a fresh window"),
         in_arp: data.consumer(IN_ARP).expect("a fresh window"),
         out: data.producer(OUT).expect("a fresh window"),
     }

@@ -42,12 +42,15 @@ impl<D: Driver> TracedDriver<D> {
 impl<D: Driver> Driver for TracedDriver<D> {
     fn rx_burst(
         &mut self,
-        pools: &mut DriverPools,
+        pools: &mut dyn shmnet_io::driver::RxPools,
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
         let start = out.len();
         let n = self.inner.rx_burst(pools, out, max)?;
+        let Some(pools) = pools.single() else {
+            return Ok(n);
+        };
         // The device wrote the whole burst before the stack looks at any of it.
         let frames: Vec<(u64, usize, bool)> = out[start..]
             .iter()

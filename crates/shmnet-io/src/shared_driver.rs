@@ -1,0 +1,691 @@
+//! One driver, several protocol servers: seed 002's first-level demultiplexing across
+//! server processes. `shmnet driver --listen PATH` opens a device and listens; each server
+//! that attaches (`shmnet serve --attach PATH`) hands the driver its data window and says
+//! which families it takes ([`Families`]: IPv4 with ARP, IPv6, or both). Every frame the
+//! device receives lands in the pools of the one server that takes its family, and goes to
+//! that server's IN queue; each server's OUT queue is drained to the device.
+//!
+//! Isolation between the servers:
+//! - Each server's frames live only in its own window: no server can see another's traffic,
+//!   and the driver's buffers for a server come from that server's pools.
+//! - A server that dies (even `kill -9`) hangs up its attach socket: the driver drops its
+//!   attachment — its window, and with it every buffer the dead server held — and goes on
+//!   feeding the others. Its families are free again; a server started anew attaches again.
+//! - A server that stops reading fills its own IN queue: its frames are dropped and counted
+//!   (`in_queue_full` in the stats it is sent), never held in the device where they would
+//!   block the other servers' frames behind them (the single-server driver leaves them in
+//!   the device instead, which is lossless there and would be head-of-line blocking here).
+//!
+//! The driver's data path stays what [`crate::driver_host`]'s is: no syscall while there is
+//! work, no allocation (attachments arrive and leave on the control path, at most
+//! [`MAX_SERVERS`]), no lock a server can hold (the rings are wait-free; seed 002's queues
+//! give up at once on the driver's side).
+
+use crate::control::{self, ControlError, Request, Response};
+use crate::driver::{Driver, DriverStats, Families, Family, RxFrame, RxPools};
+use crate::driver_host::{AttachedDriver, DriverEnds, DriverQueues, DriverThreadStats};
+use crate::faithful_link::FaithfulDriverEnds;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fd::{BorrowedFd, OwnedFd};
+use shmnet_chan::{Desc, DriverPools, Window};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+/// The most servers one shared driver feeds at once (one per family today; room for
+/// servers that split families further).
+pub const MAX_SERVERS: usize = 8;
+
+/// How long an attaching server may take over its handshake.
+const HANDSHAKE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a shared driver did, for its final report (and its tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SharedDriverStats {
+    /// The device's counters.
+    pub driver: DriverStats,
+    /// Servers that attached.
+    pub attached: u64,
+    /// Servers that went away (hung up, or died).
+    pub detached: u64,
+    /// Attach attempts refused: a family already taken, too many servers, a broken
+    /// handshake.
+    pub refused: u64,
+    /// Servers attached now, with the families each takes.
+    pub serving: Vec<ServedNow>,
+}
+
+/// One attached server, as the shared driver sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServedNow {
+    /// Its families (`ipv4`, `ipv6`, `ipv4+ipv6`).
+    pub families: String,
+    /// Frames handed to its IN queues.
+    pub rx_frames: u64,
+    /// Frames taken from its OUT queue.
+    pub tx_frames: u64,
+    /// Its frames dropped because its IN queue was full.
+    pub in_queue_full: u64,
+}
+
+/// The two kinds of queues a server may join the driver with.
+enum Ends {
+    Rings(DriverEnds),
+    Faithful(FaithfulDriverEnds),
+}
+
+impl Ends {
+    fn queues(&mut self) -> &mut dyn QueuesDyn {
+        match self {
+            Ends::Rings(e) => e,
+            Ends::Faithful(e) => e,
+        }
+    }
+
+    fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        match self {
+            Ends::Rings(e) => DriverQueues::out_wake_fd(e),
+            Ends::Faithful(e) => DriverQueues::out_wake_fd(e),
+        }
+    }
+}
+
+/// [`DriverQueues`] without its generic `sleep`, so both kinds fit one list; the shared
+/// loop sleeps on every server's OUT queue at once instead.
+trait QueuesDyn {
+    fn pools(&mut self) -> &mut DriverPools;
+    fn in_room(&mut self) -> usize;
+    fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize;
+    fn dequeue_out(&mut self, out: &mut [Desc]) -> usize;
+    fn prepare_wait(&mut self) -> bool;
+    fn finish_wait(&mut self);
+}
+
+macro_rules! queues_dyn {
+    ($t:ty) => {
+        impl QueuesDyn for $t {
+            fn pools(&mut self) -> &mut DriverPools {
+                DriverQueues::pools(self)
+            }
+            fn in_room(&mut self) -> usize {
+                DriverQueues::in_room(self)
+            }
+            fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {
+                DriverQueues::enqueue_in(self, family, frames)
+            }
+            fn dequeue_out(&mut self, out: &mut [Desc]) -> usize {
+                DriverQueues::dequeue_out(self, out)
+            }
+            fn prepare_wait(&mut self) -> bool {
+                DriverQueues::out_prepare_wait(self)
+            }
+            fn finish_wait(&mut self) {
+                DriverQueues::out_finish_wait(self)
+            }
+        }
+    };
+}
+queues_dyn!(DriverEnds);
+queues_dyn!(FaithfulDriverEnds);
+
+/// One attached server, as the drive loop holds it.
+struct Attachment {
+    families: Families,
+    ends: Ends,
+    /// Keeps the server's data window mapped while `ends` point into it (dropped after).
+    _data: Window,
+    /// Set by its watcher when the server hung up.
+    gone: Arc<AtomicBool>,
+    /// What its watcher sends the server every 100 ms.
+    stats: Arc<Mutex<DriverThreadStats>>,
+    /// Room left in its IN queues this burst.
+    room: usize,
+    ip: Vec<Desc>,
+    arp: Vec<Desc>,
+    counts: ServedNow,
+}
+
+/// The receive side's view of the attachments: each family's frames go into the pools of
+/// the server that takes it, while its IN queues have room.
+struct Router<'a> {
+    atts: &'a mut [Attachment],
+}
+
+impl RxPools for Router<'_> {
+    fn pools_for(&mut self, family: Family) -> Option<&mut DriverPools> {
+        let a = self.atts.iter_mut().find(|a| a.families.contains(family))?;
+        if a.room == 0 {
+            a.counts.in_queue_full += 1;
+            return None;
+        }
+        a.room -= 1;
+        Some(a.ends.queues().pools())
+    }
+
+    fn single(&mut self) -> Option<&mut DriverPools> {
+        match self.atts {
+            [one] => Some(one.ends.queues().pools()),
+            _ => None,
+        }
+    }
+}
+
+/// What happened to one attaching server (given to [`SharedDriver::on_event`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SharedDriverEvent {
+    /// A server attached.
+    Attached {
+        /// Its number (counted from 1 by the driver, in order of connection).
+        server: u64,
+        /// The families it takes now.
+        families: Families,
+    },
+    /// A server went away (hung up, exited or was killed); its families are free.
+    Detached {
+        /// Its number.
+        server: u64,
+    },
+    /// An attach attempt was turned away.
+    Refused {
+        /// Its number.
+        server: u64,
+        /// Why.
+        why: Refusal,
+    },
+}
+
+/// Why a server was not attached.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Other attached servers already take one of its families.
+    #[error("the shared driver already gives its {} frames to other servers: {}", .taken.name(), match .free {
+        Some(f) => format!("give this one --family {}", f.name()),
+        None => "stop one of them first, or give this server a device of its own".to_string(),
+    })]
+    FamilyTaken {
+        /// The families the attached servers take.
+        taken: Families,
+        /// What is still free, if anything.
+        free: Option<Families>,
+    },
+    /// [`MAX_SERVERS`] are attached.
+    #[error("the shared driver feeds {MAX_SERVERS} servers already")]
+    Full,
+    /// The handshake broke off or was malformed (`what` says where).
+    #[error("its handshake failed: {0}")]
+    Handshake(String),
+}
+
+/// Where a shared driver's events go.
+type EventSink = Arc<dyn Fn(&SharedDriverEvent) + Send + Sync>;
+
+/// The families attached servers take, shared by the handshake threads and the loop.
+#[derive(Default)]
+struct Claims {
+    taken: Vec<(u64, Families)>,
+}
+
+/// A shared driver: the device, the servers attached to it, and the threads that greet
+/// and watch them.
+pub struct SharedDriver {
+    listener: OwnedFd,
+    mac: [u8; 6],
+    claims: Arc<Mutex<Claims>>,
+    counts: Arc<Counts>,
+    events: EventSink,
+}
+
+#[derive(Default)]
+struct Counts {
+    attached: AtomicU64,
+    detached: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// Why a shared driver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SharedDriverError {
+    /// Its listening socket could not be made.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// Its wake-up event could not be made.
+    #[error("making the shared driver's wake-up event: {0}")]
+    Io(#[from] std::io::Error),
+    /// The device gave up for good.
+    #[error("the device failed: {0}")]
+    Device(String),
+}
+
+impl SharedDriver {
+    /// Listens at `socket` for servers, which will be told `mac` (the device's address,
+    /// which they answer for).
+    pub fn listen(socket: &std::path::Path, mac: [u8; 6]) -> Result<Self, SharedDriverError> {
+        Ok(Self {
+            listener: control::listen(socket)?,
+            mac,
+            claims: Arc::default(),
+            counts: Arc::default(),
+            events: Arc::new(|_: &SharedDriverEvent| {}),
+        })
+    }
+
+    /// Calls `sink` for every server that attaches, goes, or is refused (from the threads
+    /// that greet and watch them: it must not block for long).
+    pub fn on_event(mut self, sink: impl Fn(&SharedDriverEvent) + Send + Sync + 'static) -> Self {
+        self.events = Arc::new(sink);
+        self
+    }
+
+    /// Drives `driver` for the servers that attach, until `stop` is set; `report` is kept
+    /// up to date (every 100 ms at most while idle). Returns the final counters, or why the
+    /// device gave up.
+    pub fn run<D: Driver>(
+        self,
+        mut driver: D,
+        stop: &AtomicBool,
+        report: &Mutex<SharedDriverStats>,
+    ) -> Result<SharedDriverStats, SharedDriverError> {
+        let wake = Arc::new(
+            rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )
+            .map_err(std::io::Error::from)?,
+        );
+        let (tx, rx) = mpsc::channel::<Attachment>();
+        let mut next_id = 0u64;
+        // The greeters and watchers are not scoped (a silent client may hold one up for
+        // as long as it stays connected): they stop on this flag, set when the loop ends.
+        let quit = Arc::new(AtomicBool::new(false));
+        std::thread::scope(|s| -> Result<SharedDriverStats, SharedDriverError> {
+            // The acceptor: greets each server on a thread of its own (a slow or silent
+            // client holds up no other), which then watches it.
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut fds = [PollFd::new(&self.listener, PollFlags::IN)];
+                    let ts = Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 100_000_000,
+                    };
+                    if rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) == 0 {
+                        continue;
+                    }
+                    let Ok(Some(ctl)) = control::accept(&self.listener) else {
+                        continue;
+                    };
+                    next_id += 1;
+                    let id = next_id;
+                    let (tx, wake, quit) = (tx.clone(), wake.clone(), quit.clone());
+                    let party = Party {
+                        id,
+                        mac: self.mac,
+                        claims: self.claims.clone(),
+                        counts: self.counts.clone(),
+                        events: self.events.clone(),
+                    };
+                    let spawned = std::thread::Builder::new()
+                        .name("shmnet-attach".into())
+                        .spawn(move || party.greet_and_watch(ctl, &tx, &wake, &quit));
+                    if spawned.is_err() {
+                        self.counts.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            let out = drive_shared(&mut driver, &rx, &wake, &self, stop, report);
+            stop.store(true, Ordering::Relaxed);
+            quit.store(true, Ordering::Relaxed);
+            out
+        })
+    }
+}
+
+/// What a greeter thread knows of the driver: the attaching server's number, the MAC it
+/// is told, the claims it joins, the counters and the events it reports.
+struct Party {
+    id: u64,
+    mac: [u8; 6],
+    claims: Arc<Mutex<Claims>>,
+    counts: Arc<Counts>,
+    events: EventSink,
+}
+
+impl Party {
+    /// Counts and reports a refusal, and tells the server why if `ctl` still listens.
+    fn refuse(&self, ctl: Option<&OwnedFd>, why: Refusal) {
+        self.counts.refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(ctl) = ctl {
+            let st = DriverThreadStats {
+                stopped: Some(why.to_string()),
+                ..DriverThreadStats::default()
+            };
+            let _ = control::send(ctl, &Request::DriverStats(Box::new(st)));
+        }
+        (self.events)(&SharedDriverEvent::Refused {
+            server: self.id,
+            why,
+        });
+    }
+
+    /// Claims `families` for this server, or says which attached server holds one of them.
+    fn claim(&self, families: Families) -> Result<(), Refusal> {
+        let mut c = self.claims.lock().map_err(|_| Refusal::Full)?;
+        let taken = c
+            .taken
+            .iter()
+            .fold(Families::NONE, |all, (_, f)| all.union(*f));
+        if taken.overlaps(families) {
+            return Err(Refusal::FamilyTaken {
+                taken,
+                free: Families::BOTH.minus(taken),
+            });
+        }
+        if c.taken.len() >= MAX_SERVERS {
+            return Err(Refusal::Full);
+        }
+        c.taken.push((self.id, families));
+        Ok(())
+    }
+
+    fn release(&self) {
+        if let Ok(mut c) = self.claims.lock() {
+            c.taken.retain(|(i, _)| *i != self.id);
+        }
+    }
+
+    /// Greets one attaching server on `ctl`, claims its families, hands the attachment to
+    /// the loop, then watches it: its counters go to the server every 100 ms, and its
+    /// hang-up marks the attachment gone.
+    fn greet_and_watch(
+        self,
+        ctl: OwnedFd,
+        tx: &mpsc::Sender<Attachment>,
+        wake: &OwnedFd,
+        stop: &AtomicBool,
+    ) {
+        // The handshake reads the window's fds with plain blocking receives (as a driver
+        // process does): the accepted socket blocks for it, each receive for
+        // HANDSHAKE_PATIENCE at most.
+        let blocking = rustix::io::ioctl_fionbio(&ctl, false).and_then(|()| {
+            rustix::net::sockopt::set_socket_timeout(
+                &ctl,
+                rustix::net::sockopt::Timeout::Recv,
+                Some(HANDSHAKE_PATIENCE),
+            )
+        });
+        if let Err(e) = blocking {
+            let why = Refusal::Handshake(std::io::Error::from(e).to_string());
+            return self.refuse(Some(&ctl), why);
+        }
+        let (attached, _setup) = match crate::driver_host::greet(ctl, Some(self.mac)) {
+            Ok(a) => a,
+            Err(e) => return self.refuse(None, Refusal::Handshake(e.to_string())),
+        };
+        let AttachedDriver {
+            ctl,
+            data,
+            faithful,
+            families,
+        } = attached;
+        if let Err(why) = self.claim(families) {
+            return self.refuse(Some(&ctl), why);
+        }
+        // Ready: the device is open (it has been since the driver started).
+        if let Err(e) = control::send(&ctl, &Request::DriverStats(Box::default())) {
+            self.release();
+            return self.refuse(None, Refusal::Handshake(e.to_string()));
+        }
+        if !matches!(wait_start(&ctl, HANDSHAKE_PATIENCE), Some(Response::Start)) {
+            self.release();
+            let why = Refusal::Handshake("no word to start in time".into());
+            return self.refuse(None, why);
+        }
+        let ends = match faithful {
+            Some(f) => match data.driver_pools() {
+                Ok(pools) => Ends::Faithful(f.driver_ends(pools, data.buffer_limits())),
+                Err(e) => {
+                    self.release();
+                    return self.refuse(Some(&ctl), Refusal::Handshake(e.to_string()));
+                }
+            },
+            None => Ends::Rings(DriverEnds::take(&data)),
+        };
+        let gone = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Mutex::new(DriverThreadStats::default()));
+        let att = Attachment {
+            families,
+            ends,
+            _data: data,
+            gone: gone.clone(),
+            stats: stats.clone(),
+            room: 0,
+            ip: Vec::with_capacity(32),
+            arp: Vec::with_capacity(32),
+            counts: ServedNow {
+                families: families.name().into(),
+                ..ServedNow::default()
+            },
+        };
+        if tx.send(att).is_err() {
+            // The loop has ended: the driver is stopping.
+            self.release();
+            return;
+        }
+        self.counts.attached.fetch_add(1, Ordering::Relaxed);
+        (self.events)(&SharedDriverEvent::Attached {
+            server: self.id,
+            families,
+        });
+        let _ = rustix::io::write(wake, &1u64.to_ne_bytes());
+        // The watcher.
+        loop {
+            let mut fds = [PollFd::new(&ctl, PollFlags::IN)];
+            let ts = Timespec {
+                tv_sec: 0,
+                tv_nsec: 100_000_000,
+            };
+            let ready = rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0);
+            let hup = ready > 0 && control::recv::<Response>(&ctl).is_err();
+            let st = stats.lock().map(|s| s.clone()).unwrap_or_default();
+            if hup
+                || stop.load(Ordering::Relaxed)
+                || control::send(&ctl, &Request::DriverStats(Box::new(st))).is_err()
+            {
+                break;
+            }
+        }
+        gone.store(true, Ordering::Release);
+        let _ = rustix::io::write(wake, &1u64.to_ne_bytes());
+        self.release();
+        if !stop.load(Ordering::Relaxed) {
+            (self.events)(&SharedDriverEvent::Detached { server: self.id });
+        }
+    }
+}
+
+/// Waits up to `patience` for the server's word to start.
+fn wait_start(ctl: &OwnedFd, patience: std::time::Duration) -> Option<Response> {
+    let deadline = std::time::Instant::now() + patience;
+    loop {
+        let left = deadline.checked_duration_since(std::time::Instant::now())?;
+        let mut fds = [PollFd::new(ctl, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        if rustix::event::poll(&mut fds, Some(&ts)).ok()? == 0 {
+            return None;
+        }
+        match control::recv::<Response>(ctl) {
+            Ok(Some(r)) => return Some(r),
+            Ok(None) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The shared driver's loop: device → each family's server, each server's OUT → device.
+fn drive_shared<D: Driver>(
+    driver: &mut D,
+    arrivals: &mpsc::Receiver<Attachment>,
+    wake: &OwnedFd,
+    shared: &SharedDriver,
+    stop: &AtomicBool,
+    report: &Mutex<SharedDriverStats>,
+) -> Result<SharedDriverStats, SharedDriverError> {
+    let mut atts: Vec<Attachment> = Vec::with_capacity(MAX_SERVERS);
+    let mut rx: Vec<RxFrame> = Vec::with_capacity(32);
+    let mut out = [Desc::default(); 32];
+    let mut out_idx: Vec<u32> = Vec::with_capacity(32);
+    let mut rounds = 0u64;
+    let mut failed = None;
+    while !stop.load(Ordering::Relaxed) {
+        // Control events: servers that came, servers that went.
+        while let Ok(a) = arrivals.try_recv() {
+            atts.push(a);
+        }
+        let before = atts.len();
+        atts.retain(|a| !a.gone.load(Ordering::Acquire));
+        shared
+            .counts
+            .detached
+            .fetch_add((before - atts.len()) as u64, Ordering::Relaxed);
+        for a in &mut atts {
+            a.room = a.ends.queues().in_room();
+        }
+        rx.clear();
+        // Called even with no server: the device does its health checks there.
+        if let Err(e) = driver.rx_burst(&mut Router { atts: &mut atts }, &mut rx, 32) {
+            failed = Some(e.to_string());
+            break;
+        }
+        for f in &rx {
+            let d = Desc::new(f.buf, f.len);
+            if let Some(a) = atts.iter_mut().find(|a| a.families.contains(f.family)) {
+                match f.family {
+                    Family::Arp => a.arp.push(d),
+                    Family::Ipv4 | Family::Ipv6 => a.ip.push(d),
+                }
+            }
+        }
+        let mut sent = 0;
+        for a in &mut atts {
+            for family in [Family::Ipv4, Family::Arp] {
+                let frames = if family == Family::Arp { &a.arp } else { &a.ip };
+                if frames.is_empty() {
+                    continue;
+                }
+                let q = a.ends.queues();
+                let placed = q.enqueue_in(family, frames);
+                a.counts.rx_frames += placed as u64;
+                for d in &frames[placed..] {
+                    a.counts.in_queue_full += 1;
+                    q.pools().release(d.buf);
+                }
+            }
+            a.ip.clear();
+            a.arp.clear();
+            let q = a.ends.queues();
+            let n = q.dequeue_out(&mut out);
+            if n > 0 {
+                out_idx.clear();
+                out_idx.extend(out[..n].iter().map(|d| d.buf));
+                a.counts.tx_frames += n as u64;
+                sent += n;
+                if let Err(e) = driver.tx_burst(q.pools(), &out_idx) {
+                    failed = Some(e.to_string());
+                }
+            }
+        }
+        if failed.is_some() {
+            break;
+        }
+        rounds += 1;
+        let idle = rx.is_empty() && sent == 0;
+        if idle || rounds % 64 == 0 {
+            publish(driver, &atts, shared, report);
+        }
+        if idle {
+            sleep_shared(driver, &mut atts, wake);
+        }
+    }
+    // Servers that hung up since the last round are gone, not serving.
+    let before = atts.len();
+    atts.retain(|a| !a.gone.load(Ordering::Acquire));
+    shared
+        .counts
+        .detached
+        .fetch_add((before - atts.len()) as u64, Ordering::Relaxed);
+    publish(driver, &atts, shared, report);
+    let last = report.lock().map(|r| r.clone()).unwrap_or_default();
+    match failed {
+        Some(e) => Err(SharedDriverError::Device(e)),
+        None => Ok(last),
+    }
+}
+
+/// Updates every server's counters (which its watcher sends it) and the driver's report.
+fn publish<D: Driver>(
+    driver: &D,
+    atts: &[Attachment],
+    shared: &SharedDriver,
+    report: &Mutex<SharedDriverStats>,
+) {
+    let dev = driver.stats();
+    for a in atts {
+        if let Ok(mut s) = a.stats.lock() {
+            s.driver = dev.clone();
+            s.in_queue_full = a.counts.in_queue_full;
+            if let Ends::Faithful(f) = &a.ends {
+                DriverQueues::publish(f, &mut s);
+            }
+        }
+    }
+    if let Ok(mut r) = report.lock() {
+        r.driver = dev;
+        r.attached = shared.counts.attached.load(Ordering::Relaxed);
+        r.detached = shared.counts.detached.load(Ordering::Relaxed);
+        r.refused = shared.counts.refused.load(Ordering::Relaxed);
+        r.serving.clear();
+        r.serving.extend(atts.iter().map(|a| a.counts.clone()));
+    }
+}
+
+/// Sleeps until the device, a server's OUT queue or a control event has something (or
+/// 100 ms have passed: the stop flag and the counters stay that fresh).
+fn sleep_shared<D: Driver>(driver: &D, atts: &mut [Attachment], wake: &OwnedFd) {
+    let mut armed = 0;
+    let mut work = false;
+    for a in atts.iter_mut() {
+        if a.ends.queues().prepare_wait() {
+            armed += 1;
+        } else {
+            work = true;
+            break;
+        }
+    }
+    if !work {
+        // On the stack (the loop allocates nothing): the wake-up event, the device, and
+        // each armed server's OUT queue.
+        let mut fds: [PollFd<'_>; 2 + MAX_SERVERS] =
+            std::array::from_fn(|_| PollFd::new(wake, PollFlags::IN));
+        let mut n = 1;
+        let wanted = driver
+            .rx_fd()
+            .into_iter()
+            .chain(atts.iter().take(armed).filter_map(|a| a.ends.wake_fd()));
+        for fd in wanted.take(fds.len() - 1) {
+            fds[n] = PollFd::from_borrowed_fd(fd, PollFlags::IN);
+            n += 1;
+        }
+        let ts = Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
+        };
+        let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
+        let mut drained = [0u8; 8];
+        let _ = rustix::io::read(wake, &mut drained);
+    }
+    for a in atts.iter_mut().take(armed) {
+        a.ends.queues().finish_wait();
+    }
+}
