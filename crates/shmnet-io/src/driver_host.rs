@@ -55,21 +55,20 @@ pub(crate) struct DriverEnds {
 }
 
 impl DriverEnds {
+    /// The driver's ends of a window this process made (taken once: cannot fail).
     pub(crate) fn take(data: &Window) -> Self {
-        Self {
-            pools: data
-                .driver_pools()
-                .expect("the driver's ends are taken once"),
-            in_ip: data
-                .producer(IN_IP)
-                .expect("the driver's ends are taken once"),
-            in_arp: data
-                .producer(IN_ARP)
-                .expect("the driver's ends are taken once"),
-            out: data
-                .consumer(OUT)
-                .expect("the driver's ends are taken once"),
-        }
+        Self::try_take(data).expect("the driver's ends of a fresh window are taken once")
+    }
+
+    /// The driver's ends of a window another party handed over: its header is that party's
+    /// word, and a window without the rings a driver needs is refused, not trusted.
+    pub(crate) fn try_take(data: &Window) -> Result<Self, shmnet_chan::window::HandleError> {
+        Ok(Self {
+            pools: data.driver_pools()?,
+            in_ip: data.producer(IN_IP)?,
+            in_arp: data.producer(IN_ARP)?,
+            out: data.consumer(OUT)?,
+        })
     }
 }
 
@@ -254,15 +253,18 @@ pub struct AttachedDriver {
 pub fn attach_driver_process(
     socket: &std::path::Path,
 ) -> Result<(AttachedDriver, DriverSetup), ControlError> {
-    greet(control::connect(socket)?, None)
+    greet(control::connect(socket)?, None, None)
 }
 
 /// A driver's side of the attach handshake over `ctl` (connected either way): says
 /// `DriverHello` (with the device's `mac` if the driver is a shared one, which the server
-/// does not know), and receives the `Welcome`, the setup and the data window.
+/// does not know), and receives the `Welcome`, the setup and the data window. With a
+/// `deadline` (a shared driver greeting a server it does not know) each message must come
+/// by then; `ctl` must then block with a receive timeout, which bounds the window's receive.
 pub(crate) fn greet(
     ctl: OwnedFd,
     mac: Option<[u8; 6]>,
+    deadline: Option<std::time::Instant>,
 ) -> Result<(AttachedDriver, DriverSetup), ControlError> {
     control::send(
         &ctl,
@@ -271,7 +273,11 @@ pub(crate) fn greet(
             mac,
         },
     )?;
-    match control::recv_blocking::<Response>(ctl.as_fd())? {
+    let next = |ctl: &OwnedFd| match deadline {
+        Some(d) => recv_by(ctl, d),
+        None => control::recv_blocking::<Response>(ctl.as_fd()),
+    };
+    match next(&ctl)? {
         Response::Welcome { .. } => {}
         Response::Error(e) => return Err(ControlError::Malformed(e)),
         other => {
@@ -280,7 +286,7 @@ pub(crate) fn greet(
             )));
         }
     }
-    let setup = match control::recv_blocking::<Response>(ctl.as_fd())? {
+    let setup = match next(&ctl)? {
         Response::Driver(setup) => *setup,
         other => {
             return Err(ControlError::Malformed(format!(
@@ -310,6 +316,31 @@ pub(crate) fn greet(
         },
         setup,
     ))
+}
+
+/// Receives one message on `ctl`, waiting until `deadline` at most.
+fn recv_by(ctl: &OwnedFd, deadline: std::time::Instant) -> Result<Response, ControlError> {
+    loop {
+        if let Some(m) = control::recv::<Response>(ctl)? {
+            return Ok(m);
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(ControlError::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the peer said nothing in time",
+            )));
+        }
+        let mut fds = [rustix::event::PollFd::new(
+            ctl,
+            rustix::event::PollFlags::IN,
+        )];
+        let ts = rustix::event::Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+    }
 }
 
 /// The body of a driver process whose device is already open: attaches to the server at
@@ -360,11 +391,12 @@ impl AttachedDriver {
                 )));
             }
         }
+        let bad_window = |e: shmnet_chan::window::HandleError| {
+            ControlError::Malformed(format!("the server's data window: {e}"))
+        };
         match faithful {
             Some(f) => {
-                let pools = data
-                    .driver_pools()
-                    .expect("the driver's ends are taken once");
+                let pools = data.driver_pools().map_err(bad_window)?;
                 drive_process(
                     driver,
                     &ctl,
@@ -372,7 +404,10 @@ impl AttachedDriver {
                     families,
                 );
             }
-            None => drive_process(driver, &ctl, DriverEnds::take(&data), families),
+            None => {
+                let ends = DriverEnds::try_take(&data).map_err(bad_window)?;
+                drive_process(driver, &ctl, ends, families)
+            }
         }
         Ok(())
     }

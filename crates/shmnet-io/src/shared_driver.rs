@@ -36,6 +36,11 @@ use std::sync::{Arc, Mutex};
 /// servers that split families further).
 pub const MAX_SERVERS: usize = 8;
 
+/// The most connections greeted or watched at once: every attached server, and a few
+/// being greeted (a client that connects and says nothing holds one for
+/// [`HANDSHAKE_PATIENCE`]).
+const MAX_THREADS: usize = MAX_SERVERS + 8;
+
 /// How long an attaching server may take over its handshake.
 const HANDSHAKE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -58,14 +63,17 @@ pub struct SharedDriverStats {
 /// One attached server, as the shared driver sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ServedNow {
-    /// Its families (`ipv4`, `ipv6`, `ipv4+ipv6`).
-    pub families: String,
+    /// Its families.
+    pub families: Families,
     /// Frames handed to its IN queues.
     pub rx_frames: u64,
     /// Frames taken from its OUT queue.
     pub tx_frames: u64,
     /// Its frames dropped because its IN queue was full.
     pub in_queue_full: u64,
+    /// Frames it queued to send that were not of its families (an IPv6 server's IPv4 or
+    /// ARP, say), dropped: a server speaks for its own families only.
+    pub tx_refused: u64,
 }
 
 /// The two kinds of queues a server may join the driver with.
@@ -208,6 +216,9 @@ pub enum Refusal {
         /// What is still free, if anything.
         free: Option<Families>,
     },
+    /// It asked for no family at all.
+    #[error("it takes no family: give it --family ipv4, ipv6 or both")]
+    NoFamily,
     /// [`MAX_SERVERS`] are attached.
     #[error("the shared driver feeds {MAX_SERVERS} servers already")]
     Full,
@@ -233,6 +244,8 @@ pub struct SharedDriver {
     claims: Arc<Mutex<Claims>>,
     counts: Arc<Counts>,
     events: EventSink,
+    /// Greeter and watcher threads running.
+    threads: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[derive(Default)]
@@ -266,7 +279,19 @@ impl SharedDriver {
             claims: Arc::default(),
             counts: Arc::default(),
             events: Arc::new(|_: &SharedDriverEvent| {}),
+            threads: Arc::default(),
         })
+    }
+
+    /// What the thread greeting connection `id` needs of the driver.
+    fn party(&self, id: u64) -> Party {
+        Party {
+            id,
+            mac: self.mac,
+            claims: self.claims.clone(),
+            counts: self.counts.clone(),
+            events: self.events.clone(),
+        }
     }
 
     /// Calls `sink` for every server that attaches, goes, or is refused (from the threads
@@ -310,23 +335,37 @@ impl SharedDriver {
                     if rustix::event::poll(&mut fds, Some(&ts)).unwrap_or(0) == 0 {
                         continue;
                     }
-                    let Ok(Some(ctl)) = control::accept(&self.listener) else {
-                        continue;
+                    let ctl = match control::accept(&self.listener) {
+                        Ok(Some(ctl)) => ctl,
+                        Ok(None) => continue,
+                        // Out of fds (or worse): the connection stays queued and the listener
+                        // readable; rest rather than spin beside the driver's loop.
+                        Err(_) => {
+                            std::thread::sleep(std::time::Duration::from_millis(100));
+                            continue;
+                        }
                     };
                     next_id += 1;
                     let id = next_id;
+                    // Each connection holds a thread while it greets and, attached, while
+                    // it is watched: past MAX_THREADS the newcomer is turned away at once.
+                    if self.threads.load(Ordering::Relaxed) >= MAX_THREADS {
+                        let party = self.party(id);
+                        party.refuse(Some(&ctl), Refusal::Full);
+                        continue;
+                    }
                     let (tx, wake, quit) = (tx.clone(), wake.clone(), quit.clone());
-                    let party = Party {
-                        id,
-                        mac: self.mac,
-                        claims: self.claims.clone(),
-                        counts: self.counts.clone(),
-                        events: self.events.clone(),
-                    };
+                    let party = self.party(id);
+                    let threads = self.threads.clone();
+                    threads.fetch_add(1, Ordering::Relaxed);
                     let spawned = std::thread::Builder::new()
                         .name("shmnet-attach".into())
-                        .spawn(move || party.greet_and_watch(ctl, &tx, &wake, &quit));
+                        .spawn(move || {
+                            party.greet_and_watch(ctl, &tx, &wake, &quit);
+                            threads.fetch_sub(1, Ordering::Relaxed);
+                        });
                     if spawned.is_err() {
+                        self.threads.fetch_sub(1, Ordering::Relaxed);
                         self.counts.refused.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -336,6 +375,17 @@ impl SharedDriver {
             quit.store(true, Ordering::Relaxed);
             out
         })
+    }
+}
+
+/// A server's claim on its families, released when dropped.
+struct ClaimGuard<'a>(&'a Party);
+
+impl Drop for ClaimGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut c) = self.0.claims.lock() {
+            c.taken.retain(|(i, _)| *i != self.0.id);
+        }
     }
 }
 
@@ -366,8 +416,12 @@ impl Party {
         });
     }
 
-    /// Claims `families` for this server, or says which attached server holds one of them.
-    fn claim(&self, families: Families) -> Result<(), Refusal> {
+    /// Claims `families` for this server, or says which attached server holds one of them;
+    /// the claim is released when the guard drops (on every way out, a panic included).
+    fn claim(&self, families: Families) -> Result<ClaimGuard<'_>, Refusal> {
+        if families == Families::NONE {
+            return Err(Refusal::NoFamily);
+        }
         let mut c = self.claims.lock().map_err(|_| Refusal::Full)?;
         let taken = c
             .taken
@@ -383,13 +437,7 @@ impl Party {
             return Err(Refusal::Full);
         }
         c.taken.push((self.id, families));
-        Ok(())
-    }
-
-    fn release(&self) {
-        if let Ok(mut c) = self.claims.lock() {
-            c.taken.retain(|(i, _)| *i != self.id);
-        }
+        Ok(ClaimGuard(self))
     }
 
     /// Greets one attaching server on `ctl`, claims its families, hands the attachment to
@@ -416,26 +464,27 @@ impl Party {
             let why = Refusal::Handshake(std::io::Error::from(e).to_string());
             return self.refuse(Some(&ctl), why);
         }
-        let (attached, _setup) = match crate::driver_host::greet(ctl, Some(self.mac)) {
-            Ok(a) => a,
-            Err(e) => return self.refuse(None, Refusal::Handshake(e.to_string())),
-        };
+        let deadline = std::time::Instant::now() + HANDSHAKE_PATIENCE;
+        let (attached, _setup) =
+            match crate::driver_host::greet(ctl, Some(self.mac), Some(deadline)) {
+                Ok(a) => a,
+                Err(e) => return self.refuse(None, Refusal::Handshake(e.to_string())),
+            };
         let AttachedDriver {
             ctl,
             data,
             faithful,
             families,
         } = attached;
-        if let Err(why) = self.claim(families) {
-            return self.refuse(Some(&ctl), why);
-        }
+        let _claim = match self.claim(families) {
+            Ok(c) => c,
+            Err(why) => return self.refuse(Some(&ctl), why),
+        };
         // Ready: the device is open (it has been since the driver started).
         if let Err(e) = control::send(&ctl, &Request::DriverStats(Box::default())) {
-            self.release();
             return self.refuse(None, Refusal::Handshake(e.to_string()));
         }
         if !matches!(wait_start(&ctl, HANDSHAKE_PATIENCE), Some(Response::Start)) {
-            self.release();
             let why = Refusal::Handshake("no word to start in time".into());
             return self.refuse(None, why);
         }
@@ -443,11 +492,13 @@ impl Party {
             Some(f) => match data.driver_pools() {
                 Ok(pools) => Ends::Faithful(f.driver_ends(pools, data.buffer_limits())),
                 Err(e) => {
-                    self.release();
                     return self.refuse(Some(&ctl), Refusal::Handshake(e.to_string()));
                 }
             },
-            None => Ends::Rings(DriverEnds::take(&data)),
+            None => match DriverEnds::try_take(&data) {
+                Ok(ends) => Ends::Rings(ends),
+                Err(e) => return self.refuse(Some(&ctl), Refusal::Handshake(e.to_string())),
+            },
         };
         let gone = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Mutex::new(DriverThreadStats::default()));
@@ -461,16 +512,14 @@ impl Party {
             ip: Vec::with_capacity(32),
             arp: Vec::with_capacity(32),
             counts: ServedNow {
-                families: families.name().into(),
+                families,
                 ..ServedNow::default()
             },
         };
         if tx.send(att).is_err() {
             // The loop has ended: the driver is stopping.
-            self.release();
             return;
         }
-        self.counts.attached.fetch_add(1, Ordering::Relaxed);
         (self.events)(&SharedDriverEvent::Attached {
             server: self.id,
             families,
@@ -495,7 +544,7 @@ impl Party {
         }
         gone.store(true, Ordering::Release);
         let _ = rustix::io::write(wake, &1u64.to_ne_bytes());
-        self.release();
+        drop(_claim);
         if !stop.load(Ordering::Relaxed) {
             (self.events)(&SharedDriverEvent::Detached { server: self.id });
         }
@@ -537,12 +586,12 @@ fn drive_shared<D: Driver>(
     let mut out = [Desc::default(); 32];
     let mut out_idx: Vec<u32> = Vec::with_capacity(32);
     let mut rounds = 0u64;
+    // Idle rounds in a row in which a server's OUT queue would not arm its wake-up.
+    let mut restless = 0u32;
     let mut failed = None;
     while !stop.load(Ordering::Relaxed) {
         // Control events: servers that came, servers that went.
-        while let Ok(a) = arrivals.try_recv() {
-            atts.push(a);
-        }
+        take_arrivals(arrivals, &mut atts, shared);
         let before = atts.len();
         atts.retain(|a| !a.gone.load(Ordering::Acquire));
         shared
@@ -588,8 +637,15 @@ fn drive_shared<D: Driver>(
             let n = q.dequeue_out(&mut out);
             if n > 0 {
                 out_idx.clear();
-                out_idx.extend(out[..n].iter().map(|d| d.buf));
-                a.counts.tx_frames += n as u64;
+                for d in &out[..n] {
+                    if sends_for(q.pools(), d.buf, a.families) {
+                        out_idx.push(d.buf);
+                    } else {
+                        a.counts.tx_refused += 1;
+                        q.pools().release(d.buf);
+                    }
+                }
+                a.counts.tx_frames += out_idx.len() as u64;
                 sent += n;
                 if let Err(e) = driver.tx_burst(q.pools(), &out_idx) {
                     failed = Some(e.to_string());
@@ -605,10 +661,21 @@ fn drive_shared<D: Driver>(
             publish(driver, &atts, shared, report);
         }
         if idle {
-            sleep_shared(driver, &mut atts, wake);
+            // A nap taken for a restless server keeps the count: the next idle round naps
+            // too, until there is real work.
+            let napping = restless >= RESTLESS_ROUNDS;
+            if !sleep_shared(driver, &mut atts, wake, napping) {
+                restless += 1;
+            } else if !napping {
+                restless = 0;
+            }
+        } else {
+            restless = 0;
         }
     }
-    // Servers that hung up since the last round are gone, not serving.
+    // Servers that arrived since the last round are counted and listed; those that hung up
+    // are gone, not serving.
+    take_arrivals(arrivals, &mut atts, shared);
     let before = atts.len();
     atts.retain(|a| !a.gone.load(Ordering::Acquire));
     shared
@@ -620,6 +687,37 @@ fn drive_shared<D: Driver>(
     match failed {
         Some(e) => Err(SharedDriverError::Device(e)),
         None => Ok(last),
+    }
+}
+
+/// Takes the servers whose handshake is done into the loop's list (counted `attached` here,
+/// so that every server counted is listed until it goes).
+fn take_arrivals(
+    arrivals: &mpsc::Receiver<Attachment>,
+    atts: &mut Vec<Attachment>,
+    shared: &SharedDriver,
+) {
+    while let Ok(a) = arrivals.try_recv() {
+        atts.push(a);
+        shared.counts.attached.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Whether the frame in buffer `buf` is of `families` (its EtherType read from the
+/// server's memory: untrusted, so anything unreadable or of another family is refused).
+fn sends_for(pools: &DriverPools, buf: u32, families: Families) -> bool {
+    let b = pools.buffers();
+    let Some((off, len)) = b.off_len(buf) else {
+        return false;
+    };
+    let mut ethertype = [0u8; 2];
+    if len < 14 || b.read(buf, usize::from(off) + 12, &mut ethertype).is_err() {
+        return false;
+    }
+    match u16::from_be_bytes(ethertype) {
+        0x0800 | 0x0806 => families.ipv4,
+        0x86dd => families.ipv6,
+        _ => false,
     }
 }
 
@@ -650,9 +748,21 @@ fn publish<D: Driver>(
     }
 }
 
+/// Idle rounds in a row after which a server whose OUT queue will not arm (it says it has
+/// work, and gives none: its window's wake-up is gone, or it holds seed 002's lock) no
+/// longer keeps the loop from sleeping: the loop then naps 1 ms at a time.
+const RESTLESS_ROUNDS: u32 = 64;
+
 /// Sleeps until the device, a server's OUT queue or a control event has something (or
-/// 100 ms have passed: the stop flag and the counters stay that fresh).
-fn sleep_shared<D: Driver>(driver: &D, atts: &mut [Attachment], wake: &OwnedFd) {
+/// 100 ms have passed: the stop flag and the counters stay that fresh). Returns without
+/// sleeping when a queue has work as it is armed — unless `restless`, when it naps 1 ms
+/// instead. Returns whether it slept.
+fn sleep_shared<D: Driver>(
+    driver: &D,
+    atts: &mut [Attachment],
+    wake: &OwnedFd,
+    restless: bool,
+) -> bool {
     let mut armed = 0;
     let mut work = false;
     for a in atts.iter_mut() {
@@ -663,7 +773,7 @@ fn sleep_shared<D: Driver>(driver: &D, atts: &mut [Attachment], wake: &OwnedFd) 
             break;
         }
     }
-    if !work {
+    if !work || restless {
         // On the stack (the loop allocates nothing): the wake-up event, the device, and
         // each armed server's OUT queue.
         let mut fds: [PollFd<'_>; 2 + MAX_SERVERS] =
@@ -679,7 +789,7 @@ fn sleep_shared<D: Driver>(driver: &D, atts: &mut [Attachment], wake: &OwnedFd) 
         }
         let ts = Timespec {
             tv_sec: 0,
-            tv_nsec: 100_000_000,
+            tv_nsec: if work { 1_000_000 } else { 100_000_000 },
         };
         let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
         let mut drained = [0u8; 8];
@@ -687,5 +797,54 @@ fn sleep_shared<D: Driver>(driver: &D, atts: &mut [Attachment], wake: &OwnedFd) 
     }
     for a in atts.iter_mut().take(armed) {
         a.ends.queues().finish_wait();
+    }
+    !work || restless
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server speaks for its own families: what it queues to send is checked by the
+    /// EtherType in its own (untrusted) memory.
+    #[test]
+    fn a_server_sends_only_frames_of_its_families() {
+        let spec = crate::windows::data_window_spec(
+            crate::inline::ServeConfig::default().pools,
+            shmnet_chan::PageSize::Small,
+        );
+        let window = Window::create(&spec).unwrap();
+        let mut pools = window.driver_pools().unwrap();
+        // (EtherType, frame length): IPv4, ARP, IPv6, LLDP, and a runt.
+        let frames = [
+            (0x0800u16, 60usize),
+            (0x0806, 42),
+            (0x86dd, 80),
+            (0x88cc, 60),
+            (0x0800, 13),
+        ];
+        let mut bufs = Vec::new();
+        for (ethertype, len) in frames {
+            let buf = pools.alloc().unwrap();
+            let mut bytes = vec![0u8; len];
+            if len >= 14 {
+                bytes[12..14].copy_from_slice(&ethertype.to_be_bytes());
+            }
+            pools.buffers().write(buf, 0, &bytes).unwrap();
+            pools.buffers().set_off_len(buf, 0, len as u16).unwrap();
+            bufs.push(buf);
+        }
+        let sends = |f: Families| {
+            bufs.iter()
+                .map(|&b| sends_for(&pools, b, f))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sends(Families::IPV4), [true, true, false, false, false]);
+        assert_eq!(sends(Families::IPV6), [false, false, true, false, false]);
+        assert_eq!(sends(Families::BOTH), [true, true, true, false, false]);
+        assert!(
+            !sends_for(&pools, u32::MAX, Families::BOTH),
+            "a bad index is refused"
+        );
     }
 }

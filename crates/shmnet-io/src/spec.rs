@@ -68,9 +68,19 @@ pub enum SpecError {
     NoFamily,
     /// `--attach` outside the server structure.
     #[error(
-        "--attach joins a server to a running `shmnet driver --listen`: use it with --structure server (and no --placement or --driver)"
+        "--attach joins a server to a running `shmnet driver --listen`: use it with --structure server"
     )]
     AttachNeedsServer,
+    /// `--ip6` given to a server that does not take IPv6.
+    #[error(
+        "--ip6 is given but --family {0} leaves IPv6 out: use --family ipv6 or both, or drop --ip6"
+    )]
+    Ipv6Unused(&'static str),
+    /// An IPv6-only server on a device that carries IPv4 only.
+    #[error(
+        "the softnic and loopback devices carry IPv4 only: an IPv6 server needs --driver af_packet:IFACE or --attach PATH"
+    )]
+    Ipv4OnlyDevice,
 }
 
 /// The smallest MTU `shmnet serve` takes (IPv4's minimum datagram every host must accept).
@@ -641,7 +651,8 @@ impl ServeSpec {
         }
     }
 
-    /// Refuses a server that serves no family, IPv6 without an address, and `--attach`
+    /// Refuses a server that serves no family, IPv6 without an address (or an address
+    /// without IPv6), an IPv6-only server on a device that carries IPv4 only, and `--attach`
     /// outside the server structure.
     pub fn check_families(&self) -> Result<(), SpecError> {
         if !self.families.ipv4 && !self.families.ipv6 {
@@ -652,6 +663,12 @@ impl ServeSpec {
         }
         if self.attach.is_some() && self.structure != ServeStructure::Server {
             return Err(SpecError::AttachNeedsServer);
+        }
+        if self.ip6.is_some() && !self.families.ipv6 {
+            return Err(SpecError::Ipv6Unused(self.families.name()));
+        }
+        if !self.families.ipv4 && self.attach.is_none() && self.driver.softnic().is_some() {
+            return Err(SpecError::Ipv4OnlyDevice);
         }
         Ok(())
     }

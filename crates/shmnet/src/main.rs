@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 mod app;
 mod app_file;
+mod bench_shared;
 mod iface_lock;
 mod lab;
 mod netbench;
@@ -242,6 +243,12 @@ enum Bench {
     /// library costs a call on a kernel descriptor. Needs iperf3, sockperf and the library
     /// (cargo build --release -p shmnet-preload).
     Programs(programs::ProgramsArgs),
+    /// One driver shared by several protocol servers (`shmnet driver --listen`): sockperf
+    /// UDP ping-pong from a peer namespace over veth to Linux (the baseline), to a server
+    /// with a driver process of its own, to one attached to a shared driver, and to the
+    /// same while an IPv6 server beside it on that driver is flooded with ping -6 -f.
+    /// Needs root and sockperf.
+    SharedDriver(bench_shared::SharedDriverArgs),
     /// The interposition probe `bench programs` runs with and without the library.
     #[command(hide = true)]
     InterposeProbe,
@@ -472,6 +479,7 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::TcpSetup(a)) => bench_tcp_setup(a),
         Command::Bench(Bench::Programs(a)) => programs::bench(a),
         Command::Bench(Bench::InterposeProbe) => programs::interpose_probe(),
+        Command::Bench(Bench::SharedDriver(a)) => bench_shared::bench(a),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
         Command::Run(a) => run::run(a),

@@ -389,7 +389,7 @@ pub struct ServeArgs {
     /// --listen PATH --device IFACE`) instead of opening a device: several servers then
     /// share one interface, each taking its own --family, and each may stop or die without
     /// disturbing the others.
-    #[arg(long, value_name = "PATH", conflicts_with = "placement")]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["placement", "driver", "impair"])]
     attach: Option<PathBuf>,
     /// server structure: connections the control socket accepts at once (applications,
     /// `shmnet stats`, not yet greeted); the next is told the server is full.

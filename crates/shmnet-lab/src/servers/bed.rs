@@ -156,6 +156,15 @@ impl Bed {
         c
     }
 
+    /// `prog` to be run in the measured namespace through `ip netns exec` (add its
+    /// arguments), which also mounts that namespace's `/sys`, where a program that opens
+    /// an interface by name reads its address ([`Bed::in_measured`] does not).
+    pub fn measured(&self, prog: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.measured]).arg(prog);
+        c
+    }
+
     /// Gives the kernel [`MEASURED_IP`] on `v0` (`on`), or takes it away; either way the
     /// peer forgets the measured side's link address, so nothing stale is used.
     pub fn kernel_address(&self, on: bool) -> Result<(), BedError> {
