@@ -591,13 +591,7 @@ fn drive_shared<D: Driver>(
     let mut failed = None;
     while !stop.load(Ordering::Relaxed) {
         // Control events: servers that came, servers that went.
-        take_arrivals(arrivals, &mut atts, shared);
-        let before = atts.len();
-        atts.retain(|a| !a.gone.load(Ordering::Acquire));
-        shared
-            .counts
-            .detached
-            .fetch_add((before - atts.len()) as u64, Ordering::Relaxed);
+        update_attachments(arrivals, &mut atts, shared);
         for a in &mut atts {
             a.room = a.ends.queues().in_room();
         }
@@ -675,13 +669,7 @@ fn drive_shared<D: Driver>(
     }
     // Servers that arrived since the last round are counted and listed; those that hung up
     // are gone, not serving.
-    take_arrivals(arrivals, &mut atts, shared);
-    let before = atts.len();
-    atts.retain(|a| !a.gone.load(Ordering::Acquire));
-    shared
-        .counts
-        .detached
-        .fetch_add((before - atts.len()) as u64, Ordering::Relaxed);
+    update_attachments(arrivals, &mut atts, shared);
     publish(driver, &atts, shared, report);
     let last = report.lock().map(|r| r.clone()).unwrap_or_default();
     match failed {
@@ -691,8 +679,9 @@ fn drive_shared<D: Driver>(
 }
 
 /// Takes the servers whose handshake is done into the loop's list (counted `attached` here,
-/// so that every server counted is listed until it goes).
-fn take_arrivals(
+/// so that every server counted is listed until it goes), and drops those that hung up
+/// (counted `detached`): their windows are unmapped with them.
+fn update_attachments(
     arrivals: &mpsc::Receiver<Attachment>,
     atts: &mut Vec<Attachment>,
     shared: &SharedDriver,
@@ -701,6 +690,10 @@ fn take_arrivals(
         atts.push(a);
         shared.counts.attached.fetch_add(1, Ordering::Relaxed);
     }
+    let before = atts.len();
+    atts.retain(|a| !a.gone.load(Ordering::Acquire));
+    let gone = (before - atts.len()) as u64;
+    shared.counts.detached.fetch_add(gone, Ordering::Relaxed);
 }
 
 /// Whether the frame in buffer `buf` is of `families` (its EtherType read from the

@@ -20,6 +20,7 @@
 //! watches several queues); `shared-busy ÷ shared` is what a neighbour's load costs (the
 //! two servers share the driver's loop, not their queues or pools).
 
+use crate::running::Running;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use shmnet_lab::servers::bed::{Bed, MEASURED_IFACE, MEASURED_IP, PREFIX};
@@ -125,23 +126,6 @@ pub struct SharedDriverArgs {
     json: bool,
 }
 
-/// A child stopped (SIGTERM, then SIGKILL after 2 s) when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // SAFETY: kill has no memory preconditions; the pid is our own child's, not yet
-        // reaped (reaped just below), so it cannot name another process.
-        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline && matches!(self.0.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts `cmd`, its standard error into `log` (shown if it fails to come up).
 fn spawn(cmd: &mut Command, what: &str, log: &Path) -> Result<Running> {
     let err = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
@@ -234,114 +218,74 @@ type Parties = Vec<Running>;
 /// Starts the measured side of `cell` in `dir`.
 fn measured_side(bed: &Bed, cell: Cell, dir: &Path) -> Result<Parties> {
     let cidr = format!("{MEASURED_IP}/{PREFIX}");
-    let sock = dir.join(format!("{}.sock", cell.name()));
-    let drv = dir.join(format!("{}.drv", cell.name()));
-    let six = dir.join(format!("{}-six.sock", cell.name()));
+    let cidr6 = format!("{SIX}/64");
+    let file = |suffix: &str| dir.join(format!("{}{suffix}", cell.name()));
+    let (sock, drv, six) = (file(".sock"), file(".drv"), file("-six.sock"));
     let (s, d, s6) = (path(&sock)?, path(&drv)?, path(&six)?);
     let port = PORT.to_string();
-    let log = |party: &str| dir.join(format!("{}-{party}.log", cell.name()));
-    {
-        let mut parties = Parties::new();
-        match cell {
-            Cell::Kernel => {
-                let ip = MEASURED_IP.to_string();
-                parties.push(spawn(
-                    bed.measured("sockperf")
-                        .args(["server", "-i", &ip, "-p", &port]),
-                    "sockperf server (is it installed? scripts/setup installs it)",
-                    &log("sockperf"),
-                )?);
-                return Ok(parties);
-            }
-            Cell::Dedicated => {
-                let driver = format!("af_packet:{MEASURED_IFACE}");
-                parties.push(spawn(
-                    &mut shmnet(
-                        bed,
-                        &[
-                            "serve",
-                            "--structure",
-                            "server",
-                            "--placement",
-                            "process",
-                            "--driver",
-                            &driver,
-                            "--ip",
-                            &cidr,
-                            "--socket",
-                            s,
-                        ],
-                    )?,
-                    "shmnet serve --placement process",
-                    &log("server"),
-                )?);
-                wait_for(&sock, "shmnet serve", &log("server"))?;
-            }
-            Cell::Shared | Cell::SharedBusy => {
-                parties.push(spawn(
-                    &mut shmnet(bed, &["driver", "--listen", d, "--device", MEASURED_IFACE])?,
-                    "shmnet driver --listen",
-                    &log("driver"),
-                )?);
-                wait_for(&drv, "shmnet driver --listen", &log("driver"))?;
-                parties.push(spawn(
-                    &mut shmnet(
-                        bed,
-                        &[
-                            "serve",
-                            "--structure",
-                            "server",
-                            "--attach",
-                            d,
-                            "--family",
-                            "ipv4",
-                            "--ip",
-                            &cidr,
-                            "--socket",
-                            s,
-                        ],
-                    )?,
-                    "the IPv4 server",
-                    &log("server"),
-                )?);
-                wait_for(&sock, "the IPv4 server", &log("server"))?;
-                if cell == Cell::SharedBusy {
-                    let cidr6 = format!("{SIX}/64");
-                    parties.push(spawn(
-                        &mut shmnet(
-                            bed,
-                            &[
-                                "serve",
-                                "--structure",
-                                "server",
-                                "--attach",
-                                d,
-                                "--family",
-                                "ipv6",
-                                "--ip6",
-                                &cidr6,
-                                "--socket",
-                                s6,
-                            ],
-                        )?,
-                        "the IPv6 server",
-                        &log("six"),
-                    )?);
-                    wait_for(&six, "the IPv6 server", &log("six"))?;
-                }
+    let ip = MEASURED_IP.to_string();
+    let mut parties = Parties::new();
+    // Starts `cmd` as party `tag` and, if it makes a socket at `up`, waits for it.
+    let mut start = |cmd: &mut Command, tag: &str, up: Option<&Path>| -> Result<()> {
+        let log = file(&format!("-{tag}.log"));
+        parties.push(spawn(cmd, tag, &log)?);
+        up.map_or(Ok(()), |up| wait_for(up, tag, &log))
+    };
+    // `shmnet serve --structure server` with `more` options.
+    let serve = |more: &[&str]| {
+        let mut c = shmnet(bed, &["serve", "--structure", "server"])?;
+        c.args(more);
+        anyhow::Ok(c)
+    };
+    match cell {
+        Cell::Kernel => {
+            // sockperf's own server on Linux's sockets: nothing of shmnet's runs.
+            start(
+                bed.measured("sockperf")
+                    .args(["server", "-i", &ip, "-p", &port]),
+                "sockperf",
+                None,
+            )?;
+            return Ok(parties);
+        }
+        Cell::Dedicated => {
+            let driver = format!("af_packet:{MEASURED_IFACE}");
+            let args = [
+                "--placement",
+                "process",
+                "--driver",
+                &driver,
+                "--ip",
+                &cidr,
+                "--socket",
+                s,
+            ];
+            start(&mut serve(&args)?, "server", Some(&sock))?;
+        }
+        Cell::Shared | Cell::SharedBusy => {
+            let listen = ["driver", "--listen", d, "--device", MEASURED_IFACE];
+            start(&mut shmnet(bed, &listen)?, "driver", Some(&drv))?;
+            let four = [
+                "--attach", d, "--family", "ipv4", "--ip", &cidr, "--socket", s,
+            ];
+            start(&mut serve(&four)?, "server", Some(&sock))?;
+            if cell == Cell::SharedBusy {
+                let six_args = [
+                    "--attach", d, "--family", "ipv6", "--ip6", &cidr6, "--socket", s6,
+                ];
+                start(&mut serve(&six_args)?, "neighbour", Some(&six))?;
             }
         }
-        // The responder is the kernel cell's: Debian's sockperf server, unmodified, under
-        // `shmnet run` (sockperf's client wants its own server's replies, not a bare echo).
-        let ip = MEASURED_IP.to_string();
-        parties.push(spawn(
-            shmnet(bed, &["run", "--server", s, "--", "sockperf", "server"])?
-                .args(["-i", &ip, "-p", &port]),
-            "sockperf server under shmnet run",
-            &log("sockperf"),
-        )?);
-        Ok(parties)
     }
+    // The responder is the kernel cell's: Debian's sockperf server, unmodified, under
+    // `shmnet run` (sockperf's client wants its own server's replies, not a bare echo).
+    let run = ["run", "--server", s, "--", "sockperf", "server"];
+    start(
+        shmnet(bed, &run)?.args(["-i", &ip, "-p", &port]),
+        "sockperf",
+        None,
+    )?;
+    Ok(parties)
 }
 
 fn path(p: &Path) -> Result<&str> {
@@ -352,7 +296,16 @@ fn path(p: &Path) -> Result<&str> {
 fn flood(bed: &Bed, secs: u64) -> Result<Child> {
     bed.peer("ping")
         // -l 32: 32 echoes in flight, so the flood is not paced by one round trip at a time.
-        .args(["-6", "-f", "-l", "32", "-q", "-w", &(secs + 1).to_string(), SIX])
+        .args([
+            "-6",
+            "-f",
+            "-l",
+            "32",
+            "-q",
+            "-w",
+            &(secs + 1).to_string(),
+            SIX,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

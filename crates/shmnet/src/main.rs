@@ -13,6 +13,7 @@ mod netbench;
 mod programs;
 mod replay;
 mod run;
+mod running;
 mod serve;
 mod sim;
 

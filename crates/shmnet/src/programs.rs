@@ -4,10 +4,11 @@
 //! server with `--driver loopback` (its applications reach each other at its address, as
 //! over `lo`). And what the interposition itself costs a call on a kernel descriptor.
 
+use crate::running::Running;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The loopback server's address.
@@ -82,16 +83,6 @@ pub struct ProgramsArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
-}
-
-/// A child killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn shmnet_exe() -> Result<PathBuf> {
