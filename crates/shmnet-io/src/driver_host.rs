@@ -78,7 +78,12 @@ pub(crate) trait DriverQueues {
     /// The pools the driver fills and frees.
     fn pools(&mut self) -> &mut DriverPools;
     /// Frames both IN queues can take now without dropping one.
-    fn in_room(&mut self) -> usize;
+    fn in_room(&mut self) -> usize {
+        self.in_room_of(Family::Ipv4)
+            .min(self.in_room_of(Family::Arp))
+    }
+    /// Frames the IN queue of `family` can take now.
+    fn in_room_of(&mut self, family: Family) -> usize;
     /// Appends `frames` to the IN queue of `family`; returns how many it took (the caller
     /// releases the rest).
     fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize;
@@ -103,8 +108,11 @@ impl DriverQueues for DriverEnds {
         &mut self.pools
     }
 
-    fn in_room(&mut self) -> usize {
-        self.in_ip.free_slots().min(self.in_arp.free_slots()) as usize
+    fn in_room_of(&mut self, family: Family) -> usize {
+        match family {
+            Family::Ipv4 | Family::Ipv6 => self.in_ip.free_slots() as usize,
+            Family::Arp => self.in_arp.free_slots() as usize,
+        }
     }
 
     fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {
@@ -148,8 +156,11 @@ impl DriverQueues for FaithfulDriverEnds {
         &mut self.pools
     }
 
-    fn in_room(&mut self) -> usize {
-        self.in_ip.free_hint().min(self.in_arp.free_hint()) as usize
+    fn in_room_of(&mut self, family: Family) -> usize {
+        match family {
+            Family::Ipv4 | Family::Ipv6 => self.in_ip.free_hint() as usize,
+            Family::Arp => self.in_arp.free_hint() as usize,
+        }
     }
 
     fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {

@@ -102,7 +102,7 @@ impl Ends {
 /// loop sleeps on every server's OUT queue at once instead.
 trait QueuesDyn {
     fn pools(&mut self) -> &mut DriverPools;
-    fn in_room(&mut self) -> usize;
+    fn in_room_of(&mut self, family: Family) -> usize;
     fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize;
     fn dequeue_out(&mut self, out: &mut [Desc]) -> usize;
     fn prepare_wait(&mut self) -> bool;
@@ -115,8 +115,8 @@ macro_rules! queues_dyn {
             fn pools(&mut self) -> &mut DriverPools {
                 DriverQueues::pools(self)
             }
-            fn in_room(&mut self) -> usize {
-                DriverQueues::in_room(self)
+            fn in_room_of(&mut self, family: Family) -> usize {
+                DriverQueues::in_room_of(self, family)
             }
             fn enqueue_in(&mut self, family: Family, frames: &[Desc]) -> usize {
                 DriverQueues::enqueue_in(self, family, frames)
@@ -146,8 +146,9 @@ struct Attachment {
     gone: Arc<AtomicBool>,
     /// What its watcher sends the server every 100 ms.
     stats: Arc<Mutex<DriverThreadStats>>,
-    /// Room left in its IN queues this burst.
-    room: usize,
+    /// Room left in its IN queues this burst: IP (IPv4 and IPv6) and ARP, each its own
+    /// (a full ARP queue sheds no IP frame).
+    room: [usize; 2],
     ip: Vec<Desc>,
     arp: Vec<Desc>,
     counts: ServedNow,
@@ -162,11 +163,12 @@ struct Router<'a> {
 impl RxPools for Router<'_> {
     fn pools_for(&mut self, family: Family) -> Option<&mut DriverPools> {
         let a = self.atts.iter_mut().find(|a| a.families.contains(family))?;
-        if a.room == 0 {
+        let room = &mut a.room[usize::from(family == Family::Arp)];
+        if *room == 0 {
             a.counts.in_queue_full += 1;
             return None;
         }
-        a.room -= 1;
+        *room -= 1;
         Some(a.ends.queues().pools())
     }
 
@@ -508,7 +510,7 @@ impl Party {
             _data: data,
             gone: gone.clone(),
             stats: stats.clone(),
-            room: 0,
+            room: [0; 2],
             ip: Vec::with_capacity(32),
             arp: Vec::with_capacity(32),
             counts: ServedNow {
@@ -593,7 +595,8 @@ fn drive_shared<D: Driver>(
         // Control events: servers that came, servers that went.
         update_attachments(arrivals, &mut atts, shared);
         for a in &mut atts {
-            a.room = a.ends.queues().in_room();
+            let q = a.ends.queues();
+            a.room = [q.in_room_of(Family::Ipv4), q.in_room_of(Family::Arp)];
         }
         rx.clear();
         // Called even with no server: the device does its health checks there.
