@@ -459,16 +459,7 @@ impl std::fmt::Display for SharedDriverReport {
 
 /// `shmnet bench shared-driver`.
 pub fn bench(a: SharedDriverArgs) -> Result<()> {
-    let pb = crate::spinner(false);
-    let report = run(a.quick, &mut |step| pb.set_message(step.to_string()));
-    pb.finish_and_clear();
-    let report = report?;
-    if a.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{report}");
-    }
-    Ok(())
+    crate::report_bench(a.quick, a.json, run)
 }
 
 #[cfg(test)]

@@ -315,6 +315,25 @@ pub(crate) fn spinner(hidden: bool) -> indicatif::ProgressBar {
     pb
 }
 
+/// Runs a benchmark `run` (told `quick`, reporting its steps on a spinner), then prints its
+/// report: one JSON object with `json`, else the report's readable form.
+pub(crate) fn report_bench<R: serde::Serialize + std::fmt::Display>(
+    quick: bool,
+    json: bool,
+    run: impl FnOnce(bool, &mut dyn FnMut(&str)) -> anyhow::Result<R>,
+) -> anyhow::Result<()> {
+    let pb = spinner(false);
+    let report = run(quick, &mut |step| pb.set_message(step.to_string()));
+    pb.finish_and_clear();
+    let report = report?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
 /// A progress bar on stderr for a run whose fraction done is known (positions 0..=1000).
 pub(crate) fn progress_bar() -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(1000);

@@ -502,14 +502,5 @@ impl std::fmt::Display for ProgramsReport {
 
 /// `shmnet bench programs`.
 pub fn bench(a: ProgramsArgs) -> Result<()> {
-    let pb = crate::spinner(false);
-    let report = run(a.quick, &mut |step| pb.set_message(step.to_string()));
-    pb.finish_and_clear();
-    let report = report?;
-    if a.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        print!("{report}");
-    }
-    Ok(())
+    crate::report_bench(a.quick, a.json, run)
 }

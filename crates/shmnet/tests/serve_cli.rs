@@ -269,13 +269,7 @@ impl Netns {
 #[test]
 fn on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused() {
     const TEST: &str = "on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused";
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
-        return;
-    }
-    let Some(ns) = Netns::new("shmnet-cli", "iface") else {
-        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+    let Some(ns) = root_netns(TEST, "iface") else {
         return;
     };
     let runtime = temp("iface");
@@ -857,6 +851,21 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
     }
 }
 
+/// A network namespace with a veth pair for test `test`, or `None` (the test skipped, loudly)
+/// when this is not root or the namespace cannot be made.
+fn root_netns(test: &str, tag: &str) -> Option<Netns> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        shmnet_testkit::skip(test, "needs root (a network namespace, AF_PACKET)");
+        return None;
+    }
+    let ns = Netns::new("shmnet-cli", tag);
+    if ns.is_none() {
+        shmnet_testkit::skip(test, "cannot make a network namespace with a veth pair");
+    }
+    ns
+}
+
 /// Prints a party's stderr if the test fails while it is in scope.
 struct ShowOnPanic(&'static str, Arc<Mutex<String>>);
 
@@ -895,13 +904,7 @@ fn pings_answered(ns: &Netns, args: &[&str]) -> bool {
 #[test]
 fn two_servers_share_one_driver_by_family_and_each_survives_the_others_death() {
     const TEST: &str = "two_servers_share_one_driver_by_family_and_each_survives_the_others_death";
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        shmnet_testkit::skip(TEST, "needs root (a network namespace, AF_PACKET)");
-        return;
-    }
-    let Some(ns) = Netns::new("shmnet-cli", "shared") else {
-        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+    let Some(ns) = root_netns(TEST, "shared") else {
         return;
     };
     let ip_ok = |args: &[&str]| {

@@ -749,14 +749,33 @@ fn rings(data: &Window) -> DriverLink {
 }
 
 /// Reads a server's counters over its control socket (for `shmnet stats`).
+///
+/// A server out of file descriptors (or connections) answers a `Stats` request only if it
+/// has arrived when the server looks, a millisecond after it accepts, and otherwise refuses
+/// and closes: on a busy machine the request can be that late. Such a refusal is tried
+/// again, for 2 s at most, before it is returned.
 pub fn query_stats(socket: &std::path::Path) -> Result<ServerStats, ControlError> {
-    let fd = control::connect(socket)?;
-    control::send(&fd, &Request::Stats)?;
-    match control::recv_blocking::<Response>(fd.as_fd())? {
-        Response::Stats(v) => Ok(*v),
-        Response::Error(e) => Err(ControlError::Malformed(e)),
-        other => Err(ControlError::Malformed(format!(
-            "unexpected answer {other:?}"
-        ))),
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let asked = (|| {
+            let fd = control::connect(socket)?;
+            control::send(&fd, &Request::Stats)?;
+            control::recv_blocking::<Response>(fd.as_fd())
+        })();
+        let refused = match asked {
+            Ok(Response::Stats(v)) => return Ok(*v),
+            Ok(Response::Error(e)) => ControlError::Malformed(e),
+            Ok(other) => {
+                return Err(ControlError::Malformed(format!(
+                    "unexpected answer {other:?}"
+                )));
+            }
+            Err(e @ ControlError::HungUp) => e,
+            Err(e) => return Err(e),
+        };
+        if Instant::now() >= deadline {
+            return Err(refused);
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
