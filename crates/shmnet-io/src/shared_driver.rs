@@ -22,7 +22,7 @@
 //! give up at once on the driver's side).
 
 use crate::control::{self, ControlError, Request, Response};
-use crate::driver::{Driver, DriverStats, Families, Family, RxFrame, RxPools};
+use crate::driver::{Driver, DriverStats, Families, Family, RxFrame, RxPools, classify};
 use crate::driver_host::{AttachedDriver, DriverEnds, DriverQueues, DriverThreadStats};
 use crate::faithful_link::FaithfulDriverEnds;
 use rustix::event::{PollFd, PollFlags, Timespec};
@@ -149,9 +149,17 @@ struct Attachment {
     /// Room left in its IN queues this burst: IP (IPv4 and IPv6) and ARP, each its own
     /// (a full ARP queue sheds no IP frame).
     room: [usize; 2],
-    ip: Vec<Desc>,
-    arp: Vec<Desc>,
+    /// This burst's frames for it, by IN queue (the slots of `room`).
+    queued: [Vec<Desc>; 2],
     counts: ServedNow,
+}
+
+/// A server's two IN queues, by the family that names each: IP (IPv4 and IPv6), then ARP.
+const SLOTS: [Family; 2] = [Family::Ipv4, Family::Arp];
+
+/// The slot of [`SLOTS`] a frame of `family` goes to.
+fn slot(family: Family) -> usize {
+    usize::from(family == Family::Arp)
 }
 
 /// The receive side's view of the attachments: each family's frames go into the pools of
@@ -163,7 +171,7 @@ struct Router<'a> {
 impl RxPools for Router<'_> {
     fn pools_for(&mut self, family: Family) -> Option<&mut DriverPools> {
         let a = self.atts.iter_mut().find(|a| a.families.contains(family))?;
-        let room = &mut a.room[usize::from(family == Family::Arp)];
+        let room = &mut a.room[slot(family)];
         if *room == 0 {
             a.counts.in_queue_full += 1;
             return None;
@@ -511,8 +519,7 @@ impl Party {
             gone: gone.clone(),
             stats: stats.clone(),
             room: [0; 2],
-            ip: Vec::with_capacity(32),
-            arp: Vec::with_capacity(32),
+            queued: [Vec::with_capacity(32), Vec::with_capacity(32)],
             counts: ServedNow {
                 families,
                 ..ServedNow::default()
@@ -596,7 +603,7 @@ fn drive_shared<D: Driver>(
         update_attachments(arrivals, &mut atts, shared);
         for a in &mut atts {
             let q = a.ends.queues();
-            a.room = [q.in_room_of(Family::Ipv4), q.in_room_of(Family::Arp)];
+            a.room = SLOTS.map(|family| q.in_room_of(family));
         }
         rx.clear();
         // Called even with no server: the device does its health checks there.
@@ -607,16 +614,12 @@ fn drive_shared<D: Driver>(
         for f in &rx {
             let d = Desc::new(f.buf, f.len);
             if let Some(a) = atts.iter_mut().find(|a| a.families.contains(f.family)) {
-                match f.family {
-                    Family::Arp => a.arp.push(d),
-                    Family::Ipv4 | Family::Ipv6 => a.ip.push(d),
-                }
+                a.queued[slot(f.family)].push(d);
             }
         }
         let mut sent = 0;
         for a in &mut atts {
-            for family in [Family::Ipv4, Family::Arp] {
-                let frames = if family == Family::Arp { &a.arp } else { &a.ip };
+            for (family, frames) in SLOTS.into_iter().zip(&mut a.queued) {
                 if frames.is_empty() {
                     continue;
                 }
@@ -627,9 +630,8 @@ fn drive_shared<D: Driver>(
                     a.counts.in_queue_full += 1;
                     q.pools().release(d.buf);
                 }
+                frames.clear();
             }
-            a.ip.clear();
-            a.arp.clear();
             let q = a.ends.queues();
             let n = q.dequeue_out(&mut out);
             if n > 0 {
@@ -699,22 +701,20 @@ fn update_attachments(
     shared.counts.detached.fetch_add(gone, Ordering::Relaxed);
 }
 
-/// Whether the frame in buffer `buf` is of `families` (its EtherType read from the
-/// server's memory: untrusted, so anything unreadable or of another family is refused).
+/// Whether the frame in buffer `buf` is of `families`: demultiplexed by [`classify`], as
+/// received frames are, from its first bytes read out of the server's memory (untrusted:
+/// anything unreadable, short or of another family is refused).
 fn sends_for(pools: &DriverPools, buf: u32, families: Families) -> bool {
+    /// Enough for an Ethernet header and the longest smallest header `classify` asks for.
+    const HEAD: usize = 14 + 40;
     let b = pools.buffers();
     let Some((off, len)) = b.off_len(buf) else {
         return false;
     };
-    let mut ethertype = [0u8; 2];
-    if len < 14 || b.read(buf, usize::from(off) + 12, &mut ethertype).is_err() {
-        return false;
-    }
-    match u16::from_be_bytes(ethertype) {
-        0x0800 | 0x0806 => families.ipv4,
-        0x86dd => families.ipv6,
-        _ => false,
-    }
+    let mut head = [0u8; HEAD];
+    let head = &mut head[..usize::from(len).min(HEAD)];
+    b.read(buf, usize::from(off), head).is_ok()
+        && classify(head).is_ok_and(|family| families.contains(family))
 }
 
 /// Updates every server's counters (which its watcher sends it) and the driver's report.

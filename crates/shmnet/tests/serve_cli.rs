@@ -715,15 +715,6 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
             shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
             return;
         };
-        let ip_ok = |args: &[&str]| {
-            let out = Command::new("ip").args(args).output().unwrap();
-            assert!(
-                out.status.success(),
-                "ip {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        };
         // The kernel's end: an address on v1, and shmnet's MAC known, so that the kernel
         // never needs an ARP answer through the impairment.
         ip_ok(&["-n", &ns.0, "addr", "add", "10.80.0.2/24", "dev", "v1"]);
@@ -851,6 +842,17 @@ fn impair_loses_and_delays_the_kernels_pings_both_ways_in_every_structure() {
     }
 }
 
+/// Runs `ip args…`, which must succeed; returns what it printed.
+fn ip_ok(args: &[&str]) -> String {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A network namespace with a veth pair for test `test`, or `None` (the test skipped, loudly)
 /// when this is not root or the namespace cannot be made.
 fn root_netns(test: &str, tag: &str) -> Option<Netns> {
@@ -906,14 +908,6 @@ fn two_servers_share_one_driver_by_family_and_each_survives_the_others_death() {
     const TEST: &str = "two_servers_share_one_driver_by_family_and_each_survives_the_others_death";
     let Some(ns) = root_netns(TEST, "shared") else {
         return;
-    };
-    let ip_ok = |args: &[&str]| {
-        let out = Command::new("ip").args(args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "ip {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
     };
     ip_ok(&["-n", &ns.0, "addr", "add", "10.81.0.2/24", "dev", "v1"]);
     ip_ok(&[
