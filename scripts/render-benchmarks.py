@@ -510,12 +510,11 @@ per cell in one run:
           f"{fig([r['shared_over_dedicated_p50'] for r in runs], 2)} (what sharing the driver costs), "
           f"shared-busy ÷ shared {fig([r['busy_over_shared_p50'] for r in runs], 2)} (what a busy "
           f"neighbour costs), dedicated ÷ kernel {fig([r['dedicated_over_kernel_p50'] for r in runs], 2)}. "
-          "The latency itself is not the shared driver's: af_packet's TPACKET_V3 receive ring "
-          "hands a block of frames over only when the block fills or its retire timer fires "
-          "(1 ms, the least it takes), so at one message in flight every request waits for "
-          "that timer, in both placements alike — which is why libpcap's immediate mode uses "
-          "TPACKET_V2. A receive ring that hands over each frame is the af_packet driver's "
-          "next change; until then this section's figures are its ratios.\n")
+          "The driver's receive ring is TPACKET_V2, which hands each frame over (and wakes "
+          "a sleeping driver) as it arrives; until 2026-11-29 it was TPACKET_V3, whose blocks "
+          "are handed over only when full or when their 1 ms retire timer fires, and every "
+          "shmnet row here measured about 1.0 ms (18× the kernel) for that reason alone "
+          "([io.md](io.md)).\n")
     return s
 
 

@@ -370,11 +370,12 @@ fn shmnet_sends_to_linux_udp_sockets_intact() {
 
 #[test]
 fn a_full_ring_is_counted_as_device_drops() {
-    // Two 4 KiB blocks hold a few dozen small frames; Linux sends many more while shmnet
+    // Two 4 KiB blocks of 2 KiB slots hold four frames; Linux sends many more while shmnet
     // is not looking.
     let opts = AfPacketOptions {
         rx_blocks: 2,
         rx_block_size: 4096,
+        rx_frame_size: 2048,
         ..AfPacketOptions::default()
     };
     let Some((pair, mut node, _ns)) = setup_with("a_full_ring_is_counted_as_device_drops", opts)

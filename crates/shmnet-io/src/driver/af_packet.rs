@@ -1,11 +1,11 @@
 //! `af_packet:IFACE`: a real Ethernet interface through an `AF_PACKET` socket with
-//! memory-mapped `TPACKET_V3` receive and transmit rings.
+//! memory-mapped `TPACKET_V2` receive and transmit rings.
 //!
 //! # The socket
 //!
 //! One `AF_PACKET`/`SOCK_RAW` socket, created with protocol 0 (so it receives nothing while
 //! the rings are set up) and then bound to the interface's index with `ETH_P_ALL`. Its
-//! options: `PACKET_VERSION = TPACKET_V3`, `PACKET_IGNORE_OUTGOING` (Linux 4.20+; frames
+//! options: `PACKET_VERSION = TPACKET_V2`, `PACKET_IGNORE_OUTGOING` (Linux 4.20+; frames
 //! leaving the interface — ours or the local kernel's — never enter our ring),
 //! `PACKET_LOSS` (a transmit frame the kernel cannot parse is skipped instead of stalling the
 //! ring), optionally `PACKET_QDISC_BYPASS`, and a `PACKET_MR_PROMISC` membership only when
@@ -16,39 +16,53 @@
 //!
 //! # The rings
 //!
-//! One `mmap` of the socket holds both rings, receive first:
+//! One `mmap` of the socket holds both rings, receive first. Each is blocks of fixed-size
+//! slots, one frame per slot; a slot's status word says who owns it:
 //!
 //! ```text
 //!  0                                   rx_blocks * rx_block_size
 //!  | RX block 0 | RX block 1 | ... | RX block n-1 | TX block 0 | ... | TX block m-1 |
 //!
-//!  RX block (TPACKET_V3, variable-size frames packed by the kernel):
-//!  | tpacket_block_desc: status, num_pkts, offset_to_first_pkt, ... |
-//!  | tpacket3_hdr (48 B) | sockaddr_ll | pad | frame (at tp_mac) | -> tp_next_offset ... |
+//!  RX slot (rx_frame_size bytes):
+//!  | tpacket2_hdr (32 B: status, len, snaplen, mac, ...) | sockaddr_ll | pad | frame at tp_mac |
 //!
-//!  TX block (fixed-size slots of tx_frame_size bytes):
-//!  | tpacket3_hdr (status, tp_len) | frame at byte 48 | ... | next slot | ...
+//!  TX slot (tx_frame_size bytes):
+//!  | tpacket2_hdr (status, tp_len) | frame at byte 32 | ... |
 //! ```
 //!
-//! Defaults: 16 receive blocks of 64 KiB (about 30 full-size frames, or 300 small ones, per
-//! block), a 1 ms block retire timeout (the kernel hands a partly filled block over after
-//! that, and only then wakes a sleeper: it bounds the latency of a lone frame; ping through
-//! the veth pair measured 0.7–0.9 ms average round trip on Linux 6.18 with `CONFIG_HZ=250`,
-//! so the timer was not rounded up to a 4 ms tick here, though older kernels may round it to
-//! jiffies), and a transmit ring of 8 blocks × 64 KiB = 256 slots of 2,048 bytes. RX and TX are both TPACKET_V3 on the same socket (TX V3 needs
-//! Linux 4.11; on the Linux 6.18 used here no TPACKET_V2 fallback was needed). In TX V3 a slot
-//! is used as in V2: `tp_next_offset` must be 0 and the data starts at
-//! `TPACKET_ALIGN(sizeof(tpacket3_hdr))` = 48 bytes into the slot.
+//! **Why V2, not V3.** A `TPACKET_V3` ring packs frames into blocks and hands a block to user
+//! space only when it is full or its retire timer fires (1 ms at the least): a lone frame —
+//! a ping, a request at one in flight — waits for that timer, and a sleeping reader is woken
+//! only then. The V3 driver this replaced measured 1.0 ms round trips where Linux took 55 µs
+//! over the same veth pair. A V2 slot is handed over, and a sleeper woken, frame by frame:
+//! that is why libpcap's immediate mode and DPDK's af_packet driver use V2. V3 packs small
+//! frames densely (hundreds per 64 KiB block); V2 spends a whole slot on each.
+//!
+//! **Why 64 KiB slots.** A packet socket sees the kernel's skbs as they are, and a Linux
+//! sender on the other end of a veth (or GRO under a NIC) hands over TCP super-frames of up
+//! to 64 KiB, which [`gso`] cuts into wire frames. A slot too small for one truncates it and
+//! loses the segment, so the default slot holds an IP packet of 65,536 bytes after the
+//! kernel's headers — as libpcap sizes its slots when the interface offloads. The slot size
+//! (65,664 bytes) is deliberately not a multiple of the page size: consecutive slots' headers
+//! fall at different page offsets, so they do not all compete for the same cache sets.
+//! Defaults: 32 receive blocks of 1 MiB, 15 slots each (480 frames of any size up to a
+//! super-frame, 32 MiB of kernel memory: the depth that let a Linux sender on the other
+//! core lose no more than a few hundred of 100,000 datagrams to the driver being scheduled
+//! out, see Figures; a Linux UDP socket's default 208 KiB buffer holds about 280 such
+//! datagrams), and a transmit ring of 8 blocks × 64 KiB = 256 slots
+//! of 2,048 bytes (the frame starts at `TPACKET_ALIGN(sizeof(tpacket2_hdr))` = 32 bytes into
+//! the slot). [`AfPacketOptions::for_mtu`] grows the transmit slots for a jumbo MTU; the
+//! receive slots already hold any frame the interface can deliver.
 //!
 //! # Receive: what is filtered where
 //!
 //! - *Kernel*: frames of other interfaces (the bind), outgoing frames
 //!   (`PACKET_IGNORE_OUTGOING`), and — unless the socket is promiscuous — unicast frames the
 //!   NIC's own filter drops. Nothing is filtered by BPF.
-//! - *Driver, per frame* ([`AfPacket::rx_burst`]): a block the kernel handed over
-//!   (`TP_STATUS_USER`) is walked frame by frame; every header the kernel wrote is checked
-//!   input (offsets, `tp_next_offset`, `tp_mac + tp_snaplen` all bounded by the block; a bad
-//!   value drops the rest of the block and counts `rx_bad_ring`). Then, in order: outgoing
+//! - *Driver, per frame* ([`AfPacket::rx_burst`]): the slots the kernel handed over
+//!   (`TP_STATUS_USER`) are taken in ring order; every header the kernel wrote is checked
+//!   input (`tp_mac + tp_snaplen` bounded by the slot, the frame after the headers; a bad
+//!   value drops that frame and counts `rx_bad_ring`). Then, in order: outgoing
 //!   frames (`sll_pkttype == PACKET_OUTGOING`, for kernels without the socket option) and
 //!   frames the kernel received with a VLAN tag (`TP_STATUS_VLAN_VALID`; we serve no VLAN)
 //!   are `rx_filtered`; frames whose destination is not our MAC or broadcast are
@@ -57,8 +71,8 @@
 //!   (`rx_runts`, `rx_unknown_type`); a frame the kernel truncated (`tp_snaplen < tp_len`) or
 //!   longer than a pool buffer is `rx_oversize`; a frame that finds no pool buffer is
 //!   `rx_no_buffer`. The rest is copied into a buffer (`off = 0`, `len` = frame length) and
-//!   returned as an [`RxFrame`]. A block goes back to the kernel when its last frame has been
-//!   looked at; a burst that ends in the middle of a block resumes there.
+//!   returned as an [`RxFrame`]. A slot goes back to the kernel (`TP_STATUS_KERNEL`) as soon
+//!   as its frame has been looked at; a burst looks at each slot at most once.
 //! - *Checksums*: a frame with `TP_STATUS_CSUMNOTREADY` was sent by this host with checksum
 //!   offload and never went through hardware that would finish it (typically a veth peer's
 //!   UDP or TCP): its transport checksum field holds only the pseudo-header sum. The driver
@@ -69,8 +83,8 @@
 //! # Overload
 //!
 //! The driver never waits. When the stack falls behind, the kernel finds no free block and
-//! drops frames itself; it reports them in `PACKET_STATISTICS` (`tpacket_stats_v3.tp_drops`,
-//! reset on every read), which the driver adds to `rx_device_drops` whenever a block says
+//! drops frames itself; it reports them in `PACKET_STATISTICS` (`tpacket_stats.tp_drops`,
+//! reset on every read), which the driver adds to `rx_device_drops` whenever a slot says
 //! `TP_STATUS_LOSING` and whenever [`Driver::stats`] is called. When the pools are empty,
 //! frames are dropped in the driver (`rx_no_buffer`) and their ring space is returned at
 //! once, so the ring keeps draining. On transmit, a slot still owned by the kernel means the
@@ -132,18 +146,23 @@
 //! Measured on the development VM (2 vCPUs, Linux 6.18, veth pair between two namespaces;
 //! `measure_linux_sender_throughput` in `tests/af_packet.rs`, run with `--ignored`): Linux
 //! UDP sockets in the peer namespace send 100,000 64-byte datagrams as fast as they can to a
-//! port of a shmnet stack served by this driver in one thread (rx burst, stack, `udp_recv`).
+//! port of a shmnet stack served by this driver in one thread (rx burst, stack, `udp_recv`),
+//! which sleeps on [`Driver::rx_fd`] whenever a burst finds nothing.
 //!
-//! | build | Linux senders | sent/s | received/sent | shmnet messages/s |
-//! |---|---|---|---|---|
-//! | test profile (opt-level 1) | 1 thread | 163–204 k | 100,000 / 100,000 | 162–204 k |
-//! | release | 1 thread | 230 k | 100,000 / 100,000 | 230 k |
-//! | test profile (opt-level 1) | 2 threads | 350 k | 100,000 / 100,000 | 349 k |
+//! | ring | build | Linux senders | sent/s | received/sent | device drops |
+//! |---|---|---|---|---|---|
+//! | V2, 240 slots | release | 1 thread | 203–215 k | 98.2–99.5 % | 473–1,771 |
+//! | V2, 480 slots (default) | release | 1 thread | 199–214 k | 99.5–100 % | 0–525 |
+//! | V3, 16 × 64 KiB blocks (before 2026-11-29) | release | 1 thread | 230 k | 100 % | 0 |
 //!
-//! The sender is the bottleneck: no device drop, no pool miss, no socket-queue overflow; every
-//! datagram arrived, each with an offloaded checksum the driver completed. Overload shows up
-//! where the docs above say: with a 2-block × 4 KiB ring and the stack not reading, 1,000
-//! datagrams became 42 received + 958 `rx_device_drops` (the test
+//! The sender is the bottleneck in every row. With two busy threads on two vCPUs, the driver
+//! is sometimes scheduled out for a millisecond or two; what arrives meanwhile must fit in
+//! the ring, and a V2 slot holds one frame where a V3 block packed hundreds of small ones.
+//! The default ring is the depth at which that costs at most half a percent here. Linux's own
+//! UDP socket, at its default 208 KiB buffer, would hold about 280 of these datagrams. Ping
+//! through the pair took 0.13 ms on average (the V3 ring: 0.7–0.9 ms). Overload shows up
+//! where the docs above say: with a ring of four 2 KiB slots and the stack not reading,
+//! 1,000 datagrams became a handful received and the rest `rx_device_drops` (the test
 //! `a_full_ring_is_counted_as_device_drops`).
 
 mod gso;
@@ -169,15 +188,15 @@ use wake::Wake;
 /// Ring geometry and filtering choices.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AfPacketOptions {
-    /// Receive ring blocks (16).
+    /// Receive ring blocks (32).
     pub rx_blocks: u32,
-    /// Bytes per receive block: a multiple of the page size (65,536).
+    /// Bytes per receive block: a multiple of the page size (1 MiB).
     pub rx_block_size: u32,
-    /// The receive ring's nominal frame size (2,048): with TPACKET_V3 frames are packed
-    /// by their real size, but the kernel still checks this against the block size.
+    /// Bytes per receive slot, the kernel's headers included: a multiple of 16 that fits
+    /// in a block (65,664: a 64 KiB TCP super-frame fits, see [The rings](self#the-rings)).
+    /// A frame longer than its slot allows is truncated by the kernel and counted
+    /// `rx_oversize`.
     pub rx_frame_size: u32,
-    /// Milliseconds after which the kernel hands over a partly filled block (1).
-    pub rx_retire_ms: u32,
     /// Transmit ring blocks (8).
     pub tx_blocks: u32,
     /// Bytes per transmit block: a multiple of the page size (65,536).
@@ -206,10 +225,9 @@ pub struct AfPacketOptions {
 impl Default for AfPacketOptions {
     fn default() -> Self {
         Self {
-            rx_blocks: 16,
-            rx_block_size: 64 * 1024,
-            rx_frame_size: 2048,
-            rx_retire_ms: 1,
+            rx_blocks: 32,
+            rx_block_size: 1 << 20,
+            rx_frame_size: 65_536 + 128,
             tx_blocks: 8,
             tx_block_size: 64 * 1024,
             tx_frame_size: 2048,
@@ -228,7 +246,7 @@ impl AfPacketOptions {
     /// transmit slots grow to the power of two that holds a frame, the blocks with them.
     pub fn for_mtu(mtu: u32) -> AfPacketOptions {
         let d = AfPacketOptions::default();
-        let slot = (HDR3_ALIGNED as u32 + ETH_HDR as u32 + 4 + mtu)
+        let slot = (HDR2_ALIGNED as u32 + ETH_HDR as u32 + 4 + mtu)
             .next_power_of_two()
             .max(d.tx_frame_size);
         AfPacketOptions {
@@ -312,25 +330,19 @@ pub enum AfPacketError {
 }
 
 // Offsets into the kernel's structures, from the libc crate's definitions.
-const BLK_STATUS: usize =
-    offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, block_status);
-const BLK_NUM_PKTS: usize =
-    offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, num_pkts);
-const BLK_FIRST: usize = offset_of!(libc::tpacket_block_desc, hdr)
-    + offset_of!(libc::tpacket_hdr_v1, offset_to_first_pkt);
-const BLK_DESC_LEN: usize = size_of::<libc::tpacket_block_desc>();
-const H_NEXT: usize = offset_of!(libc::tpacket3_hdr, tp_next_offset);
-const H_SNAPLEN: usize = offset_of!(libc::tpacket3_hdr, tp_snaplen);
-const H_LEN: usize = offset_of!(libc::tpacket3_hdr, tp_len);
-const H_STATUS: usize = offset_of!(libc::tpacket3_hdr, tp_status);
-const H_MAC: usize = offset_of!(libc::tpacket3_hdr, tp_mac);
-const HDR3_LEN: usize = size_of::<libc::tpacket3_hdr>();
-/// `TPACKET_ALIGN(sizeof(struct tpacket3_hdr))`: where `sockaddr_ll` follows the RX header,
+const H_STATUS: usize = offset_of!(libc::tpacket2_hdr, tp_status);
+const H_LEN: usize = offset_of!(libc::tpacket2_hdr, tp_len);
+const H_SNAPLEN: usize = offset_of!(libc::tpacket2_hdr, tp_snaplen);
+const H_MAC: usize = offset_of!(libc::tpacket2_hdr, tp_mac);
+const HDR2_LEN: usize = size_of::<libc::tpacket2_hdr>();
+/// `TPACKET_ALIGN(sizeof(struct tpacket2_hdr))`: where `sockaddr_ll` follows the RX header,
 /// and where the frame starts in a TX slot.
-const HDR3_ALIGNED: usize =
-    (HDR3_LEN + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1);
+const HDR2_ALIGNED: usize =
+    (HDR2_LEN + libc::TPACKET_ALIGNMENT - 1) & !(libc::TPACKET_ALIGNMENT - 1);
 const SLL_PKTTYPE: usize = offset_of!(libc::sockaddr_ll, sll_pkttype);
 const SLL_LEN: usize = size_of::<libc::sockaddr_ll>();
+/// The least a receive slot must hold: the headers and an Ethernet header.
+const RX_SLOT_MIN: usize = HDR2_ALIGNED + SLL_LEN + ETH_HDR;
 
 /// The socket's `mmap`ed rings. All access goes through bounds-checked accessors, so no
 /// value read from the ring can make the driver address memory outside the mapping.
@@ -383,7 +395,7 @@ impl Mapping {
         if end > self.len {
             return None;
         }
-        // SAFETY: inside the live mapping. The bytes belong to a block the kernel handed to
+        // SAFETY: inside the live mapping. The bytes belong to a slot the kernel handed to
         // user space (status `TP_STATUS_USER`), which it does not write until we return it.
         Some(unsafe { std::slice::from_raw_parts(self.base.as_ptr().add(off), len) })
     }
@@ -410,44 +422,79 @@ impl Drop for Mapping {
     }
 }
 
-/// Where the receive walk is.
-#[derive(Clone, Copy, Debug, Default)]
-struct RxCursor {
-    /// The block to look at (or being walked).
-    block: u32,
-    /// Whether `block` is being walked (owned by us).
-    active: bool,
-    /// Frames of the block not yet looked at.
-    left: u32,
-    /// Offset of the next frame's header within the block.
-    off: usize,
+/// Where a ring's slots lie in the mapping: `count` slots of `frame_size` bytes, packed
+/// `per_block` to a block of `block_size` bytes, from byte `base`. Invariant (checked by
+/// [`check_geometry`] before the kernel sees it): `1 <= per_block`, `count = per_block *
+/// blocks`, and every slot lies inside the mapping.
+#[derive(Clone, Copy, Debug)]
+struct Slots {
+    base: usize,
+    block_size: usize,
+    frame_size: usize,
+    per_block: u32,
+    count: u32,
 }
 
-/// The receive ring's walk: which block, which frame, and what to keep. Separate from the
-/// socket so that it can be tested on memory laid out by hand.
+impl Slots {
+    fn new(base: usize, block_size: u32, frame_size: u32, blocks: u32) -> Self {
+        let per_block = block_size / frame_size;
+        Slots {
+            base,
+            block_size: block_size as usize,
+            frame_size: frame_size as usize,
+            per_block,
+            count: per_block * blocks,
+        }
+    }
+
+    /// The ring's bytes.
+    fn len(&self) -> usize {
+        self.count.div_ceil(self.per_block) as usize * self.block_size
+    }
+
+    /// Byte offset of slot `i` (taken modulo the ring) in the mapping.
+    fn off(&self, i: u32) -> usize {
+        let i = i % self.count;
+        self.base
+            + (i / self.per_block) as usize * self.block_size
+            + (i % self.per_block) as usize * self.frame_size
+    }
+
+    /// The slots whose status has any of `bits`.
+    fn count_with(&self, map: &Mapping, bits: u32) -> u64 {
+        (0..self.count)
+            .filter(|&i| {
+                map.status(self.off(i) + H_STATUS)
+                    .is_some_and(|st| st.load(Ordering::Acquire) & bits != 0)
+            })
+            .count() as u64
+    }
+}
+
+/// The receive ring's walk: the next slot, and what to keep. Separate from the socket so
+/// that it can be tested on memory laid out by hand.
 struct RxRing {
-    block_size: usize,
-    blocks: u32,
+    slots: Slots,
+    /// The next slot the kernel will hand over (it fills them in ring order).
+    next: u32,
     mac: [u8; 6],
     multicast: bool,
-    cur: RxCursor,
     csum_completed: u64,
     /// TCP super-frames cut into wire frames ([`gso`]).
     gso_split: u64,
-    /// A block said `TP_STATUS_LOSING`: the kernel's drop counter should be read.
+    /// A slot said `TP_STATUS_LOSING`: the kernel's drop counter should be read.
     losing: bool,
     /// The IP packet size super-frames are cut to (the MTU).
     cut_mtu: u32,
 }
 
 impl RxRing {
-    fn new(block_size: u32, blocks: u32, mac: [u8; 6], multicast: bool) -> Self {
+    fn new(slots: Slots, mac: [u8; 6], multicast: bool) -> Self {
         Self {
-            block_size: block_size as usize,
-            blocks,
+            slots,
+            next: 0,
             mac,
             multicast,
-            cur: RxCursor::default(),
             csum_completed: 0,
             gso_split: 0,
             losing: false,
@@ -515,7 +562,9 @@ impl RxRing {
         any
     }
 
-    /// Takes up to `max` frames for us out of the blocks the kernel handed over.
+    /// Takes up to `max` frames for us out of the slots the kernel handed over, giving each
+    /// slot back once looked at. Each slot is looked at at most once per call, so a burst
+    /// ends even when none of the frames is ours.
     fn burst(
         &mut self,
         map: &Mapping,
@@ -525,147 +574,70 @@ impl RxRing {
         max: usize,
     ) -> usize {
         let mut n = 0;
-        // Each block is looked at at most once per call, so a burst ends.
-        let mut blocks = 0;
-        while n < max {
-            if !self.cur.active {
-                if blocks == self.blocks || !self.open_block(map, stats) {
-                    break;
-                }
-                blocks += 1;
+        let mut looked = 0;
+        while n < max && looked < self.slots.count {
+            let off = self.slots.off(self.next);
+            let Some(st) = map.status(off + H_STATUS) else {
+                break;
+            };
+            // Acquire: the kernel's writes to the slot happen before it set the status.
+            let status = st.load(Ordering::Acquire);
+            if status & libc::TP_STATUS_USER == 0 {
+                break;
             }
-            if self.cur.left == 0 {
-                self.release_block(map);
-                continue;
+            looked += 1;
+            if status & libc::TP_STATUS_LOSING != 0 {
+                self.losing = true;
             }
-            if self.take_frame(map, stats, pools, out) {
+            if self.take_frame(map, off, status, stats, pools, out) {
                 n += 1;
             }
-        }
-        // A block whose frames are all looked at goes back even if the burst is full.
-        if self.cur.active && self.cur.left == 0 {
-            self.release_block(map);
+            // Release: our reads of the slot happen before the kernel may refill it.
+            st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.next = (self.next + 1) % self.slots.count;
         }
         n
     }
 
     /// Frames the kernel handed over that the walk has not looked at yet (ours or not): what
-    /// is lost when the ring is closed now. Counts from the ring are capped at what a block
-    /// can hold.
+    /// is lost when the ring is closed now.
     fn pending(&self, map: &Mapping) -> u64 {
-        let most = (self.block_size / (HDR3_ALIGNED + SLL_LEN)) as u64;
-        let mut n = if self.cur.active {
-            u64::from(self.cur.left).min(most)
-        } else {
-            0
-        };
-        for b in 0..self.blocks {
-            if self.cur.active && b == self.cur.block {
-                continue;
-            }
-            let off = self.block_off(b);
-            let user = map
-                .status(off + BLK_STATUS)
-                .is_some_and(|st| st.load(Ordering::Acquire) & libc::TP_STATUS_USER != 0);
-            if user {
-                n += u64::from(map.load::<u32>(off + BLK_NUM_PKTS).unwrap_or(0)).min(most);
-            }
-        }
-        n
+        self.slots.count_with(map, libc::TP_STATUS_USER)
     }
 
-    fn block_off(&self, block: u32) -> usize {
-        block as usize * self.block_size
-    }
-
-    /// Gives the current receive block back to the kernel and moves to the next.
-    fn release_block(&mut self, map: &Mapping) {
-        let off = self.block_off(self.cur.block);
-        if let Some(st) = map.status(off + BLK_STATUS) {
-            // Release: our reads of the block happen before the kernel may refill it.
-            st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        }
-        self.cur.active = false;
-        self.cur.block = (self.cur.block + 1) % self.blocks;
-    }
-
-    /// Starts walking the next block if the kernel handed it over; false if it did not.
-    fn open_block(&mut self, map: &Mapping, stats: &mut DriverStats) -> bool {
-        let bs = self.block_size;
-        let off = self.block_off(self.cur.block);
-        let Some(st) = map.status(off + BLK_STATUS) else {
-            return false;
-        };
-        // Acquire: the kernel's writes to the block happen before it set the status.
-        let status = st.load(Ordering::Acquire);
-        if status & libc::TP_STATUS_USER == 0 {
-            return false;
-        }
-        if status & libc::TP_STATUS_LOSING != 0 {
-            self.losing = true;
-        }
-        let num = map.load::<u32>(off + BLK_NUM_PKTS).unwrap_or(0);
-        let first = map.load::<u32>(off + BLK_FIRST).unwrap_or(0) as usize;
-        self.cur.active = true;
-        self.cur.left = num;
-        self.cur.off = first;
-        if num > 0 && (first < BLK_DESC_LEN || first >= bs) {
-            stats.rx_bad_ring += 1;
-            self.cur.left = 0;
-        }
-        true
-    }
-
-    /// Looks at the next frame of the current block: appends it to `out` if it is for us.
+    /// Looks at the frame in the slot at `off`, whose status is `status`: appends it to
+    /// `out` if it is for us. The header is checked input: a frame that does not lie inside
+    /// its slot, after the headers, is counted `rx_bad_ring` and never read.
     fn take_frame(
         &mut self,
         map: &Mapping,
+        off: usize,
+        status: u32,
         stats: &mut DriverStats,
         pools: &mut dyn super::RxPools,
         out: &mut Vec<RxFrame>,
     ) -> bool {
-        let bs = self.block_size;
-        let boff = self.block_off(self.cur.block);
-        let off = self.cur.off;
-        self.cur.left -= 1;
-        // The header, the sockaddr_ll after it, and the frame must lie inside the block.
-        let hdr_ok = off % 4 == 0 && off + HDR3_ALIGNED + SLL_LEN <= bs;
-        let at = boff + off;
-        let fields = hdr_ok
-            .then(|| {
-                Some((
-                    map.load::<u32>(at + H_NEXT)?,
-                    map.load::<u32>(at + H_SNAPLEN)?,
-                    map.load::<u32>(at + H_LEN)?,
-                    map.load::<u32>(at + H_STATUS)?,
-                    map.load::<u16>(at + H_MAC)?,
-                    map.load::<u8>(at + HDR3_ALIGNED + SLL_PKTTYPE)?,
-                ))
-            })
-            .flatten();
-        let Some((next, snaplen, len, status, mac_off, pkttype)) = fields else {
+        let fields = (|| {
+            Some((
+                map.load::<u32>(off + H_SNAPLEN)?,
+                map.load::<u32>(off + H_LEN)?,
+                map.load::<u16>(off + H_MAC)?,
+                map.load::<u8>(off + HDR2_ALIGNED + SLL_PKTTYPE)?,
+            ))
+        })();
+        let Some((snaplen, len, mac_off, pkttype)) = fields else {
             stats.rx_bad_ring += 1;
-            self.cur.left = 0;
             return false;
         };
         let (mac_off, snaplen) = (usize::from(mac_off), snaplen as usize);
-        // The frame follows the header and its sockaddr_ll, and ends inside the block.
-        if mac_off < HDR3_ALIGNED + SLL_LEN || off + mac_off + snaplen > bs {
+        // The frame follows the header and its sockaddr_ll, and ends inside the slot.
+        if mac_off < HDR2_ALIGNED + SLL_LEN
+            || mac_off.saturating_add(snaplen) > self.slots.frame_size
+        {
             stats.rx_bad_ring += 1;
-            self.cur.left = 0;
             return false;
         }
-        if self.cur.left > 0 {
-            let n = next as usize;
-            if n < HDR3_LEN || off + n >= bs {
-                // The rest of the block cannot be found; give it back.
-                stats.rx_bad_ring += 1;
-                self.cur.left = 0;
-            } else {
-                self.cur.off = off + n;
-            }
-        }
-        let Some(frame) = map.bytes(at + mac_off, snaplen) else {
+        let Some(frame) = map.bytes(off + mac_off, snaplen) else {
             stats.rx_bad_ring += 1;
             return false;
         };
@@ -748,10 +720,9 @@ struct Device {
     ifindex: i32,
     dev_mac: [u8; 6],
     mtu: u32,
-    rx_len: usize,
+    /// The transmit ring's slots, and the next one to fill (slots are used round-robin).
+    tx: Slots,
     tx_next: u32,
-    tx_slots: u32,
-    tx_per_block: u32,
     ignore_outgoing: bool,
 }
 
@@ -899,9 +870,9 @@ impl Device {
         // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member.
         let mtu = unsafe { ifr.ifr_ifru.ifru_mtu }.max(0) as u32;
 
-        let v3 = libc::tpacket_versions::TPACKET_V3 as libc::c_int;
-        setsockopt(bfd, libc::SOL_PACKET, libc::PACKET_VERSION, &v3).map_err(sys(
-            "PACKET_VERSION = TPACKET_V3 (needs Linux 3.2 or later)",
+        let v2 = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
+        setsockopt(bfd, libc::SOL_PACKET, libc::PACKET_VERSION, &v2).map_err(sys(
+            "PACKET_VERSION = TPACKET_V2 (needs Linux 2.6.27 or later)",
         ))?;
         let one: libc::c_int = 1;
         // Linux 4.20+. Without it, outgoing frames are recognised by `sll_pkttype`.
@@ -913,36 +884,36 @@ impl Device {
                 .map_err(sys("PACKET_QDISC_BYPASS"))?;
         }
 
-        let rx_req = libc::tpacket_req3 {
-            tp_block_size: opts.rx_block_size,
-            tp_block_nr: opts.rx_blocks,
-            tp_frame_size: opts.rx_frame_size,
-            tp_frame_nr: opts.rx_block_size / opts.rx_frame_size * opts.rx_blocks,
-            tp_retire_blk_tov: opts.rx_retire_ms,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
-        };
-        setsockopt(bfd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx_req).map_err(sys(
-            "PACKET_RX_RING (the receive ring; try fewer or smaller blocks)",
-        ))?;
-        // For a TPACKET_V3 transmit ring the kernel wants the receive-only fields zero.
-        let tx_per_block = opts.tx_block_size / opts.tx_frame_size;
-        let tx_req = libc::tpacket_req3 {
-            tp_block_size: opts.tx_block_size,
-            tp_block_nr: opts.tx_blocks,
-            tp_frame_size: opts.tx_frame_size,
-            tp_frame_nr: tx_per_block * opts.tx_blocks,
-            tp_retire_blk_tov: 0,
-            tp_sizeof_priv: 0,
-            tp_feature_req_word: 0,
-        };
-        setsockopt(bfd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx_req).map_err(sys(
-            "PACKET_TX_RING with TPACKET_V3 (needs Linux 4.11 or later)",
-        ))?;
-
-        let rx_len = opts.rx_block_size as usize * opts.rx_blocks as usize;
-        let tx_len = opts.tx_block_size as usize * opts.tx_blocks as usize;
-        let len = rx_len + tx_len;
+        let rx = Slots::new(0, opts.rx_block_size, opts.rx_frame_size, opts.rx_blocks);
+        let tx = Slots::new(
+            rx.len(),
+            opts.tx_block_size,
+            opts.tx_frame_size,
+            opts.tx_blocks,
+        );
+        for (ring, slots, blocks, what) in [
+            (
+                libc::PACKET_RX_RING,
+                rx,
+                opts.rx_blocks,
+                "PACKET_RX_RING (the receive ring; try fewer or smaller blocks)",
+            ),
+            (
+                libc::PACKET_TX_RING,
+                tx,
+                opts.tx_blocks,
+                "PACKET_TX_RING (the transmit ring; try fewer or smaller blocks)",
+            ),
+        ] {
+            let req = libc::tpacket_req {
+                tp_block_size: slots.block_size as u32,
+                tp_block_nr: blocks,
+                tp_frame_size: slots.frame_size as u32,
+                tp_frame_nr: slots.count,
+            };
+            setsockopt(bfd, libc::SOL_PACKET, ring, &req).map_err(sys(what))?;
+        }
+        let len = rx.len() + tx.len();
         // SAFETY: a fresh shared mapping of the socket's rings at an address the kernel
         // chooses; it aliases no Rust object. `len` is exactly the two rings' size, which is
         // what the kernel requires for a packet socket mapping.
@@ -1019,19 +990,17 @@ impl Device {
             ifindex,
             dev_mac,
             mtu,
-            rx_len,
+            tx,
             tx_next: 0,
-            tx_slots: tx_per_block * opts.tx_blocks,
-            tx_per_block,
             ignore_outgoing,
         })
     }
 
     /// Reads (and so resets) the kernel's `PACKET_STATISTICS`, adding its drops to `acc`.
     fn poll_device_drops(&self, acc: &Cell<u64>) {
-        // SAFETY: `tpacket_stats_v3` is a plain C struct; all-zero bytes are valid.
-        let mut st: libc::tpacket_stats_v3 = unsafe { std::mem::zeroed() };
-        let mut len = size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: `tpacket_stats` is a plain C struct; all-zero bytes are valid.
+        let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
         // SAFETY: `st` and `len` are live and describe a buffer of `len` bytes, which the
         // kernel fills with at most that many.
         let r = unsafe {
@@ -1039,7 +1008,7 @@ impl Device {
                 self.fd.as_raw_fd(),
                 libc::SOL_PACKET,
                 libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats_v3).cast(),
+                (&mut st as *mut libc::tpacket_stats).cast(),
                 &mut len,
             )
         };
@@ -1048,55 +1017,39 @@ impl Device {
         }
     }
 
-    fn slot_off(&self, opts: &AfPacketOptions, slot: u32) -> usize {
-        let block = slot / self.tx_per_block;
-        let within = slot % self.tx_per_block;
-        self.rx_len
-            + block as usize * opts.tx_block_size as usize
-            + within as usize * opts.tx_frame_size as usize
-    }
-
     /// Transmit slots handed to the kernel and not yet sent.
-    fn tx_pending(&self, opts: &AfPacketOptions) -> u64 {
-        (0..self.tx_slots)
-            .filter(|&s| {
-                self.map
-                    .status(self.slot_off(opts, s) + H_STATUS)
-                    .is_some_and(|st| {
-                        st.load(Ordering::Acquire)
-                            & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING)
-                            != 0
-                    })
-            })
-            .count() as u64
+    fn tx_pending(&self) -> u64 {
+        self.tx.count_with(
+            &self.map,
+            libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING,
+        )
     }
 
     /// Puts one frame into the next transmit slot and returns its length; `None` if it could
     /// not (the caller counts it).
-    fn queue_tx(&mut self, opts: &AfPacketOptions, pools: &DriverPools, buf: u32) -> Option<usize> {
+    fn queue_tx(&mut self, pools: &DriverPools, buf: u32) -> Option<usize> {
         let b = pools.buffers();
         let (off, len) = b.off_len(buf)?;
         let len = usize::from(len);
-        let room = opts.tx_frame_size as usize - HDR3_ALIGNED;
+        let room = self.tx.frame_size - HDR2_ALIGNED;
         // The kernel refuses frames longer than the MTU plus an Ethernet (and VLAN) header.
         if len < ETH_HDR || len > room || len > self.mtu as usize + ETH_HDR + 4 {
             return None;
         }
-        let slot = self.slot_off(opts, self.tx_next);
+        let slot = self.tx.off(self.tx_next);
         let st = self.map.status(slot + H_STATUS)?;
         // Acquire: the kernel is done with the slot's bytes once it says it is available.
         let s = st.load(Ordering::Acquire);
         if s & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
             return None; // the ring is full
         }
-        let dst = self.map.bytes_mut(slot + HDR3_ALIGNED, len)?;
+        let dst = self.map.bytes_mut(slot + HDR2_ALIGNED, len)?;
         b.read(buf, off.into(), dst).ok()?;
-        self.map.store::<u32>(slot + H_NEXT, 0);
         self.map.store::<u32>(slot + H_LEN, len as u32);
         self.map.store::<u32>(slot + H_SNAPLEN, len as u32);
         // Release: the frame and header are written before the kernel may read them.
         st.store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
-        self.tx_next = (self.tx_next + 1) % self.tx_slots;
+        self.tx_next = (self.tx_next + 1) % self.tx.count;
         Some(len)
     }
 
@@ -1149,8 +1102,7 @@ impl AfPacket {
             mtu: dev.mtu,
             ignore_outgoing: dev.ignore_outgoing,
             mac,
-            rx: RxRing::new(opts.rx_block_size, opts.rx_blocks, mac, opts.multicast)
-                .cutting_to(opts.mtu),
+            rx: RxRing::new(rx_slots(&opts), mac, opts.multicast).cutting_to(opts.mtu),
             stats: DriverStats::default(),
             device_drops: Cell::new(0),
             pace: Pace::default(),
@@ -1228,7 +1180,7 @@ impl AfPacket {
     /// first reopen.
     fn go_down(&mut self, why: DownReason) {
         let Some(dev) = self.dev.take() else { return };
-        let lost = self.rx.pending(&dev.map) + dev.tx_pending(&self.opts);
+        let lost = self.rx.pending(&dev.map) + dev.tx_pending();
         self.stats.link_drops += lost;
         dev.poll_device_drops(&self.device_drops);
         self.wake.unwatch(dev.fd.as_fd());
@@ -1343,13 +1295,8 @@ impl AfPacket {
             .map_or(Duration::ZERO, |o| now.saturating_sub(o.since));
         self.wake.arm(None);
         let (csum, gso) = (self.rx.csum_completed, self.rx.gso_split);
-        self.rx = RxRing::new(
-            self.opts.rx_block_size,
-            self.opts.rx_blocks,
-            self.mac,
-            self.opts.multicast,
-        )
-        .cutting_to(self.opts.mtu);
+        self.rx = RxRing::new(rx_slots(&self.opts), self.mac, self.opts.multicast)
+            .cutting_to(self.opts.mtu);
         self.rx.csum_completed = csum;
         self.rx.gso_split = gso;
         let mac_note = if dev.dev_mac != self.mac {
@@ -1405,7 +1352,7 @@ impl Driver for AfPacket {
         };
         let mut queued = 0;
         for &buf in frames {
-            match dev.queue_tx(&self.opts, pools, buf) {
+            match dev.queue_tx(pools, buf) {
                 Some(len) => {
                     queued += 1;
                     self.stats.tx_bytes += len as u64;
@@ -1442,10 +1389,16 @@ impl Driver for AfPacket {
     }
 }
 
+/// The receive ring's slots, at the start of the mapping.
+fn rx_slots(o: &AfPacketOptions) -> Slots {
+    Slots::new(0, o.rx_block_size, o.rx_frame_size, o.rx_blocks)
+}
+
 fn check_geometry(o: &AfPacketOptions) -> Result<(), AfPacketError> {
     // SAFETY: `sysconf` only reads a configuration value.
     let page = u32::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     let bad = |m: String| Err(AfPacketError::BadGeometry(m));
+    let least = RX_SLOT_MIN.next_multiple_of(libc::TPACKET_ALIGNMENT) as u32;
     for (what, bs, nr, fs) in [
         ("receive", o.rx_block_size, o.rx_blocks, o.rx_frame_size),
         ("transmit", o.tx_block_size, o.tx_blocks, o.tx_frame_size),
@@ -1458,21 +1411,11 @@ fn check_geometry(o: &AfPacketOptions) -> Result<(), AfPacketError> {
         if !(1..=4096).contains(&nr) {
             return bad(format!("{what} ring of {nr} blocks: use 1 to 4096"));
         }
-        if fs % libc::TPACKET_ALIGNMENT as u32 != 0
-            || (fs as usize) < HDR3_ALIGNED + SLL_LEN + ETH_HDR
-            || fs > bs
-        {
+        if fs % libc::TPACKET_ALIGNMENT as u32 != 0 || fs < least || fs > bs {
             return bad(format!(
-                "{what} frame size {fs} must be a multiple of 16 from {} to the block size",
-                (HDR3_ALIGNED + SLL_LEN + ETH_HDR).next_multiple_of(16)
+                "{what} frame size {fs} must be a multiple of 16 from {least} to the block size"
             ));
         }
-    }
-    if o.rx_retire_ms == 0 || o.rx_retire_ms > 1000 {
-        return bad(format!(
-            "block retire timeout {} ms: use 1 to 1000",
-            o.rx_retire_ms
-        ));
     }
     Ok(())
 }
@@ -1521,14 +1464,34 @@ mod tests {
 
     #[test]
     fn offsets_match_the_kernel_headers() {
-        assert_eq!(HDR3_LEN, 48);
-        assert_eq!(HDR3_ALIGNED, 48);
+        assert_eq!(HDR2_LEN, 32);
+        assert_eq!(HDR2_ALIGNED, 32);
+        assert_eq!(libc::TPACKET2_HDRLEN, HDR2_ALIGNED + SLL_LEN);
         assert_eq!(SLL_PKTTYPE, 10);
-        assert_eq!(BLK_STATUS, 8);
-        assert_eq!(BLK_NUM_PKTS, 12);
-        assert_eq!(BLK_FIRST, 16);
-        assert_eq!(H_STATUS, 20);
-        assert_eq!(H_MAC, 24);
+        assert_eq!((H_STATUS, H_LEN, H_SNAPLEN, H_MAC), (0, 4, 8, 12));
+    }
+
+    /// Where the kernel puts an Ethernet frame in a V2 receive slot (`tpacket_rcv`: the
+    /// network header at `TPACKET_ALIGN(TPACKET2_HDRLEN + 16)`, the MAC header before it).
+    const KERNEL_MAC_AT: usize = (libc::TPACKET2_HDRLEN + 16).next_multiple_of(16) - ETH_HDR;
+
+    #[test]
+    fn the_default_slot_holds_a_64_kib_super_frame_and_slots_lie_where_the_kernel_puts_them() {
+        let o = AfPacketOptions::default();
+        assert!(KERNEL_MAC_AT + ETH_HDR + 65_536 <= o.rx_frame_size as usize);
+        // Not a multiple of the page size: consecutive slot headers fall in other cache sets.
+        assert_ne!(o.rx_frame_size % 4096, 0);
+        let rx = rx_slots(&o);
+        assert_eq!((rx.per_block, rx.count), (15, 480));
+        assert_eq!(rx.off(14), 14 * 65_664);
+        assert_eq!(rx.off(15), 1 << 20, "slots never straddle a block");
+        assert_eq!(rx.off(480), 0, "modulo the ring");
+        assert_eq!(rx.len(), 32 << 20);
+        let tx = Slots::new(rx.len(), o.tx_block_size, o.tx_frame_size, o.tx_blocks);
+        assert_eq!((tx.count, tx.off(32)), (256, (32 << 20) + (1 << 16)));
+        let jumbo = AfPacketOptions::for_mtu(9000);
+        assert!(jumbo.tx_frame_size as usize >= HDR2_ALIGNED + ETH_HDR + 9000);
+        assert!(check_geometry(&jumbo).is_ok());
     }
 
     #[test]
@@ -1561,7 +1524,10 @@ mod tests {
 
     // ------------------------------------------------------------ the receive walk, by hand
 
-    const BS: usize = 8192;
+    /// A hand-made ring: 4 blocks of 16 KiB, 4 slots of 4 KiB each.
+    const BS: u32 = 16384;
+    const FS: u32 = 4096;
+    const SLOTS: u32 = 16;
     const OURS: [u8; 6] = [2, 0, 0, 0, 0, 1];
 
     fn anon(len: usize) -> Mapping {
@@ -1581,48 +1547,44 @@ mod tests {
         }
     }
 
-    /// Lays out one TPACKET_V3 block as the kernel would.
-    struct Block<'a> {
-        map: &'a Mapping,
-        base: usize,
-        pos: usize,
-        count: u32,
-        prev: Option<usize>,
+    /// A receive ring laid out by hand, filled as the kernel fills it: slot after slot.
+    struct Kernel {
+        map: Mapping,
+        slots: Slots,
+        head: u32,
     }
 
-    const FIRST: usize = 48;
-    const MAC_AT: usize = 96;
-
-    impl<'a> Block<'a> {
-        fn new(map: &'a Mapping, index: usize) -> Self {
-            Block {
-                map,
-                base: index * BS,
-                pos: FIRST,
-                count: 0,
-                prev: None,
+    impl Kernel {
+        fn new() -> Self {
+            let slots = Slots::new(0, BS, FS, SLOTS / (BS / FS));
+            Kernel {
+                map: anon(slots.len()),
+                slots,
+                head: 0,
             }
         }
 
+        fn ring(&self) -> RxRing {
+            RxRing::new(self.slots, OURS, false)
+        }
+
+        /// Writes `frame` (of wire length `len`) into the next slot and hands it over.
         fn frame(&mut self, frame: &[u8], pkttype: u8, status: u32, len: u32) -> &mut Self {
-            let h = self.base + self.pos;
-            if let Some(prev) = self.prev {
-                self.map.store::<u32>(prev + H_NEXT, (h - prev) as u32);
-            }
-            self.map.store::<u32>(h + H_NEXT, 0);
+            let h = self.slots.off(self.head);
             self.map.store::<u32>(h + H_SNAPLEN, frame.len() as u32);
             self.map.store::<u32>(h + H_LEN, len);
-            self.map.store::<u32>(h + H_STATUS, status);
-            self.map.store::<u16>(h + H_MAC, MAC_AT as u16);
+            self.map.store::<u16>(h + H_MAC, KERNEL_MAC_AT as u16);
             self.map
-                .store::<u8>(h + HDR3_ALIGNED + SLL_PKTTYPE, pkttype);
+                .store::<u8>(h + HDR2_ALIGNED + SLL_PKTTYPE, pkttype);
             self.map
-                .bytes_mut(h + MAC_AT, frame.len())
+                .bytes_mut(h + KERNEL_MAC_AT, frame.len())
                 .unwrap()
                 .copy_from_slice(frame);
-            self.prev = Some(h);
-            self.count += 1;
-            self.pos = (self.pos + MAC_AT + frame.len()).next_multiple_of(16);
+            self.map
+                .status(h + H_STATUS)
+                .unwrap()
+                .store(status, Ordering::Release);
+            self.head = (self.head + 1) % self.slots.count;
             self
         }
 
@@ -1635,20 +1597,16 @@ mod tests {
             )
         }
 
-        fn hand_over(&mut self) {
-            self.map.store::<u32>(self.base + BLK_NUM_PKTS, self.count);
-            self.map.store::<u32>(self.base + BLK_FIRST, FIRST as u32);
+        fn status(&self, slot: u32) -> u32 {
             self.map
-                .status(self.base + BLK_STATUS)
-                .unwrap()
-                .store(libc::TP_STATUS_USER, Ordering::Release);
-        }
-
-        fn status(&self) -> u32 {
-            self.map
-                .status(self.base + BLK_STATUS)
+                .status(self.slots.off(slot) + H_STATUS)
                 .unwrap()
                 .load(Ordering::Acquire)
+        }
+
+        /// The header of the slot written last, to lie in.
+        fn last(&self) -> usize {
+            self.slots.off(self.head + self.slots.count - 1)
         }
     }
 
@@ -1675,30 +1633,39 @@ mod tests {
 
     #[test]
     fn the_walk_keeps_our_frames_and_counts_the_rest() {
-        let map = anon(2 * BS);
-        let mut rx = RxRing::new(BS as u32, 2, OURS, false);
+        let mut k = Kernel::new();
+        let mut rx = k.ring();
         let (_sp, mut dp) = pools(16);
         let mut stats = DriverStats::default();
         let mut out = Vec::new();
         // Nothing handed over yet.
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 64), 0);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 0);
 
         let ip = eth(OURS, 0x0800, 60);
-        let mut b = Block::new(&map, 0);
-        b.ours(&ip)
+        k.ours(&ip)
             .ours(&eth([0xff; 6], 0x0806, 42))
             .ours(&eth([2, 9, 9, 9, 9, 9], 0x0800, 60)) // another host's
             .frame(&ip, libc::PACKET_OUTGOING, libc::TP_STATUS_USER, 60)
-            .frame(&ip, libc::PACKET_HOST, libc::TP_STATUS_VLAN_VALID, 60)
+            .frame(
+                &ip,
+                libc::PACKET_HOST,
+                libc::TP_STATUS_USER | libc::TP_STATUS_VLAN_VALID,
+                60,
+            )
             .ours(&eth([0x01, 0, 0x5e, 0, 0, 1], 0x0800, 60)) // multicast
             .ours(&eth(OURS, 0x86dd, 80)) // IPv6: these pools take IPv4 and ARP only
             .ours(&eth(OURS, 0x0800, 20)) // runt
             .ours(&eth(OURS, 0x0800, 3000)) // longer than a buffer
             .frame(&ip, libc::PACKET_HOST, libc::TP_STATUS_USER, 9000) // truncated
-            .ours(&ip)
-            .hand_over();
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 64), 3);
-        assert_eq!(b.status(), libc::TP_STATUS_KERNEL, "the block went back");
+            .ours(&ip);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 3);
+        for slot in 0..11 {
+            assert_eq!(
+                k.status(slot),
+                libc::TP_STATUS_KERNEL,
+                "slot {slot} went back"
+            );
+        }
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].family, super::super::Family::Ipv4);
         assert_eq!(out[1].family, super::super::Family::Arp);
@@ -1716,132 +1683,146 @@ mod tests {
         assert_eq!(stats.rx_oversize, 2);
         assert_eq!(stats.rx_bad_ring, 0);
 
-        // The next block is block 1, then block 0 again.
-        Block::new(&map, 1).ours(&ip).hand_over();
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 64), 1);
-        Block::new(&map, 0).ours(&ip).hand_over();
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 64), 1);
+        // The next frame is in slot 11; then the ring wraps around to slot 0.
+        k.ours(&ip);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 1);
+        for _ in 12..=SLOTS {
+            k.ours(&ip);
+        }
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 5);
+        assert_eq!(k.status(0), libc::TP_STATUS_KERNEL);
         assert_eq!(stats.rx_bad_ring, 0);
     }
 
     #[test]
-    fn a_burst_stops_at_max_and_resumes_inside_the_block() {
-        let map = anon(2 * BS);
-        let mut rx = RxRing::new(BS as u32, 2, OURS, false);
+    fn a_burst_stops_at_max_and_resumes_at_the_next_slot() {
+        let mut k = Kernel::new();
+        let mut rx = k.ring();
         let (_sp, mut dp) = pools(16);
         let mut stats = DriverStats::default();
         let mut out = Vec::new();
-        let mut b = Block::new(&map, 0);
-        for k in 0..5 {
-            b.ours(&eth(OURS, 0x0800, 60 + k));
+        for n in 0..5 {
+            k.ours(&eth(OURS, 0x0800, 60 + n));
         }
-        b.hand_over();
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 2), 2);
-        assert_eq!(b.status(), libc::TP_STATUS_USER, "still being walked");
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 2), 2);
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 2), 1);
-        assert_eq!(b.status(), libc::TP_STATUS_KERNEL);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 2), 2);
+        assert_eq!(k.status(1), libc::TP_STATUS_KERNEL);
+        assert_eq!(k.status(2), libc::TP_STATUS_USER, "not looked at yet");
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 2), 2);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 2), 1);
+        assert_eq!(k.status(4), libc::TP_STATUS_KERNEL);
         let lens: Vec<u32> = out.iter().map(|f| f.len).collect();
         assert_eq!(lens, [60, 61, 62, 63, 64]);
     }
 
     #[test]
+    fn the_walk_keeps_ring_order_and_looks_at_each_slot_once() {
+        let mut k = Kernel::new();
+        let mut rx = k.ring();
+        let (_sp, mut dp) = pools(64);
+        let mut stats = DriverStats::default();
+        let mut out = Vec::new();
+        // A full ring of frames for another host: one burst looks at each slot once,
+        // returns none and gives every slot back.
+        for _ in 0..SLOTS {
+            k.ours(&eth([2, 9, 9, 9, 9, 9], 0x0800, 60));
+        }
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 0);
+        assert_eq!(stats.rx_filtered, u64::from(SLOTS));
+        assert_eq!(rx.pending(&k.map), 0);
+        // A slot the kernel has not filled stops the walk, even if a later one says USER
+        // (the kernel fills in order; a later slot is stale or lies).
+        let ip = eth(OURS, 0x0800, 60);
+        k.ours(&ip);
+        let skipped = k.head;
+        k.ours(&ip).ours(&ip);
+        k.map
+            .status(k.slots.off(skipped) + H_STATUS)
+            .unwrap()
+            .store(libc::TP_STATUS_KERNEL, Ordering::Release);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 1);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 0);
+        // A slot marked LOSING asks for the kernel's drop counter.
+        assert!(!rx.losing);
+        k.head = skipped;
+        k.frame(
+            &ip,
+            libc::PACKET_HOST,
+            libc::TP_STATUS_USER | libc::TP_STATUS_LOSING,
+            60,
+        );
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 2);
+        assert!(rx.losing);
+    }
+
+    #[test]
     fn an_empty_pool_is_a_counted_drop_and_the_ring_keeps_draining() {
-        let map = anon(BS);
-        let mut rx = RxRing::new(BS as u32, 1, OURS, false);
+        let mut k = Kernel::new();
+        let mut rx = k.ring();
         let (_sp, mut dp) = pools(1);
         let mut stats = DriverStats::default();
         let mut out = Vec::new();
         let ip = eth(OURS, 0x0800, 60);
-        let mut b = Block::new(&map, 0);
-        b.ours(&ip).ours(&ip).ours(&ip).hand_over();
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 64), 1);
+        k.ours(&ip).ours(&ip).ours(&ip);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 1);
         assert_eq!(stats.rx_no_buffer, 2);
-        assert_eq!(b.status(), libc::TP_STATUS_KERNEL);
+        assert_eq!(rx.pending(&k.map), 0);
     }
 
     #[test]
     fn lying_ring_headers_are_counted_never_followed() {
-        let map = anon(2 * BS);
         let (_sp, mut dp) = pools(64);
         let ip = eth(OURS, 0x0800, 60);
         type Lie = fn(&Mapping, usize);
-        let lies: [(&str, Lie); 8] = [
-            ("first frame past the block", |m, b| {
-                m.store::<u32>(b + BLK_FIRST, BS as u32);
+        let lies: [(&str, Lie); 5] = [
+            ("frame past the slot", |m, h| {
+                m.store::<u32>(h + H_SNAPLEN, FS);
             }),
-            ("first frame inside the block descriptor", |m, b| {
-                m.store::<u32>(b + BLK_FIRST, 4);
+            ("snaplen that overflows", |m, h| {
+                m.store::<u32>(h + H_SNAPLEN, u32::MAX);
             }),
-            ("misaligned first frame", |m, b| {
-                m.store::<u32>(b + BLK_FIRST, FIRST as u32 + 2);
+            ("frame offset inside the header", |m, h| {
+                m.store::<u16>(h + H_MAC, 4);
             }),
-            ("more frames than the chain holds", |m, b| {
-                m.store::<u32>(b + BLK_NUM_PKTS, u32::MAX);
+            ("frame offset at the slot's end", |m, h| {
+                m.store::<u16>(h + H_MAC, FS as u16);
             }),
-            ("next offset of zero", |m, b| {
-                m.store::<u32>(b + FIRST + H_NEXT, 0);
-            }),
-            ("next offset past the block", |m, b| {
-                m.store::<u32>(b + FIRST + H_NEXT, u32::MAX - 8);
-            }),
-            ("frame past the block", |m, b| {
-                m.store::<u32>(b + FIRST + H_SNAPLEN, BS as u32);
-            }),
-            ("frame offset inside the header", |m, b| {
-                m.store::<u16>(b + FIRST + H_MAC, 4);
+            ("frame offset past the slot", |m, h| {
+                m.store::<u16>(h + H_MAC, u16::MAX);
             }),
         ];
         for (what, lie) in lies {
-            let mut rx = RxRing::new(BS as u32, 2, OURS, false);
+            let mut k = Kernel::new();
+            let mut rx = k.ring();
             let mut stats = DriverStats::default();
             let mut out = Vec::new();
-            let mut b = Block::new(&map, 0);
-            b.ours(&ip).ours(&ip).ours(&ip).hand_over();
-            lie(&map, 0);
-            let n = rx.burst(&map, &mut stats, &mut dp, &mut out, 64);
-            assert!(stats.rx_bad_ring >= 1, "{what}: counted");
-            assert!(n <= 3, "{what}: {n} frames");
-            assert_eq!(b.status(), libc::TP_STATUS_KERNEL, "{what}: block returned");
+            k.ours(&ip).ours(&ip);
+            lie(&k.map, k.last());
+            k.ours(&ip);
+            let n = rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64);
+            assert_eq!(stats.rx_bad_ring, 1, "{what}: counted");
+            assert_eq!(n, 2, "{what}: the honest frames around it");
+            assert_eq!(rx.pending(&k.map), 0, "{what}: every slot returned");
             for f in out {
                 dp.release(f.buf);
             }
-            // The walk goes on with the next block.
-            Block::new(&map, 1).ours(&ip).hand_over();
-            let mut out = Vec::new();
-            assert_eq!(
-                rx.burst(&map, &mut stats, &mut dp, &mut out, 64),
-                1,
-                "{what}"
-            );
-            dp.release(out[0].buf);
-            map.store::<u32>(BLK_STATUS, 0);
-            map.bytes_mut(0, 2 * BS).unwrap().fill(0);
         }
     }
 
     #[test]
     fn frames_left_in_the_ring_are_counted_when_it_closes() {
-        let map = anon(3 * BS);
-        let mut rx = RxRing::new(BS as u32, 3, OURS, false);
+        let mut k = Kernel::new();
+        let mut rx = k.ring();
         let (_sp, mut dp) = pools(16);
         let mut stats = DriverStats::default();
         let mut out = Vec::new();
-        assert_eq!(rx.pending(&map), 0, "nothing handed over");
+        assert_eq!(rx.pending(&k.map), 0, "nothing handed over");
         let ip = eth(OURS, 0x0800, 60);
-        let mut b = Block::new(&map, 0);
-        b.ours(&ip).ours(&ip).ours(&ip).hand_over();
-        Block::new(&map, 1).ours(&ip).ours(&ip).hand_over();
-        assert_eq!(rx.pending(&map), 5);
-        // One frame taken: two left in the block being walked, two in the next.
-        assert_eq!(rx.burst(&map, &mut stats, &mut dp, &mut out, 1), 1);
-        assert_eq!(rx.pending(&map), 4);
-        // A lying count is capped at what a block can hold.
-        let mut c = Block::new(&map, 2);
-        c.ours(&ip).hand_over();
-        map.store::<u32>(2 * BS + BLK_NUM_PKTS, u32::MAX);
-        let most = (BS / (HDR3_ALIGNED + SLL_LEN)) as u64;
-        assert_eq!(rx.pending(&map), 4 + most);
+        for _ in 0..5 {
+            k.ours(&ip);
+        }
+        assert_eq!(rx.pending(&k.map), 5);
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 1), 1);
+        assert_eq!(rx.pending(&k.map), 4);
         for f in out {
             dp.release(f.buf);
         }

@@ -957,6 +957,21 @@ impl<D: Driver> Impaired<D> {
         out: &mut Vec<RxFrame>,
         max: usize,
     ) -> std::io::Result<usize> {
+        self.rx_burst_stamped(now, |_| now, pools, out, max)
+    }
+
+    /// [`Impaired::rx_burst_at`], stamping the frames received with `seen()`, read after
+    /// the device handed them over. (A clock read before the device call can be old by the
+    /// time the frames arrive — the thread may lose the CPU in between — and a frame stamped
+    /// before it arrived would be released before its delay is up.)
+    fn rx_burst_stamped(
+        &mut self,
+        now: Duration,
+        seen: impl Fn(&Self) -> Duration,
+        pools: &mut dyn super::RxPools,
+        out: &mut Vec<RxFrame>,
+        max: usize,
+    ) -> std::io::Result<usize> {
         let Some(one) = pools.single() else {
             return Err(std::io::Error::other(
                 "--impair holds frames in one server's pools: it cannot feed several servers",
@@ -971,9 +986,14 @@ impl<D: Driver> Impaired<D> {
         let room = max.saturating_sub(self.rx.out.len());
         self.rx_scratch.clear();
         let got = self.inner.rx_burst(pools, &mut self.rx_scratch, room);
+        let at = if self.rx_scratch.is_empty() {
+            now
+        } else {
+            seen(self)
+        };
         if let Some(one) = pools.single() {
             for &f in &self.rx_scratch {
-                self.rx.admit(&self.p, one, &mut self.bytes, now, f);
+                self.rx.admit(&self.p, one, &mut self.bytes, at, f);
             }
         }
         got?;
@@ -1020,7 +1040,7 @@ impl<D: Driver> Driver for Impaired<D> {
         max: usize,
     ) -> std::io::Result<usize> {
         let now = self.now();
-        self.rx_burst_at(now, pools, out, max)
+        self.rx_burst_stamped(now, Self::now, pools, out, max)
     }
 
     /// Impairs the frames, then transmits those that pass at once; the others (delayed,
@@ -1608,6 +1628,24 @@ mod tests {
         assert_eq!(seqs(&rig.take(10 * MS)), (0..10).collect::<Vec<_>>());
         let st = rig.stats().rx;
         assert_eq!((st.delayed, st.queue_dropped), (10, 40));
+        rig.no_leak();
+    }
+
+    #[test]
+    fn a_frame_is_delayed_from_when_the_device_handed_it_over_not_from_the_call() {
+        // The call began at 0 but the device handed the frames over at 3 ms (the thread lost
+        // the CPU in between): they are due at 13 ms, never at 10.
+        let mut rig = Rig::new("delay=10ms,seed=1");
+        rig.arrive(0..2);
+        let mut out = Vec::new();
+        let n = rig
+            .imp
+            .rx_burst_stamped(Duration::ZERO, |_| 3 * MS, &mut rig.pools, &mut out, 32)
+            .unwrap();
+        assert_eq!(n, 0);
+        assert_eq!(rig.imp.next_due(3 * MS), Some(13 * MS));
+        assert!(rig.take(10 * MS).is_empty());
+        assert_eq!(seqs(&rig.take(13 * MS)), vec![0, 1]);
         rig.no_leak();
     }
 
