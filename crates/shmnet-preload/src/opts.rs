@@ -3,10 +3,10 @@
 //! On an undecided socket an option goes to the kernel socket (so an option the kernel
 //! refuses is refused) and the ones the server carries are noted for when it takes the
 //! socket. On the server's sockets: `TCP_NODELAY`, `SO_KEEPALIVE`, `SO_SNDBUF` and
-//! `SO_RCVBUF` are carried; options that only tune the kernel's own behaviour
-//! (`SO_REUSEADDR`, `SO_REUSEPORT`, `SO_LINGER`, `TCP_KEEPIDLE`…) are accepted and noted in
-//! the debug log; `getsockopt` answers from what was set (`SO_ERROR` 0, `SO_TYPE`
-//! `SOCK_STREAM`).
+//! `SO_RCVBUF` are carried, and `SO_LINGER` (a linger of zero makes `close` reset the
+//! connection); options that only tune the kernel's own behaviour (`SO_REUSEADDR`,
+//! `SO_REUSEPORT`, `TCP_KEEPIDLE`…) are accepted and noted in the debug log; `getsockopt`
+//! answers from what was set (`SO_ERROR` 0, `SO_TYPE` `SOCK_STREAM`).
 
 use libc::{c_int, c_ulong, c_void, socklen_t};
 use std::time::Duration;
@@ -45,17 +45,43 @@ unsafe fn timeout_of(val: *const c_void, len: socklen_t) -> Option<Option<Durati
     Some((!d.is_zero()).then_some(d))
 }
 
-/// Notes a timeout option in `o`; whether `(level, name)` is one.
+/// A `SO_LINGER` value: `Some(None)` off, `Some(Some(seconds))` on; `None` if `val`
+/// holds no `struct linger` (or a negative time, which Linux refuses too).
 ///
 /// # Safety
 /// `val` valid for `len` bytes, or null.
-unsafe fn note_timeout(
+unsafe fn linger_of(val: *const c_void, len: socklen_t) -> Option<Option<u32>> {
+    if val.is_null() || (len as usize) < std::mem::size_of::<libc::linger>() {
+        return None;
+    }
+    // SAFETY: the caller's contract: at least a linger's bytes.
+    let l = unsafe { std::ptr::read_unaligned(val.cast::<libc::linger>()) };
+    match (l.l_onoff, u32::try_from(l.l_linger)) {
+        (0, _) => Some(None),
+        (_, Ok(secs)) => Some(Some(secs)),
+        (_, Err(_)) => None,
+    }
+}
+
+/// Notes a structure-valued option (`SO_RCVTIMEO`, `SO_SNDTIMEO`, `SO_LINGER`) in `o`;
+/// whether `(level, name)` is one.
+///
+/// # Safety
+/// `val` valid for `len` bytes, or null.
+unsafe fn note_struct(
     o: &mut Opts,
     level: c_int,
     name: c_int,
     val: *const c_void,
     len: socklen_t,
 ) -> bool {
+    if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER) {
+        // SAFETY: the caller's contract.
+        if let Some(l) = unsafe { linger_of(val, len) } {
+            o.linger = l;
+        }
+        return true;
+    }
     let slot = match (level, name) {
         (libc::SOL_SOCKET, libc::SO_RCVTIMEO) => &mut o.rcvtimeo,
         (libc::SOL_SOCKET, libc::SO_SNDTIMEO) => &mut o.sndtimeo,
@@ -103,7 +129,7 @@ pub unsafe extern "C" fn setsockopt(
                 let mut st = table::lock();
                 if let Some(sock) = st.sock_mut(fd) {
                     // SAFETY: as above.
-                    if !unsafe { note_timeout(sock.opts_mut(), level, name, val, len) }
+                    if !unsafe { note_struct(sock.opts_mut(), level, name, val, len) }
                         && let Some(v) = v
                     {
                         note(sock.opts_mut(), level, name, v);
@@ -125,8 +151,8 @@ pub unsafe extern "C" fn setsockopt(
             return fail(libc::EBADF);
         };
         // SAFETY: the caller's contract covers `val` for `len` bytes.
-        if unsafe { note_timeout(sock.opts_mut(), level, name, val, len) } {
-            // Applied by the library's own waits (wait::Blocking).
+        if unsafe { note_struct(sock.opts_mut(), level, name, val, len) } {
+            // Applied by the library's own waits (wait::Blocking), and by `close`.
             return 0;
         }
         let Some(v) = v else {
@@ -186,7 +212,20 @@ pub unsafe extern "C" fn getsockopt(
             Err(e) => e,
         };
         // SAFETY: `val` and `len` checked non-null; `val` holds `*len` bytes.
-        unsafe { put_int(val, len, err) };
+        unsafe { put(val, len, err) };
+        return 0;
+    }
+    if (level, name) == (libc::SOL_SOCKET, libc::SO_LINGER) {
+        let l = crate::caught(
+            || table::lock().sock(fd).and_then(|s| s.opts().linger),
+            || None,
+        );
+        let v = libc::linger {
+            l_onoff: c_int::from(l.is_some()),
+            l_linger: l.map_or(0, |s| s.min(c_int::MAX as u32) as c_int),
+        };
+        // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
+        unsafe { put(val, len, v) };
         return 0;
     }
     if level == libc::SOL_SOCKET && (name == libc::SO_RCVTIMEO || name == libc::SO_SNDTIMEO) {
@@ -210,11 +249,7 @@ pub unsafe extern "C" fn getsockopt(
             tv_usec: t.subsec_micros() as libc::suseconds_t,
         };
         // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
-        unsafe {
-            let room = (*len as usize).min(std::mem::size_of::<libc::timeval>());
-            std::ptr::copy_nonoverlapping((&raw const tv).cast::<u8>(), val.cast::<u8>(), room);
-            *len = room as socklen_t;
-        }
+        unsafe { put(val, len, tv) };
         return 0;
     }
     // Ok(Some(v)): an int option; Ok(None): one not carried, answered with zeros.
@@ -261,7 +296,7 @@ pub unsafe extern "C" fn getsockopt(
         Err(e) => fail(e),
         Ok(Some(v)) => {
             // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
-            unsafe { put_int(val, len, v) };
+            unsafe { put(val, len, v) };
             0
         }
         Ok(None) => {
@@ -273,15 +308,15 @@ pub unsafe extern "C" fn getsockopt(
     }
 }
 
-/// Writes int option value `v` to `val` as `getsockopt(2)` does: at most `*len` bytes,
-/// and `*len` set to what was written.
+/// Writes option value `v` (an int or a C structure) to `val` as `getsockopt(2)` does: at
+/// most `*len` bytes, and `*len` set to what was written.
 ///
 /// # Safety
 /// `len` valid; `val` valid for `*len` bytes.
-unsafe fn put_int(val: *mut c_void, len: *mut socklen_t, v: c_int) {
+unsafe fn put<T: Copy>(val: *mut c_void, len: *mut socklen_t, v: T) {
     // SAFETY: the caller's contract.
     unsafe {
-        let room = (*len as usize).min(std::mem::size_of::<c_int>());
+        let room = (*len as usize).min(std::mem::size_of::<T>());
         std::ptr::copy_nonoverlapping((&raw const v).cast::<u8>(), val.cast::<u8>(), room);
         *len = room as socklen_t;
     }

@@ -160,8 +160,9 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     match decidable_mark(fd) {
         // SAFETY: the caller's arguments, passed on.
         Mark::NotOurs | Mark::Epoll => return unsafe { real::listen(fd, backlog) },
-        Mark::Shmnet => return 0, // listening already, as a second listen(2)
-        Mark::Undecided => {}
+        // Listening already, as a second listen(2) — unless `shutdown` stopped it.
+        Mark::Shmnet if !stopped_listening(fd) => return 0,
+        Mark::Shmnet | Mark::Undecided => {}
     }
     guarded(|| {
         let mut st = table::lock();
@@ -193,6 +194,15 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         st.install(fd, Sock::Listener { l, addr, opts });
         0
     })
+}
+
+/// Whether the server's socket `fd` is a listener that `shutdown` stopped (left bound,
+/// [`shutdown_listener`]).
+fn stopped_listening(fd: c_int) -> bool {
+    crate::caught(
+        || matches!(table::lock().sock(fd), Some(Sock::Undecided { .. })),
+        || false,
+    )
 }
 
 /// # Safety
@@ -255,9 +265,11 @@ pub unsafe extern "C" fn accept4(
                     // SAFETY: the caller's contract covers `addr` and `len`.
                     unsafe { net::write_v4(peer, lopts.v6, addr, len) };
                     debug!("accept({fd}) = {nfd}: {peer}");
+                    // As Linux's accepted sockets, it inherits the listener's linger.
                     let opts = Opts {
                         v6: lopts.v6,
                         nonblock: flags & libc::SOCK_NONBLOCK != 0,
+                        linger: lopts.linger,
                         ..Opts::default()
                     };
                     st.install(nfd, Sock::stream(s, local, opts, false));
@@ -439,6 +451,10 @@ pub(crate) fn forget(fd: c_int) {
                     std::mem::forget(sock);
                 } else {
                     match sock {
+                        // SO_LINGER of zero: Linux's abortive close, a reset.
+                        Some(Sock::Stream { s, opts, .. }) if opts.linger == Some(0) => {
+                            drop(s.abort())
+                        }
                         Some(Sock::Stream { s, .. }) => drop(s.close()),
                         Some(Sock::Listener { l, .. }) => drop(l.close()),
                         Some(Sock::Udp(u)) => crate::udp::leave(&mut st, fd, u.port),
@@ -476,6 +492,9 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     }
     guarded(|| {
         let mut st = table::lock();
+        if matches!(st.sock(fd), Some(Sock::Listener { .. })) {
+            return shutdown_listener(&mut st, fd, how);
+        }
         let Some(Sock::Stream {
             s,
             shut_rd,
@@ -497,6 +516,36 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
         st.note_moves();
         0
     })
+}
+
+/// `shutdown` of listener `fd`, as Linux's: with `SHUT_RD` (or `SHUT_RDWR`) it stops
+/// listening — the server's listener closes, resetting connections not yet accepted, and
+/// every thread blocked in its `accept` wakes to `EINVAL` — and the socket is left bound,
+/// so `listen` may take it again; `SHUT_WR` alone changes nothing.
+fn shutdown_listener(st: &mut table::State, fd: c_int, how: c_int) -> c_int {
+    if how != libc::SHUT_RD && how != libc::SHUT_RDWR {
+        return if how == libc::SHUT_WR {
+            0
+        } else {
+            fail(libc::EINVAL)
+        };
+    }
+    let Some(Sock::Listener { l, addr, opts }) = st.release(fd) else {
+        return fail(libc::ENOTCONN);
+    };
+    drop(l.close());
+    st.install(
+        fd,
+        Sock::Undecided {
+            opts,
+            bound: Some(addr),
+        },
+    );
+    // The accepts asleep on it look again, and find no listener.
+    st.wake_sleepers();
+    st.note_moves();
+    debug!("shutdown({fd}): stopped listening on {addr}");
+    0
 }
 
 /// # Safety

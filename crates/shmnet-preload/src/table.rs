@@ -123,6 +123,10 @@ pub(crate) struct Opts {
     pub(crate) rcvtimeo: Option<std::time::Duration>,
     /// `SO_SNDTIMEO`: how long a blocking write or send waits.
     pub(crate) sndtimeo: Option<std::time::Duration>,
+    /// `SO_LINGER`: `None` off; `Some(0)` makes `close` reset the connection (unsent bytes
+    /// dropped, as Linux's abortive close); `Some(seconds)` closes in order (see
+    /// docs/preload.md: `close` does not wait for the acknowledgement).
+    pub(crate) linger: Option<u32>,
 }
 
 /// One of the program's sockets that this library looks after.

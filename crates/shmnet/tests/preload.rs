@@ -512,16 +512,33 @@ class Count(socketserver.BaseRequestHandler):
 class Reset(socketserver.BaseRequestHandler):
     def handle(self):
         self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+class EndThenReset(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.shutdown(socket.SHUT_WR)
+        self.request.recv(1)
+        self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 class Back(socketserver.BaseRequestHandler):
     def handle(self):
         port = int(self.request.makefile().readline())
         c = socket.create_connection((self.client_address[0], port), timeout=10)
         c.sendall(b"back\n")
         c.close()
+class Linger(socketserver.BaseRequestHandler):
+    def handle(self):
+        port = int(self.request.makefile().readline())
+        c = socket.create_connection((self.client_address[0], port), timeout=10)
+        try:
+            while c.recv(65536):
+                pass
+            said = b"ended\n"
+        except ConnectionResetError:
+            said = b"were reset\n"
+        c.close()
+        self.request.sendall(said)
 class S(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
-for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back)]:
+for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back), (6006, Linger), (6007, EndThenReset)]:
     s = S((host, port), h)
     threading.Thread(target=s.serve_forever, daemon=True).start()
 def udp_echo():
@@ -543,7 +560,7 @@ fn calls_program(test: &str) -> Option<PathBuf> {
     let exe = std::env::temp_dir().join(format!("shmnet-calls-{}", std::process::id()));
     let Ok(out) = Command::new("cc")
         // Fortified, as Debian builds its programs: read, recv, poll… become __read_chk…
-        .args(["-O2", "-D_FORTIFY_SOURCE=2", "-Wall", "-o"])
+        .args(["-O2", "-D_FORTIFY_SOURCE=2", "-Wall", "-pthread", "-o"])
         .arg(&exe)
         .arg(&src)
         .output()

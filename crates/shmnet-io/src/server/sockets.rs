@@ -272,7 +272,11 @@ impl Sockets {
                         readable: st.readable,
                     });
                 }
-                if let Some(e) = st.error.filter(|_| !t.said_failed && !t.said_eof) {
+                // A failure is said even after the end of the stream: a peer that ends with
+                // a FIN and then resets leaves reads at the end but fails writes (`EPIPE`)
+                // and polls an error, as Linux's CLOSE-WAIT reset does. (Withheld, the
+                // application's writes went on into a connection that no longer existed.)
+                if let Some(e) = st.error.filter(|_| !t.said_failed) {
                     return Some(TcpItem::Event(socket, TcpEvent::Failed(failure(e))));
                 }
                 if !t.said_eof && !t.said_failed && (st.eof || st.state == State::Closed) {

@@ -3,7 +3,9 @@
  * The peer (preload.rs's PEER script) listens on PEER:6000 (echo), 6001 (reads to the end,
  * answers "N bytes" and closes), 6002 (accepts and resets), 6003 (reads a port, connects
  * back to it and says "back"), UDP 6004 (echoes each datagram; one that starts "other" is
- * answered from port 6005 instead).
+ * answered from port 6005 instead), 6006 (reads a port, connects back to it, reads until
+ * its reads end or are reset, and says which: "ended" or "were reset"), 6007 (ends its side
+ * with a FIN, reads one byte, then resets).
  *
  * preload.rs compiles it with _FORTIFY_SOURCE, so read, recv, recvfrom and poll are glibc's
  * checked entry points (__read_chk…), as in most of Debian's programs.
@@ -17,6 +19,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,6 +240,32 @@ static void reset_reads(void) {
     close(s);
 }
 
+/* A peer that ends its side, and resets only later (its FIN and its reset arrive apart, in
+ * CLOSE-WAIT): reads stay at the end of the stream, but poll reports the error and writes
+ * fail with EPIPE, as Linux's. (Under shmnet the reset was once withheld after the end had
+ * been read, and writes went on into a connection that no longer existed.) */
+static void ended_then_reset(void) {
+    char buf[8];
+    signal(SIGPIPE, SIG_IGN);
+    int s = must_dial(6007, "end-then-reset");
+    ssize_t r = read(s, buf, sizeof buf);
+    printf("end-then-reset: first read %d", (int)r);
+    if (write(s, "x", 1) != 1) die("end-then-reset write");
+    usleep(300 * 1000); /* the reset arrives */
+    struct pollfd p = {.fd = s, .events = POLLIN};
+    int n = poll(&p, 1, 5000);
+    printf(", then poll %d%s%s%s", n, p.revents & POLLIN ? " POLLIN" : "",
+           p.revents & POLLERR ? " POLLERR" : "", p.revents & POLLHUP ? " POLLHUP" : "");
+    r = read(s, buf, sizeof buf);
+    printf(", read %d", (int)r);
+    int err = 0;
+    for (int i = 0; i < 3 && err != EPIPE; i++)
+        if (write(s, "y", 1) < 0) err = errno;
+    printf(", writes end in %s\n", err == EPIPE ? "EPIPE" : err ? strerrorname_np(err) : "nothing");
+    close(s);
+    signal(SIGPIPE, SIG_DFL);
+}
+
 static void duplicate(void) {
     char buf[16];
     int s = must_dial(6000, "dup");
@@ -351,6 +380,74 @@ static void accepting(void) {
     printf("accept: from a %s address\n", from.sin_family == AF_INET ? "IPv4" : "?");
     close(c);
     close(s);
+    close(l);
+}
+
+/* A listener of the server's on an ephemeral port; its port in *port. */
+static int listener(int *port, const char *what) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    if (bind(l, (struct sockaddr *)&a, sizeof a) < 0) die(what);
+    if (listen(l, 4) < 0) die(what);
+    socklen_t len = sizeof a;
+    getsockname(l, (struct sockaddr *)&a, &len);
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+/* SO_LINGER: a linger of zero makes close reset the connection. The peer connects back to
+ * a listener of ours and says whether its reads ended or were reset when we closed. */
+static void lingering(void) {
+    char buf[32];
+    for (int zero = 0; zero <= 1; zero++) {
+        int port, l = listener(&port, "linger listen");
+        int s = must_dial(6006, "linger dial");
+        int n = snprintf(buf, sizeof buf, "%d\n", port);
+        if (write(s, buf, n) != n) die("linger write");
+        int c = accept(l, NULL, NULL);
+        if (c < 0) die("linger accept");
+        if (zero) {
+            struct linger lg = {.l_onoff = 1, .l_linger = 0}, got = {0};
+            socklen_t gl = sizeof got;
+            if (setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) < 0) die("SO_LINGER");
+            getsockopt(c, SOL_SOCKET, SO_LINGER, &got, &gl);
+            printf("linger: SO_LINGER reads back {%d, %d}, %d bytes\n", got.l_onoff, got.l_linger,
+                   (int)gl);
+        }
+        close(c);
+        int got = 0;
+        ssize_t r;
+        while (got < (int)sizeof buf - 1 && (r = read(s, buf + got, sizeof buf - 1 - got)) > 0) got += r;
+        buf[got] = 0;
+        printf("linger: after a %s close the peer's reads %s", zero ? "zero-linger" : "plain", buf);
+        close(s);
+        close(l);
+    }
+}
+
+static int blocked_accept_errno;
+
+static void *accept_blocked(void *arg) {
+    int c = accept(*(int *)arg, NULL, NULL);
+    blocked_accept_errno = c < 0 ? errno : 0;
+    return NULL;
+}
+
+/* shutdown of a listener: SHUT_WR changes nothing; SHUT_RDWR stops it, waking a thread
+ * blocked in its accept with EINVAL; listen takes it again. */
+static void stop_listening(void) {
+    int port, l = listener(&port, "stop listen");
+    pthread_t t;
+    pthread_create(&t, NULL, accept_blocked, &l);
+    usleep(200 * 1000); /* the thread is asleep in accept */
+    int wr = shutdown(l, SHUT_WR);
+    int rdwr = shutdown(l, SHUT_RDWR);
+    pthread_join(t, NULL);
+    printf("stop-listening: SHUT_WR %d, SHUT_RDWR %d, the blocked accept fails with %s\n", wr, rdwr,
+           strerrorname_np(blocked_accept_errno));
+    int c = accept(l, NULL, NULL);
+    printf("stop-listening: accept again %s, listen again %d\n",
+           c < 0 ? strerrorname_np(errno) : "accepted?", listen(l, 4));
     close(l);
 }
 
@@ -566,11 +663,14 @@ int main(int argc, char **argv) {
     half_close();
     broken_pipe();
     reset_reads();
+    ended_then_reset();
     duplicate();
     forking();
     names();
     nonblocking_connect();
     accepting();
+    lingering();
+    stop_listening();
     datagrams();
     sending_a_file();
     fortified();
