@@ -396,6 +396,11 @@ pub enum TcpFailure {
     TimedOut = 3,
     /// The server's stack could not carry it (no buffer, no route).
     Failed = 4,
+    /// A "host unreachable" (or "administratively prohibited") answered its SYN
+    /// (`EHOSTUNREACH`).
+    HostUnreachable = 5,
+    /// A "network unreachable" answered its SYN (`ENETUNREACH`).
+    NetUnreachable = 6,
 }
 
 impl std::fmt::Display for TcpFailure {
@@ -405,6 +410,8 @@ impl std::fmt::Display for TcpFailure {
             Self::Refused => "was refused: nothing listens there",
             Self::TimedOut => "timed out: the peer stopped answering",
             Self::Failed => "failed in the server's stack",
+            Self::HostUnreachable => "failed: the host cannot be reached",
+            Self::NetUnreachable => "failed: the network cannot be reached",
         })
     }
 }
@@ -495,6 +502,8 @@ pub fn event_of(d: &Desc) -> Option<(u16, TcpEvent)> {
             1 => TcpFailure::Reset,
             2 => TcpFailure::Refused,
             3 => TcpFailure::TimedOut,
+            5 => TcpFailure::HostUnreachable,
+            6 => TcpFailure::NetUnreachable,
             _ => TcpFailure::Failed,
         }),
         EV_RELEASED => TcpEvent::Released,

@@ -133,7 +133,10 @@ pub(crate) fn errno_of(e: &ClientError, call: Call) -> c_int {
         ClientError::Connection(TcpFailure::Reset) => libc::ECONNRESET,
         ClientError::Connection(TcpFailure::Refused) => libc::ECONNREFUSED,
         ClientError::Connection(TcpFailure::TimedOut) => libc::ETIMEDOUT,
-        ClientError::Connection(TcpFailure::Failed) => libc::ENETUNREACH,
+        ClientError::Connection(TcpFailure::Failed | TcpFailure::NetUnreachable) => {
+            libc::ENETUNREACH
+        }
+        ClientError::Connection(TcpFailure::HostUnreachable) => libc::EHOSTUNREACH,
         ClientError::TimedOut if call == Call::Connect => libc::ETIMEDOUT,
         ClientError::TimedOut => libc::EAGAIN,
         ClientError::Refused(_) => match call {

@@ -115,17 +115,27 @@ const PLATEAUS: [u16; 10] = [
     32_000, 17_914, 8_166, 4_352, 2_002, 1_492, 1_006, 508, 296, 68,
 ];
 
-/// Reads a "fragmentation needed" message `bytes` (the ICMP header and what it quotes) about
-/// a TCP segment. `None` for anything else, or when the quote is shorter than the IP header
-/// and the 8 bytes of TCP header it must carry (RFC 792) — the message is then useless.
-pub fn frag_needed(bytes: &[u8]) -> Option<FragNeeded> {
+/// What a destination-unreachable message (type 3) quotes of a TCP segment: its code, the
+/// word after the checksum (the next hop's MTU in a "fragmentation needed"), and the
+/// quoted segment's addresses, ports and sequence number. `None` for any other message, or
+/// when the quote is shorter than the IP header and the 8 bytes of TCP header it must
+/// carry (RFC 792): the message is then useless.
+struct TcpQuote {
+    code: u8,
+    said: u16,
+    total_len: u16,
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    src_port: u16,
+    dst_port: u16,
+    seq: u32,
+}
+
+fn tcp_quote(bytes: &[u8]) -> Option<TcpQuote> {
     let p = Icmpv4Packet::new_checked(bytes).ok()?;
-    if p.msg_type() != Icmpv4Message::DstUnreachable
-        || p.msg_code() != u8::from(Icmpv4DstUnreachable::FragRequired)
-    {
+    if p.msg_type() != Icmpv4Message::DstUnreachable {
         return None;
     }
-    let said = u16::from_be_bytes([bytes[6], bytes[7]]);
     // The quote is cut short of the datagram's total length, so smoltcp's checked view
     // (which wants all of it) does not apply: the lengths it reads are checked here.
     let quoted = bytes.get(HEADER_LEN..)?;
@@ -138,19 +148,87 @@ pub fn frag_needed(bytes: &[u8]) -> Option<FragNeeded> {
     if ip.version() != 4 || ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 {
         return None;
     }
-    let mtu = if said != 0 {
-        said
-    } else {
-        let len = ip.total_len();
-        PLATEAUS.into_iter().find(|&m| m < len)?
-    };
-    Some(FragNeeded {
-        mtu,
+    Some(TcpQuote {
+        code: p.msg_code(),
+        said: u16::from_be_bytes([bytes[6], bytes[7]]),
+        total_len: ip.total_len(),
         src: ip.src_addr(),
         dst: ip.dst_addr(),
         src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
         dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
         seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+    })
+}
+
+/// Reads a "fragmentation needed" message `bytes` (the ICMP header and what it quotes) about
+/// a TCP segment. `None` for anything else, or when the quote is too short to name the
+/// segment.
+pub fn frag_needed(bytes: &[u8]) -> Option<FragNeeded> {
+    let q = tcp_quote(bytes).filter(|q| q.code == u8::from(Icmpv4DstUnreachable::FragRequired))?;
+    let mtu = if q.said != 0 {
+        q.said
+    } else {
+        PLATEAUS.into_iter().find(|&m| m < q.total_len)?
+    };
+    Some(FragNeeded {
+        mtu,
+        src: q.src,
+        dst: q.dst,
+        src_port: q.src_port,
+        dst_port: q.dst_port,
+        seq: q.seq,
+    })
+}
+
+/// How far a destination-unreachable message says a TCP segment of ours got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreachable {
+    /// Its network (codes 0, 6, 9, 11: `ENETUNREACH` on Linux).
+    Net,
+    /// Its host, or the way there is administratively closed (codes 1, 2, 7, 8, 10, 12–15:
+    /// `EHOSTUNREACH`; Linux says `ENOPROTOOPT`, `EHOSTDOWN` and `ENONET` for 2, 7 and 8).
+    Host,
+    /// The port: something there refused it (code 3, a firewall's `REJECT`:
+    /// `ECONNREFUSED`).
+    Port,
+}
+
+/// A destination-unreachable message about a TCP segment we sent, other than
+/// "fragmentation needed" (code 4) and "source route failed" (5), which say nothing of
+/// whether the peer can be reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpUnreachable {
+    /// What is unreachable.
+    pub what: Unreachable,
+    /// The quoted datagram's source address (ours, if the segment was ours).
+    pub src: Ipv4Addr,
+    /// Its destination (the peer).
+    pub dst: Ipv4Addr,
+    /// The quoted TCP header's source port (our local port).
+    pub src_port: u16,
+    /// Its destination port (the peer's).
+    pub dst_port: u16,
+    /// Its sequence number (checked against what the connection sent).
+    pub seq: u32,
+}
+
+/// Reads a destination-unreachable message `bytes` about a TCP segment (see
+/// [`TcpUnreachable`]). `None` for anything else.
+pub fn tcp_unreachable(bytes: &[u8]) -> Option<TcpUnreachable> {
+    let q = tcp_quote(bytes)?;
+    let what = match q.code {
+        3 => Unreachable::Port,
+        0 | 6 | 9 | 11 => Unreachable::Net,
+        1 | 2 | 7 | 8 | 10 | 12..=15 => Unreachable::Host,
+        _ => return None,
+    };
+    Some(TcpUnreachable {
+        what,
+        src: q.src,
+        dst: q.dst,
+        src_port: q.src_port,
+        dst_port: q.dst_port,
+        seq: q.seq,
     })
 }
 

@@ -802,8 +802,12 @@ impl Interface {
     /// A destination-unreachable message (checksum verified, addressed to us). A router's
     /// "fragmentation needed" about one of our TCP segments lowers its connection's MSS
     /// ([`crate::tcp::conn::Conn::on_frag_needed`] checks it) and resends what was in
-    /// flight at once; every other one is ignored and counted (a UDP socket has no error
-    /// queue, and TCP does not abort on hard errors during a connection, RFC 1122 4.2.3.9).
+    /// flight at once. Any other about a connection's SYN while it opens ends it with the
+    /// matching error ([`crate::tcp::conn::Conn::on_unreachable`]): a `connect` to a host
+    /// behind a firewall's `REJECT`, or that a router cannot reach, fails at once instead
+    /// of after its SYN retries. Every other one is ignored and counted (a UDP socket has
+    /// no error queue, and TCP does not abort on hard errors during a connection, RFC 1122
+    /// 4.2.3.9).
     fn rx_dst_unreachable<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -816,7 +820,12 @@ impl Interface {
         let head = valid(pool, dg.head);
         let msg = &head[..head.len().min(dg.len).min(icmp::HEADER_LEN + 68)];
         let said = icmp::frag_needed(msg);
+        let unreachable = icmp::tcp_unreachable(msg);
         pool.free_chain(dg.head);
+        if let Some(u) = unreachable {
+            self.tcp_unreachable(pool, u, now, tx);
+            return;
+        }
         let Some(f) = said else {
             self.stats.icmp_ignored += 1;
             return;
@@ -844,6 +853,31 @@ impl Interface {
             }
             Some((_, false)) => {}
             None => self.tcp.counters.frag_needed_ignored += 1,
+        }
+    }
+
+    /// Destination-unreachable message `u` about a TCP segment (see
+    /// [`Interface::rx_dst_unreachable`]).
+    fn tcp_unreachable<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        u: icmp::TcpUnreachable,
+        now: Instant,
+        tx: &mut T,
+    ) {
+        let remote = SocketAddrV4::new(u.dst, u.dst_port);
+        let found = (u.src == self.cfg.ipv4)
+            .then(|| self.tcp.lookup(remote, u.src_port))
+            .flatten();
+        let Some(idx) = found else {
+            self.tcp.counters.unreachable_ignored += 1;
+            return;
+        };
+        let ended = self.tcp.parts(idx).is_some_and(|(c, _, ctr)| {
+            c.on_unreachable(pool, u.what, crate::tcp::seq::Seq(u.seq), ctr)
+        });
+        if ended {
+            self.tcp_after(pool, idx, now, tx);
         }
     }
 

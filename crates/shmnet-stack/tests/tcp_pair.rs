@@ -55,14 +55,20 @@ const ROUTER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 254);
 /// A router's "fragmentation needed" for the frame `bytes` (Ethernet, IPv4, TCP), saying
 /// `mtu`, addressed to its sender: an Ethernet frame quoting its IP header and eight bytes.
 fn frag_needed(bytes: &[u8], mtu: u16) -> Vec<u8> {
+    unreachable(bytes, 4, mtu)
+}
+
+/// A router's destination-unreachable with `code` (the next word `said`) for the frame
+/// `bytes`, addressed to its sender.
+fn unreachable(bytes: &[u8], code: u8, said: u16) -> Vec<u8> {
     use smoltcp::wire::{Icmpv4Packet, IpProtocol, Ipv4Packet};
     let ip = &bytes[14..];
     let sender = Ipv4Packet::new_unchecked(ip).src_addr();
     let quote = &ip[..28];
     let mut icmp = vec![0u8; 8 + quote.len()];
     icmp[0] = 3;
-    icmp[1] = 4;
-    icmp[6..8].copy_from_slice(&mtu.to_be_bytes());
+    icmp[1] = code;
+    icmp[6..8].copy_from_slice(&said.to_be_bytes());
     icmp[8..].copy_from_slice(quote);
     Icmpv4Packet::new_unchecked(&mut icmp[..]).fill_checksum();
     let mut frame = vec![0u8; 14 + 20 + icmp.len()];
@@ -488,6 +494,89 @@ fn a_closed_port_refuses_with_a_reset() {
     });
     assert_eq!(r, Err(TcpError::Closed(CloseReason::Refused)));
     close_and_drain(&mut w, ca, None);
+}
+
+/// A destination-unreachable quoting a connection's SYN ends it while it opens, with the
+/// error its code names (as Linux's `connect` fails at once behind a firewall's `REJECT`);
+/// one that quotes another sequence number, another port, or an open connection is
+/// ignored and counted.
+#[test]
+fn an_unreachable_answer_to_a_syn_ends_the_connect_at_once() {
+    for (seed, code, why) in [
+        (31, 3, CloseReason::Refused),
+        (32, 1, CloseReason::HostUnreachable),
+        (33, 13, CloseReason::HostUnreachable),
+        (34, 0, CloseReason::NetUnreachable),
+    ] {
+        let mut w = Wire::new(seed, Impair::default());
+        let ca = w
+            .with(true, |s, now, out| {
+                s.ifc
+                    .tcp_connect(&mut s.pool, SocketAddrV4::new(B_IP, 7), now, out)
+            })
+            .unwrap();
+        // A's SYN, taken off the wire before B sees it (after ARP, if A asks first).
+        let is_syn = |f: &(u64, u64, bool, Vec<u8>)| {
+            f.2 && f.3.len() >= 54 && f.3[23] == 6 && f.3[34 + 13] & 0x02 != 0
+        };
+        let mut syn = None;
+        for _ in 0..1000 {
+            if let Some(at) = w.flight.iter().position(is_syn) {
+                syn = Some(w.flight.remove(at).3);
+                break;
+            }
+            w.step();
+        }
+        let syn = syn.expect("A sends a SYN");
+        let to_a = |w: &mut Wire, frame: Vec<u8>| {
+            w.with(true, |s, now, out| {
+                let b = s.pool.alloc_with(0, &frame).unwrap();
+                s.ifc.receive(&mut s.pool, b, now, out);
+            });
+        };
+        let seq = u32::from_be_bytes(syn[38..42].try_into().unwrap());
+        let mut other_seq = syn.clone();
+        other_seq[38..42].copy_from_slice(&seq.wrapping_add(1000).to_be_bytes());
+        let mut other_port = syn.clone();
+        other_port[34..36].copy_from_slice(&9u16.to_be_bytes());
+        to_a(&mut w, unreachable(&other_seq, code, 0));
+        to_a(&mut w, unreachable(&other_port, code, 0));
+        // "Source route failed" says nothing of the peer.
+        to_a(&mut w, unreachable(&syn, 5, 0));
+        assert_eq!(w.a.ifc.tcp_state(ca).unwrap(), State::SynSent);
+        let c = w.a.ifc.tcp_counters();
+        assert_eq!(
+            (c.unreachable_ignored, c.unreachable_aborts),
+            (2, 0),
+            "{c:?}"
+        );
+        to_a(&mut w, unreachable(&syn, code, 0));
+        assert_eq!(w.a.ifc.tcp_state(ca).unwrap(), State::Closed);
+        assert_eq!(w.a.ifc.tcp_error(ca).unwrap(), Some(why), "code {code}");
+        assert_eq!(w.a.ifc.tcp_counters().unreachable_aborts, 1);
+        close_and_drain(&mut w, ca, None);
+    }
+    // On an open connection it is a soft error (RFC 1122 4.2.3.9): nothing changes.
+    let mut w = Wire::new(35, Impair::default());
+    let (ca, cb) = connect(&mut w, 5002);
+    let payload = data(5_000, 35);
+    w.with(true, |s, now, out| {
+        s.ifc.tcp_send(&mut s.pool, ca, &payload, now, out)
+    })
+    .unwrap();
+    let seg = w
+        .flight
+        .iter()
+        .find(|f| f.2 && f.3.len() > 1000)
+        .map(|f| f.3.clone())
+        .expect("a data segment in flight");
+    w.with(true, |s, now, out| {
+        let b = s.pool.alloc_with(0, &unreachable(&seg, 1, 0)).unwrap();
+        s.ifc.receive(&mut s.pool, b, now, out);
+    });
+    assert_eq!(w.a.ifc.tcp_state(ca).unwrap(), State::Established);
+    assert_eq!(w.a.ifc.tcp_counters().unreachable_ignored, 1);
+    close_and_drain(&mut w, ca, Some(cb));
 }
 
 #[test]

@@ -1211,3 +1211,78 @@ fn socat_under_shmnet_run_relays_between_linux_ends() {
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_file(&got);
 }
+
+/// A `connect` that a router answers with a destination-unreachable fails at once with the
+/// error Linux gives a client behind that router (`EHOSTUNREACH` for an `unreachable` route
+/// and for a `prohibit` one, whose ICMP says "administratively prohibited"), not after the
+/// SYN's retries. The router is the Linux end of the veth pair, with routes of those types.
+#[test]
+fn a_connect_a_router_answers_as_unreachable_fails_at_once() {
+    const TEST: &str = "a_connect_a_router_answers_as_unreachable_fails_at_once";
+    if !root() {
+        shmnet_testkit::skip(TEST, "needs root (network namespaces, AF_PACKET)");
+        return;
+    }
+    library();
+    let Some(ns) = Netns::new("shmnet-pre", "unreach") else {
+        shmnet_testkit::skip(TEST, "cannot make a network namespace with a veth pair");
+        return;
+    };
+    let st = ns
+        .cmd("sh")
+        .args([
+            "-c",
+            "ip addr add 10.93.0.2/24 dev v1 && sysctl -qw net.ipv4.ip_forward=1 \
+             && ip route add unreachable 10.95.0.0/24 && ip route add prohibit 10.96.0.0/24",
+        ])
+        .status()
+        .expect("run sh");
+    assert!(st.success(), "the router's set-up: {st}");
+    let sock = std::env::temp_dir()
+        .join(format!("shmnet-pre-{}-unreach.sock", std::process::id()))
+        .to_str()
+        .unwrap()
+        .to_string();
+    let server = Server::start(
+        &ns,
+        &[
+            "--structure",
+            "server",
+            "--socket",
+            &sock,
+            "--gateway",
+            "10.93.0.2",
+        ],
+    );
+    const PROBE: &str = r#"
+import errno, socket, sys, time
+t = time.monotonic()
+try:
+    socket.create_connection((sys.argv[1], 80), timeout=20)
+    print("connected")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno), "after", "under 3 s" if time.monotonic() - t < 3 else "3 s or more")
+"#;
+    for to in ["10.95.0.9", "10.96.0.9"] {
+        let mut c = under_shmnet(&sock, "python3");
+        c.args(["-c", PROBE, to]);
+        let out = run_ok(c, "python3 connecting", Duration::from_secs(60));
+        assert_eq!(
+            out.trim(),
+            "EHOSTUNREACH after under 3 s",
+            "connecting to {to}"
+        );
+    }
+    let stats = Command::new(SHMNET)
+        .args(["stats", "--socket", &sock, "--json"])
+        .output()
+        .expect("shmnet stats");
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
+    assert_eq!(
+        v["tcp"]["unreachable_aborts"],
+        2,
+        "{}",
+        String::from_utf8_lossy(&stats.stdout)
+    );
+    drop(server);
+}

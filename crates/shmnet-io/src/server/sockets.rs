@@ -504,6 +504,8 @@ fn failure(reason: CloseReason) -> TcpFailure {
         CloseReason::Reset | CloseReason::Aborted => TcpFailure::Reset,
         CloseReason::Refused => TcpFailure::Refused,
         CloseReason::TimedOut => TcpFailure::TimedOut,
+        CloseReason::HostUnreachable => TcpFailure::HostUnreachable,
+        CloseReason::NetUnreachable => TcpFailure::NetUnreachable,
     }
 }
 

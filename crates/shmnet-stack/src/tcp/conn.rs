@@ -1615,6 +1615,32 @@ impl Conn {
         true
     }
 
+    /// A destination-unreachable message `what` quoted a segment of ours with sequence
+    /// number `seq` (the caller found the connection by the quote's ports and addresses).
+    /// While opening (SYN-SENT), one that quotes our SYN ends the connection with the
+    /// matching error, as Linux's `tcp_v4_err` does; anything else is a soft error, ignored
+    /// (RFC 1122 4.2.3.9) and counted. Returns whether the connection ended.
+    pub fn on_unreachable<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        what: crate::icmp::Unreachable,
+        seq: Seq,
+        ctr: &mut TcpCounters,
+    ) -> bool {
+        if self.state != State::SynSent || seq != self.iss {
+            ctr.unreachable_ignored += 1;
+            return false;
+        }
+        ctr.unreachable_aborts += 1;
+        let why = match what {
+            crate::icmp::Unreachable::Port => CloseReason::Refused,
+            crate::icmp::Unreachable::Host => CloseReason::HostUnreachable,
+            crate::icmp::Unreachable::Net => CloseReason::NetUnreachable,
+        };
+        self.enter_closed(pool, Some(why));
+        true
+    }
+
     /// Everything in flight goes again from `SND.UNA` (a timeout, or a path too narrow for
     /// it): no RTT sample from it (Karn), and the SACK scoreboard forgotten — after a
     /// timeout the receiver may have discarded what it SACKed (RFC 2018).

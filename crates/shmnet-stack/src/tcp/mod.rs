@@ -226,8 +226,14 @@ pub enum SynCookies {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CloseReason {
-    /// The peer answered our SYN with a RST (ECONNREFUSED).
+    /// The peer answered our SYN with a RST, or a "port unreachable" came back for it
+    /// (ECONNREFUSED).
     Refused,
+    /// A "host unreachable" (or administratively prohibited) came back for our SYN
+    /// (EHOSTUNREACH).
+    HostUnreachable,
+    /// A "network unreachable" came back for our SYN (ENETUNREACH).
+    NetUnreachable,
     /// The peer reset an established connection (ECONNRESET).
     Reset,
     /// Retransmissions went unanswered (ETIMEDOUT).
@@ -413,6 +419,13 @@ tcp_counters! {
     /// "Fragmentation needed" messages ignored (RFC 5927): for no connection of ours, for a
     /// sequence number not in flight, or saying an MTU no smaller than the one in use.
     frag_needed_ignored,
+    /// Connections ended while opening (SYN-SENT) by a destination-unreachable message
+    /// about their SYN, as Linux ends them (RFC 1122 4.2.3.9 leaves it to the stack).
+    unreachable_aborts,
+    /// Other destination-unreachable messages about TCP segments, ignored: for no
+    /// connection of ours, not quoting its SYN, or for a connection already open (RFC 1122:
+    /// a soft error there).
+    unreachable_ignored,
     /// Bytes refused a spill: its own or every spill's bound was reached
     /// ([`spill::MAX_SPILL`], [`spill::MAX_SPILLED`]); their connection is reset.
     spill_refused,
