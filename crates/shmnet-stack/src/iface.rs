@@ -857,7 +857,8 @@ impl Interface {
     }
 
     /// Destination-unreachable message `u` about a TCP segment (see
-    /// [`Interface::rx_dst_unreachable`]).
+    /// [`Interface::rx_dst_unreachable`]), or a SYN whose next hop never answered ARP
+    /// ([`unresolved_syn`]).
     fn tcp_unreachable<P: BufferPool + ?Sized, T: TxSink + ?Sized>(
         &mut self,
         pool: &mut P,
@@ -903,7 +904,11 @@ impl Interface {
         );
         for f in dead {
             self.stats.arp_timeout += 1;
+            let syn = unresolved_syn(valid(pool, f));
             pool.free(f);
+            if let Some(u) = syn {
+                self.tcp_unreachable(pool, u, now, tx);
+            }
         }
         for ip in again {
             self.send_arp_request(pool, ip, tx);
@@ -1379,4 +1384,34 @@ fn trim_chain<P: BufferPool + ?Sized>(pool: &mut P, dg: &mut Datagram, len: usiz
     }
     dg.len = len;
     dg.bufs = n;
+}
+
+/// A TCP SYN (not a SYN-ACK) of ours in `frame`, dropped because its next hop never
+/// answered ARP, read as the "host unreachable" Linux reports to itself then
+/// (`arp_error_report`): a `connect` to an address nobody holds fails with `EHOSTUNREACH`
+/// when ARP gives up ([`Config::arp_pending_timeout`], 3 s as Linux's three probes), not
+/// after the SYN's retries. `None` for any other frame.
+fn unresolved_syn(frame: &[u8]) -> Option<icmp::TcpUnreachable> {
+    if eth::ethertype(frame)? != EthernetProtocol::Ipv4 {
+        return None;
+    }
+    let ip = frame.get(eth::HEADER_LEN..)?;
+    let h = ipv4::parse_unverified(ip).ok()?;
+    if h.proto != IpProtocol::Tcp || h.is_fragment() {
+        return None;
+    }
+    let tcp = ip.get(h.header_len..h.total_len)?.get(..14)?;
+    const SYN: u8 = 0x02;
+    const ACK: u8 = 0x10;
+    if tcp[13] & (SYN | ACK) != SYN {
+        return None;
+    }
+    Some(icmp::TcpUnreachable {
+        what: icmp::Unreachable::Host,
+        src: h.src,
+        dst: h.dst,
+        src_port: u16::from_be_bytes([tcp[0], tcp[1]]),
+        dst_port: u16::from_be_bytes([tcp[2], tcp[3]]),
+        seq: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
+    })
 }

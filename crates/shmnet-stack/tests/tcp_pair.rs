@@ -579,6 +579,35 @@ fn an_unreachable_answer_to_a_syn_ends_the_connect_at_once() {
     close_and_drain(&mut w, ca, Some(cb));
 }
 
+/// A connect to an address on the link that nobody holds fails with "host unreachable" when
+/// ARP gives up (3 s, as Linux's three probes), not after the SYN's retries.
+#[test]
+fn a_connect_to_an_address_nobody_holds_fails_when_arp_gives_up() {
+    let mut w = Wire::new(36, Impair::default());
+    let nobody = Ipv4Addr::new(10, 0, 0, 77);
+    let ca = w
+        .with(true, |s, now, out| {
+            s.ifc
+                .tcp_connect(&mut s.pool, SocketAddrV4::new(nobody, 80), now, out)
+        })
+        .unwrap();
+    let start = w.now_us;
+    while w.a.ifc.tcp_state(ca).unwrap() != State::Closed && w.now_us - start < 60_000_000 {
+        w.step();
+    }
+    let took = w.now_us - start;
+    assert_eq!(
+        w.a.ifc.tcp_error(ca).unwrap(),
+        Some(CloseReason::HostUnreachable)
+    );
+    assert!(
+        (3_000_000..5_000_000).contains(&took),
+        "ended after {took} µs"
+    );
+    assert_eq!(w.a.ifc.tcp_counters().unreachable_aborts, 1);
+    close_and_drain(&mut w, ca, None);
+}
+
 #[test]
 fn a_receiver_that_stops_reading_closes_the_window_and_probes_reopen_it() {
     let mut w = Wire::new(4, Impair::default());

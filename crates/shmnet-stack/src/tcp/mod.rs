@@ -420,7 +420,8 @@ tcp_counters! {
     /// sequence number not in flight, or saying an MTU no smaller than the one in use.
     frag_needed_ignored,
     /// Connections ended while opening (SYN-SENT) by a destination-unreachable message
-    /// about their SYN, as Linux ends them (RFC 1122 4.2.3.9 leaves it to the stack).
+    /// about their SYN, or because ARP never resolved its next hop, as Linux ends them
+    /// (RFC 1122 4.2.3.9 leaves it to the stack).
     unreachable_aborts,
     /// Other destination-unreachable messages about TCP segments, ignored: for no
     /// connection of ours, not quoting its SYN, or for a connection already open (RFC 1122:
