@@ -1006,6 +1006,10 @@ impl Inner {
         if let Some(d) = self.next_for(id) {
             return Ok(d);
         }
+        // What arrived before the server died is still read (above); then its death is said.
+        if self.gone {
+            return Err(ClientError::ServerGone);
+        }
         let mut polls = 0u32;
         loop {
             // Completions that came meanwhile: free their extents, and send again what
@@ -1018,6 +1022,10 @@ impl Inner {
             // The clock is read on the first miss, every 16th look (with the yield), and
             // before every sleep.
             if (polls % 16 == 0 || polls >= self.spin_polls) && deadline.passed() {
+                // A caller that only looks and waits elsewhere (the sockets library's reads
+                // and accepts, woken by the control socket's hang-up) learns here that the
+                // server died; else it would look, and wake, for ever.
+                self.check_alive_now_and_then()?;
                 return Err(ClientError::TimedOut);
             }
             if polls < self.spin_polls {

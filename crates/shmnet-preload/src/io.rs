@@ -288,35 +288,92 @@ unsafe fn stream_readv(fd: c_int, iov: *const iovec, n: c_int, flags: c_int) -> 
     total
 }
 
-/// `writev` over the server's connection: writes the buffers in order until one is taken
-/// only in part.
+/// Bytes of consecutive buffers [`stream_writev`] gathers into one write. Written one buffer
+/// at a time, a small second buffer waited behind Nagle's algorithm for the peer's delayed
+/// ACK of the first: memcached's `sendmsg` of a reply's header and value took 44 ms where
+/// Linux, which sends an iovec array as one write, takes 40 µs.
+const GATHER_LIMIT: usize = 64 * 1024;
+
+/// `writev` over the server's connection, as one `write(2)` of the buffers end to end
+/// ([`write_gathered`]); after the first write that took something, the rest do not wait.
 ///
 /// # Safety
 /// As [`iovecs`].
 unsafe fn stream_writev(fd: c_int, iov: *const iovec, n: c_int, flags: c_int) -> ssize_t {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    // SAFETY: the caller's contract: each nonempty `base` is valid for its `len` bytes.
+    let parts = unsafe { iovecs(iov, n) }
+        .filter(|&(base, len)| len > 0 && !base.is_null())
+        .map(|(base, len)| unsafe { std::slice::from_raw_parts(base.cast_const(), len) });
+    SCRATCH.with(|cell| {
+        let mut scratch = cell.take();
+        let r = write_gathered(parts, &mut scratch, |data, after_some| {
+            let more = if after_some {
+                flags | libc::MSG_DONTWAIT
+            } else {
+                flags
+            };
+            stream_write(fd, data, more)
+        });
+        cell.replace(scratch);
+        r
+    })
+}
+
+/// Writes `parts` end to end through `write` (a `write(2)`: the bytes taken, or a negative
+/// result; its flag says whether earlier bytes were taken already): consecutive parts are
+/// gathered into `scratch` up to [`GATHER_LIMIT`] bytes and written together, a part larger
+/// than that where it lies. Returns the bytes taken, stopping at the first write taken only
+/// in part, or the first write's negative result if nothing was taken.
+fn write_gathered<'a>(
+    parts: impl Iterator<Item = &'a [u8]>,
+    scratch: &mut Vec<u8>,
+    mut write: impl FnMut(&[u8], bool) -> ssize_t,
+) -> ssize_t {
+    /// Writes `data` after `total` bytes; `Err` ends the call with what it holds.
+    fn put(
+        write: &mut impl FnMut(&[u8], bool) -> ssize_t,
+        data: &[u8],
+        total: &mut ssize_t,
+    ) -> Result<(), ssize_t> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let r = write(data, *total > 0);
+        if r < 0 {
+            return Err(if *total > 0 { *total } else { r });
+        }
+        *total += r;
+        if (r as usize) < data.len() {
+            return Err(*total);
+        }
+        Ok(())
+    }
     let mut total: ssize_t = 0;
-    // SAFETY: the caller's contract.
-    for (base, len) in unsafe { iovecs(iov, n) } {
-        if len == 0 || base.is_null() {
+    scratch.clear();
+    for data in parts {
+        if scratch.len() + data.len() <= GATHER_LIMIT {
+            scratch.extend_from_slice(data);
             continue;
         }
-        // SAFETY: the caller's contract: `base` is valid for `len` bytes.
-        let data = unsafe { std::slice::from_raw_parts(base.cast_const(), len) };
-        let more = if total > 0 {
-            flags | libc::MSG_DONTWAIT
-        } else {
-            flags
-        };
-        let r = stream_write(fd, data, more);
-        if r < 0 {
-            return if total > 0 { total } else { r };
+        if let Err(r) = put(&mut write, scratch, &mut total) {
+            return r;
         }
-        total += r;
-        if (r as usize) < len {
-            break;
+        scratch.clear();
+        if data.len() > GATHER_LIMIT {
+            if let Err(r) = put(&mut write, data, &mut total) {
+                return r;
+            }
+        } else {
+            scratch.extend_from_slice(data);
         }
     }
-    total
+    match put(&mut write, scratch, &mut total) {
+        Ok(()) => total,
+        Err(r) => r,
+    }
 }
 
 /// # Safety
@@ -701,4 +758,54 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) ->
     }
     // SAFETY: the caller's contract.
     unsafe { sendmsg_ours(fd, msg, flags) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{GATHER_LIMIT, write_gathered};
+
+    /// Runs `write_gathered` over `parts` with a writer that takes at most `take[i]` bytes
+    /// on its i-th call (all, past the list); returns the result and each call's length.
+    fn gathered(parts: &[&[u8]], take: &[isize]) -> (isize, Vec<usize>) {
+        let mut calls = Vec::new();
+        let mut scratch = Vec::new();
+        let r = write_gathered(parts.iter().copied(), &mut scratch, |d, _| {
+            let t = take.get(calls.len()).copied().unwrap_or(isize::MAX);
+            calls.push(d.len());
+            if t < 0 { t } else { t.min(d.len() as isize) }
+        });
+        (r, calls)
+    }
+
+    #[test]
+    fn small_buffers_go_as_one_write() {
+        assert_eq!(
+            gathered(&[b"VALUE k 0 10\r\n", b"vvvvvvvvvv\r\nEND\r\n"], &[]),
+            (31, vec![31])
+        );
+        assert_eq!(gathered(&[b"", b"abc", b""], &[]), (3, vec![3]));
+        assert_eq!(gathered(&[], &[]), (0, vec![]));
+    }
+
+    #[test]
+    fn large_buffers_are_written_where_they_lie_between_gathered_runs() {
+        let big = vec![7u8; GATHER_LIMIT + 1];
+        let half = vec![1u8; GATHER_LIMIT / 2 + 1];
+        let (r, calls) = gathered(&[b"head", &big, b"tail", &half, &half], &[]);
+        assert_eq!(r as usize, 8 + big.len() + 2 * half.len());
+        assert_eq!(calls, vec![4, big.len(), 4 + half.len(), half.len()]);
+    }
+
+    #[test]
+    fn a_short_or_failed_write_ends_the_call() {
+        let big = vec![7u8; GATHER_LIMIT + 1];
+        // Taken in part: what was taken, and no further call.
+        assert_eq!(
+            gathered(&[b"ab", &big, b"cd"], &[2, 10]),
+            (12, vec![2, big.len()])
+        );
+        // A failure after some bytes: those bytes; before any: the failure.
+        assert_eq!(gathered(&[b"ab", &big], &[2, -1]), (2, vec![2, big.len()]));
+        assert_eq!(gathered(&[b"ab", &big], &[-1]), (-1, vec![2]));
+    }
 }

@@ -517,6 +517,9 @@ class EndThenReset(socketserver.BaseRequestHandler):
         self.request.shutdown(socket.SHUT_WR)
         self.request.recv(1)
         self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+class FirstRead(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.sendall(f"{len(self.request.recv(4096))}\n".encode())
 class Back(socketserver.BaseRequestHandler):
     def handle(self):
         port = int(self.request.makefile().readline())
@@ -526,19 +529,21 @@ class Back(socketserver.BaseRequestHandler):
 class Linger(socketserver.BaseRequestHandler):
     def handle(self):
         port = int(self.request.makefile().readline())
-        c = socket.create_connection((self.client_address[0], port), timeout=10)
+        # The reset may come before connect returns (it is accepted, and reset, as soon as
+        # the handshake ends on the other side): then connect reports it.
         try:
-            while c.recv(65536):
-                pass
+            c = socket.create_connection((self.client_address[0], port), timeout=10)
+            with c:
+                while c.recv(65536):
+                    pass
             said = b"ended\n"
         except ConnectionResetError:
             said = b"were reset\n"
-        c.close()
         self.request.sendall(said)
 class S(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
-for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back), (6006, Linger), (6007, EndThenReset)]:
+for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back), (6006, Linger), (6007, EndThenReset), (6008, FirstRead)]:
     s = S((host, port), h)
     threading.Thread(target=s.serve_forever, daemon=True).start()
 def udp_echo():
@@ -1295,4 +1300,61 @@ except OSError as e:
         String::from_utf8_lossy(&stats.stdout)
     );
     drop(server);
+}
+
+/// A program blocked on one of the server's sockets — in `recv`, `accept`, `poll`,
+/// `select`, `epoll_wait` or `send` — fails when the server dies, promptly and without
+/// spinning, instead of waiting for ever. (`recv` and `accept` once looked at the ring and
+/// woke on the control socket's hang-up for ever, at 100 % of a CPU.)
+#[test]
+fn blocked_calls_fail_when_the_server_dies() {
+    const BLOCKED: &str = r#"
+import select, socket, sys, time
+mode, port = sys.argv[1], int(sys.argv[2])
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", port)); l.listen(1)
+c = socket.create_connection(("10.99.0.1", port)); a, _ = l.accept()
+print("blocking", flush=True)
+t0, cpu0 = time.monotonic(), time.process_time()
+try:
+    if mode == "recv": a.recv(10)
+    elif mode == "accept": l.accept()
+    elif mode == "poll":
+        p = select.poll(); p.register(a, select.POLLIN); p.poll()
+    elif mode == "select": select.select([a], [], [])
+    elif mode == "epoll":
+        e = select.epoll(); e.register(a, select.EPOLLIN); e.poll()
+    elif mode == "send":
+        while True: a.send(b"x" * 65536)
+    said = "returned"
+except OSError:
+    said = "failed"
+wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+print(mode, said, "and spun" if cpu > 0.5 * wall + 0.2 else "without spinning", flush=True)
+"#;
+    let (server, sock) = loopback_server("dies", &[]);
+    let modes = ["recv", "accept", "poll", "select", "epoll", "send"];
+    let mut programs = Vec::new();
+    for (k, mode) in modes.iter().enumerate() {
+        let mut c = under_shmnet(&sock, "python3");
+        c.args(["-c", BLOCKED, mode, &(7100 + k).to_string()]);
+        let (child, ready) = started(c, mode);
+        assert_eq!(ready.trim(), "blocking", "{mode}");
+        programs.push((mode, child));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    drop(server); // kills the server (SIGKILL) and reaps it
+    for (mode, child) in programs {
+        let out = wait_ok(child, mode, Duration::from_secs(30));
+        let said = out.lines().last().unwrap_or_default();
+        // poll, select and epoll return (the socket reports the error); the rest fail.
+        let ok = [
+            format!("{mode} failed without spinning"),
+            format!("{mode} returned without spinning"),
+        ];
+        assert!(ok.contains(&said.to_string()), "{mode}: {out}");
+        if ["recv", "accept", "send"].contains(mode) {
+            assert_eq!(said, ok[0], "{mode}");
+        }
+    }
 }

@@ -5,7 +5,8 @@
  * back to it and says "back"), UDP 6004 (echoes each datagram; one that starts "other" is
  * answered from port 6005 instead), 6006 (reads a port, connects back to it, reads until
  * its reads end or are reset, and says which: "ended" or "were reset"), 6007 (ends its side
- * with a FIN, reads one byte, then resets).
+ * with a FIN, reads one byte, then resets), 6008 (says how many bytes its first read took,
+ * and closes).
  *
  * preload.rs compiles it with _FORTIFY_SOURCE, so read, recv, recvfrom and poll are glibc's
  * checked entry points (__read_chk…), as in most of Debian's programs.
@@ -29,6 +30,7 @@
 #include <sys/select.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -363,6 +365,8 @@ static void accepting(void) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* Set on the listener only: accepted connections inherit it (memcached relies on it). */
+    setsockopt(l, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct sockaddr_in a = {.sin_family = AF_INET};
     if (bind(l, (struct sockaddr *)&a, sizeof a) < 0) die("accept bind");
     if (listen(l, 4) < 0) die("accept listen");
@@ -378,9 +382,33 @@ static void accepting(void) {
     read_n(c, buf, 5, "accept read");
     printf("accept: the peer connected back and said %s", buf);
     printf("accept: from a %s address\n", from.sin_family == AF_INET ? "IPv4" : "?");
+    int nodelay = -1;
+    socklen_t nl = sizeof nodelay;
+    getsockopt(c, IPPROTO_TCP, TCP_NODELAY, &nodelay, &nl);
+    printf("accept: TCP_NODELAY inherited from the listener: %d\n", nodelay);
     close(c);
     close(s);
     close(l);
+}
+
+/* writev and sendmsg of several small buffers go out as one write would, in one segment:
+ * the peer's first read takes all of them. (Once each buffer was a write of its own, and
+ * the second waited behind Nagle for the peer's delayed ACK: 44 ms per memcached reply.) */
+static void gathering(void) {
+    char head[] = "VALUE k 0 10\r\n", body[] = "vvvvvvvvvv\r\nEND\r\n", buf[32];
+    for (int use_sendmsg = 0; use_sendmsg <= 1; use_sendmsg++) {
+        int s = must_dial(6008, "gather dial");
+        struct iovec v[2] = {{head, strlen(head)}, {body, strlen(body)}};
+        struct msghdr m = {.msg_iov = v, .msg_iovlen = 2};
+        ssize_t w = use_sendmsg ? sendmsg(s, &m, 0) : writev(s, v, 2);
+        int got = 0;
+        ssize_t r;
+        while (got < (int)sizeof buf - 1 && (r = read(s, buf + got, sizeof buf - 1 - got)) > 0) got += r;
+        buf[got] = 0;
+        printf("gather: %s of %d bytes, the peer's first read took %s", use_sendmsg ? "sendmsg" : "writev",
+               (int)w, buf);
+        close(s);
+    }
 }
 
 /* A listener of the server's on an ephemeral port; its port in *port. */
@@ -669,6 +697,7 @@ int main(int argc, char **argv) {
     names();
     nonblocking_connect();
     accepting();
+    gathering();
     lingering();
     stop_listening();
     datagrams();
