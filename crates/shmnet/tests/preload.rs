@@ -1342,6 +1342,18 @@ print(mode, said, "and spun" if cpu > 0.5 * wall + 0.2 else "without spinning", 
         assert_eq!(ready.trim(), "blocking", "{mode}");
         programs.push((mode, child));
     }
+    // Should a program hang, the others are killed too when the test fails.
+    struct KillAll(Vec<u32>);
+    impl Drop for KillAll {
+        fn drop(&mut self) {
+            for &pid in &self.0 {
+                // SAFETY: kill has no memory preconditions; the pids are our children's
+                // (reaped by `wait_ok` when they ended, so at worst long gone).
+                unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            }
+        }
+    }
+    let _guard = KillAll(programs.iter().map(|(_, c)| c.id()).collect());
     std::thread::sleep(Duration::from_millis(300));
     drop(server); // kills the server (SIGKILL) and reaps it
     for (mode, child) in programs {
