@@ -1347,17 +1347,19 @@ print(mode, said, "and spun" if cpu > 0.5 * wall + 0.2 else "without spinning", 
     impl Drop for KillAll {
         fn drop(&mut self) {
             for &pid in &self.0 {
-                // SAFETY: kill has no memory preconditions; the pids are our children's
-                // (reaped by `wait_ok` when they ended, so at worst long gone).
+                // SAFETY: kill has no memory preconditions; the pids are our children's,
+                // not yet reaped (each leaves the list once `wait_ok` reaped it).
                 unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
             }
         }
     }
-    let _guard = KillAll(programs.iter().map(|(_, c)| c.id()).collect());
+    let mut guard = KillAll(programs.iter().map(|(_, c)| c.id()).collect());
     std::thread::sleep(Duration::from_millis(300));
     drop(server); // kills the server (SIGKILL) and reaps it
     for (mode, child) in programs {
+        let pid = child.id();
         let out = wait_ok(child, mode, Duration::from_secs(30));
+        guard.0.retain(|&p| p != pid);
         let said = out.lines().last().unwrap_or_default();
         // poll, select and epoll return (the socket reports the error); the rest fail.
         let ok = [
