@@ -707,7 +707,7 @@ impl Interface {
             s.from_host.arrived(now);
         }
         let refused = match level {
-            PoolLevel::Exhausted => true,
+            PoolLevel::Exhausted | PoolLevel::Reserved => true,
             PoolLevel::Scarce => s.queued_bufs > 0 && s.queued_bufs + dg.bufs > UDP_POOL_FLOOR,
             _ => false,
         };

@@ -952,6 +952,7 @@ impl DataPlane {
             ipc_drops: self.ipc_drops,
             stack: self.iface.stats().clone(),
             tcp: self.iface.tcp_counters().clone(),
+            tcp_memory: self.iface.tcp_memory(),
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
             regions: Default::default(),

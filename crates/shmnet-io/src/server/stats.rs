@@ -40,6 +40,9 @@ pub struct ServerStats {
     pub stack: shmnet_stack::Stats,
     /// TCP's counters (every connection's, and every segment refused).
     pub tcp: shmnet_stack::tcp::TcpCounters,
+    /// The pool buffers TCP's queues hold (received in order, out of order, to send).
+    #[serde(default)]
+    pub tcp_memory: shmnet_stack::tcp::TcpMemory,
     /// The data plane's own counters.
     pub data_plane: DataPlaneCounters,
     /// The control plane's counters.

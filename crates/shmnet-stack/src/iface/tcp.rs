@@ -819,6 +819,11 @@ impl Interface {
     pub fn tcp_connections(&self) -> usize {
         self.tcp.len()
     }
+
+    /// The pool buffers TCP's queues hold now (a walk of every connection: for stats).
+    pub fn tcp_memory(&self) -> crate::tcp::TcpMemory {
+        self.tcp.memory()
+    }
 }
 
 fn h_idx(h: TcpHandle) -> u32 {

@@ -660,7 +660,7 @@ impl Conn {
         } else {
             self.snd_buf
         };
-        let cap = level.queue_cap(self.smss);
+        let cap = level.send_cap(self.smss);
         let n = self.tx.write(pool, data, buf.min(cap), 0);
         let limited = n < data.len() && cap < buf && self.tx.bytes() < buf;
         if limited && !self.flags.pool_limited {
@@ -1340,7 +1340,16 @@ impl Conn {
         // are). Segments held out of order from before do not count against the floor: the
         // segment that fills the hole in front of them must always fit, or they never drain.
         let level = self.note_pool(pool);
-        let refused = if start == self.rcv_nxt {
+        if level.reserved() && !self.ooo.is_empty() {
+            // The last of the pool: what waits out of order is given up (the peer still
+            // holds it, unacknowledged) rather than every connection waiting on its hole.
+            ctr.ooo_pruned += 1;
+            self.ooo.clear(pool);
+            self.update_sack_out(pool, None);
+        }
+        let refused = if level.reserved() {
+            true
+        } else if start == self.rcv_nxt {
             // Even exhausted: what waits out of order holds buffers that only this segment
             // lets go (nothing prunes that queue; the peer may rely on what it SACKed).
             self.ooo.is_empty() && self.rx.bytes().saturating_add(len) > level.queue_cap(self.smss)
@@ -1553,6 +1562,11 @@ impl Conn {
         self.clamp_at = None;
         self.flags.ack_now = false;
         self.flags.retransmit_one = false;
+    }
+
+    /// The buffers its receive, out-of-order and send queues hold.
+    pub fn queue_bufs(&self) -> (u32, u32, u32) {
+        (self.rx.bufs(), self.ooo.bufs(), self.tx.bufs())
     }
 
     /// Free every buffer the connection holds.
@@ -2437,21 +2451,36 @@ mod tests {
     }
 
     #[test]
-    fn an_exhausted_pool_queues_nothing_either_way() {
+    fn an_exhausted_pool_sends_its_floor_and_the_reserve_queues_nothing() {
         let mut pool = HeapPool::new(256, 2048);
         let (mut c, cfg, mut ctr) = established(&mut pool);
-        // Less than a thirty-second free: exhausted.
+        // Less than a thirty-second free (6 of 256): exhausted.
         let held = hold(&mut pool, 250);
+        assert_eq!(pool.free_count(), 6);
         arrive_in_order(&mut c, &mut pool, &[7; 1000], &cfg, &mut ctr);
         assert_eq!(c.rx.bytes(), 0);
         assert_eq!(ctr.pool_drops, 1);
         assert_eq!(pool.free_count(), 6);
-        assert_eq!(c.send(&mut pool, &[1; 1000], cfg.snd_buf, &mut ctr), 0);
+        // Every writer may still queue a couple of segments: a writer that reads only once
+        // its writes are taken moves on (and frees what its unread bytes hold).
+        let floor = super::super::memory::SEND_FLOOR_SEGMENTS * 1460;
+        assert_eq!(
+            c.send(&mut pool, &[1; 10_000], cfg.snd_buf, &mut ctr) as u32,
+            floor
+        );
         assert_eq!(ctr.pool_limited_sends, 1);
-        for b in held {
+        // The last sixty-fourth is the reserve (receiving ACKs, sending them): no more.
+        let (mut other, _, _) = established(&mut pool);
+        let leave = pool.free_count() - 3;
+        let reserve = hold(&mut pool, leave);
+        assert_eq!(other.send(&mut pool, &[1; 1000], cfg.snd_buf, &mut ctr), 0);
+        other.clear(&mut pool);
+        c.clear(&mut pool);
+        for b in held.into_iter().chain(reserve) {
             pool.free(b);
         }
         // Room again: the same segment, sent again, is taken.
+        let (mut c, _, _) = established(&mut pool);
         arrive_in_order(&mut c, &mut pool, &[7; 1000], &cfg, &mut ctr);
         assert_eq!(c.rx.bytes(), 1000);
         c.clear(&mut pool);
@@ -2463,7 +2492,7 @@ mod tests {
         // Out-of-order segments held while the pool had room pass the floor; the pool then
         // turns scarce, or exhausted. The missing segment must still be taken, or they
         // never drain (nothing else frees them).
-        for others in [256 - 12 - 26, 256 - 12 - 4] {
+        for others in [256 - 12 - 26, 256 - 12 - 6] {
             let mut pool = HeapPool::new(256, 2048);
             let (mut c, cfg, mut ctr) = established(&mut pool);
             let first = c.rcv_nxt;
@@ -2491,5 +2520,34 @@ mod tests {
             c.clear(&mut pool);
             assert_eq!(pool.free_count(), pool.total());
         }
+    }
+
+    #[test]
+    fn at_the_reserve_a_connection_gives_up_what_it_holds_out_of_order() {
+        // The segment that fills the hole is refused too at the reserve: what waits out of
+        // order is freed instead (the peer holds it, unacknowledged, and sends it again).
+        let mut pool = HeapPool::new(256, 2048);
+        let (mut c, cfg, mut ctr) = established(&mut pool);
+        let first = c.rcv_nxt;
+        for k in 1..=12u32 {
+            let b = payload(&mut pool, &[k as u8; 1000], 64);
+            let seg = SegIn {
+                seq: first.add(k * 1000),
+                ..in_order(&c, 1000)
+            };
+            c.on_segment(&mut pool, &seg, Some(b), Instant::ZERO, &cfg, &mut ctr);
+        }
+        assert_eq!(c.ooo.bytes(), 12_000);
+        let leave = pool.free_count() - 2;
+        let held = hold(&mut pool, leave);
+        arrive_in_order(&mut c, &mut pool, &[0; 1000], &cfg, &mut ctr);
+        assert_eq!((ctr.ooo_pruned, ctr.pool_drops), (1, 1));
+        assert_eq!((c.rx.bytes(), c.ooo.bytes()), (0, 0));
+        assert_eq!(pool.free_count(), 2 + 12);
+        for b in held {
+            pool.free(b);
+        }
+        c.clear(&mut pool);
+        assert_eq!(pool.free_count(), pool.total());
     }
 }

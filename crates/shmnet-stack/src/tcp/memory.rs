@@ -20,12 +20,25 @@
 //! | ≥ ¼ | `Normal` | nothing grows |
 //! | ≥ ⅛ | `Pressure` | a grown buffer counts as its configured size |
 //! | ≥ 1/32 | `Scarce` | each connection queues at most [`FLOOR_SEGMENTS`] segments a direction; out-of-order segments are dropped |
-//! | less | `Exhausted` | no connection queues another byte: sends take nothing, arriving payload is dropped and counted (`pool_drops`) |
+//! | ≥ 1/64 | `Exhausted` | arriving payload is dropped and counted (`pool_drops`), but for the segment that fills the hole in front of a connection's out-of-order bytes; a connection's send queue takes up to [`SEND_FLOOR_SEGMENTS`] segments |
+//! | less | `Reserved` | the driver's and the ACKs' reserve: no queue takes another buffer, and a connection that gets a segment drops what it holds out of order (RFC 2018 lets a receiver renege on what it SACKed; Linux's `tcp_prune_ofo_queue`), counted (`ooo_pruned`) |
 //!
 //! The floor is what keeps an honest connection going while others hold the pool: its
 //! window and its send queue shrink to a few segments instead of to nothing. What a
 //! connection queued before the level fell stays (a window offered is a promise; bytes
 //! queued are the application's); the bands bound what is added.
+//!
+//! The send floor and the reserve are what keep one application's connections from
+//! wedging the server (found by a hostile tester: an echo server under `shmnet run` that
+//! writes before it reads again, fed by 200 connections at once). Their unread bytes filled
+//! the pool; the echo's writes then found no room, so it never read again; and with no
+//! buffer left to receive an ACK into or send one from, nothing moved at all, for every
+//! application. Now receive queues stop a thirty-second short of the end, where every
+//! connection may still send a couple of segments — each answered by an ACK, received into
+//! the reserve, that frees them — so a writer blocked on its writes moves on, reads, and
+//! frees the pool, as Linux guarantees every socket its `tcp_wmem` minimum. (Slowly, when
+//! hundreds of connections share that band: 200 echoes of a megabyte each took 2.5–8.6 s
+//! where Linux took 1.6 s. Sharing the pool fairly between applications is not built.)
 
 use crate::buf::BufferPool;
 
@@ -33,6 +46,10 @@ use crate::buf::BufferPool;
 /// to keep a connection moving (a window of this many segments per round trip), few enough
 /// that many connections cannot take the last of the pool with it.
 pub const FLOOR_SEGMENTS: u32 = 8;
+
+/// Segments each connection may queue to send while the pool is exhausted: some progress
+/// for every writer, whatever the receive queues hold (module docs).
+pub const SEND_FLOOR_SEGMENTS: u32 = 2;
 
 /// How much of the pool is free, in the bands the stack's memory rules act on (module
 /// docs). Ordered from most free to least.
@@ -47,8 +64,10 @@ pub enum PoolLevel {
     Pressure,
     /// A thirty-second to an eighth.
     Scarce,
-    /// Less than a thirty-second.
+    /// A sixty-fourth to a thirty-second.
     Exhausted,
+    /// Less than a sixty-fourth: the reserve no queue takes from.
+    Reserved,
 }
 
 impl PoolLevel {
@@ -69,8 +88,10 @@ impl PoolLevel {
             Self::Pressure
         } else if free * 32 >= total {
             Self::Scarce
-        } else {
+        } else if free * 64 >= total {
             Self::Exhausted
+        } else {
+            Self::Reserved
         }
     }
 
@@ -89,14 +110,29 @@ impl PoolLevel {
         self >= Self::Scarce
     }
 
-    /// The most bytes one connection may hold queued in one direction at this level
+    /// The most bytes one connection may hold received in order at this level
     /// (`u32::MAX`: only its buffer bounds it), for segments of `smss` bytes.
     pub fn queue_cap(self, smss: u16) -> u32 {
         match self {
+            Self::Ample | Self::Normal | Self::Pressure => u32::MAX,
             Self::Scarce => FLOOR_SEGMENTS * u32::from(smss),
-            Self::Exhausted => 0,
-            _ => u32::MAX,
+            Self::Exhausted | Self::Reserved => 0,
         }
+    }
+
+    /// The most bytes one connection may hold queued to send at this level: as received,
+    /// but for the exhausted pool's send floor.
+    pub fn send_cap(self, smss: u16) -> u32 {
+        match self {
+            Self::Exhausted => SEND_FLOOR_SEGMENTS * u32::from(smss),
+            other => other.queue_cap(smss),
+        }
+    }
+
+    /// Whether even the segment that fills a hole is refused, and what is held out of
+    /// order is given up.
+    pub fn reserved(self) -> bool {
+        self == Self::Reserved
     }
 }
 
@@ -116,7 +152,9 @@ mod tests {
         assert_eq!(level(511), PoolLevel::Scarce);
         assert_eq!(level(128), PoolLevel::Scarce);
         assert_eq!(level(127), PoolLevel::Exhausted);
-        assert_eq!(level(0), PoolLevel::Exhausted);
+        assert_eq!(level(64), PoolLevel::Exhausted);
+        assert_eq!(level(63), PoolLevel::Reserved);
+        assert_eq!(level(0), PoolLevel::Reserved);
         // A pool of nothing is exhausted only in name: nothing is ever queued in it.
         assert_eq!(PoolLevel::from_counts(0, 0), PoolLevel::Ample);
     }
@@ -126,6 +164,9 @@ mod tests {
         assert_eq!(PoolLevel::Pressure.queue_cap(1460), u32::MAX);
         assert_eq!(PoolLevel::Scarce.queue_cap(1460), 8 * 1460);
         assert_eq!(PoolLevel::Exhausted.queue_cap(1460), 0);
+        assert_eq!(PoolLevel::Exhausted.send_cap(1460), 2 * 1460);
+        assert_eq!(PoolLevel::Reserved.send_cap(1460), 0);
+        assert_eq!(PoolLevel::Scarce.send_cap(1460), 8 * 1460);
         assert!(PoolLevel::Pressure.under_pressure() && !PoolLevel::Normal.under_pressure());
         assert!(PoolLevel::Ample.may_grow() && !PoolLevel::Normal.may_grow());
     }

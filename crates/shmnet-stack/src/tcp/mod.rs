@@ -222,6 +222,19 @@ pub enum SynCookies {
     Always,
 }
 
+/// The pool buffers TCP's queues hold, summed over every connection ([`Tcp::memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TcpMemory {
+    /// Connections in the table.
+    pub connections: u64,
+    /// Buffers of bytes received in order, not yet read.
+    pub rx_bufs: u64,
+    /// Buffers of bytes received out of order.
+    pub ooo_bufs: u64,
+    /// Buffers of bytes queued to send, not yet acknowledged.
+    pub tx_bufs: u64,
+}
+
 /// Why a connection ended other than by both sides closing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -408,6 +421,9 @@ tcp_counters! {
     paws_rejected,
     /// Out-of-order segment the queue had no room for.
     ooo_dropped,
+    /// Out-of-order queues given up because the pool reached its reserve
+    /// ([`memory::PoolLevel::Reserved`]): the peer sends those bytes again.
+    ooo_pruned,
     /// SYN refused: the listener's queue was full (and SYN cookies are off).
     listen_overflow,
     /// ACKs to a listener whose cookie did not check out (answered with a RST).
@@ -611,6 +627,20 @@ impl Tcp {
     /// Connections in the table (any state but freed).
     pub fn len(&self) -> usize {
         self.live
+    }
+
+    /// What the connections' queues hold of the pool now (a walk of the table: for stats,
+    /// not the data path).
+    pub fn memory(&self) -> TcpMemory {
+        let mut m = TcpMemory::default();
+        for c in self.slots.iter().filter_map(|s| s.conn.as_ref()) {
+            let (rx, ooo, tx) = c.queue_bufs();
+            m.connections += 1;
+            m.rx_bufs += u64::from(rx);
+            m.ooo_bufs += u64::from(ooo);
+            m.tx_bufs += u64::from(tx);
+        }
+        m
     }
 
     /// Whether the table holds no connection.
