@@ -17,6 +17,9 @@ pub(crate) struct Config {
     /// (`SHMNET_SPIN`, default 1,024, as the client library's blocking calls; 0 sleeps at
     /// once).
     pub(crate) spin: u32,
+    /// UDP sockets stay the kernel's (`SHMNET_UDP=kernel`): for programs that send with
+    /// system calls of their own, past the C library (libuv's `sendmmsg`).
+    pub(crate) kernel_udp: bool,
 }
 
 /// The settings, read at the first call that needs them.
@@ -32,6 +35,7 @@ pub(crate) fn get() -> &'static Config {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(1024),
+        kernel_udp: std::env::var("SHMNET_UDP").is_ok_and(|v| v == "kernel"),
     })
 }
 

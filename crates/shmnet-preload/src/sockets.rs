@@ -23,7 +23,10 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
     let fd = unsafe { real::socket(domain, ty, proto) };
     let inet = domain == libc::AF_INET || domain == libc::AF_INET6;
     let tcp = inet && ty & 0xf == libc::SOCK_STREAM && (proto == 0 || proto == libc::IPPROTO_TCP);
-    let udp = inet && ty & 0xf == libc::SOCK_DGRAM && (proto == 0 || proto == libc::IPPROTO_UDP);
+    let udp = inet
+        && ty & 0xf == libc::SOCK_DGRAM
+        && (proto == 0 || proto == libc::IPPROTO_UDP)
+        && !crate::config::get().kernel_udp;
     if fd < 0 || !(tcp || udp) || fd as usize >= table::MAX_FD || table::forked() {
         return fd;
     }

@@ -1,5 +1,6 @@
-//! `shmnet run -- PROGRAM ARGS…`: an unmodified program with its IPv4 TCP sockets on a
-//! shmnet server, through the sockets library (`libshmnet_preload.so`, docs/preload.md).
+//! `shmnet run -- PROGRAM ARGS…`: an unmodified program with its IPv4 TCP and UDP sockets
+//! on a shmnet server, through the sockets library (`libshmnet_preload.so`,
+//! docs/preload.md).
 
 use anyhow::{Context, Result, bail};
 use std::ffi::OsString;
@@ -11,18 +12,20 @@ const LIBRARY: &str = "libshmnet_preload.so";
 
 #[derive(clap::Args, Debug)]
 #[command(
-    about = "Run an unmodified program with its IPv4 TCP sockets on a shmnet server",
-    long_about = "Run an unmodified program with its IPv4 TCP sockets on a shmnet server.\n\n\
-The program starts with shmnet's sockets library preloaded (LD_PRELOAD): its TCP sockets \
-that connect to, or listen on, an address the server serves become the server's (the \
-server's address, or 0.0.0.0); loopback, Unix sockets, UDP, files and pipes stay the \
-kernel's. With no server reachable the program's first TCP socket() fails with ENETDOWN \
-and a line on stderr that says why (or, with --fallback, the kernel carries it). \
+    about = "Run an unmodified program with its IPv4 TCP and UDP sockets on a shmnet server",
+    long_about = "Run an unmodified program with its IPv4 TCP and UDP sockets on a shmnet server.\n\n\
+The program starts with shmnet's sockets library preloaded (LD_PRELOAD): its TCP and UDP \
+sockets that connect or send to, or listen on, an address the server serves become the \
+server's (any address off this host, the server's address, or 0.0.0.0 and ::); loopback, \
+this host's own addresses, IPv6, Unix sockets, files and pipes stay the kernel's. With no \
+server reachable the program's first TCP socket() fails with ENETDOWN and a line on stderr \
+that says why (or, with --fallback, the kernel carries it). \
 See docs/preload.md for what is carried and what is not yet.",
     after_help = "Examples:\n  \
 shmnet serve --structure server --driver af_packet:veth0 --ip 10.77.0.1/24 &\n  \
 shmnet run -- nc 10.77.0.2 5000 < file           a file to a Linux listener\n  \
 shmnet run -- nc -l 5000 > copy                   a listener on 10.77.0.1:5000\n  \
+shmnet run --kernel-udp -- dig @10.77.0.2 host    UDP left to the kernel (libuv's sends)\n  \
 SHMNET_LOG=debug shmnet run -- curl http://10.77.0.2:8000/   which calls went where"
 )]
 pub struct RunArgs {
@@ -35,6 +38,12 @@ pub struct RunArgs {
     /// Log every call the library takes and where it went (SHMNET_LOG=debug).
     #[arg(long)]
     debug: bool,
+    /// Leave the program's UDP sockets to the kernel (SHMNET_UDP=kernel): for programs
+    /// that make socket system calls directly, past the C library, which no preloaded
+    /// library sees — libuv sends UDP with the sendmmsg system call, so BIND's dig, host
+    /// and nslookup would get ENOTSOCK.
+    #[arg(long)]
+    kernel_udp: bool,
     /// The program and its arguments.
     #[arg(
         required = true,
@@ -98,6 +107,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     if a.debug {
         cmd.env("SHMNET_LOG", "debug");
+    }
+    if a.kernel_udp {
+        cmd.env("SHMNET_UDP", "kernel");
     }
     let err = cmd.exec();
     bail!("cannot run {}: {err}", Path::new(program).display())

@@ -1372,3 +1372,50 @@ print(mode, said, "and spun" if cpu > 0.5 * wall + 0.2 else "without spinning", 
         }
     }
 }
+
+/// `shmnet run --kernel-udp` leaves UDP sockets to the kernel, for programs that make
+/// socket system calls themselves (libuv's `sendmmsg`: BIND's dig): a UDP socket bound to
+/// the wildcard, which the server takes otherwise, answers a raw `getsockname(2)` system
+/// call — on the server's socket, an eventfd in its place, the call says `ENOTSOCK`, as
+/// libuv's `sendmmsg` did. TCP sockets are the server's all the same.
+#[test]
+fn kernel_udp_leaves_udp_sockets_to_the_kernel() {
+    const RAW: &str = r#"
+import ctypes, errno, socket
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_getsockname = 51
+def raw(s):
+    buf, n = ctypes.create_string_buffer(128), ctypes.c_uint(128)
+    r = libc.syscall(SYS_getsockname, s.fileno(), buf, ctypes.byref(n))
+    return "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", 0))
+t = socket.socket(); t.bind(("0.0.0.0", 0)); t.listen(1)
+print("udp", raw(u), "tcp", raw(t))
+"#;
+    let (_server, sock) = loopback_server("kudp", &[]);
+    let mut carried = under_shmnet(&sock, "python3");
+    carried.args(["-c", RAW]);
+    let out = run_ok(carried, "python3 under shmnet run", Duration::from_secs(30));
+    assert_eq!(out.trim(), "udp ENOTSOCK tcp ENOTSOCK", "both the server's");
+    let mut kernel = Command::new(SHMNET);
+    kernel.args([
+        "run",
+        "--server",
+        &sock,
+        "--kernel-udp",
+        "--",
+        "python3",
+        "-c",
+        RAW,
+    ]);
+    let out = run_ok(
+        kernel,
+        "python3 under shmnet run --kernel-udp",
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        out.trim(),
+        "udp ok tcp ENOTSOCK",
+        "UDP the kernel's, TCP the server's"
+    );
+}
