@@ -37,8 +37,8 @@
 //! connection may still send a couple of segments — each answered by an ACK, received into
 //! the reserve, that frees them — so a writer blocked on its writes moves on, reads, and
 //! frees the pool, as Linux guarantees every socket its `tcp_wmem` minimum. (Slowly, when
-//! hundreds of connections share that band: 200 echoes of a megabyte each took 2.5–8.6 s
-//! where Linux took 1.6 s. Sharing the pool fairly between applications is not built.)
+//! hundreds of connections share that band; sharing the pool fairly between applications
+//! is not built: docs/tcp.md.)
 
 use crate::buf::BufferPool;
 
