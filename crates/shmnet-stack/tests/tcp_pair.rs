@@ -88,6 +88,21 @@ fn unreachable(bytes: &[u8], code: u8, said: u16) -> Vec<u8> {
     frame
 }
 
+/// A writes `bytes` of seeded data on `ca`: one of its data segments on the way to B, not
+/// acknowledged yet.
+fn a_segment_in_flight(w: &mut Wire, ca: TcpHandle, bytes: usize, seed: u64) -> Vec<u8> {
+    let payload = data(bytes, seed);
+    w.with(true, |s, now, out| {
+        s.ifc.tcp_send(&mut s.pool, ca, &payload, now, out)
+    })
+    .unwrap();
+    w.flight
+        .iter()
+        .find(|f| f.2 && f.3.len() > 1000)
+        .map(|f| f.3.clone())
+        .expect("a data segment in flight")
+}
+
 /// Whether IPv4 frame `bytes` has don't-fragment set.
 fn dont_frag(bytes: &[u8]) -> bool {
     bytes[14 + 6] & 0x40 != 0
@@ -559,17 +574,7 @@ fn an_unreachable_answer_to_a_syn_ends_the_connect_at_once() {
     // On an open connection it is a soft error (RFC 1122 4.2.3.9): nothing changes.
     let mut w = Wire::new(35, Impair::default());
     let (ca, cb) = connect(&mut w, 5002);
-    let payload = data(5_000, 35);
-    w.with(true, |s, now, out| {
-        s.ifc.tcp_send(&mut s.pool, ca, &payload, now, out)
-    })
-    .unwrap();
-    let seg = w
-        .flight
-        .iter()
-        .find(|f| f.2 && f.3.len() > 1000)
-        .map(|f| f.3.clone())
-        .expect("a data segment in flight");
+    let seg = a_segment_in_flight(&mut w, ca, 5_000, 35);
     w.with(true, |s, now, out| {
         let b = s.pool.alloc_with(0, &unreachable(&seg, 1, 0)).unwrap();
         s.ifc.receive(&mut s.pool, b, now, out);
@@ -1141,18 +1146,7 @@ fn a_narrow_path_lowers_the_mss_and_the_stream_goes_on_without_a_timeout() {
 fn fragmentation_needed_is_checked_before_it_is_believed() {
     let mut w = Wire::new(9, Impair::default());
     let (ca, _cb) = connect(&mut w, 5001);
-    let payload = data(20_000, 9);
-    w.with(true, |s, now, out| {
-        s.ifc.tcp_send(&mut s.pool, ca, &payload, now, out)
-    })
-    .unwrap();
-    // A segment of A's on its way, not acknowledged yet.
-    let seg = w
-        .flight
-        .iter()
-        .find(|f| f.2 && f.3.len() > 1000)
-        .map(|f| f.3.clone())
-        .expect("a data segment in flight");
+    let seg = a_segment_in_flight(&mut w, ca, 20_000, 9);
     assert!(dont_frag(&seg), "segments go with don't-fragment");
     let to_a = |w: &mut Wire, frame: Vec<u8>| {
         w.with(true, |s, now, out| {

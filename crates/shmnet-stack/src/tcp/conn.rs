@@ -2396,6 +2396,20 @@ mod tests {
         c.on_segment(pool, &seg, Some(b), Instant::ZERO, cfg, ctr);
     }
 
+    /// Twelve segments of 1,000 bytes arriving on `c` behind a hole of 1,000 at `rcv_nxt`.
+    fn behind_a_hole(c: &mut Conn, pool: &mut HeapPool, cfg: &TcpConfig, ctr: &mut TcpCounters) {
+        let first = c.rcv_nxt;
+        for k in 1..=12u32 {
+            let b = payload(pool, &[k as u8; 1000], 64);
+            let seg = SegIn {
+                seq: first.add(k * 1000),
+                ..in_order(c, 1000)
+            };
+            c.on_segment(pool, &seg, Some(b), Instant::ZERO, cfg, ctr);
+        }
+        assert_eq!(c.ooo.bytes(), 12_000);
+    }
+
     fn in_order(c: &Conn, len: u32) -> SegIn {
         SegIn {
             seq: c.rcv_nxt,
@@ -2495,16 +2509,7 @@ mod tests {
         for others in [256 - 12 - 26, 256 - 12 - 6] {
             let mut pool = HeapPool::new(256, 2048);
             let (mut c, cfg, mut ctr) = established(&mut pool);
-            let first = c.rcv_nxt;
-            for k in 1..=12u32 {
-                let b = payload(&mut pool, &[k as u8; 1000], 64);
-                let seg = SegIn {
-                    seq: first.add(k * 1000),
-                    ..in_order(&c, 1000)
-                };
-                c.on_segment(&mut pool, &seg, Some(b), Instant::ZERO, &cfg, &mut ctr);
-            }
-            assert_eq!(c.ooo.bytes(), 12_000);
+            behind_a_hole(&mut c, &mut pool, &cfg, &mut ctr);
             let held = hold(&mut pool, others);
             arrive_in_order(&mut c, &mut pool, &[0; 1000], &cfg, &mut ctr);
             assert_eq!(ctr.pool_drops, 0, "{others} held");
@@ -2528,16 +2533,7 @@ mod tests {
         // order is freed instead (the peer holds it, unacknowledged, and sends it again).
         let mut pool = HeapPool::new(256, 2048);
         let (mut c, cfg, mut ctr) = established(&mut pool);
-        let first = c.rcv_nxt;
-        for k in 1..=12u32 {
-            let b = payload(&mut pool, &[k as u8; 1000], 64);
-            let seg = SegIn {
-                seq: first.add(k * 1000),
-                ..in_order(&c, 1000)
-            };
-            c.on_segment(&mut pool, &seg, Some(b), Instant::ZERO, &cfg, &mut ctr);
-        }
-        assert_eq!(c.ooo.bytes(), 12_000);
+        behind_a_hole(&mut c, &mut pool, &cfg, &mut ctr);
         let leave = pool.free_count() - 2;
         let held = hold(&mut pool, leave);
         arrive_in_order(&mut c, &mut pool, &[0; 1000], &cfg, &mut ctr);
