@@ -604,6 +604,44 @@ pub unsafe extern "C" fn recvfrom(
     stream_read(fd, unsafe { slice_mut(buf, n) }, flags)
 }
 
+/// Writes an `IP_PKTINFO` control message naming destination `to` into `m`'s control
+/// buffer, as Linux's `recvmsg` does for a socket with `IP_PKTINFO` set: `ipi_addr` and
+/// `ipi_spec_dst` the server's address, `ipi_ifindex` 0 (the server's interface is not one
+/// of this host's; docs/preload.md). Too small a buffer gets `MSG_CTRUNC`.
+///
+/// # Safety
+/// `m.msg_control` null or valid for `room` bytes.
+unsafe fn put_pktinfo(m: &mut msghdr, room: usize, to: std::net::Ipv4Addr) {
+    let info = libc::in_pktinfo {
+        ipi_ifindex: 0,
+        ipi_spec_dst: libc::in_addr {
+            s_addr: u32::from(to).to_be(),
+        },
+        ipi_addr: libc::in_addr {
+            s_addr: u32::from(to).to_be(),
+        },
+    };
+    let data = std::mem::size_of::<libc::in_pktinfo>() as u32;
+    // SAFETY: CMSG_SPACE and CMSG_LEN only compute sizes.
+    let (space, len) = unsafe { (libc::CMSG_SPACE(data), libc::CMSG_LEN(data)) };
+    if m.msg_control.is_null() || room < space as usize {
+        m.msg_flags |= libc::MSG_CTRUNC;
+        return;
+    }
+    m.msg_controllen = space as _;
+    // SAFETY: the buffer holds `space` bytes (checked above), and `msg_controllen` says so
+    // now; CMSG_FIRSTHDR of a msghdr
+    // whose control length covers one header returns the buffer's start, aligned as the
+    // C library's own users rely on.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(m);
+        (*c).cmsg_len = len as _;
+        (*c).cmsg_level = libc::IPPROTO_IP;
+        (*c).cmsg_type = libc::IP_PKTINFO;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), info);
+    }
+}
+
 /// `recvmsg` on one of the server's sockets.
 ///
 /// # Safety
@@ -614,6 +652,7 @@ pub(crate) unsafe fn recvmsg_ours(fd: c_int, msg: *mut msghdr, flags: c_int) -> 
     }
     // SAFETY: the caller's contract: `msg` is a valid msghdr.
     let m = unsafe { &mut *msg };
+    let control_room = m.msg_controllen;
     m.msg_controllen = 0;
     m.msg_flags = 0;
     if table::datagram(fd) {
@@ -631,6 +670,11 @@ pub(crate) unsafe fn recvmsg_ours(fd: c_int, msg: *mut msghdr, flags: c_int) -> 
                 }
                 if g.truncated {
                     m.msg_flags |= libc::MSG_TRUNC;
+                }
+                if let Some(to) = g.pktinfo {
+                    // SAFETY: the caller's contract: `msg_control` holds `control_room`
+                    // bytes.
+                    unsafe { put_pktinfo(m, control_room as usize, to) };
                 }
                 g.n as ssize_t
             }

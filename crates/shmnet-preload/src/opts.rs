@@ -103,6 +103,7 @@ fn note(o: &mut Opts, level: c_int, name: c_int, v: c_int) -> bool {
         (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf = Some(v.max(0) as u32),
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => o.v6only = v != 0,
         (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_REUSEPORT) => o.reuse = v != 0,
+        (libc::IPPROTO_IP, libc::IP_PKTINFO) => o.pktinfo = v != 0,
         _ => return false,
     }
     true
@@ -282,6 +283,7 @@ pub unsafe extern "C" fn getsockopt(
                 (libc::IPPROTO_TCP, libc::TCP_MAXSEG) => 536,
                 (libc::IPPROTO_TCP, libc::TCP_NODELAY) => c_int::from(o.nodelay),
                 (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => c_int::from(o.keepalive),
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) => c_int::from(o.pktinfo),
                 (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf.map_or(256 * 1024, |b| b as c_int),
                 (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf.map_or(256 * 1024, |b| b as c_int),
                 _ => {

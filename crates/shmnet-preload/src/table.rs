@@ -117,6 +117,9 @@ pub(crate) struct Opts {
     pub(crate) nonblock: bool,
     pub(crate) nodelay: bool,
     pub(crate) keepalive: bool,
+    /// `IP_PKTINFO` set: a UDP receive by `recvmsg` names the datagram's destination in a
+    /// control message.
+    pub(crate) pktinfo: bool,
     pub(crate) sndbuf: Option<u32>,
     pub(crate) rcvbuf: Option<u32>,
     /// `SO_RCVTIMEO`: how long a blocking read, receive or accept waits (`None`: for ever).

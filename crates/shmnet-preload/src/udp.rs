@@ -369,6 +369,9 @@ pub(crate) struct Got {
     pub(crate) from: SocketAddrV4,
     /// The socket is `AF_INET6`: the sender goes back as `::ffff:a.b.c.d`.
     pub(crate) v6: bool,
+    /// `IP_PKTINFO` was set on the socket: the datagram's destination, the server's address
+    /// (it carries only datagrams addressed to it), for a control message.
+    pub(crate) pktinfo: Option<std::net::Ipv4Addr>,
 }
 
 impl Got {
@@ -391,9 +394,10 @@ pub(crate) fn recv(fd: c_int, bufs: &mut Scatter<'_>, flags: c_int) -> Result<Go
     let mut blocking = wait::Blocking::new(fd, wait::Way::In);
     loop {
         let mut st = table::lock();
-        let (nonblock, v6) = st
-            .sock(fd)
-            .map_or((false, false), |s| (s.opts().nonblock, s.opts().v6));
+        let (nonblock, v6, pktinfo) = st.sock(fd).map_or((false, false, false), |s| {
+            (s.opts().nonblock, s.opts().v6, s.opts().pktinfo)
+        });
+        let to = pktinfo.then(|| st.server_address()).flatten();
         let got = try_take(&mut st, fd, bufs, flags & libc::MSG_PEEK != 0);
         st.note_moves();
         match got {
@@ -408,6 +412,7 @@ pub(crate) fn recv(fd: c_int, bufs: &mut Scatter<'_>, flags: c_int) -> Result<Go
                     truncated: r.len > r.copied,
                     from: r.from,
                     v6,
+                    pktinfo: to,
                 });
             }
             Ok(None) if nonblock || flags & libc::MSG_DONTWAIT != 0 => {

@@ -485,6 +485,43 @@ static int datagram_waits(int s) {
     return poll(&p, 1, 5000) == 1 && (p.revents & POLLIN);
 }
 
+/* IP_PKTINFO: a UDP socket bound to the wildcard learns each datagram's destination in a
+ * control message (dnsmasq and unbound answer from it); it is our address, the one a socket
+ * connected to the peer has; too small a control buffer gets MSG_CTRUNC. */
+static void packet_info(void) {
+    int s = socket(AF_INET, SOCK_DGRAM, 0), one = 1, on = 0;
+    struct sockaddr_in any = {.sin_family = AF_INET}, to = peer_at(6004), us;
+    if (bind(s, (struct sockaddr *)&any, sizeof any) < 0) die("pktinfo bind");
+    setsockopt(s, IPPROTO_IP, IP_PKTINFO, &one, sizeof one);
+    socklen_t ol = sizeof on;
+    getsockopt(s, IPPROTO_IP, IP_PKTINFO, &on, &ol);
+    int c = socket(AF_INET, SOCK_DGRAM, 0);
+    connect(c, (struct sockaddr *)&to, sizeof to);
+    socklen_t ul = sizeof us;
+    getsockname(c, (struct sockaddr *)&us, &ul);
+    close(c);
+    for (int small = 0; small <= 1; small++) {
+        if (sendto(s, "pkt", 3, 0, (struct sockaddr *)&to, sizeof to) != 3) die("pktinfo sendto");
+        if (!datagram_waits(s)) die("pktinfo reply");
+        char buf[16], control[small ? 4 : 64];
+        struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                           .msg_controllen = sizeof control};
+        ssize_t r = recvmsg(s, &m, 0);
+        struct cmsghdr *h = small ? NULL : CMSG_FIRSTHDR(&m);
+        const char *said = "no control message";
+        if (h && h->cmsg_level == IPPROTO_IP && h->cmsg_type == IP_PKTINFO) {
+            struct in_pktinfo pi;
+            memcpy(&pi, CMSG_DATA(h), sizeof pi);
+            said = pi.ipi_addr.s_addr == us.sin_addr.s_addr ? "IP_PKTINFO to our address"
+                                                             : "IP_PKTINFO to another address";
+        }
+        printf("pktinfo: option %d, %d bytes with %s%s\n", on, (int)r, said,
+               m.msg_flags & MSG_CTRUNC ? ", MSG_CTRUNC" : "");
+    }
+    close(s);
+}
+
 static void datagrams(void) {
     char buf[64];
     int s = socket(AF_INET, SOCK_DGRAM, 0);
@@ -701,6 +738,7 @@ int main(int argc, char **argv) {
     lingering();
     stop_listening();
     datagrams();
+    packet_info();
     sending_a_file();
     fortified();
     timeouts();
