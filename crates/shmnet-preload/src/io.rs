@@ -674,7 +674,7 @@ pub(crate) unsafe fn recvmsg_ours(fd: c_int, msg: *mut msghdr, flags: c_int) -> 
                 if let Some(to) = g.pktinfo {
                     // SAFETY: the caller's contract: `msg_control` holds `control_room`
                     // bytes.
-                    unsafe { put_pktinfo(m, control_room as usize, to) };
+                    unsafe { put_pktinfo(m, control_room, to) };
                 }
                 g.n as ssize_t
             }
