@@ -653,3 +653,72 @@ fn an_unread_udp_socket_cannot_starve_a_connection_regions() {
 fn an_unread_udp_socket_cannot_starve_a_connection_shared() {
     an_unread_udp_socket_cannot_starve_a_connection(Kind::Shared);
 }
+
+/// Bytes waiting for a large posted buffer — their application reads nothing, so its large
+/// posts are used up, while it keeps looking at its sockets (and so takes what comes on
+/// its ring) and all its small posts are there — let the data plane sleep: only the post
+/// ring they wait for is armed. Arming both failed on the small ring, full of posts nobody
+/// wanted then, and the data plane never slept (a stalled asyncio echo under `shmnet run`
+/// kept the server at 56 % of a CPU).
+#[test]
+fn bytes_waiting_for_large_posts_let_the_data_plane_sleep() {
+    use shmnet_io::client::{Interest, PollItem, PollSocket};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, mpsc};
+    let srv = stepped::tcp_loopback("large-posts", Kind::Regions, Duration::from_millis(20));
+    let (port_tx, port_rx) = mpsc::channel();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (path, stop2) = (srv.path.clone(), stop.clone());
+    // The reader: accepts, never reads, but looks at its connection now and then.
+    let reader = std::thread::spawn(move || {
+        let c = Client::connect(&path).expect("attach the reader");
+        let l = c.tcp_listen(0, 4).expect("listen");
+        port_tx.send(l.port()).unwrap();
+        let s = l
+            .accept_timeout(Duration::from_secs(20))
+            .expect("accept")
+            .expect("the writer connects");
+        while !stop2.load(Ordering::Acquire) {
+            let mut items = [PollItem::new(
+                PollSocket::Stream(&s),
+                Interest {
+                    readable: false,
+                    writable: true,
+                },
+            )];
+            let _ = c.poll(&mut items, Some(Duration::ZERO));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let port = port_rx.recv().unwrap();
+    let c = Client::connect(&srv.path).expect("attach the writer");
+    let mut w = c
+        .tcp_connect(SocketAddrV4::new(US, port), Duration::from_secs(20))
+        .expect("connect");
+    // Write until the connection takes nothing for half a second: the reader's large
+    // posts, its receive window and the writer's send buffer are full.
+    let data = vec![7u8; 65_536];
+    let mut idle_since = std::time::Instant::now();
+    while idle_since.elapsed() < Duration::from_millis(500) {
+        match w.try_write(&data) {
+            Ok(0) => std::thread::sleep(Duration::from_millis(5)),
+            Ok(_) => idle_since = std::time::Instant::now(),
+            Err(e) => panic!("write: {e}"),
+        }
+    }
+    let before = srv.stats();
+    std::thread::sleep(Duration::from_secs(1));
+    let after = srv.stats();
+    let rounds = after.data_plane.rounds - before.data_plane.rounds;
+    let sleeps = after.data_plane.sleeps - before.data_plane.sleeps;
+    // Sleeping, each round that finds nothing is followed by a sleep (a spinning loop makes
+    // hundreds of thousands of rounds a second and no sleep at all, however slow the
+    // machine); a few dozen rounds per sleep allow for the spin before each sleep.
+    assert!(
+        sleeps > 0 && rounds <= 64 * sleeps + 1_000,
+        "{rounds} rounds and {sleeps} sleeps in a second with the stream stalled"
+    );
+    stop.store(true, Ordering::Release);
+    reader.join().expect("the reader");
+    w.abort().unwrap();
+}

@@ -60,11 +60,14 @@ pub(crate) struct RegionApp {
     stalled_fills: Option<u64>,
     /// The same for a datagram held in its socket's queue because its post missed.
     recv_stalled_fills: Option<u64>,
-    /// A datagram waited for a posted buffer in the last delivery round: arm the post
-    /// rings' wake-ups before sleeping.
-    starved: bool,
-    /// Whether the post rings were armed by the last `prepare_sleep`.
-    posts_armed: bool,
+    /// By class: bytes waited for a posted buffer of it in the last delivery round, so
+    /// that ring's wake-up is armed before sleeping. Only those rings: a ring of the other
+    /// class full of posts nobody wants now would fail its arming — and keep the data
+    /// plane from ever sleeping (a TCP stream waiting for large posts beside 255 small
+    /// ones spun a CPU for as long as it waited).
+    starved: [bool; CLASSES],
+    /// Which post rings the last `prepare_sleep` armed.
+    posts_armed: [bool; CLASSES],
     /// TCP requests waiting for send-buffer room or a line, in order.
     backlog: Backlog,
     /// A TCP request waits for a line (not for the peer): keep polling, as for a held send.
@@ -94,8 +97,8 @@ impl RegionApp {
             stalled: Stalled::new(),
             stalled_fills: None,
             recv_stalled_fills: None,
-            starved: false,
-            posts_armed: false,
+            starved: [false; CLASSES],
+            posts_armed: [false; CLASSES],
             backlog: Backlog::default(),
             tcp_missed: false,
             batch: [Desc::default(); BURST],
@@ -189,6 +192,15 @@ impl RegionApp {
         (n, k)
     }
 
+    /// Withdraws the post rings' armings of the last `prepare_sleep`.
+    fn finish_posts(&mut self) {
+        for k in 0..CLASSES {
+            if std::mem::take(&mut self.posts_armed[k]) {
+                self.posts[k].finish_wait();
+            }
+        }
+    }
+
     /// The next posted buffer of `class`: the one held on a miss, else the ring's next.
     fn next_post(&mut self, class: usize) -> Option<Desc> {
         self.post_held[class]
@@ -209,7 +221,7 @@ impl RegionApp {
         let want = readable.min(TCP_CHAIN_BYTES) as usize;
         let class = usize::from(windows::post_ring_for(want) == windows::POST_LARGE);
         let Some(post) = self.next_post(class) else {
-            self.starved = true;
+            self.starved[class] = true;
             return None;
         };
         let cap = (post.len as usize).saturating_sub(RECV_HEADER);
@@ -415,7 +427,7 @@ impl AppTransport for RegionApp {
     }
 
     fn deliver(&mut self, r: &mut Round<'_>, sockets: &mut Sockets, c: &mut AppCounters) -> usize {
-        self.starved = false;
+        self.starved = [false; CLASSES];
         if self
             .recv_stalled_fills
             .is_some_and(|f| f == r.handles.fills())
@@ -468,7 +480,7 @@ impl AppTransport for RegionApp {
                 let class = usize::from(windows::post_ring_for(msg.len) == windows::POST_LARGE);
                 let Some(post) = self.next_post(class) else {
                     // It waits in its socket's queue (which the stack bounds) for a post.
-                    self.starved = true;
+                    self.starved[class] = true;
                     break;
                 };
                 let need = RECV_HEADER + msg.len;
@@ -545,7 +557,7 @@ impl AppTransport for RegionApp {
         if room == 0 {
             // RX is full, perhaps with datagrams still waiting: the application posts a
             // buffer again after each one it reads, so its posts must wake us.
-            self.starved = true;
+            self.starved = [true; CLASSES];
         }
         work
     }
@@ -560,30 +572,25 @@ impl AppTransport for RegionApp {
         if !self.req.prepare_wait() {
             return false;
         }
-        self.posts_armed = false;
-        if self.starved {
-            // A datagram waits for a post: the application's next post must wake us.
-            for k in 0..CLASSES {
-                if !self.posts[k].prepare_wait() {
-                    for p in &mut self.posts[..k] {
-                        p.finish_wait();
-                    }
-                    self.req.finish_wait();
-                    return false;
-                }
+        self.posts_armed = [false; CLASSES];
+        for k in 0..CLASSES {
+            if !self.starved[k] {
+                continue;
             }
-            self.posts_armed = true;
+            // Bytes wait for a post of this class: the application's next one must wake us.
+            if !self.posts[k].prepare_wait() {
+                self.finish_posts();
+                self.req.finish_wait();
+                return false;
+            }
+            self.posts_armed[k] = true;
         }
         true
     }
 
     fn finish_sleep(&mut self) {
         self.req.finish_wait();
-        if std::mem::take(&mut self.posts_armed) {
-            for p in &mut self.posts {
-                p.finish_wait();
-            }
-        }
+        self.finish_posts();
     }
 
     fn blocked(&self) -> bool {
@@ -595,8 +602,12 @@ impl AppTransport for RegionApp {
         // one it wrote while they were not armed would stay readable — and keep the data
         // plane from ever sleeping — if they were polled unarmed (`finish_sleep` clears only
         // what it armed).
-        let posts: &[Consumer] = if self.posts_armed { &self.posts } else { &[] };
-        for c in std::iter::once(&self.req).chain(posts) {
+        let armed = self
+            .posts
+            .iter()
+            .zip(self.posts_armed)
+            .filter_map(|(c, armed)| armed.then_some(c));
+        for c in std::iter::once(&self.req).chain(armed) {
             if let Some(fd) = c.wake_fd() {
                 out.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
             }
