@@ -288,6 +288,12 @@ unsafe fn stream_readv(fd: c_int, iov: *const iovec, n: c_int, flags: c_int) -> 
     total
 }
 
+thread_local! {
+    /// This thread's buffer for gathering an iovec array into one write ([`with_gather`],
+    /// [`stream_writev`]): taken out while in use, so a signal handler's call finds it empty.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Bytes of consecutive buffers [`stream_writev`] gathers into one write. Written one buffer
 /// at a time, a small second buffer waited behind Nagle's algorithm for the peer's delayed
 /// ACK of the first: memcached's `sendmsg` of a reply's header and value took 44 ms where
@@ -300,9 +306,6 @@ const GATHER_LIMIT: usize = 64 * 1024;
 /// # Safety
 /// As [`iovecs`].
 unsafe fn stream_writev(fd: c_int, iov: *const iovec, n: c_int, flags: c_int) -> ssize_t {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
     // SAFETY: the caller's contract: each nonempty `base` is valid for its `len` bytes.
     let parts = unsafe { iovecs(iov, n) }
         .filter(|&(base, len)| len > 0 && !base.is_null())
@@ -353,16 +356,18 @@ fn write_gathered<'a>(
     }
     let mut total: ssize_t = 0;
     scratch.clear();
-    for data in parts {
-        if scratch.len() + data.len() <= GATHER_LIMIT {
-            scratch.extend_from_slice(data);
-            continue;
+    let mut parts = parts.peekable();
+    while let Some(data) = parts.next() {
+        if scratch.len() + data.len() > GATHER_LIMIT {
+            // No room for it: what is gathered goes first.
+            if let Err(r) = put(&mut write, scratch, &mut total) {
+                return r;
+            }
+            scratch.clear();
         }
-        if let Err(r) = put(&mut write, scratch, &mut total) {
-            return r;
-        }
-        scratch.clear();
-        if data.len() > GATHER_LIMIT {
+        // With nothing gathered, a lone last part or one too large to gather is written
+        // where it lies (a one-buffer `writev` is copied no more than a `write`).
+        if scratch.is_empty() && (parts.peek().is_none() || data.len() > GATHER_LIMIT) {
             if let Err(r) = put(&mut write, data, &mut total) {
                 return r;
             }
@@ -438,9 +443,6 @@ unsafe fn with_scatter<R>(
 /// # Safety
 /// As [`iovecs`].
 unsafe fn with_gather<R>(iov: *const iovec, n: c_int, f: impl FnOnce(&[u8]) -> R) -> R {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
     // SAFETY: the caller's contract (each time).
     let parts = || unsafe { iovecs(iov, n) }.filter(|&(b, l)| !b.is_null() && l > 0);
     let mut nonempty = parts();
@@ -630,9 +632,8 @@ unsafe fn put_pktinfo(m: &mut msghdr, room: usize, to: std::net::Ipv4Addr) {
     }
     m.msg_controllen = space as _;
     // SAFETY: the buffer holds `space` bytes (checked above), and `msg_controllen` says so
-    // now; CMSG_FIRSTHDR of a msghdr
-    // whose control length covers one header returns the buffer's start, aligned as the
-    // C library's own users rely on.
+    // now; CMSG_FIRSTHDR of a msghdr whose control length covers one header returns the
+    // buffer's start, aligned as the C library's own users rely on.
     unsafe {
         let c = libc::CMSG_FIRSTHDR(m);
         (*c).cmsg_len = len as _;

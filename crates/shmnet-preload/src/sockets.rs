@@ -269,29 +269,22 @@ pub unsafe extern "C" fn accept4(
                     unsafe { net::write_v4(peer, lopts.v6, addr, len) };
                     debug!("accept({fd}) = {nfd}: {peer}");
                     // As Linux's accepted sockets (cloned from the listener), it inherits
-                    // the listener's options but `O_NONBLOCK`: no-delay and keepalive are
-                    // set on it here (memcached sets `TCP_NODELAY` on its listener only);
-                    // the buffer sizes its connection took from the server's listener
-                    // already; linger and the timeouts are the library's own.
+                    // the listener's options but `O_NONBLOCK` (memcached sets `TCP_NODELAY`
+                    // on its listener only). The buffer sizes its connection took from the
+                    // server's listener already; the rest are applied as on any stream.
                     let opts = Opts {
-                        v6: lopts.v6,
                         nonblock: flags & libc::SOCK_NONBLOCK != 0,
-                        nodelay: lopts.nodelay,
-                        keepalive: lopts.keepalive,
-                        sndbuf: lopts.sndbuf,
-                        rcvbuf: lopts.rcvbuf,
-                        rcvtimeo: lopts.rcvtimeo,
-                        sndtimeo: lopts.sndtimeo,
-                        linger: lopts.linger,
-                        ..Opts::default()
+                        ..lopts
                     };
                     let mut s = s;
-                    if opts.nodelay {
-                        let _ = s.set_nodelay(true);
-                    }
-                    if opts.keepalive {
-                        let _ = s.set_keepalive(true);
-                    }
+                    apply(
+                        &mut s,
+                        &Opts {
+                            sndbuf: None,
+                            rcvbuf: None,
+                            ..opts
+                        },
+                    );
                     st.install(nfd, Sock::stream(s, local, opts, false));
                     return nfd;
                 }
