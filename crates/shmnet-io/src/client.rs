@@ -45,12 +45,14 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 mod deadline;
+mod fork;
 mod lent;
 mod pending;
 mod poll;
 mod regions;
 mod tcp;
 
+pub use fork::{Adopted, ForkTicket};
 pub use lent::Lent;
 pub use poll::{Interest, PollItem, PollSocket, WakeFds};
 pub use tcp::{Linger, TcpListener, TcpStream};

@@ -219,6 +219,17 @@ pub enum Request {
         /// Its number, from `Registered`.
         region: u16,
     },
+    /// The application is about to `fork`: its TCP sockets are to be shared with the child
+    /// (docs/preload.md, "fork"). Answered by `Forked`, after which the server delivers
+    /// nothing more for those sockets to anyone until a holder resumes one
+    /// ([`crate::windows::TcpOp::Resume`]).
+    Fork,
+    /// The first request of a forked child, attached as an application of its own: take a
+    /// reference on every socket its parent's `Fork` named. Answered by `Adopted`.
+    Adopt {
+        /// The secret `Forked` gave the parent (the child has a copy of its memory).
+        ticket: u64,
+    },
     /// Ask for every counter.
     Stats,
     /// The first message of a driver process.
@@ -233,6 +244,29 @@ pub enum Request {
     },
     /// A driver process's counters (sent every 100 ms).
     DriverStats(Box<crate::server::DriverThreadStats>),
+}
+
+/// How long a `fork`'s ticket waits for the child's `Adopt`. Until then the parent's
+/// sockets stay open for the child even if the parent closes them (as its inherited
+/// descriptors would hold them in the kernel); a child that never adopts (it `exec`s, or
+/// exits without a call on a socket) lets them go when this has passed.
+pub const FORK_TICKET_LIFETIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One socket a forked child adopted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AdoptedSocket {
+    /// Its number in the parent.
+    pub parent: u32,
+    /// Its number in the child.
+    pub socket: u32,
+    /// A listener (else a connection).
+    pub listener: bool,
+    /// Its local port.
+    pub port: u16,
+    /// A connection's peer (a listener's is unspecified).
+    pub peer: std::net::SocketAddrV4,
+    /// A connection whose handshake has not finished.
+    pub connecting: bool,
 }
 
 /// A message from the server.
@@ -291,6 +325,17 @@ pub enum Response {
     Unregistered {
         /// Its number.
         region: u16,
+    },
+    /// The answer to `Fork`: the secret a child presents in `Adopt`, good once, for
+    /// [`FORK_TICKET_LIFETIME`].
+    Forked {
+        /// The secret.
+        ticket: u64,
+    },
+    /// The answer to `Adopt`: the child's numbers for its parent's sockets.
+    Adopted {
+        /// One per socket the ticket named.
+        sockets: Vec<AdoptedSocket>,
     },
     /// Every counter.
     Stats(Box<crate::server::ServerStats>),

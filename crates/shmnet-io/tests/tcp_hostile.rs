@@ -257,16 +257,16 @@ fn junk_ops(udp: u16, l: u16, conn: u16) -> Vec<Desc> {
         }
     }
     // The wrong kind: a UDP socket, a listener (no shutdown or options on a listener).
-    for code in 1..=11 {
+    for code in 1..=12 {
         v.push(op(u32::from(udp), code));
     }
     // A claim on a connection, and on a listener that announced nothing to take.
-    v.push(op(u32::from(conn), TcpOp::Claimed.code()));
+    v.push(op(u32::from(conn), TcpOp::Claimed(0).code()));
     for code in [
         TcpOp::Shutdown,
         TcpOp::NoDelayOn,
         TcpOp::KeepaliveOn,
-        TcpOp::Claimed,
+        TcpOp::Claimed(0),
     ] {
         v.push(op(u32::from(l), code.code()));
     }

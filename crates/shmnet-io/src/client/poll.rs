@@ -272,6 +272,17 @@ impl Inner {
 
     /// What `socket` is ready for now.
     fn readiness(&mut self, socket: &PollSocket<'_>) -> Interest {
+        if !self.tcp.dormant.is_empty() {
+            // A socket a fork shared is claimed by polling it: what comes for it comes here.
+            let id = match *socket {
+                PollSocket::Udp(_) => None,
+                PollSocket::Listener(l) => Some(l.id()),
+                PollSocket::Stream(s) => Some(s.poll_state().0),
+            };
+            if let Some(id) = id {
+                let _ = self.wake_dormant(id);
+            }
+        }
         match *socket {
             PollSocket::Udp(s) => Interest {
                 readable: self.pending_has(s.id, |_| true)

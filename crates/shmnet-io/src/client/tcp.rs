@@ -48,6 +48,9 @@ pub(super) struct Book {
     /// Connections opened by [`super::Client::tcp_connect_start`] whose `Connected` event
     /// has not been read yet: not writable until it comes.
     pub(super) connecting: HashSet<u16>,
+    /// Shared by a fork and not used since ([`super::fork`]): the next read, accept or
+    /// poll claims it first.
+    pub(super) dormant: HashSet<u16>,
 }
 
 impl Book {
@@ -137,6 +140,7 @@ impl Inner {
         id: u16,
         deadline: Option<Instant>,
     ) -> Result<Option<Item>, ClientError> {
+        self.wake_dormant(id)?;
         if self.shm.is_none() {
             return self.ipc_tcp_next(id, deadline);
         }
@@ -190,7 +194,7 @@ impl Inner {
     }
 
     /// Sends operation `op` on socket `id`, behind everything sent before it.
-    fn tcp_op(&mut self, id: u16, op: TcpOp) -> Result<(), ClientError> {
+    pub(super) fn tcp_op(&mut self, id: u16, op: TcpOp) -> Result<(), ClientError> {
         if self.gone {
             return Err(ClientError::ServerGone);
         }
@@ -287,7 +291,7 @@ impl Inner {
     /// path (the data socket, or `RX`), while a number made by a control message comes on
     /// the control socket: read late, the old `Released` would take the new socket's number
     /// out of the TCP ones (its bytes then mistaken for datagrams in `ipc`).
-    fn await_released(&mut self, id: u16) -> Result<(), ClientError> {
+    pub(super) fn await_released(&mut self, id: u16) -> Result<(), ClientError> {
         if self.released_by(id, Instant::now() + OP_PATIENCE)? {
             Ok(())
         } else {
@@ -444,6 +448,21 @@ impl TcpListener {
         self.id
     }
 
+    /// Its number on the server (what a fork's [`super::Client::adopt`] names it by).
+    pub fn number(&self) -> u16 {
+        self.id
+    }
+
+    /// A listener a forked child adopted.
+    pub(super) fn adopted(inner: &Rc<RefCell<Inner>>, id: u16, port: u16) -> Self {
+        TcpListener {
+            inner: inner.clone(),
+            id,
+            port,
+            closed: false,
+        }
+    }
+
     /// The client it belongs to.
     pub(super) fn inner(&self) -> &Rc<RefCell<Inner>> {
         &self.inner
@@ -490,7 +509,7 @@ impl TcpListener {
                     i.tcp.ids.insert(socket);
                     // Taken: the server may announce one more (the backlog bounds those
                     // announced and not taken).
-                    i.tcp_op(self.id, TcpOp::Claimed)?;
+                    i.tcp_op(self.id, TcpOp::Claimed(u32::from(socket)))?;
                     return Ok(Some(TcpStream {
                         inner: self.inner.clone(),
                         id: socket,
@@ -518,6 +537,7 @@ impl Drop for TcpListener {
     fn drop(&mut self) {
         if !self.closed
             && let Ok(mut i) = self.inner.try_borrow_mut()
+            && !i.gone
         {
             let _ = i.tcp_release(self.id, TcpOp::Close);
         }
@@ -525,6 +545,21 @@ impl Drop for TcpListener {
 }
 
 impl TcpStream {
+    /// Its number on the server (what a fork's [`super::Client::adopt`] names it by).
+    pub fn number(&self) -> u16 {
+        self.id
+    }
+
+    /// A connection a forked child adopted.
+    pub(super) fn adopted(
+        inner: &Rc<RefCell<Inner>>,
+        id: u16,
+        local_port: u16,
+        peer: SocketAddrV4,
+    ) -> Self {
+        Self::opened(inner, id, local_port, peer)
+    }
+
     /// The stream of connection `id` the server just opened to `peer` from `local_port`.
     fn opened(inner: &Rc<RefCell<Inner>>, id: u16, local_port: u16, peer: SocketAddrV4) -> Self {
         TcpStream {
@@ -852,6 +887,7 @@ impl Drop for TcpStream {
     fn drop(&mut self) {
         if !self.closed
             && let Ok(mut i) = self.inner.try_borrow_mut()
+            && !i.gone
         {
             let _ = i.tcp_release(self.id, TcpOp::Close);
         }

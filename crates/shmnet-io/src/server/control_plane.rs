@@ -104,6 +104,17 @@ pub(crate) enum Command {
         to: std::net::SocketAddrV4,
         reply: mpsc::SyncSender<Response>,
     },
+    /// The application is about to fork: share its TCP sockets with the child to come.
+    Fork {
+        id: u64,
+        reply: mpsc::SyncSender<Response>,
+    },
+    /// A forked child takes its parent's sockets.
+    Adopt {
+        id: u64,
+        ticket: u64,
+        reply: mpsc::SyncSender<Response>,
+    },
     /// Close one of its sockets.
     Close {
         id: u64,
@@ -815,6 +826,18 @@ impl ControlPlane {
                     .ask(&self.stop, |reply| Command::Close { id, socket, reply })
                     .unwrap_or_else(gone),
             ),
+            Request::Fork if attached => Some(
+                self.spec
+                    .outbox
+                    .ask(&self.stop, |reply| Command::Fork { id, reply })
+                    .unwrap_or_else(gone),
+            ),
+            Request::Adopt { ticket } if attached => Some(
+                self.spec
+                    .outbox
+                    .ask(&self.stop, |reply| Command::Adopt { id, ticket, reply })
+                    .unwrap_or_else(gone),
+            ),
             Request::Unregister { region } if attached => {
                 let pch = self.conns[i]
                     .pch
@@ -833,7 +856,9 @@ impl ControlPlane {
             | Request::Close { .. }
             | Request::Unregister { .. }
             | Request::TcpListen { .. }
-            | Request::TcpConnect { .. } => {
+            | Request::TcpConnect { .. }
+            | Request::Fork
+            | Request::Adopt { .. } => {
                 self.count(|c| c.bad_messages += 1);
                 Some(Response::Error("say Hello first".into()))
             }

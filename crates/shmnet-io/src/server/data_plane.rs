@@ -13,6 +13,7 @@
 //!   eventfds, the control plane's eventfd and the device's fd.
 
 use super::control_plane::{Command, Inbox};
+use super::forks::{Forks, StackSock};
 use super::handles::HandleCtx;
 use super::sockets::{AppSocket, Sockets};
 use super::stats::{AppCounters, AppStats, DataPlaneCounters, MemoryStats, ServerStats};
@@ -158,6 +159,8 @@ pub(crate) struct DataPlane {
     copy_probe: Option<Box<dyn super::CopyProbe>>,
     /// Pool buffers lent to applications as TCP chains, and their bound.
     tcp_lent: TcpLent,
+    /// TCP sockets shared by `fork`, and the tickets of forks whose child has not come.
+    forks: Forks,
 }
 
 impl DataPlane {
@@ -200,6 +203,7 @@ impl DataPlane {
                 bufs: 0,
                 cap: pool_total / 2,
             },
+            forks: Forks::default(),
         }
     }
 
@@ -229,6 +233,7 @@ impl DataPlane {
             handles: &mut self.handles,
             copy_probe: self.copy_probe.as_deref_mut(),
             tcp_lent: &mut self.tcp_lent,
+            forks: &mut self.forks,
             last_call: false,
             tx_room,
         };
@@ -260,6 +265,9 @@ impl DataPlane {
         }
         if departing {
             self.settle_departures();
+        }
+        if !self.forks.is_idle() {
+            self.settle_forks();
         }
         self.iface.poll(&mut self.pool, now, &mut self.tx);
         work += self.transmit_frames();
@@ -502,7 +510,7 @@ impl DataPlane {
                     pid,
                     uid,
                     transport,
-                    sockets: Sockets::default(),
+                    sockets: Sockets::new(id),
                     counters: AppCounters::default(),
                     departing: None,
                 }),
@@ -525,6 +533,14 @@ impl DataPlane {
                 }
                 Command::Close { id, socket, reply } => {
                     let resp = self.close(id, socket);
+                    let _ = reply.send(resp);
+                }
+                Command::Fork { id, reply } => {
+                    let resp = self.fork(id);
+                    let _ = reply.send(resp);
+                }
+                Command::Adopt { id, ticket, reply } => {
+                    let resp = self.adopt(id, ticket);
                     let _ = reply.send(resp);
                 }
                 Command::Detach { id, reply } => self.begin_detach(id, reply),
@@ -584,6 +600,7 @@ impl DataPlane {
                 owed: None,
                 backlog: backlog as u16,
                 unclaimed: 0,
+                dormant: false,
             }) {
                 Some(socket) => Response::TcpSocket {
                     socket: u32::from(socket),
@@ -624,6 +641,107 @@ impl DataPlane {
                 }
             }
             Err(e) => Response::Error(format!("cannot connect to {to}: {e}")),
+        }
+    }
+
+    /// Application `id` is about to fork: a ticket for its TCP sockets ([`super::forks`]).
+    fn fork(&mut self, id: u64) -> Response {
+        let now = Instant::now();
+        let Some(app) = self.apps.iter().find(|a| a.id == id) else {
+            return Response::Error("say Hello first".into());
+        };
+        let held = app.sockets.fork_share();
+        let ticket = self.forks.fork(app.uid, held, now);
+        self.settle_forks();
+        Response::Forked { ticket }
+    }
+
+    /// Forked child `id` takes the sockets of ticket `secret`.
+    fn adopt(&mut self, id: u64, secret: u64) -> Response {
+        self.expire_forks();
+        let Some(i) = self.apps.iter().position(|a| a.id == id) else {
+            return Response::Error("say Hello first".into());
+        };
+        let Some(held) = self.forks.take_ticket(secret, self.apps[i].uid) else {
+            return Response::Error(format!(
+                "no fork ticket {secret:#x} for this user: a child adopts its parent's sockets once, within {} s of the fork",
+                crate::control::FORK_TICKET_LIFETIME.as_secs()
+            ));
+        };
+        let mut sockets = Vec::with_capacity(held.len());
+        let mut orphans = Vec::new();
+        for h in &held {
+            let Some(n) = self.apps[i].sockets.insert_adopted(h) else {
+                if self.forks.drop_hold(h.sock) {
+                    orphans.push(h.sock);
+                }
+                continue;
+            };
+            self.forks.held_to_entry(h.sock);
+            let (listener, port, peer, connecting) = match h.sock {
+                StackSock::Listen(l) => (
+                    true,
+                    self.iface.tcp_listen_port(l).unwrap_or(0),
+                    std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+                    false,
+                ),
+                StackSock::Conn(c) => {
+                    let info = self.iface.tcp_info(c).ok();
+                    (
+                        false,
+                        info.map_or(0, |i| i.local.port()),
+                        info.map_or(
+                            std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+                            |i| i.remote,
+                        ),
+                        !h.said_connected,
+                    )
+                }
+            };
+            sockets.push(crate::control::AdoptedSocket {
+                parent: u32::from(h.parent),
+                socket: u32::from(n),
+                listener,
+                port,
+                peer,
+                connecting,
+            });
+        }
+        self.release_orphans(orphans);
+        self.settle_forks();
+        Response::Adopted { sockets }
+    }
+
+    /// Lets go of the holds of expired fork tickets, releasing what nobody holds any more.
+    fn expire_forks(&mut self) {
+        let gone = self.forks.expire(Instant::now());
+        self.release_orphans(gone);
+    }
+
+    /// Releases in the stack sockets that no application and no ticket refers to any more
+    /// (closed in order, as the kernel closes a socket whose last descriptor goes).
+    fn release_orphans(&mut self, gone: Vec<StackSock>) {
+        let now = self.now();
+        for s in gone {
+            let _ = match s {
+                StackSock::Conn(h) => self.iface.tcp_close(&mut self.pool, h, now, &mut self.tx),
+                StackSock::Listen(l) => self.iface.tcp_unlisten(&mut self.pool, l, now, &mut self.tx),
+            };
+        }
+    }
+
+    /// After a change of who claims a shared socket: every entry that refers to it is
+    /// silenced or woken as [`Forks::dormant`] says; expired tickets are let go.
+    fn settle_forks(&mut self) {
+        if self.forks.next_expiry().is_some_and(|t| t <= Instant::now()) {
+            self.expire_forks();
+        }
+        for sock in self.forks.take_changed() {
+            let forks = &self.forks;
+            for app in &mut self.apps {
+                app.sockets
+                    .set_dormant(sock, |a, n| forks.dormant(sock, a, n));
+            }
         }
     }
 
@@ -689,6 +807,7 @@ impl DataPlane {
             handles: &mut self.handles,
             copy_probe: self.copy_probe.as_deref_mut(),
             tcp_lent: &mut self.tcp_lent,
+            forks: &mut self.forks,
             last_call: true,
             tx_room: usize::MAX,
         };
@@ -719,6 +838,10 @@ impl DataPlane {
             }
             None => at_most,
         };
+        if let Some(t) = self.forks.next_expiry() {
+            // A fork's ticket that expires lets go of sockets nobody else holds.
+            wait = wait.min(t.saturating_duration_since(Instant::now()));
+        }
         if let DriverLink::Polled(p) = &self.link {
             if p.stopped.is_none() && p.driver.rx_fd().is_none() {
                 // A device without an fd (softnic) says how long it will be quiet; one that
@@ -953,6 +1076,7 @@ impl DataPlane {
             stack: self.iface.stats().clone(),
             tcp: self.iface.tcp_counters().clone(),
             tcp_memory: self.iface.tcp_memory(),
+            forks: self.forks.counters(),
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
             regions: Default::default(),

@@ -30,6 +30,7 @@
 
 mod control_plane;
 mod data_plane;
+mod forks;
 mod handles;
 mod held;
 mod region_app;
@@ -42,6 +43,7 @@ pub use crate::driver_host::{
     AttachedDriver, DriverThreadStats, attach_driver_process, run_driver_process, rusage_cpu_s,
 };
 pub use control_plane::ControlLimits;
+pub use forks::ForkCounters;
 pub use handles::{HandleRef, HandleTrace};
 pub use stats::{
     AppCounters, AppStats, ControlCounters, DataPlaneCounters, MemoryStats, ServerStats,

@@ -15,6 +15,7 @@ use crate::windows::{APP_EVENTS, TcpEvent, TcpFailure, TcpOp};
 use shmnet_stack::tcp::{Buffer, CloseReason, ListenHandle, State, TcpHandle};
 use shmnet_stack::{Interface, SocketHandle};
 
+use super::forks::{Held, StackSock};
 use super::transport::Round;
 
 /// One socket of an application.
@@ -30,6 +31,9 @@ pub(crate) enum AppSocket {
         owed: Option<u16>,
         backlog: u16,
         unclaimed: u16,
+        /// Shared by a fork and claimed by another holder ([`super::forks`]): it announces
+        /// nothing.
+        dormant: bool,
     },
     /// A TCP connection.
     Tcp(TcpSock),
@@ -51,6 +55,12 @@ pub(crate) struct TcpSock {
     said_connected: bool,
     said_eof: bool,
     said_failed: bool,
+    /// Opened by the application, or taken by its `accept` (`TcpOp::Claimed`): a fork
+    /// shares it with the child (an announced connection not yet taken stays this
+    /// application's, as it stays in a kernel's accept queue).
+    taken: bool,
+    /// Shared by a fork and claimed by another holder ([`super::forks`]): it says nothing.
+    dormant: bool,
 }
 
 /// Something a TCP socket has for its application.
@@ -75,6 +85,8 @@ pub(crate) struct Refusals {
 /// An application's socket table.
 #[derive(Default)]
 pub(crate) struct Sockets {
+    /// The application's id (how [`super::forks`] names its entries).
+    app: u64,
     slots: Vec<Option<AppSocket>>,
     /// Numbers whose `Released` was delivered: free for new sockets.
     free: Vec<u16>,
@@ -96,6 +108,14 @@ const MAX_SOCKETS: usize = APP_EVENTS as usize;
 const MAX_OPENING: usize = 256;
 
 impl Sockets {
+    /// The empty table of application `app`.
+    pub(crate) fn new(app: u64) -> Self {
+        Self {
+            app,
+            ..Self::default()
+        }
+    }
+
     /// Takes a number for `s`: a released one if any, else a new one.
     pub(crate) fn insert(&mut self, s: AppSocket) -> Option<u16> {
         let n = match self.free.pop() {
@@ -179,7 +199,75 @@ impl Sockets {
             said_connected: accepted,
             said_eof: false,
             said_failed: false,
+            taken: !accepted,
+            dormant: false,
         }))
+    }
+
+    /// What a fork shares of this table with the child ([`super::forks`]): every listener,
+    /// and every connection opened or taken.
+    pub(crate) fn fork_share(&self) -> Vec<Held> {
+        let mut v = Vec::new();
+        for (n, s) in self.slots.iter().enumerate() {
+            let held = match *s {
+                Some(AppSocket::Listener { l, backlog, .. }) => Held {
+                    parent: n as u16,
+                    sock: StackSock::Listen(l),
+                    backlog,
+                    said_connected: false,
+                },
+                Some(AppSocket::Tcp(t)) if t.taken => Held {
+                    parent: n as u16,
+                    sock: StackSock::Conn(t.h),
+                    backlog: 0,
+                    said_connected: t.said_connected,
+                },
+                _ => continue,
+            };
+            v.push(held);
+        }
+        v
+    }
+
+    /// A socket a fork shared, taken by this (the child's) table, silent until a `Resume`;
+    /// its number, or `None` if the table is full. Its end and failure are said again (the
+    /// child's library knows nothing of what its parent's was told).
+    pub(crate) fn insert_adopted(&mut self, h: &Held) -> Option<u16> {
+        self.insert(match h.sock {
+            StackSock::Listen(l) => AppSocket::Listener {
+                l,
+                owed: None,
+                backlog: h.backlog,
+                unclaimed: 0,
+                dormant: true,
+            },
+            StackSock::Conn(c) => AppSocket::Tcp(TcpSock {
+                h: c,
+                announced: true,
+                said_connected: h.said_connected,
+                said_eof: false,
+                said_failed: false,
+                taken: true,
+                dormant: true,
+            }),
+        })
+    }
+
+    /// Sets the `dormant` flag of every entry that refers to `sock` to what `dormant` says
+    /// for its number.
+    pub(crate) fn set_dormant(&mut self, sock: StackSock, dormant: impl Fn(u64, u16) -> bool) {
+        let app = self.app;
+        for (n, s) in self.slots.iter_mut().enumerate() {
+            match s {
+                Some(AppSocket::Listener { l, dormant: d, .. }) if sock == StackSock::Listen(*l) => {
+                    *d = dormant(app, n as u16);
+                }
+                Some(AppSocket::Tcp(t)) if sock == StackSock::Conn(t.h) => {
+                    t.dormant = dormant(app, n as u16);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// The next thing a TCP socket has for the application, round-robin from where the
@@ -223,11 +311,13 @@ impl Sockets {
             AppSocket::Udp(_) => None,
             AppSocket::Releasing => Some(TcpItem::Event(socket, TcpEvent::Released)),
             AppSocket::Lingering(t) => self.linger_item(r, i, t),
+            AppSocket::Listener { dormant: true, .. } => None,
             AppSocket::Listener {
                 l,
                 owed,
                 backlog,
                 unclaimed,
+                dormant,
             } => {
                 let new = match owed {
                     Some(n) => n,
@@ -246,6 +336,7 @@ impl Sockets {
                             owed: Some(n),
                             backlog,
                             unclaimed,
+                            dormant,
                         });
                         n
                     }
@@ -259,7 +350,7 @@ impl Sockets {
                     TcpEvent::Accepted { socket: new, peer },
                 ))
             }
-            AppSocket::Tcp(t) if !t.announced => None,
+            AppSocket::Tcp(t) if !t.announced || t.dormant => None,
             AppSocket::Tcp(t) => {
                 let st = iface.tcp_status(t.h).ok()?;
                 if !t.said_connected && st.state.synchronized() {
@@ -311,7 +402,7 @@ impl Sockets {
             return None;
         }
         // Unread bytes make this close a reset, as they make any close one.
-        release(r, AppSocket::Tcp(t), false);
+        release(r, AppSocket::Tcp(t), false, self.app, socket);
         self.slots[i] = Some(AppSocket::Releasing);
         Some(TcpItem::Event(socket, TcpEvent::Released))
     }
@@ -415,14 +506,29 @@ impl Sockets {
             (AppSocket::Listener { l, .. }, TcpOp::SendBuffer(n) | TcpOp::RecvBuffer(n)) => {
                 r.iface.tcp_set_listener_buffer(l, buffer_of(op), n).is_ok()
             }
-            (AppSocket::Listener { unclaimed, .. }, TcpOp::Claimed) => {
+            (AppSocket::Listener { unclaimed, .. }, TcpOp::Claimed(taken)) => {
                 if let Some(Some(AppSocket::Listener { unclaimed: u, .. })) = self.slots.get_mut(i)
                 {
                     *u = u.saturating_sub(1);
                 }
+                if let Some(Some(AppSocket::Tcp(t))) = self.slots.get_mut(taken as usize) {
+                    t.taken = true;
+                }
                 unclaimed > 0
             }
-            (AppSocket::Tcp(t), TcpOp::CloseLinger) => {
+            (AppSocket::Tcp(_) | AppSocket::Listener { .. }, TcpOp::Resume) => {
+                if let Some(sock) = stack_sock(s) {
+                    r.forks.claim(sock, self.app, socket);
+                }
+                // Awake at once; the other holders fall silent once the round is over.
+                match self.slots.get_mut(i) {
+                    Some(Some(AppSocket::Tcp(t))) => t.dormant = false,
+                    Some(Some(AppSocket::Listener { dormant, .. })) => *dormant = false,
+                    _ => {}
+                }
+                true
+            }
+            (AppSocket::Tcp(t), TcpOp::CloseLinger) if !r.forks.is_shared(StackSock::Conn(t.h)) => {
                 let _ = r.iface.tcp_shutdown(r.pool, t.h, r.now, r.tx);
                 self.slots[i] = Some(AppSocket::Lingering(t));
                 true
@@ -431,13 +537,16 @@ impl Sockets {
                 AppSocket::Tcp(_) | AppSocket::Listener { .. },
                 TcpOp::Close | TcpOp::Abort | TcpOp::CloseLinger,
             ) => {
-                release(r, s, op == TcpOp::Abort);
+                // A socket a fork shared lives on for its other holders: this close, with
+                // or without a linger, only lets go of this application's reference, as
+                // closing one of several descriptors of a socket does in the kernel.
+                release(r, s, op == TcpOp::Abort, self.app, socket);
                 self.slots[i] = Some(AppSocket::Releasing);
                 if let AppSocket::Listener { owed: Some(n), .. } = s {
                     // Accepted but never announced: the application does not know its
                     // number, so it is reset and its number free at once.
                     if let Some(AppSocket::Tcp(t)) = self.get(usize::from(n)) {
-                        release(r, AppSocket::Tcp(t), true);
+                        release(r, AppSocket::Tcp(t), true, self.app, n);
                     }
                     self.slots[usize::from(n)] = None;
                     self.tcp -= 1;
@@ -463,8 +572,10 @@ impl Sockets {
                 None => {}
                 Some(AppSocket::Udp(h)) => udp.push(h),
                 Some(AppSocket::Releasing) => {}
-                Some(AppSocket::Lingering(t)) => release(r, AppSocket::Tcp(t), aborted),
-                Some(other) => release(r, other, aborted),
+                Some(AppSocket::Lingering(t)) => {
+                    release(r, AppSocket::Tcp(t), aborted, self.app, n as u16)
+                }
+                Some(other) => release(r, other, aborted, self.app, n as u16),
             }
         }
         self.tcp = 0;
@@ -473,9 +584,24 @@ impl Sockets {
     }
 }
 
-/// Lets go of a TCP socket in the stack: a listener stops (its unaccepted connections are
-/// reset), a connection closes in order or is reset.
-fn release(r: &mut Round<'_>, s: AppSocket, abort: bool) {
+/// The stack socket an entry refers to (none for UDP and for a socket being released).
+fn stack_sock(s: AppSocket) -> Option<StackSock> {
+    match s {
+        AppSocket::Listener { l, .. } => Some(StackSock::Listen(l)),
+        AppSocket::Tcp(t) | AppSocket::Lingering(t) => Some(StackSock::Conn(t.h)),
+        AppSocket::Udp(_) | AppSocket::Releasing => None,
+    }
+}
+
+/// Entry `n` of application `app` lets go of TCP socket `s`. If a fork shares it and
+/// another holder remains, that is all; otherwise the stack lets go too: a listener stops
+/// (its unaccepted connections are reset), a connection closes in order or is reset.
+fn release(r: &mut Round<'_>, s: AppSocket, abort: bool, app: u64, n: u16) {
+    if let Some(sock) = stack_sock(s)
+        && !r.forks.let_go(sock, app, n)
+    {
+        return;
+    }
     match s {
         AppSocket::Listener { l, .. } => {
             let _ = r.iface.tcp_unlisten(r.pool, l, r.now, r.tx);

@@ -43,6 +43,9 @@ pub struct ServerStats {
     /// The pool buffers TCP's queues hold (received in order, out of order, to send).
     #[serde(default)]
     pub tcp_memory: shmnet_stack::tcp::TcpMemory,
+    /// TCP sockets shared by `fork` (docs/preload.md, "fork").
+    #[serde(default)]
+    pub forks: super::ForkCounters,
     /// The data plane's own counters.
     pub data_plane: DataPlaneCounters,
     /// The control plane's counters.

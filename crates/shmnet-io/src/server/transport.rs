@@ -48,6 +48,8 @@ pub(crate) struct Round<'a> {
     pub copy_probe: Option<&'a mut dyn super::CopyProbe>,
     /// Pool buffers lent out as TCP chains (`--isolation shared`), and their bound.
     pub tcp_lent: &'a mut TcpLent,
+    /// TCP sockets shared by `fork` ([`super::forks`]).
+    pub forks: &'a mut super::forks::Forks,
     /// The application is going away: TCP bytes it wrote go into the connections' send
     /// queues past their limit (they have nowhere else to wait), so none is lost.
     pub last_call: bool,

@@ -1,0 +1,168 @@
+//! `fork`: the parent's TCP sockets shared with its child (docs/preload.md, "fork").
+//!
+//! A client is one process's attachment: its rings have one producer and one consumer, so
+//! a forked child cannot use its parent's. The parent asks the server for a ticket just
+//! before it forks ([`Client::prepare_fork`]); the child, which inherits a copy of the
+//! parent's memory and with it the ticket, lets go of its copy of the parent's client
+//! without a word to the server ([`Client::abandon_after_fork`]), attaches as an
+//! application of its own and adopts the ticket's sockets ([`Client::adopt`]). Both then
+//! hold every socket, as both hold inherited descriptors in the kernel; a connection closes
+//! when its last holder lets go.
+//!
+//! After the fork the server delivers nothing for a shared socket until a holder uses it:
+//! the first read, accept or poll of a socket in either process claims it (`Resume`), and
+//! its bytes, events and connections go to that holder from then on. (Two processes that
+//! both read one socket therefore take turns by who asked last; a kernel hands each read
+//! whatever is there. Servers that fork per connection, or fork workers that share one
+//! listener, read each socket in one process.)
+
+use super::{Client, ClientError, Inner};
+use crate::control::{AdoptedSocket, Request, Response};
+use crate::windows::TcpOp;
+use rustix::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// The secret a parent's [`Client::prepare_fork`] got, which its child presents to
+/// [`Client::adopt`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkTicket(pub u64);
+
+/// A socket of the parent's, adopted by the child.
+#[derive(Debug)]
+pub enum Adopted {
+    /// A listener.
+    Listener(super::TcpListener),
+    /// A connection.
+    Stream(super::TcpStream),
+}
+
+/// How long [`Client::prepare_fork`] waits for the server to take what the parent queued
+/// on its request ring (so that an `accept` just made is known to the server when the fork
+/// is: the accepted connection is then shared with the child).
+const DRAIN_PATIENCE: Duration = Duration::from_secs(1);
+
+impl Client {
+    /// Call just before `fork`: asks the server for a ticket sharing this application's TCP
+    /// sockets with the child to come, then moves everything already delivered off the
+    /// receive ring into the sockets' queues (nothing more comes for them until a holder
+    /// uses them). Every TCP socket is dormant here from now on: its next read, accept or
+    /// poll claims it back ([`TcpOp::Resume`]).
+    pub fn prepare_fork(&self) -> Result<ForkTicket, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        i.drain_requests(Instant::now() + DRAIN_PATIENCE)?;
+        let ticket = match i.call(Request::Fork)? {
+            Response::Forked { ticket } => ForkTicket(ticket),
+            Response::Error(e) => return Err(ClientError::Refused(e)),
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected Forked, got {other:?}"
+                )));
+            }
+        };
+        let ids: Vec<u16> = i
+            .tcp
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| !i.tcp.closing.contains(id))
+            .collect();
+        i.tcp.dormant.extend(ids);
+        i.gather()?;
+        Ok(ticket)
+    }
+
+    /// In a forked child, before anything else touches this client (its parent's): lets go
+    /// of it without telling the server anything and without touching its rings, which
+    /// stay the parent's. Its control socket is closed in this process (the server notices
+    /// the parent's departure when the parent goes), its windows unmapped, and every call
+    /// on it or its sockets fails with [`ClientError::ServerGone`] from now on, so dropping
+    /// them sends nothing.
+    pub fn abandon_after_fork(&self) {
+        let mut i = self.inner.borrow_mut();
+        i.gone = true;
+        i.shm = None;
+        i.data_sock = None;
+        // The control socket is replaced under its number by a descriptor that is nobody's
+        // (an eventfd): this process's reference to the socket goes, the OwnedFd stays valid.
+        if let Ok(placeholder) = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+        {
+            let mut target = std::mem::ManuallyDrop::new(
+                // SAFETY: the descriptor is the control socket's own number, owned by `i.ctl`,
+                // which keeps owning it (now the eventfd's); `ManuallyDrop` keeps this second
+                // owner from closing it.
+                unsafe { <rustix::fd::OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(i.ctl.as_raw_fd()) },
+            );
+            let _ = rustix::io::dup3(&placeholder, &mut target, rustix::io::DupFlags::CLOEXEC);
+        }
+    }
+
+    /// In a forked child, attached with a client of its own: adopts the sockets of the
+    /// parent's `ticket`. Returns each with its number in the parent. They are dormant
+    /// until first used, as after [`Client::prepare_fork`].
+    pub fn adopt(&self, ticket: ForkTicket) -> Result<Vec<(u16, Adopted)>, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        let sockets = match i.call(Request::Adopt { ticket: ticket.0 })? {
+            Response::Adopted { sockets } => sockets,
+            Response::Error(e) => return Err(ClientError::Refused(e)),
+            other => {
+                return Err(ClientError::Protocol(format!(
+                    "expected Adopted, got {other:?}"
+                )));
+            }
+        };
+        let mut out = Vec::with_capacity(sockets.len());
+        for a in sockets {
+            let AdoptedSocket {
+                parent,
+                socket,
+                listener,
+                port,
+                peer,
+                connecting,
+            } = a;
+            let (Ok(parent), Ok(id)) = (u16::try_from(parent), u16::try_from(socket)) else {
+                return Err(ClientError::Protocol(format!(
+                    "adopted socket numbers {parent} and {socket}"
+                )));
+            };
+            i.await_released(id)?;
+            i.tcp.ids.insert(id);
+            i.tcp.dormant.insert(id);
+            if connecting {
+                i.tcp.connecting.insert(id);
+            }
+            let s = if listener {
+                Adopted::Listener(super::TcpListener::adopted(&self.inner, id, port))
+            } else {
+                Adopted::Stream(super::TcpStream::adopted(&self.inner, id, port, peer))
+            };
+            out.push((parent, s));
+        }
+        Ok(out)
+    }
+}
+
+impl Inner {
+    /// A dormant TCP socket is about to be read, accepted from or polled: claim it.
+    pub(super) fn wake_dormant(&mut self, id: u16) -> Result<(), ClientError> {
+        if !self.tcp.dormant.is_empty() && self.tcp.dormant.remove(&id) {
+            self.tcp_op(id, TcpOp::Resume)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the server has taken everything on the request ring, or `deadline`.
+    fn drain_requests(&mut self, deadline: Instant) -> Result<(), ClientError> {
+        loop {
+            let Some(shm) = self.shm.as_mut() else {
+                return Ok(()); // ipc: requests travel in order on the data socket
+            };
+            if shm.req.free_slots() == shm.req.capacity() || Instant::now() >= deadline {
+                return Ok(());
+            }
+            self.check_alive()?;
+            std::thread::sleep(Duration::from_micros(50));
+            self.reap();
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! TCP sockets shared by a fork (docs/preload.md, "fork"), through the client API: a
+//! "parent" application takes a ticket, a "child" application adopts it, and both hold
+//! the parent's listener and connections — as a forked child holds inherited descriptors.
+//! Three clients in one thread play parent, child and the peer, on a loopback server
+//! stepped on its own thread, under each transport.
+
+mod common;
+
+use common::stepped::{self, Kind, US};
+use shmnet_io::client::{Adopted, Client, ClientError, ForkTicket, TcpListener, TcpStream};
+use std::net::SocketAddrV4;
+use std::time::Duration;
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+fn read_some(s: &mut TcpStream) -> Vec<u8> {
+    let mut buf = [0u8; 256];
+    let n = s
+        .read_timeout(&mut buf, PATIENCE)
+        .expect("read")
+        .expect("bytes or the end within 10 s");
+    buf[..n].to_vec()
+}
+
+fn adopt(child: &Client, ticket: ForkTicket) -> (Vec<(u16, TcpListener)>, Vec<(u16, TcpStream)>) {
+    let mut ls = Vec::new();
+    let mut ss = Vec::new();
+    for (parent, a) in child.adopt(ticket).expect("adopt") {
+        match a {
+            Adopted::Listener(l) => ls.push((parent, l)),
+            Adopted::Stream(s) => ss.push((parent, s)),
+        }
+    }
+    (ls, ss)
+}
+
+/// The pattern of a server that forks per connection (socat `fork`, Python's
+/// `ForkingMixIn`, sshd, inetd): the parent accepts, forks, closes its copy of the
+/// connection and goes back to accepting; the child serves the connection and leaves the
+/// listener alone.
+fn fork_per_connection(kind: Kind) {
+    let srv = stepped::tcp_loopback("fork-per-conn", kind, Duration::from_millis(2));
+    let parent = Client::connect(&srv.path).expect("attach the parent");
+    let peer = Client::connect(&srv.path).expect("attach the peer");
+    let l = parent.tcp_listen(0, 8).expect("listen");
+    let to = SocketAddrV4::new(US, l.port());
+    let mut p1 = peer.tcp_connect(to, PATIENCE).expect("connect");
+    p1.write_all(b"before the fork").unwrap();
+    let mut s = l.accept().expect("accept");
+    let mut got = Vec::new();
+    while got.len() < 15 {
+        got.extend(read_some(&mut s));
+    }
+    assert_eq!(got, b"before the fork", "{kind:?}: the parent reads before it forks");
+    let (s_number, l_number) = (s.number(), l.number());
+
+    let ticket = parent.prepare_fork().expect("a fork ticket");
+    let child = Client::connect(&srv.path).expect("attach the child");
+    // The parent closes its copy at once: the child's hold keeps the connection.
+    s.close().unwrap();
+    let (ls, mut ss) = adopt(&child, ticket);
+    assert_eq!(ls.iter().map(|(n, _)| *n).collect::<Vec<_>>(), [l_number]);
+    assert_eq!(ss.len(), 1, "{kind:?}: the accepted connection is shared");
+    assert_eq!(ss[0].0, s_number);
+    assert!(
+        matches!(child.adopt(ticket), Err(ClientError::Refused(_))),
+        "{kind:?}: a ticket is good once"
+    );
+    let cs = &mut ss[0].1;
+    // What comes after the fork goes to whoever reads: the child.
+    p1.write_all(b"after the fork").unwrap();
+    let mut got = Vec::new();
+    while got.len() < 14 {
+        got.extend(read_some(cs));
+    }
+    assert_eq!(got, b"after the fork", "{kind:?}");
+    cs.write_all(b"from the child").unwrap();
+    let mut echo = Vec::new();
+    while echo.len() < 14 {
+        echo.extend(read_some(&mut p1));
+    }
+    assert_eq!(echo, b"from the child");
+
+    // The parent accepts the next connection; the child's copy of the listener is silent.
+    let mut p2 = peer.tcp_connect(to, PATIENCE).expect("second connect");
+    let mut s2 = l
+        .accept_timeout(PATIENCE)
+        .expect("accept")
+        .expect("the parent accepts the next connection");
+    p2.write_all(b"second").unwrap();
+    assert_eq!(read_some(&mut s2), b"second");
+    // The child leaves: its close ends the first connection (the parent's went before).
+    drop(ls);
+    ss.clear();
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        p1.read_timeout(&mut buf, PATIENCE).expect("read"),
+        Some(0),
+        "{kind:?}: the peer sees the end once both holders closed"
+    );
+    // The listener is the parent's alone again and still listens.
+    let _p3 = peer.tcp_connect(to, PATIENCE).expect("third connect");
+    assert!(l.accept_timeout(PATIENCE).expect("accept").is_some());
+    let st = srv.stats();
+    assert_eq!(st.forks.forks, 1);
+    assert_eq!(st.forks.adopted, 1);
+    assert_eq!(st.forks.refused, 1);
+    assert!(st.forks.resumes >= 2, "{kind:?}: {:?}", st.forks);
+}
+
+#[test]
+fn fork_per_connection_shared() {
+    fork_per_connection(Kind::Shared);
+}
+
+#[test]
+fn fork_per_connection_regions() {
+    fork_per_connection(Kind::Regions);
+}
+
+#[test]
+fn fork_per_connection_ipc() {
+    fork_per_connection(Kind::Ipc);
+}
+
+/// The pattern of a pre-forking server (nginx, Apache's prefork, gunicorn): the parent
+/// listens and forks workers, and a worker accepts. The parent dies: the listener lives on
+/// in the worker.
+#[test]
+fn workers_keep_a_listener_whose_parent_died() {
+    let srv = stepped::tcp_loopback("fork-workers", Kind::Shared, Duration::from_millis(2));
+    let peer = Client::connect(&srv.path).expect("attach the peer");
+    let parent = Client::connect(&srv.path).expect("attach the parent");
+    let l = parent.tcp_listen(0, 8).expect("listen");
+    let to = SocketAddrV4::new(US, l.port());
+    let t1 = parent.prepare_fork().expect("ticket 1");
+    let w1 = Client::connect(&srv.path).expect("worker 1");
+    let (mut l1, _) = adopt(&w1, t1);
+    let t2 = parent.prepare_fork().expect("ticket 2");
+    let w2 = Client::connect(&srv.path).expect("worker 2");
+    let (mut l2, _) = adopt(&w2, t2);
+    // The parent goes (its process ends: its client and listener with it).
+    drop(l);
+    drop(parent);
+    // Worker 1 accepts first: it claims the listener.
+    let (_, l1) = l1.pop().unwrap();
+    assert!(l1.try_accept().unwrap().is_none());
+    let mut a = peer.tcp_connect(to, PATIENCE).expect("connect to the workers");
+    let mut s = l1
+        .accept_timeout(PATIENCE)
+        .unwrap()
+        .expect("worker 1 accepts");
+    a.write_all(b"to a worker").unwrap();
+    assert_eq!(read_some(&mut s), b"to a worker");
+    // Worker 2 claims it next and gets the next connection.
+    let (_, l2) = l2.pop().unwrap();
+    assert!(l2.try_accept().unwrap().is_none());
+    let _b = peer.tcp_connect(to, PATIENCE).expect("connect again");
+    assert!(l2.accept_timeout(PATIENCE).unwrap().is_some());
+    // Both workers close: nothing listens any more.
+    drop(l1);
+    drop(l2);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        match peer.tcp_connect(to, PATIENCE) {
+            Err(ClientError::Connection(_)) => break,
+            Ok(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => panic!("a connection to a listener every holder closed: {other:?}"),
+        }
+    }
+}
