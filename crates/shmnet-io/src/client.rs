@@ -52,7 +52,7 @@ mod poll;
 mod regions;
 mod tcp;
 
-pub use fork::{Adopted, ForkTicket};
+pub use fork::{Adopted, ForkTicket, Reserved};
 pub use lent::Lent;
 pub use poll::{Interest, PollItem, PollSocket, WakeFds};
 pub use tcp::{Linger, TcpListener, TcpStream};
@@ -296,7 +296,24 @@ impl Client {
     /// Attaches to the server listening on `path`: checks that it runs as root or as our own
     /// user ([`ClientError::UntrustedServer`] if not), version handshake, then both windows.
     pub fn connect(path: impl AsRef<Path>) -> Result<Self, ClientError> {
+        Self::attach_reserved(Self::reserve(path)?)
+    }
+
+    /// The first half of [`Client::connect`]: a control connection to the server at `path`,
+    /// checked, on which nothing is said yet. A parent about to `fork` makes one for its
+    /// child, which attaches over it ([`Client::attach_reserved`]) with the parent's
+    /// credentials — a worker that gave up its privileges after the fork still reaches the
+    /// server, and its fork ticket is for the parent's user. The server closes a
+    /// connection that says nothing for 5 s.
+    pub fn reserve(path: impl AsRef<Path>) -> Result<Reserved, ClientError> {
         let (ctl, _server) = control::connect_checked(path.as_ref())?;
+        Ok(Reserved(ctl))
+    }
+
+    /// The second half of [`Client::connect`]: the version handshake and both windows, over
+    /// a connection [`Client::reserve`] made.
+    pub fn attach_reserved(reserved: Reserved) -> Result<Self, ClientError> {
+        let ctl = reserved.0;
         control::send(
             &ctl,
             &Request::Hello {

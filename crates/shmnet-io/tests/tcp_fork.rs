@@ -54,7 +54,7 @@ fn fork_per_connection(kind: Kind) {
     assert_eq!(got, b"before the fork", "{kind:?}: the parent reads before it forks");
     let (s_number, l_number) = (s.number(), l.number());
 
-    let ticket = parent.prepare_fork().expect("a fork ticket");
+    let ticket = parent.prepare_fork(|| ()).expect("a fork ticket");
     let child = Client::connect(&srv.path).expect("attach the child");
     // The parent closes its copy at once: the child's hold keeps the connection.
     s.close().unwrap();
@@ -133,10 +133,10 @@ fn workers_keep_a_listener_whose_parent_died() {
     let parent = Client::connect(&srv.path).expect("attach the parent");
     let l = parent.tcp_listen(0, 8).expect("listen");
     let to = SocketAddrV4::new(US, l.port());
-    let t1 = parent.prepare_fork().expect("ticket 1");
+    let t1 = parent.prepare_fork(|| ()).expect("ticket 1");
     let w1 = Client::connect(&srv.path).expect("worker 1");
     let (mut l1, _) = adopt(&w1, t1);
-    let t2 = parent.prepare_fork().expect("ticket 2");
+    let t2 = parent.prepare_fork(|| ()).expect("ticket 2");
     let w2 = Client::connect(&srv.path).expect("worker 2");
     let (mut l2, _) = adopt(&w2, t2);
     // The parent goes (its process ends: its client and listener with it).

@@ -10,15 +10,11 @@ use crate::table::{self, Mark};
 /// 0 when none answered.
 #[unsafe(no_mangle)]
 pub extern "C" fn shmnet_present() -> c_int {
-    if table::forked() {
-        // A forked child does not use its parent's client (docs/preload.md).
-        return 0;
-    }
     crate::caught(|| c_int::from(table::lock().client().is_ok()), || 0)
 }
 
 /// 1 when `fd` is one of the server's sockets, 0 when it is the kernel's.
 #[unsafe(no_mangle)]
 pub extern "C" fn shmnet_fd_carried(fd: c_int) -> c_int {
-    c_int::from(table::marked(fd) == Mark::Shmnet && !table::forked())
+    c_int::from(table::marked(fd) == Mark::Shmnet && !table::orphaned(fd))
 }

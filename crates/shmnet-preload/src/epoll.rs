@@ -35,7 +35,7 @@ pub unsafe extern "C" fn epoll_create(size: c_int) -> c_int {
 pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
     // SAFETY: the caller's argument, passed on.
     let ep = unsafe { real::epoll_create1(flags) };
-    if ep >= 0 && !table::forked() {
+    if ep >= 0 {
         // A number an earlier instance may have had: what it watched is not this one's.
         guarded(|| {
             table::lock().forget_epoll(ep);
@@ -50,10 +50,10 @@ pub unsafe extern "C" fn epoll_create1(flags: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn epoll_ctl(ep: c_int, op: c_int, fd: c_int, ev: *mut epoll_event) -> c_int {
     let mark = table::marked(fd);
-    if table::forked() && mark == Mark::Shmnet {
+    if table::orphaned(fd) {
         return fail(libc::EBADF);
     }
-    if mark == Mark::NotOurs || mark == Mark::Epoll || table::forked() {
+    if mark == Mark::NotOurs || mark == Mark::Epoll {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::epoll_ctl(ep, op, fd, ev) };
     }

@@ -66,7 +66,7 @@ pub(crate) fn stream_available(fd: c_int) -> Result<usize, c_int> {
 /// Reads into `buf` from the server's connection `fd`, as `recv(2)` with `flags`
 /// (`MSG_DONTWAIT`, `MSG_WAITALL`, `MSG_PEEK`).
 fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
-    if table::forked() {
+    if table::orphaned(fd) {
         return fail(libc::EBADF);
     }
     let peek = flags & libc::MSG_PEEK != 0;
@@ -171,7 +171,7 @@ fn broken_pipe(flags: c_int) -> ssize_t {
 /// (`MSG_DONTWAIT`, `MSG_NOSIGNAL`): some bytes, or an error, or `EAGAIN` when the send
 /// buffer is full and the socket does not block.
 fn stream_write(fd: c_int, data: &[u8], flags: c_int) -> ssize_t {
-    if table::forked() {
+    if table::orphaned(fd) {
         return fail(libc::EBADF);
     }
     let mut done = 0usize;

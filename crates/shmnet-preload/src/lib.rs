@@ -27,6 +27,7 @@ mod api;
 mod config;
 mod dup;
 mod epoll;
+mod fork;
 mod fortify;
 mod io;
 mod mmsg;

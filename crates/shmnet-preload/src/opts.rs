@@ -141,7 +141,7 @@ pub unsafe extern "C" fn setsockopt(
         }
         return r;
     }
-    if table::forked() {
+    if table::orphaned(fd) {
         return fail(libc::EBADF);
     }
     // SAFETY: the caller's contract covers `val` for `len` bytes.

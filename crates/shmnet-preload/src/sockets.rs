@@ -27,7 +27,7 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
         && ty & 0xf == libc::SOCK_DGRAM
         && (proto == 0 || proto == libc::IPPROTO_UDP)
         && !crate::config::get().kernel_udp;
-    if fd < 0 || !(tcp || udp) || fd as usize >= table::MAX_FD || table::forked() {
+    if fd < 0 || !(tcp || udp) || fd as usize >= table::MAX_FD {
         return fd;
     }
     guarded(|| {
@@ -68,12 +68,9 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, proto: c_int) -> c_int
     })
 }
 
-/// The mark of `fd` for a call that may decide an undecided socket; in a forked child such
-/// a socket is the kernel's (the child must not use the parent's client).
+/// The mark of `fd` for a call that may decide an undecided socket. (A forked child decides
+/// its inherited undecided sockets on its own client, as any other.)
 fn decidable_mark(fd: c_int) -> Mark {
-    if table::forked() && table::marked(fd) == Mark::Undecided {
-        table::forget_in_child(fd);
-    }
     table::marked(fd)
 }
 
@@ -229,7 +226,7 @@ pub unsafe extern "C" fn accept4(
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::accept4(fd, addr, len, flags) };
     }
-    if table::forked() {
+    if table::orphaned(fd) {
         return fail(libc::EBADF);
     }
     let mut blocking = wait::Blocking::new(fd, wait::Way::In);
@@ -438,9 +435,9 @@ fn reported_connected(fd: c_int) -> bool {
 /// duplicate of the server's socket; or the socket itself, whose connection is closed
 /// (`close(2)` on the last descriptor of a TCP socket).
 pub(crate) fn forget(fd: c_int) {
-    if table::forked() {
-        // The parent's socket, left open for it; the number is the kernel's here.
-        table::forget_in_child(fd);
+    if table::orphaned(fd) {
+        // A socket this forked child could not take from its parent: forgotten.
+        table::forget_orphan(fd);
         return;
     }
     match table::marked(fd) {
@@ -459,10 +456,7 @@ pub(crate) fn forget(fd: c_int) {
                     return 0;
                 }
                 let sock = st.release(fd);
-                if table::forked() {
-                    // The parent's connection: not ours to end.
-                    std::mem::forget(sock);
-                } else {
+                {
                     match sock {
                         // SO_LINGER of zero: Linux's abortive close, a reset.
                         Some(Sock::Stream { s, opts, .. }) if opts.linger == Some(0) => {
@@ -500,7 +494,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::shutdown(fd, how) };
     }
-    if table::forked() {
+    if table::orphaned(fd) {
         return fail(libc::EBADF);
     }
     guarded(|| {

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::config::{self, debug};
@@ -49,8 +49,10 @@ const SHMNET_UDP: u8 = 4;
 
 static MARKS: [AtomicU8; MAX_FD] = [const { AtomicU8::new(0) }; MAX_FD];
 
-/// Set in a child after `fork`: the server's sockets belong to the parent.
-static FORKED: AtomicBool = AtomicBool::new(false);
+/// The raw mark of a socket a forked child could not take from its parent (a UDP socket,
+/// or any when the adoption failed): [`Mark::Shmnet`] to [`marked`], and every call on it
+/// fails with `EBADF` ([`orphaned`]) but `close`, which forgets it.
+const ORPHAN: u8 = 5;
 
 /// The mark of `fd` (one relaxed load: a program that closes a descriptor while another
 /// thread uses it has a race of its own, as with the kernel's descriptors).
@@ -59,7 +61,7 @@ pub(crate) fn marked(fd: libc::c_int) -> Mark {
     match usize::try_from(fd).ok().and_then(|i| MARKS.get(i)) {
         Some(m) => match m.load(Ordering::Relaxed) {
             1 => Mark::Undecided,
-            2 | SHMNET_UDP => Mark::Shmnet,
+            2 | SHMNET_UDP | ORPHAN => Mark::Shmnet,
             3 => Mark::Epoll,
             _ => Mark::NotOurs,
         },
@@ -90,15 +92,15 @@ fn set_raw_mark(fd: libc::c_int, raw: u8) {
     }
 }
 
-/// In a forked child: `fd` is the kernel's from now on, without the lock (a thread of the
-/// parent may have held it at the fork, and is not here to let it go).
-pub(crate) fn forget_in_child(fd: libc::c_int) {
+/// An orphan's descriptor is being closed: it is the kernel's from now on.
+pub(crate) fn forget_orphan(fd: libc::c_int) {
     set_mark(fd, Mark::NotOurs);
 }
 
-/// Whether this process is a child forked after it had shmnet sockets.
-pub(crate) fn forked() -> bool {
-    FORKED.load(Ordering::Relaxed)
+/// Whether `fd` is a socket a forked child could not take from its parent ([`ORPHAN`]).
+#[inline]
+pub(crate) fn orphaned(fd: libc::c_int) -> bool {
+    raw_mark(fd) == ORPHAN
 }
 
 /// Options a program set, applied when the socket becomes the server's (and answered back
@@ -229,6 +231,9 @@ pub(crate) struct State {
     pub(crate) epolls: HashMap<libc::c_int, Vec<Watch>, BuildHasherDefault<FxHasher>>,
     /// The server's UDP sockets, by port, each with the program's sockets bound to it.
     pub(crate) udp_ports: HashMap<u16, UdpPort, BuildHasherDefault<FxHasher>>,
+    /// In a forked child: the parent's sockets, until the first call adopts them
+    /// ([`crate::fork`]).
+    pub(crate) inherit: Option<crate::fork::Inheritance>,
 }
 
 /// One socket an epoll instance watches, kept here because the kernel's instance cannot
@@ -262,12 +267,18 @@ static STATE: Mutex<State> = Mutex::new(State {
     moved_seen: 0,
     epolls: HashMap::with_hasher(BuildHasherDefault::new()),
     udp_ports: HashMap::with_hasher(BuildHasherDefault::new()),
+    inherit: None,
 });
 
 /// The state, locked (a panic while it was held is not a reason to stop: the data it
 /// guards stays consistent between calls).
 pub(crate) fn lock() -> MutexGuard<'static, State> {
-    STATE.lock().unwrap_or_else(|e| e.into_inner())
+    let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    if st.inherit.is_some() {
+        // A forked child's first call: its parent's sockets become its own first.
+        crate::fork::adopt_inherited(&mut st);
+    }
+    st
 }
 
 /// Why a socket cannot be the server's.
@@ -291,7 +302,7 @@ impl State {
                         cfg.server.display(),
                         c.address()
                     );
-                    install_fork_handler();
+                    crate::fork::install_handlers();
                     Ok(c)
                 }
                 Err(e) => {
@@ -394,6 +405,25 @@ impl State {
     pub(crate) fn adopt(&mut self, fd: libc::c_int, opts: Opts) {
         self.socks.insert(fd, Sock::Undecided { opts, bound: None });
         set_mark(fd, Mark::Undecided);
+    }
+
+    /// Descriptor `fd`, and every duplicate of it, names a socket this forked child could
+    /// not take from its parent: calls on it fail with `EBADF` until it is closed.
+    pub(crate) fn orphan(&mut self, fd: libc::c_int) {
+        set_raw_mark(fd, ORPHAN);
+        let dups: Vec<libc::c_int> = self
+            .aliases
+            .iter()
+            .filter(|&(_, &k)| k == fd)
+            .map(|(&a, _)| a)
+            .collect();
+        for a in dups {
+            self.aliases.remove(&a);
+            set_raw_mark(a, ORPHAN);
+        }
+        for watches in self.epolls.values_mut() {
+            watches.retain(|w| w.fd != fd);
+        }
     }
 
     /// Leaves `fd` to the kernel from now on (or forgets it, closed): no epoll instance
@@ -499,14 +529,4 @@ pub(crate) fn drain_eventfd(fd: libc::c_int) {
     unsafe { crate::real::read(fd, (&raw mut v).cast(), 8) };
     // An empty eventfd says EAGAIN: not the program's errno to see.
     crate::set_errno(errno);
-}
-
-/// After `fork`, the child's copies of the server's sockets are the parent's connections:
-/// the child forgets them without telling the server (see docs/preload.md).
-fn install_fork_handler() {
-    extern "C" fn child() {
-        FORKED.store(true, Ordering::Relaxed);
-    }
-    // SAFETY: registers a handler with no arguments that only stores to an atomic.
-    unsafe { libc::pthread_atfork(None, None, Some(child)) };
 }

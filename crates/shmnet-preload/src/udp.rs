@@ -388,7 +388,7 @@ impl Got {
 /// Receives one datagram on the server's UDP socket `fd` into `bufs`, as `recvmsg(2)` with
 /// `flags` (`MSG_DONTWAIT`, `MSG_PEEK`, `MSG_TRUNC`).
 pub(crate) fn recv(fd: c_int, bufs: &mut Scatter<'_>, flags: c_int) -> Result<Got, c_int> {
-    if table::forked() {
+    if table::orphaned(fd) {
         return Err(libc::EBADF);
     }
     let mut blocking = wait::Blocking::new(fd, wait::Way::In);
@@ -444,7 +444,7 @@ pub(crate) fn send(
     to: Option<SocketAddrV4>,
     flags: c_int,
 ) -> Result<usize, c_int> {
-    if table::forked() {
+    if table::orphaned(fd) {
         return Err(libc::EBADF);
     }
     let mut blocking = wait::Blocking::new(fd, wait::Way::Out);

@@ -50,17 +50,11 @@ fn revents(events: c_short, ready: Interest) -> c_short {
 
 /// Fills in `revents` of the server's sockets among `fds`; returns how many are ready.
 fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
-    if table::forked() {
-        // The parent's sockets (docs/preload.md): the child must not touch its client.
-        let mut n = 0;
-        for p in fds
-            .iter_mut()
-            .filter(|p| table::marked(p.fd) == Mark::Shmnet)
-        {
-            p.revents = libc::POLLNVAL;
-            n += 1;
-        }
-        return n;
+    // Sockets a forked child could not take from its parent are not open here.
+    let mut orphans = 0;
+    for p in fds.iter_mut().filter(|p| table::orphaned(p.fd)) {
+        p.revents = libc::POLLNVAL;
+        orphans += 1;
     }
     // A UDP port several sockets share: its datagrams go to their queues first, so each
     // socket's readiness is its own.
@@ -74,7 +68,7 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
     } = st;
     let client = match client {
         Some(Ok(c)) => c,
-        _ => return 0,
+        _ => return orphans,
     };
     // A wait's few sockets on the stack: a look allocates nothing.
     let mut items: SmallVec<[PollItem<'_>; 8]> = SmallVec::new();

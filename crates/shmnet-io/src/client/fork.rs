@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ForkTicket(pub u64);
 
+/// A control connection made and not yet attached over ([`Client::reserve`]).
+#[derive(Debug)]
+pub struct Reserved(pub(super) rustix::fd::OwnedFd);
+
 /// A socket of the parent's, adopted by the child.
 #[derive(Debug)]
 pub enum Adopted {
@@ -45,9 +49,11 @@ impl Client {
     /// Call just before `fork`: asks the server for a ticket sharing this application's TCP
     /// sockets with the child to come, then moves everything already delivered off the
     /// receive ring into the sockets' queues (nothing more comes for them until a holder
-    /// uses them). Every TCP socket is dormant here from now on: its next read, accept or
-    /// poll claims it back ([`TcpOp::Resume`]).
-    pub fn prepare_fork(&self) -> Result<ForkTicket, ClientError> {
+    /// uses them) and calls `take_delivered`, in which the caller may read what is there
+    /// without waiting (the sockets library copies it where the child will find it).
+    /// Every TCP socket is dormant from then on: its next read, accept or poll claims it
+    /// back ([`TcpOp::Resume`]). (A read inside `take_delivered` claims nothing.)
+    pub fn prepare_fork(&self, take_delivered: impl FnOnce()) -> Result<ForkTicket, ClientError> {
         let mut i = self.inner.borrow_mut();
         i.drain_requests(Instant::now() + DRAIN_PATIENCE)?;
         let ticket = match i.call(Request::Fork)? {
@@ -59,6 +65,14 @@ impl Client {
                 )));
             }
         };
+        i.gather()?;
+        // Reads now take what is here and claim nothing, not even a socket still dormant
+        // from an earlier fork: what comes after the ticket is for whoever uses it next.
+        i.tcp.claims_held = true;
+        drop(i);
+        take_delivered();
+        let mut i = self.inner.borrow_mut();
+        i.tcp.claims_held = false;
         let ids: Vec<u16> = i
             .tcp
             .ids
@@ -67,7 +81,6 @@ impl Client {
             .filter(|id| !i.tcp.closing.contains(id))
             .collect();
         i.tcp.dormant.extend(ids);
-        i.gather()?;
         Ok(ticket)
     }
 
@@ -145,7 +158,7 @@ impl Client {
 impl Inner {
     /// A dormant TCP socket is about to be read, accepted from or polled: claim it.
     pub(super) fn wake_dormant(&mut self, id: u16) -> Result<(), ClientError> {
-        if !self.tcp.dormant.is_empty() && self.tcp.dormant.remove(&id) {
+        if !self.tcp.dormant.is_empty() && !self.tcp.claims_held && self.tcp.dormant.remove(&id) {
             self.tcp_op(id, TcpOp::Resume)?;
         }
         Ok(())

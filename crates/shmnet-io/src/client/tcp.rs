@@ -51,6 +51,8 @@ pub(super) struct Book {
     /// Shared by a fork and not used since ([`super::fork`]): the next read, accept or
     /// poll claims it first.
     pub(super) dormant: HashSet<u16>,
+    /// Within [`super::Client::prepare_fork`]'s `take_delivered`: dormant sockets stay so.
+    pub(super) claims_held: bool,
 }
 
 impl Book {

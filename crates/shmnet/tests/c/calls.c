@@ -284,9 +284,108 @@ static void duplicate(void) {
     close(d);
 }
 
+/* The exit status of child `pid`, as one word. */
+static const char *child_said(pid_t pid) {
+    int st;
+    if (waitpid(pid, &st, 0) != pid) die("waitpid");
+    if (!WIFEXITED(st)) return "killed";
+    switch (WEXITSTATUS(st)) {
+    case 0: return "ok";
+    case 2: return "wrong bytes";
+    case 3: return "a call failed";
+    default: return "an odd exit";
+    }
+}
+
+/* Sends "N\n" (our listener's port) to the peer's 6003, which connects back and says "back". */
+static int ask_back(int l, const char *what) {
+    char buf[16];
+    struct sockaddr_in a;
+    socklen_t len = sizeof a;
+    getsockname(l, (struct sockaddr *)&a, &len);
+    int s = must_dial(6003, what);
+    int n = snprintf(buf, sizeof buf, "%d\n", ntohs(a.sin_port));
+    if (write(s, buf, n) != n) die(what);
+    return s;
+}
+
+/* A listener on our own address, any port. */
+static int own_listener(const char *what) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    int probe = must_dial(6000, what);
+    socklen_t len = sizeof a;
+    getsockname(probe, (struct sockaddr *)&a, &len);
+    close(probe);
+    a.sin_port = 0;
+    if (bind(l, (struct sockaddr *)&a, sizeof a) < 0) die(what);
+    if (listen(l, 4) < 0) die(what);
+    return l;
+}
+
+/* Reads exactly n bytes in a child: exit 3 if a read fails, 2 if they are not `want`. */
+static void child_expects(int s, const char *want) {
+    char buf[32];
+    int n = strlen(want), got = 0;
+    while (got < n) {
+        ssize_t r = read(s, buf + got, n - got);
+        if (r <= 0) _exit(3);
+        got += r;
+    }
+    _exit(memcmp(buf, want, n) ? 2 : 0);
+}
+
+/* The servers that fork: per connection (the parent accepts, forks, closes its copy and
+ * accepts again; the child serves), and pre-forked (a worker accepts on the listener its
+ * parent made). And a child that talks on a connection its parent closed. */
+static void forking_servers(void) {
+    char buf[16];
+    int l = own_listener("fork server");
+    int s = ask_back(l, "fork server dial");
+    int c = accept(l, NULL, NULL);
+    if (c < 0) die("fork server accept");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(l);
+        child_expects(c, "back\n");
+    }
+    close(c);
+    printf("fork: a child served the connection its parent accepted: %s\n", child_said(pid));
+    close(s);
+    s = ask_back(l, "fork server dial again");
+    c = accept(l, NULL, NULL);
+    if (c < 0) die("fork server accept again");
+    read_n(c, buf, 5, "fork server read again");
+    printf("fork: the parent accepts again after its child closed the listener: %s", buf);
+    close(c);
+    close(s);
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        int w = accept(l, NULL, NULL);
+        if (w < 0) _exit(3);
+        child_expects(w, "back\n");
+    }
+    s = ask_back(l, "prefork dial");
+    printf("fork: a pre-forked worker accepted on its parent's listener: %s\n", child_said(pid));
+    close(s);
+    close(l);
+    s = must_dial(6000, "fork talk");
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        if (write(s, "kid", 3) != 3) _exit(3);
+        child_expects(s, "kid");
+    }
+    close(s);
+    printf("fork: a child talks on a connection its parent closed: %s\n", child_said(pid));
+}
+
 static void forking(void) {
     char buf[16];
     int s = must_dial(6000, "fork");
+    fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
         close(s);
@@ -731,6 +830,7 @@ int main(int argc, char **argv) {
     ended_then_reset();
     duplicate();
     forking();
+    forking_servers();
     names();
     nonblocking_connect();
     accepting();

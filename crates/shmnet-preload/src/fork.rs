@@ -1,0 +1,309 @@
+//! `fork`: parent and child both keep the server's TCP sockets (docs/preload.md, "fork").
+//!
+//! A `pthread_atfork` triple carries it, around the one lock every call takes:
+//!
+//! - **prepare** (the parent, before the fork): takes the lock — no thread of the parent
+//!   holds it across the fork, so the child's copy is not left locked — and, if the
+//!   program has TCP sockets of the server's, asks the server for a ticket
+//!   (`Client::prepare_fork`) and moves the bytes already delivered for each connection
+//!   into the connection's own `peeked` bytes, in this process's memory, which the child
+//!   inherits. (Left in the parent's rings they would be out of the child's reach: the
+//!   rings are the parent's.)
+//! - **parent** (after): lets the lock go. Its sockets are dormant until used again.
+//! - **child** (after, in the child): lets go of its copy of the parent's client without a
+//!   word to the server (its rings are the parent's) and sets its sockets aside, named by
+//!   their numbers in the parent. The first call that takes the lock attaches this process
+//!   as an application of its own and adopts them with the ticket ([`adopt_inherited`]): the
+//!   child's descriptors keep their numbers, options, and bytes not yet read.
+//!
+//! The server's UDP sockets are not shared: in the child they fail with `EBADF` (and
+//! `close` forgets them), as every inherited socket does if the adoption fails.
+
+use libc::c_int;
+use shmnet_io::client::{Adopted, Client, ForkTicket, Reserved};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::sync::MutexGuard;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::debug;
+use crate::net::{self, Call};
+use crate::table::{self, Opts, Sock, State};
+
+
+/// The ticket the last prepare got (0: none), read by the child handler.
+static TICKET: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// The lock, held by the forking thread from prepare to the parent's or child's handler.
+    static HELD: RefCell<Option<MutexGuard<'static, State>>> = const { RefCell::new(None) };
+}
+
+/// A socket of the parent's that a forked child has not adopted yet.
+pub(crate) enum Inherited {
+    Listener {
+        number: u16,
+        addr: SocketAddrV4,
+        opts: Opts,
+    },
+    Stream {
+        number: u16,
+        local: SocketAddrV4,
+        opts: Opts,
+        shut_rd: bool,
+        shut_wr: bool,
+        failed: bool,
+        peeked: Vec<u8>,
+        deferred: Option<c_int>,
+    },
+}
+
+/// What a forked child has still to adopt.
+pub(crate) struct Inheritance {
+    ticket: u64,
+    socks: Vec<(c_int, Inherited)>,
+    /// The control connection the parent made for it (with the parent's credentials).
+    conn: Option<Reserved>,
+}
+
+thread_local! {
+    /// The control connection prepare made for the child to come (the parent's copy is
+    /// closed by the parent's handler).
+    static FOR_CHILD: RefCell<Option<Reserved>> = const { RefCell::new(None) };
+}
+
+/// Registers the handlers (once per process: a child that attaches again does not add a
+/// second set).
+pub(crate) fn install_handlers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers three handlers with no arguments; each runs on the forking
+        // thread (prepare, parent) or the child's only thread (child).
+        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    });
+}
+
+extern "C" fn prepare() {
+    let mut st = table::lock();
+    let ticket = crate::caught(|| share_with_child(&mut st), || 0);
+    TICKET.store(ticket, Ordering::Relaxed);
+    HELD.with(|h| *h.borrow_mut() = Some(st));
+}
+
+extern "C" fn parent() {
+    TICKET.store(0, Ordering::Relaxed);
+    FOR_CHILD.with(|c| drop(c.borrow_mut().take()));
+    HELD.with(|h| drop(h.borrow_mut().take()));
+}
+
+extern "C" fn child() {
+    let ticket = TICKET.swap(0, Ordering::Relaxed);
+    let conn = FOR_CHILD.with(|c| c.borrow_mut().take());
+    HELD.with(|h| {
+        if let Some(mut st) = h.borrow_mut().take() {
+            set_aside_in_child(&mut st, ticket, conn);
+        }
+    });
+}
+
+/// The parent's half of prepare: the ticket (0 if there is nothing to share or no server),
+/// and every connection's delivered bytes moved into its `peeked` bytes.
+fn share_with_child(st: &mut State) -> u64 {
+    let tcp = st
+        .socks
+        .values()
+        .any(|s| matches!(s, Sock::Listener { .. } | Sock::Stream { .. }));
+    if !tcp {
+        return 0;
+    }
+    let State { client, socks, .. } = st;
+    let Some(Ok(c)) = client else { return 0 };
+    let ticket = c.prepare_fork(|| {
+        let mut chunk = vec![0u8; 64 * 1024];
+        for sock in socks.values_mut() {
+            let Sock::Stream {
+                s,
+                peeked,
+                deferred,
+                ..
+            } = sock
+            else {
+                continue;
+            };
+            loop {
+                match s.try_read(&mut chunk) {
+                    Ok(Some(n)) if n > 0 => peeked.extend_from_slice(&chunk[..n]),
+                    Ok(_) => break,
+                    Err(e) => {
+                        *deferred = deferred.or(Some(net::errno_of(&e, Call::Read)));
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    match ticket {
+        Ok(t) => {
+            debug!("fork: a ticket for the child");
+            // The child attaches over a connection made here, with this process's
+            // credentials: a worker that drops its privileges after the fork still can.
+            let conn = Client::reserve(&crate::config::get().server).ok();
+            FOR_CHILD.with(|c| *c.borrow_mut() = conn);
+            t.0
+        }
+        Err(e) => {
+            eprintln!(
+                "shmnet: fork: the server gave no ticket ({e}): the child cannot use this program's sockets"
+            );
+            0
+        }
+    }
+}
+
+/// The child handler's work: the parent's client let go, its sockets set aside for
+/// [`adopt_inherited`] (or orphaned, without a ticket).
+fn set_aside_in_child(st: &mut State, ticket: u64, conn: Option<Reserved>) {
+    st.sleepers.clear();
+    st.ring_armed = false;
+    st.moved_seen = 0;
+    let old = st.client.take();
+    if let Some(Ok(c)) = &old {
+        c.abandon_after_fork();
+    }
+    let fds: Vec<c_int> = st.socks.keys().copied().collect();
+    let mut inherited = Vec::new();
+    for fd in fds {
+        if matches!(st.socks.get(&fd), Some(Sock::Undecided { .. }) | None) {
+            continue; // a kernel socket: the child's copy is the kernel's business
+        }
+        match st.socks.remove(&fd) {
+            Some(Sock::Listener { l, addr, opts }) => inherited.push((
+                fd,
+                Inherited::Listener {
+                    number: l.number(),
+                    addr,
+                    opts,
+                },
+            )),
+            Some(Sock::Stream {
+                s,
+                local,
+                opts,
+                shut_rd,
+                shut_wr,
+                failed,
+                peeked,
+                deferred,
+                ..
+            }) => inherited.push((
+                fd,
+                Inherited::Stream {
+                    number: s.number(),
+                    local,
+                    opts,
+                    shut_rd,
+                    shut_wr,
+                    failed,
+                    peeked,
+                    deferred,
+                },
+            )),
+            Some(other) => {
+                // UDP: not shared with the child.
+                drop(other);
+                st.orphan(fd);
+            }
+            None => {}
+        }
+    }
+    st.udp_ports.clear();
+    drop(old);
+    if ticket == 0 {
+        for (fd, _) in inherited {
+            st.orphan(fd);
+        }
+        return;
+    }
+    if !inherited.is_empty() {
+        st.inherit = Some(Inheritance {
+            ticket,
+            socks: inherited,
+            conn,
+        });
+    }
+}
+
+/// In a forked child, at the first call that takes the lock: attaches and adopts the
+/// sockets set aside at the fork. Those the server does not give back are orphaned.
+pub(crate) fn adopt_inherited(st: &mut State) {
+    let Some(inh) = st.inherit.take() else { return };
+    if st.client.is_none()
+        && let Some(conn) = inh.conn
+    {
+        // Over the parent's connection if the server still holds it (it closes one that
+        // says nothing for 5 s); else `client()` dials again.
+        if let Ok(c) = Client::attach_reserved(conn) {
+            debug!("fork: the child attached over its parent's connection");
+            install_handlers();
+            st.client = Some(Ok(c));
+        }
+    }
+    let adopted = match st.client() {
+        Ok(c) => c.adopt(ForkTicket(inh.ticket)).map_err(|e| e.to_string()),
+        Err(_) => Err("no server".to_string()),
+    };
+    let mut by_number: HashMap<u16, Adopted> = match adopted {
+        Ok(list) => list.into_iter().collect(),
+        Err(e) => {
+            eprintln!(
+                "shmnet: fork: this child could not take its parent's sockets ({e}): they fail with EBADF here"
+            );
+            HashMap::new()
+        }
+    };
+    for (fd, inherited) in inh.socks {
+        let sock = match inherited {
+            Inherited::Listener { number, addr, opts } => match by_number.remove(&number) {
+                Some(Adopted::Listener(l)) => Some(Sock::Listener { l, addr, opts }),
+                _ => None,
+            },
+            Inherited::Stream {
+                number,
+                local,
+                opts,
+                shut_rd,
+                shut_wr,
+                failed,
+                peeked,
+                deferred,
+            } => match by_number.remove(&number) {
+                Some(Adopted::Stream(s)) => {
+                    let mut sock = Sock::stream(s, local, opts, false);
+                    if let Sock::Stream {
+                        shut_rd: r,
+                        shut_wr: w,
+                        failed: f,
+                        peeked: p,
+                        deferred: d,
+                        ..
+                    } = &mut sock
+                    {
+                        (*r, *w, *f, *p, *d) = (shut_rd, shut_wr, failed, peeked, deferred);
+                    }
+                    Some(sock)
+                }
+                _ => None,
+            },
+        };
+        match sock {
+            Some(sock) => {
+                debug!("fork: the child adopted descriptor {fd}");
+                st.socks.insert(fd, sock);
+            }
+            None => st.orphan(fd),
+        }
+    }
+    // Sockets the server shared that this process had no descriptor for any more: let go.
+    drop(by_number);
+}
