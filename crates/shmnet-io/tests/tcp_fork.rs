@@ -22,7 +22,10 @@ fn read_some(s: &mut TcpStream) -> Vec<u8> {
     buf[..n].to_vec()
 }
 
-fn adopt(child: &Client, ticket: ForkTicket) -> (Vec<(u16, TcpListener)>, Vec<(u16, TcpStream)>) {
+/// What a child adopted, each with its number in the parent: listeners, then connections.
+type Inherited = (Vec<(u16, TcpListener)>, Vec<(u16, TcpStream)>);
+
+fn adopt(child: &Client, ticket: ForkTicket) -> Inherited {
     let mut ls = Vec::new();
     let mut ss = Vec::new();
     for (parent, a) in child.adopt(ticket).expect("adopt") {
@@ -51,7 +54,10 @@ fn fork_per_connection(kind: Kind) {
     while got.len() < 15 {
         got.extend(read_some(&mut s));
     }
-    assert_eq!(got, b"before the fork", "{kind:?}: the parent reads before it forks");
+    assert_eq!(
+        got, b"before the fork",
+        "{kind:?}: the parent reads before it forks"
+    );
     let (s_number, l_number) = (s.number(), l.number());
 
     let ticket = parent.prepare_fork(|| ()).expect("a fork ticket");
@@ -145,7 +151,9 @@ fn workers_keep_a_listener_whose_parent_died() {
     // Worker 1 accepts first: it claims the listener.
     let (_, l1) = l1.pop().unwrap();
     assert!(l1.try_accept().unwrap().is_none());
-    let mut a = peer.tcp_connect(to, PATIENCE).expect("connect to the workers");
+    let mut a = peer
+        .tcp_connect(to, PATIENCE)
+        .expect("connect to the workers");
     let mut s = l1
         .accept_timeout(PATIENCE)
         .unwrap()

@@ -31,7 +31,6 @@ use crate::config::debug;
 use crate::net::{self, Call};
 use crate::table::{self, Opts, Sock, State};
 
-
 /// The ticket the last prepare got (0: none), read by the child handler.
 static TICKET: AtomicU64 = AtomicU64::new(0);
 

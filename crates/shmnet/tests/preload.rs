@@ -1419,3 +1419,213 @@ print("udp", raw(u), "tcp", raw(t))
         "UDP the kernel's, TCP the server's"
     );
 }
+
+/// A server's fork counters, read with `shmnet stats --json`.
+fn fork_counters(sock: &str) -> shmnet_io::server::ForkCounters {
+    let mut c = Command::new(SHMNET);
+    c.args(["stats", "--socket", sock, "--json"]);
+    let out = run_ok(c, "shmnet stats --json", Duration::from_secs(10));
+    let stats: shmnet_io::server::ServerStats =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("shmnet stats --json: {e}: {out}"));
+    stats.forks
+}
+
+/// Waits until the server shares no socket any more (every child that took its parent's
+/// sockets has let them go); returns the counters.
+fn forks_settle(sock: &str) -> shmnet_io::server::ForkCounters {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let f = fork_counters(sock);
+        if f.shared_now == 0 || Instant::now() > deadline {
+            return f;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Python's `ForkingTCPServer` on the loopback wire: one child per request.
+const FORKING_PY: &str = r#"
+import os, socketserver, sys
+class H(socketserver.StreamRequestHandler):
+    def handle(self):
+        line = self.rfile.readline()
+        self.wfile.write(b"child %d: " % os.getpid() + line)
+class S(socketserver.ForkingTCPServer):
+    allow_reuse_address = True
+S(("10.99.0.1", int(sys.argv[1])), H).serve_forever()
+"#;
+
+/// Servers that fork, unmodified, under `shmnet run` (docs/preload.md, "fork"): socat's
+/// `fork` (a child per connection, the parent back to accepting), Python's
+/// `ForkingTCPServer`, and nginx as it is usually run — daemonised, a master that forks
+/// two workers which drop root for `nobody` and share its listener, reloaded with SIGHUP
+/// (new workers, the old ones finish) and stopped. Every reply comes from a child, and
+/// once the programs are gone the server shares no socket any more.
+#[test]
+fn forking_servers_under_shmnet_run_serve_every_connection() {
+    const TEST: &str = "forking_servers_under_shmnet_run_serve_every_connection";
+    library();
+    let missing: Vec<_> = ["nginx", "socat", "curl", "ab", "python3"]
+        .into_iter()
+        .filter(|p| !installed(p))
+        .collect();
+    if !missing.is_empty() {
+        shmnet_testkit::skip(
+            TEST,
+            &format!("{missing:?} not installed: scripts/setup installs them as root"),
+        );
+        return;
+    }
+    let (_server, sock) = loopback_server("lo-forks", &[]);
+    // A client's line sent to `port` and what came back, once the listener is there.
+    let ask = |port: u16, line: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut c = under_shmnet(&sock, "socat");
+            c.args(["-t", "5", "-", &format!("TCP:10.99.0.1:{port}")]);
+            let mut child = c
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("socat client");
+            std::io::Write::write_all(child.stdin.as_mut().unwrap(), line.as_bytes()).unwrap();
+            drop(child.stdin.take());
+            let out = child.wait_with_output().expect("socat client");
+            if out.status.success() || Instant::now() > deadline {
+                assert!(
+                    out.status.success(),
+                    "socat client to {port}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                return String::from_utf8_lossy(&out.stdout).into_owned();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    // socat: a child per connection, each echoing its client.
+    let mut socat = under_shmnet(&sock, "socat");
+    socat
+        .args(["TCP-LISTEN:7701,bind=10.99.0.1,fork,reuseaddr", "PIPE"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _socat = Killed(socat.spawn().expect("start socat fork"));
+    assert_eq!(ask(7701, "first\n"), "first\n");
+    std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..8)
+            .map(|i| scope.spawn(move || (i, ask(7701, &format!("client {i}\n")))))
+            .collect();
+        for c in clients {
+            let (i, got) = c.join().expect("a client");
+            assert_eq!(got, format!("client {i}\n"), "socat fork's echo {i}");
+        }
+    });
+
+    // Python's ForkingTCPServer.
+    let mut py = under_shmnet(&sock, "python3");
+    py.args(["-c", FORKING_PY, "7702"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _py = Killed(py.spawn().expect("start ForkingTCPServer"));
+    let mut pids = std::collections::HashSet::new();
+    for i in 0..6 {
+        let got = ask(7702, &format!("r{i}\n"));
+        let (pid, said) = got
+            .strip_prefix("child ")
+            .and_then(|r| r.split_once(": "))
+            .unwrap_or_else(|| panic!("ForkingTCPServer answered {got:?}"));
+        assert_eq!(said, format!("r{i}\n"));
+        pids.insert(pid.to_string());
+    }
+    assert_eq!(pids.len(), 6, "each request served by a child of its own");
+
+    // nginx: daemon, master and two workers (as nobody), reload, stop.
+    let dir = std::env::temp_dir().join(format!("shmnet-pre-{}-nginx-fork", std::process::id()));
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/index.html"), "forked\n").unwrap();
+    let d = dir.display();
+    let conf = format!(
+        "daemon on; master_process on; worker_processes 2; error_log {d}/error.log info; pid {d}/nginx.pid;
+events {{ worker_connections 256; }}
+http {{ access_log off;
+  client_body_temp_path {d}/body; proxy_temp_path {d}/proxy; fastcgi_temp_path {d}/fcgi;
+  uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;
+  server {{ listen 10.99.0.1:8089; root {d}/www; }} }}
+"
+    );
+    let conf_path = dir.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let mut nginx = under_shmnet(&sock, "nginx");
+    nginx.args(["-c", conf_path.to_str().unwrap()]);
+    run_ok(nginx, "nginx (it daemonises)", Duration::from_secs(20));
+    let stop = || {
+        let mut s = Command::new("nginx");
+        s.args(["-c", conf_path.to_str().unwrap(), "-s", "stop"]);
+        let _ = s.output();
+    };
+    struct Stop<F: Fn()>(F);
+    impl<F: Fn()> Drop for Stop<F> {
+        fn drop(&mut self) {
+            (self.0)();
+        }
+    }
+    let _stop = Stop(stop);
+    let curl = || {
+        let mut c = under_shmnet(&sock, "curl");
+        c.args(["-sf", "http://10.99.0.1:8089/index.html"]);
+        c
+    };
+    assert_eq!(
+        until_it_connects("curl of nginx's workers", curl),
+        "forked\n"
+    );
+    let mut ab = under_shmnet(&sock, "ab");
+    ab.args(["-n", "400", "-c", "4", "http://10.99.0.1:8089/index.html"]);
+    let out = run_ok(ab, "ab against nginx's workers", Duration::from_secs(120));
+    assert!(out.contains("Complete requests:      400"), "ab: {out}");
+    assert!(out.contains("Failed requests:        0"), "ab: {out}");
+    let pid: i32 = std::fs::read_to_string(dir.join("nginx.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: sends SIGHUP to nginx's master, whose pid it wrote.
+    assert_eq!(unsafe { libc_kill(pid, 1) }, 0, "SIGHUP to nginx");
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..5 {
+        assert_eq!(
+            until_it_connects("curl of nginx's new workers", curl),
+            "forked\n"
+        );
+    }
+    drop(_stop);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut c = curl();
+        let refused = !c.output().expect("curl").status.success();
+        if refused {
+            break;
+        }
+        assert!(Instant::now() < deadline, "nginx's listener outlived nginx");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(_py);
+    drop(_socat);
+    let f = forks_settle(&sock);
+    assert_eq!(
+        f.shared_now, 0,
+        "sockets still shared once every program went: {f:?}"
+    );
+    assert!(
+        f.adopted >= 8 + 6 + 2,
+        "children adopted their parents' sockets: {f:?}"
+    );
+    assert_eq!(f.refused, 0, "{f:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

@@ -97,13 +97,14 @@ impl Client {
         i.data_sock = None;
         // The control socket is replaced under its number by a descriptor that is nobody's
         // (an eventfd): this process's reference to the socket goes, the OwnedFd stays valid.
-        if let Ok(placeholder) = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
-        {
+        if let Ok(placeholder) = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC) {
             let mut target = std::mem::ManuallyDrop::new(
                 // SAFETY: the descriptor is the control socket's own number, owned by `i.ctl`,
                 // which keeps owning it (now the eventfd's); `ManuallyDrop` keeps this second
                 // owner from closing it.
-                unsafe { <rustix::fd::OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(i.ctl.as_raw_fd()) },
+                unsafe {
+                    <rustix::fd::OwnedFd as rustix::fd::FromRawFd>::from_raw_fd(i.ctl.as_raw_fd())
+                },
             );
             let _ = rustix::io::dup3(&placeholder, &mut target, rustix::io::DupFlags::CLOEXEC);
         }

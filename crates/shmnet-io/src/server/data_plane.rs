@@ -725,7 +725,10 @@ impl DataPlane {
         for s in gone {
             let _ = match s {
                 StackSock::Conn(h) => self.iface.tcp_close(&mut self.pool, h, now, &mut self.tx),
-                StackSock::Listen(l) => self.iface.tcp_unlisten(&mut self.pool, l, now, &mut self.tx),
+                StackSock::Listen(l) => {
+                    self.iface
+                        .tcp_unlisten(&mut self.pool, l, now, &mut self.tx)
+                }
             };
         }
     }
@@ -733,7 +736,11 @@ impl DataPlane {
     /// After a change of who claims a shared socket: every entry that refers to it is
     /// silenced or woken as [`Forks::dormant`] says; expired tickets are let go.
     fn settle_forks(&mut self) {
-        if self.forks.next_expiry().is_some_and(|t| t <= Instant::now()) {
+        if self
+            .forks
+            .next_expiry()
+            .is_some_and(|t| t <= Instant::now())
+        {
             self.expire_forks();
         }
         for sock in self.forks.take_changed() {

@@ -382,7 +382,10 @@ mod tests {
         f.held_to_entry(h[0].sock);
         f.claim(c, 3, 0);
         assert!(!f.let_go(c, 3, 0));
-        assert!(!f.dormant(c, 1, 3) && !f.dormant(c, 2, 0), "everyone after the claimer went");
+        assert!(
+            !f.dormant(c, 1, 3) && !f.dormant(c, 2, 0),
+            "everyone after the claimer went"
+        );
         assert!(!f.let_go(c, 1, 3));
         assert!(!f.is_shared(c), "one holder left");
         assert!(f.let_go(c, 2, 0));
@@ -400,7 +403,10 @@ mod tests {
         assert!(f.expire(t0 + FORK_TICKET_LIFETIME / 2).is_empty());
         let gone = f.expire(t0 + FORK_TICKET_LIFETIME);
         assert_eq!(gone, vec![orphan]);
-        assert!(!f.is_shared(kept) && !f.dormant(kept, 1, 0), "the parent's again");
+        assert!(
+            !f.is_shared(kept) && !f.dormant(kept, 1, 0),
+            "the parent's again"
+        );
         assert_eq!(f.counters().expired, 1);
         assert!(f.is_idle() || !f.take_changed().is_empty());
     }

@@ -259,7 +259,9 @@ impl Sockets {
         let app = self.app;
         for (n, s) in self.slots.iter_mut().enumerate() {
             match s {
-                Some(AppSocket::Listener { l, dormant: d, .. }) if sock == StackSock::Listen(*l) => {
+                Some(AppSocket::Listener { l, dormant: d, .. })
+                    if sock == StackSock::Listen(*l) =>
+                {
                     *d = dormant(app, n as u16);
                 }
                 Some(AppSocket::Tcp(t)) if sock == StackSock::Conn(t.h) => {
