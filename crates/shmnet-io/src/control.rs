@@ -13,6 +13,8 @@
 //! server → app  {"Welcome":{"version":1,"data_window":..., "app_window":...}}  then two hand-offs
 //! app → server  {"Bind":{"port":5001}}  server → app {"Bound":{"socket":0,"port":5001}} | {"Error":"…"}
 //! app → server  {"Close":{"socket":0}}      server → app {"Closed":{"socket":0}}
+//! app → server  "Fork"                      server → app {"Forked":{"ticket":…}}
+//! app → server  {"Adopt":{"ticket":…}}      server → app {"Adopted":{"sockets":[…]}}  (a forked child)
 //! any → server  {"Stats":null}              server → any {"Stats":{…}}
 //! driver → server {"DriverHello":{"version":1}}  server → driver {"Welcome":…}, {"Driver":{…}}
 //!                                            (its device: a `DriverSetup`), then the data window
