@@ -91,9 +91,17 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn parent() {
-    TICKET.store(0, Ordering::Relaxed);
+    let shared = TICKET.swap(0, Ordering::Relaxed) != 0;
     FOR_CHILD.with(|c| drop(c.borrow_mut().take()));
-    HELD.with(|h| drop(h.borrow_mut().take()));
+    HELD.with(|h| {
+        if let Some(st) = h.borrow_mut().take()
+            && shared
+        {
+            // Threads of the parent asleep in a wait on its sockets, now dormant, would hear
+            // nothing more: woken, each looks again, and its look claims them back.
+            st.wake_sleepers();
+        }
+    });
 }
 
 extern "C" fn child() {

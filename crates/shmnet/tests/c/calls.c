@@ -382,6 +382,51 @@ static void forking_servers(void) {
     printf("fork: a child talks on a connection its parent closed: %s\n", child_said(pid));
 }
 
+static int blocked_listener;
+static char blocked_got[16];
+
+static void *accept_back(void *arg) {
+    (void)arg;
+    int c = accept(blocked_listener, NULL, NULL);
+    if (c < 0) {
+        snprintf(blocked_got, sizeof blocked_got, "failed\n");
+        return NULL;
+    }
+    read_n(c, blocked_got, 5, "fork thread read");
+    close(c);
+    return NULL;
+}
+
+/* A thread blocked in accept while another thread forks a child that lives on (it waits
+ * on a pipe): the connection that comes next is still accepted by the thread (within the
+ * listener's 5 s SO_RCVTIMEO). */
+static void forking_threads(void) {
+    pthread_t t;
+    int p[2];
+    char c;
+    if (pipe(p)) die("fork thread pipe");
+    blocked_listener = own_listener("fork thread listener");
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(blocked_listener, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (pthread_create(&t, NULL, accept_back, NULL)) die("fork thread");
+    usleep(100 * 1000);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[1]);
+        _exit(read(p[0], &c, 1) == 1 ? 0 : 3);
+    }
+    close(p[0]);
+    int s = ask_back(blocked_listener, "fork thread dial");
+    pthread_join(t, NULL);
+    if (write(p[1], "x", 1) != 1) die("fork thread pipe write");
+    close(p[1]);
+    printf("fork: a thread blocked in accept across a fork accepted: %s", blocked_got);
+    printf("fork: the child meanwhile: %s\n", child_said(pid));
+    close(s);
+    close(blocked_listener);
+}
+
 static void forking(void) {
     char buf[16];
     int s = must_dial(6000, "fork");
@@ -831,6 +876,7 @@ int main(int argc, char **argv) {
     duplicate();
     forking();
     forking_servers();
+    forking_threads();
     names();
     nonblocking_connect();
     accepting();
