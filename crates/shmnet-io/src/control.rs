@@ -13,7 +13,7 @@
 //! server → app  {"Welcome":{"version":1,"data_window":..., "app_window":...}}  then two hand-offs
 //! app → server  {"Bind":{"port":5001}}  server → app {"Bound":{"socket":0,"port":5001}} | {"Error":"…"}
 //! app → server  {"Close":{"socket":0}}      server → app {"Closed":{"socket":0}}
-//! app → server  "Fork"                      server → app {"Forked":{"ticket":…}}
+//! app → server  {"Fork":{"sockets":[…]}}    server → app {"Forked":{"ticket":…}}
 //! app → server  {"Adopt":{"ticket":…}}      server → app {"Adopted":{"sockets":[…]}}  (a forked child)
 //! any → server  {"Stats":null}              server → any {"Stats":{…}}
 //! driver → server {"DriverHello":{"version":1}}  server → driver {"Welcome":…}, {"Driver":{…}}
@@ -221,11 +221,14 @@ pub enum Request {
         /// Its number, from `Registered`.
         region: u16,
     },
-    /// The application is about to `fork`: its TCP sockets are to be shared with the child
-    /// (docs/preload.md, "fork"). Answered by `Forked`, after which the server delivers
-    /// nothing more for those sockets to anyone until a holder resumes one
-    /// ([`crate::windows::TcpOp::Resume`]).
-    Fork,
+    /// The application is about to `fork`: the TCP sockets it names (listeners and
+    /// connections it holds) are to be shared with the child (docs/preload.md, "fork").
+    /// Answered by `Forked`, after which the server delivers nothing more for those sockets
+    /// to anyone until a holder resumes one ([`crate::windows::TcpOp::Resume`]).
+    Fork {
+        /// Their numbers.
+        sockets: Vec<u32>,
+    },
     /// The first request of a forked child, attached as an application of its own: take a
     /// reference on every socket its parent's `Fork` named. Answered by `Adopted`.
     Adopt {

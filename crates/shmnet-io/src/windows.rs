@@ -281,10 +281,8 @@ pub enum TcpOp {
     /// On a listener: the application took one of the connections it announced
     /// (`accept`). The server announces at most the listen backlog's worth of connections
     /// not yet taken; the rest wait in the stack's accept queue, and past it SYNs are
-    /// dropped (or answered with cookies), as a kernel's full backlog does. The argument
-    /// is the number of the connection taken: from then on it is the application's like a
-    /// connection it opened, and a `fork` shares it with the child.
-    Claimed(u32),
+    /// dropped (or answered with cookies), as a kernel's full backlog does.
+    Claimed,
     /// The application uses the socket again after a `fork` shared it
     /// (`crate::client::Client::prepare_fork`): its bytes, events and connections come to
     /// this application from now on, not to the other holders (docs/preload.md, "fork").
@@ -305,7 +303,7 @@ impl TcpOp {
             8 => Self::SendBuffer(arg),
             9 => Self::RecvBuffer(arg),
             10 => Self::CloseLinger,
-            11 => Self::Claimed(arg),
+            11 => Self::Claimed,
             12 => Self::Resume,
             _ => return None,
         })
@@ -329,7 +327,7 @@ impl TcpOp {
             Self::SendBuffer(_) => 8,
             Self::RecvBuffer(_) => 9,
             Self::CloseLinger => 10,
-            Self::Claimed(_) => 11,
+            Self::Claimed => 11,
             Self::Resume => 12,
         }
     }
@@ -337,7 +335,7 @@ impl TcpOp {
     /// Its argument (0 for an operation that takes none).
     pub fn arg(self) -> u32 {
         match self {
-            Self::SendBuffer(n) | Self::RecvBuffer(n) | Self::Claimed(n) => n,
+            Self::SendBuffer(n) | Self::RecvBuffer(n) => n,
             _ => 0,
         }
     }
@@ -563,7 +561,7 @@ mod tcp_tests {
         assert_eq!(TcpOp::decode(9, 70_000), Some(TcpOp::RecvBuffer(70_000)));
         assert_eq!(TcpOp::decode(0, 0), None);
         assert_eq!(TcpOp::decode(10, 0), Some(TcpOp::CloseLinger));
-        assert_eq!(TcpOp::decode(11, 7), Some(TcpOp::Claimed(7)));
+        assert_eq!(TcpOp::decode(11, 0), Some(TcpOp::Claimed));
         assert_eq!(TcpOp::decode(12, 0), Some(TcpOp::Resume));
         assert_eq!(TcpOp::decode(13, 0), None);
         let to = SocketAddrV4::new(Ipv4Addr::new(192, 168, 1, 2), 443);

@@ -60,7 +60,9 @@ fn fork_per_connection(kind: Kind) {
     );
     let (s_number, l_number) = (s.number(), l.number());
 
-    let ticket = parent.prepare_fork(|| ()).expect("a fork ticket");
+    let ticket = parent
+        .prepare_fork(&[l_number, s_number], || ())
+        .expect("a fork ticket");
     let child = Client::connect(&srv.path).expect("attach the child");
     // The parent closes its copy at once: the child's hold keeps the connection.
     s.close().unwrap();
@@ -139,10 +141,10 @@ fn workers_keep_a_listener_whose_parent_died() {
     let parent = Client::connect(&srv.path).expect("attach the parent");
     let l = parent.tcp_listen(0, 8).expect("listen");
     let to = SocketAddrV4::new(US, l.port());
-    let t1 = parent.prepare_fork(|| ()).expect("ticket 1");
+    let t1 = parent.prepare_fork(&[l.number()], || ()).expect("ticket 1");
     let w1 = Client::connect(&srv.path).expect("worker 1");
     let (mut l1, _) = adopt(&w1, t1);
-    let t2 = parent.prepare_fork(|| ()).expect("ticket 2");
+    let t2 = parent.prepare_fork(&[l.number()], || ()).expect("ticket 2");
     let w2 = Client::connect(&srv.path).expect("worker 2");
     let (mut l2, _) = adopt(&w2, t2);
     // The parent goes (its process ends: its client and listener with it).
@@ -178,4 +180,45 @@ fn workers_keep_a_listener_whose_parent_died() {
             other => panic!("a connection to a listener every holder closed: {other:?}"),
         }
     }
+}
+
+/// A fork's requests from an application that lies: numbers that name nothing, a UDP
+/// socket, a listener twice; tickets guessed, or used twice. Nothing is shared that should
+/// not be, and every refusal is counted.
+#[test]
+fn lying_fork_requests_are_refused() {
+    let srv = stepped::tcp_loopback("fork-lies", Kind::Shared, Duration::from_millis(2));
+    let parent = Client::connect(&srv.path).expect("attach the parent");
+    let l = parent.tcp_listen(0, 8).expect("listen");
+    let u = parent.udp_bind(0).expect("a UDP socket");
+    let _ = u;
+    let ticket = parent
+        .prepare_fork(&[l.number(), l.number(), 9_999, 65_535, 0], || ())
+        .expect("a ticket for what can be shared");
+    let child = Client::connect(&srv.path).expect("attach the child");
+    for guess in [0, 1, ticket.0 ^ 1, u64::MAX] {
+        assert!(
+            matches!(child.adopt(ForkTicket(guess)), Err(ClientError::Refused(_))),
+            "a guessed ticket {guess:#x}"
+        );
+    }
+    let (ls, ss) = adopt(&child, ticket);
+    assert_eq!(ls.len(), 1, "the listener once");
+    assert!(ss.is_empty());
+    assert!(matches!(child.adopt(ticket), Err(ClientError::Refused(_))));
+    let st = srv.stats();
+    assert_eq!(st.forks.refused, 5, "{:?}", st.forks);
+    assert_eq!(st.forks.adopted, 1);
+    let parent_app = st
+        .apps
+        .iter()
+        .find(|a| a.counters.tcp_bad_ops > 0)
+        .expect("the parent's refused numbers counted");
+    // 9,999 and 65,535 name nothing; 0 may be the listener or the UDP socket (the first
+    // socket made), which is not shareable.
+    assert!(
+        parent_app.counters.tcp_bad_ops >= 2,
+        "{:?}",
+        parent_app.counters
+    );
 }

@@ -248,7 +248,7 @@ fn junk_ops(udp: u16, l: u16, conn: u16) -> Vec<Desc> {
         aux,
     };
     let mut v = Vec::new();
-    for code in [0, 12, 13, 0x7f, 0xbf, 0xc1, 0x1_0002, 0x7fff_ffff, u32::MAX] {
+    for code in [0, 13, 14, 0x7f, 0xbf, 0xc1, 0x1_0002, 0x7fff_ffff, u32::MAX] {
         v.push(op(u32::from(conn), code));
     }
     for sock in [999u32, 4_000, 65_534, 65_535, 65_536, u32::MAX] {
@@ -261,12 +261,12 @@ fn junk_ops(udp: u16, l: u16, conn: u16) -> Vec<Desc> {
         v.push(op(u32::from(udp), code));
     }
     // A claim on a connection, and on a listener that announced nothing to take.
-    v.push(op(u32::from(conn), TcpOp::Claimed(0).code()));
+    v.push(op(u32::from(conn), TcpOp::Claimed.code()));
     for code in [
         TcpOp::Shutdown,
         TcpOp::NoDelayOn,
         TcpOp::KeepaliveOn,
-        TcpOp::Claimed(0),
+        TcpOp::Claimed,
     ] {
         v.push(op(u32::from(l), code.code()));
     }

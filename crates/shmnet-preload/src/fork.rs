@@ -126,7 +126,15 @@ fn share_with_child(st: &mut State) -> u64 {
     }
     let State { client, socks, .. } = st;
     let Some(Ok(c)) = client else { return 0 };
-    let ticket = c.prepare_fork(|| {
+    let share: Vec<u16> = socks
+        .values()
+        .filter_map(|s| match s {
+            Sock::Listener { l, .. } => Some(l.number()),
+            Sock::Stream { s, .. } => Some(s.number()),
+            _ => None,
+        })
+        .collect();
+    let ticket = c.prepare_fork(&share, || {
         let mut chunk = vec![0u8; 64 * 1024];
         for sock in socks.values_mut() {
             let Sock::Stream {

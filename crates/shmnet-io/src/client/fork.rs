@@ -41,22 +41,29 @@ pub enum Adopted {
 }
 
 /// How long [`Client::prepare_fork`] waits for the server to take what the parent queued
-/// on its request ring (so that an `accept` just made is known to the server when the fork
-/// is: the accepted connection is then shared with the child).
+/// on its request ring (so that what it asked before the fork — a `Resume`, a close — is
+/// done before the fork is).
 const DRAIN_PATIENCE: Duration = Duration::from_secs(1);
 
 impl Client {
-    /// Call just before `fork`: asks the server for a ticket sharing this application's TCP
-    /// sockets with the child to come, then moves everything already delivered off the
+    /// Call just before `fork`: asks the server for a ticket sharing the TCP sockets
+    /// numbered `share` (the listeners and connections the caller holds:
+    /// [`super::TcpListener::number`], [`super::TcpStream::number`]) with the child to come,
+    /// then moves everything already delivered off the
     /// receive ring into the sockets' queues (nothing more comes for them until a holder
     /// uses them) and calls `take_delivered`, in which the caller may read what is there
     /// without waiting (the sockets library copies it where the child will find it).
     /// Every TCP socket is dormant from then on: its next read, accept or poll claims it
     /// back ([`TcpOp::Resume`]). (A read inside `take_delivered` claims nothing.)
-    pub fn prepare_fork(&self, take_delivered: impl FnOnce()) -> Result<ForkTicket, ClientError> {
+    pub fn prepare_fork(
+        &self,
+        share: &[u16],
+        take_delivered: impl FnOnce(),
+    ) -> Result<ForkTicket, ClientError> {
         let mut i = self.inner.borrow_mut();
         i.drain_requests(Instant::now() + DRAIN_PATIENCE)?;
-        let ticket = match i.call(Request::Fork)? {
+        let sockets = share.iter().map(|&n| u32::from(n)).collect();
+        let ticket = match i.call(Request::Fork { sockets })? {
             Response::Forked { ticket } => ForkTicket(ticket),
             Response::Error(e) => return Err(ClientError::Refused(e)),
             other => {
@@ -73,14 +80,7 @@ impl Client {
         take_delivered();
         let mut i = self.inner.borrow_mut();
         i.tcp.claims_held = false;
-        let ids: Vec<u16> = i
-            .tcp
-            .ids
-            .iter()
-            .copied()
-            .filter(|id| !i.tcp.closing.contains(id))
-            .collect();
-        i.tcp.dormant.extend(ids);
+        i.tcp.dormant.extend(share.iter().copied());
         Ok(ticket)
     }
 

@@ -511,7 +511,7 @@ impl TcpListener {
                     i.tcp.ids.insert(socket);
                     // Taken: the server may announce one more (the backlog bounds those
                     // announced and not taken).
-                    i.tcp_op(self.id, TcpOp::Claimed(u32::from(socket)))?;
+                    i.tcp_op(self.id, TcpOp::Claimed)?;
                     return Ok(Some(TcpStream {
                         inner: self.inner.clone(),
                         id: socket,

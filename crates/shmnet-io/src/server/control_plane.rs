@@ -107,6 +107,7 @@ pub(crate) enum Command {
     /// The application is about to fork: share its TCP sockets with the child to come.
     Fork {
         id: u64,
+        sockets: Vec<u32>,
         reply: mpsc::SyncSender<Response>,
     },
     /// A forked child takes its parent's sockets.
@@ -826,10 +827,10 @@ impl ControlPlane {
                     .ask(&self.stop, |reply| Command::Close { id, socket, reply })
                     .unwrap_or_else(gone),
             ),
-            Request::Fork if attached => Some(
+            Request::Fork { sockets } if attached => Some(
                 self.spec
                     .outbox
-                    .ask(&self.stop, |reply| Command::Fork { id, reply })
+                    .ask(&self.stop, |reply| Command::Fork { id, sockets, reply })
                     .unwrap_or_else(gone),
             ),
             Request::Adopt { ticket } if attached => Some(
@@ -857,7 +858,7 @@ impl ControlPlane {
             | Request::Unregister { .. }
             | Request::TcpListen { .. }
             | Request::TcpConnect { .. }
-            | Request::Fork
+            | Request::Fork { .. }
             | Request::Adopt { .. } => {
                 self.count(|c| c.bad_messages += 1);
                 Some(Response::Error("say Hello first".into()))

@@ -535,8 +535,8 @@ impl DataPlane {
                     let resp = self.close(id, socket);
                     let _ = reply.send(resp);
                 }
-                Command::Fork { id, reply } => {
-                    let resp = self.fork(id);
+                Command::Fork { id, sockets, reply } => {
+                    let resp = self.fork(id, &sockets);
                     let _ = reply.send(resp);
                 }
                 Command::Adopt { id, ticket, reply } => {
@@ -644,13 +644,14 @@ impl DataPlane {
         }
     }
 
-    /// Application `id` is about to fork: a ticket for its TCP sockets ([`super::forks`]).
-    fn fork(&mut self, id: u64) -> Response {
+    /// Application `id` is about to fork: a ticket for the TCP sockets numbered `sockets`
+    /// ([`super::forks`]).
+    fn fork(&mut self, id: u64, sockets: &[u32]) -> Response {
         let now = Instant::now();
-        let Some(app) = self.apps.iter().find(|a| a.id == id) else {
+        let Some(app) = self.apps.iter_mut().find(|a| a.id == id) else {
             return Response::Error("say Hello first".into());
         };
-        let held = app.sockets.fork_share();
+        let held = app.sockets.fork_share(sockets);
         let ticket = self.forks.fork(app.uid, held, now);
         self.settle_forks();
         Response::Forked { ticket }

@@ -55,10 +55,6 @@ pub(crate) struct TcpSock {
     said_connected: bool,
     said_eof: bool,
     said_failed: bool,
-    /// Opened by the application, or taken by its `accept` (`TcpOp::Claimed`): a fork
-    /// shares it with the child (an announced connection not yet taken stays this
-    /// application's, as it stays in a kernel's accept queue).
-    taken: bool,
     /// Shared by a fork and claimed by another holder ([`super::forks`]): it says nothing.
     dormant: bool,
 }
@@ -199,32 +195,39 @@ impl Sockets {
             said_connected: accepted,
             said_eof: false,
             said_failed: false,
-            taken: !accepted,
             dormant: false,
         }))
     }
 
-    /// What a fork shares of this table with the child ([`super::forks`]): every listener,
-    /// and every connection opened or taken.
-    pub(crate) fn fork_share(&self) -> Vec<Held> {
+    /// What a fork shares of this table with the child ([`super::forks`]): the listeners and
+    /// connections numbered in `numbers` — those the application holds as sockets (an
+    /// announced connection it has not accepted stays its own, as it stays in a kernel's
+    /// accept queue). Numbers that name nothing shareable are skipped (counted refused).
+    pub(crate) fn fork_share(&mut self, numbers: &[u32]) -> Vec<Held> {
         let mut v = Vec::new();
-        for (n, s) in self.slots.iter().enumerate() {
-            let held = match *s {
+        for &k in numbers {
+            let n = k as usize;
+            let held = match self.slots.get(n).copied().flatten() {
                 Some(AppSocket::Listener { l, backlog, .. }) => Held {
                     parent: n as u16,
                     sock: StackSock::Listen(l),
                     backlog,
                     said_connected: false,
                 },
-                Some(AppSocket::Tcp(t)) if t.taken => Held {
+                Some(AppSocket::Tcp(t)) if t.announced => Held {
                     parent: n as u16,
                     sock: StackSock::Conn(t.h),
                     backlog: 0,
                     said_connected: t.said_connected,
                 },
-                _ => continue,
+                _ => {
+                    self.refusals.bad_ops += 1;
+                    continue;
+                }
             };
-            v.push(held);
+            if !v.iter().any(|h: &Held| h.parent == held.parent) {
+                v.push(held);
+            }
         }
         v
     }
@@ -247,7 +250,6 @@ impl Sockets {
                 said_connected: h.said_connected,
                 said_eof: false,
                 said_failed: false,
-                taken: true,
                 dormant: true,
             }),
         })
@@ -508,13 +510,10 @@ impl Sockets {
             (AppSocket::Listener { l, .. }, TcpOp::SendBuffer(n) | TcpOp::RecvBuffer(n)) => {
                 r.iface.tcp_set_listener_buffer(l, buffer_of(op), n).is_ok()
             }
-            (AppSocket::Listener { unclaimed, .. }, TcpOp::Claimed(taken)) => {
+            (AppSocket::Listener { unclaimed, .. }, TcpOp::Claimed) => {
                 if let Some(Some(AppSocket::Listener { unclaimed: u, .. })) = self.slots.get_mut(i)
                 {
                     *u = u.saturating_sub(1);
-                }
-                if let Some(Some(AppSocket::Tcp(t))) = self.slots.get_mut(taken as usize) {
-                    t.taken = true;
                 }
                 unclaimed > 0
             }
