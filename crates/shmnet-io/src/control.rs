@@ -14,6 +14,7 @@
 //! app → server  {"Bind":{"port":5001}}  server → app {"Bound":{"socket":0,"port":5001}} | {"Error":"…"}
 //! app → server  {"Close":{"socket":0}}      server → app {"Closed":{"socket":0}}
 //! app → server  {"Fork":{"sockets":[…]}}    server → app {"Forked":{"ticket":…}}
+//! app → server  {"ForChild":{"ticket":…}}   (no answer: on the connection made for the child)
 //! app → server  {"Adopt":{"ticket":…}}      server → app {"Adopted":{"sockets":[…]}}  (a forked child)
 //! any → server  {"Stats":null}              server → any {"Stats":{…}}
 //! driver → server {"DriverHello":{"version":1}}  server → driver {"Welcome":…}, {"Driver":{…}}
@@ -228,6 +229,14 @@ pub enum Request {
     Fork {
         /// Their numbers.
         sockets: Vec<u32>,
+    },
+    /// The first message on a control connection a parent about to fork made for its child
+    /// (`crate::client::Client::reserve_for_child`); no answer. The ticket lives as long as
+    /// the connection does (no expiry), and is let go at once when the connection closes
+    /// without adopting it — the child exited, or `exec`ed (the connection is close-on-exec).
+    ForChild {
+        /// The secret `Forked` gave.
+        ticket: u64,
     },
     /// The first request of a forked child, attached as an application of its own: take a
     /// reference on every socket its parent's `Fork` named. Answered by `Adopted`.

@@ -222,3 +222,91 @@ fn lying_fork_requests_are_refused() {
         parent_app.counters
     );
 }
+
+/// Pre-forked workers that all wait in `accept` on one listener: each connection goes to a
+/// worker that waits, so while one worker serves a slow client the next client is taken by
+/// another (found by a hostile test: every connection once went to the last worker to
+/// claim the listener, and a second client waited behind the first's).
+#[test]
+fn each_connection_goes_to_a_worker_that_waits() {
+    let srv = stepped::tcp_loopback("fork-waiters", Kind::Shared, Duration::from_millis(2));
+    let peer = Client::connect(&srv.path).expect("attach the peer");
+    let parent = Client::connect(&srv.path).expect("attach the parent");
+    let l = parent.tcp_listen(0, 8).expect("listen");
+    let to = SocketAddrV4::new(US, l.port());
+    let mut workers = Vec::new();
+    for _ in 0..3 {
+        let t = parent.prepare_fork(&[l.number()], || ()).expect("a ticket");
+        let w = Client::connect(&srv.path).expect("a worker");
+        let (mut ls, _) = adopt(&w, t);
+        workers.push((w, ls.pop().expect("the listener").1));
+    }
+    drop(l); // the parent closes its copy, as prefork servers do
+    // Workers 0 and 1 wait (a look that finds nothing asks for a connection); 2 does not.
+    for (_, wl) in &workers[..2] {
+        assert!(wl.try_accept().unwrap().is_none());
+    }
+    let _a = peer.tcp_connect(to, PATIENCE).expect("client A");
+    let _slow = workers[0]
+        .1
+        .accept_timeout(PATIENCE)
+        .unwrap()
+        .expect("worker 0, the first to wait, takes A");
+    // Worker 0 is busy with A; B goes to worker 1, which waits.
+    let _b = peer.tcp_connect(to, PATIENCE).expect("client B");
+    assert!(
+        workers[1].1.accept_timeout(PATIENCE).unwrap().is_some(),
+        "worker 1 takes B while worker 0 serves A"
+    );
+    // Nobody waits now: C waits in the stack until worker 2 asks.
+    let _c = peer.tcp_connect(to, PATIENCE).expect("client C");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        workers[2].1.accept_timeout(PATIENCE).unwrap().is_some(),
+        "C is taken by the worker that asks for it"
+    );
+    assert_eq!(
+        srv.stats().forks.shared_now,
+        1,
+        "the listener, shared by the workers"
+    );
+}
+
+/// A child that never makes a call on a socket — it exits, or `exec`s another program —
+/// lets its parent's sockets go when the connection made for it closes, not when its
+/// ticket would expire: a connection the parent closed ends at once (found by a hostile
+/// test: 10 s late), and while the child lives it keeps the connection, however long.
+#[test]
+fn a_child_that_never_adopts_lets_go_when_its_connection_closes() {
+    let srv = stepped::tcp_loopback("fork-abandon", Kind::Shared, Duration::from_millis(2));
+    let peer = Client::connect(&srv.path).expect("attach the peer");
+    let parent = Client::connect(&srv.path).expect("attach the parent");
+    let l = parent.tcp_listen(0, 8).expect("listen");
+    let mut p = peer
+        .tcp_connect(SocketAddrV4::new(US, l.port()), PATIENCE)
+        .expect("connect");
+    let s = l.accept().expect("accept");
+    let ticket = parent
+        .prepare_fork(&[l.number(), s.number()], || ())
+        .expect("a ticket");
+    let for_child = Client::reserve_for_child(&srv.path, ticket).expect("the child's connection");
+    s.close().unwrap();
+    // Past the 10 s a ticket lasts alone: the child's connection keeps it.
+    let mut buf = [0u8; 8];
+    let quiet = Duration::from_millis(300) + shmnet_io::control::FORK_TICKET_LIFETIME;
+    assert_eq!(
+        p.read_timeout(&mut buf, quiet).expect("read"),
+        None,
+        "the child still holds the connection"
+    );
+    let t0 = std::time::Instant::now();
+    drop(for_child); // the child exits
+    assert_eq!(p.read_timeout(&mut buf, PATIENCE).expect("read"), Some(0));
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "the end came {:?} after the child went",
+        t0.elapsed()
+    );
+    let f = srv.stats().forks;
+    assert_eq!((f.abandoned, f.expired, f.shared_now), (1, 0, 0), "{f:?}");
+}

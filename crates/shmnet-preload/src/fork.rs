@@ -163,7 +163,7 @@ fn share_with_child(st: &mut State) -> u64 {
             debug!("fork: a ticket for the child");
             // The child attaches over a connection made here, with this process's
             // credentials: a worker that drops its privileges after the fork still can.
-            let conn = Client::reserve(&crate::config::get().server).ok();
+            let conn = Client::reserve_for_child(&crate::config::get().server, t).ok();
             FOR_CHILD.with(|c| *c.borrow_mut() = conn);
             t.0
         }

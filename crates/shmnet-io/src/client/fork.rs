@@ -46,6 +46,19 @@ pub enum Adopted {
 const DRAIN_PATIENCE: Duration = Duration::from_secs(1);
 
 impl Client {
+    /// [`Client::reserve`] for the child of the fork `ticket` is for: the server keeps the
+    /// ticket as long as this connection is open (no expiry) and lets it go as soon as it
+    /// closes unadopted — when the child exits, or `exec`s (the descriptor is close-on-exec)
+    /// before a call on a socket.
+    pub fn reserve_for_child(
+        path: impl AsRef<std::path::Path>,
+        ticket: ForkTicket,
+    ) -> Result<Reserved, ClientError> {
+        let r = Self::reserve(path)?;
+        crate::control::send(&r.0, &Request::ForChild { ticket: ticket.0 })?;
+        Ok(r)
+    }
+
     /// Call just before `fork`: asks the server for a ticket sharing the TCP sockets
     /// numbered `share` (the listeners and connections the caller holds:
     /// [`super::TcpListener::number`], [`super::TcpStream::number`]) with the child to come,
@@ -165,8 +178,32 @@ impl Inner {
         Ok(())
     }
 
-    /// Waits until the server has taken everything on the request ring, or `deadline`.
-    fn drain_requests(&mut self, deadline: Instant) -> Result<(), ClientError> {
+    /// Listener `id` is about to be waited on (accepted from, polled). If a fork shared it,
+    /// it asks the server for a connection, unless it asked already or has one here: the
+    /// server hands each connection to the first of its holders that asked.
+    pub(super) fn listener_wants(&mut self, id: u16) -> Result<(), ClientError> {
+        if self.tcp.claims_held || (self.tcp.pull.is_empty() && self.tcp.dormant.is_empty()) {
+            return Ok(());
+        }
+        if self.tcp.dormant.remove(&id) {
+            self.tcp.pull.insert(id);
+        }
+        if !self.tcp.pull.contains(&id) || self.tcp.asked.contains(&id) {
+            return Ok(());
+        }
+        if self.tcp_has(id, |ev| {
+            matches!(ev, Some(crate::windows::TcpEvent::Accepted { .. }))
+        }) {
+            return Ok(());
+        }
+        self.tcp_op(id, TcpOp::Resume)?;
+        self.tcp.asked.insert(id);
+        Ok(())
+    }
+
+    /// Waits until the server has taken everything on the request ring, or `deadline`: a
+    /// control request sent then comes after them (the two travel apart).
+    pub(super) fn drain_requests(&mut self, deadline: Instant) -> Result<(), ClientError> {
         loop {
             let Some(shm) = self.shm.as_mut() else {
                 return Ok(()); // ipc: requests travel in order on the data socket

@@ -272,16 +272,16 @@ impl Inner {
 
     /// What `socket` is ready for now.
     fn readiness(&mut self, socket: &PollSocket<'_>) -> Interest {
-        if !self.tcp.dormant.is_empty() {
-            // A socket a fork shared is claimed by polling it: what comes for it comes here.
-            let id = match *socket {
-                PollSocket::Udp(_) => None,
-                PollSocket::Listener(l) => Some(l.id()),
-                PollSocket::Stream(s) => Some(s.poll_state().0),
-            };
-            if let Some(id) = id {
-                let _ = self.wake_dormant(id);
+        // A socket a fork shared is claimed by polling it (a listener asks for a connection).
+        match *socket {
+            PollSocket::Udp(_) => {}
+            PollSocket::Listener(l) => {
+                let _ = self.listener_wants(l.id());
             }
+            PollSocket::Stream(s) if !self.tcp.dormant.is_empty() => {
+                let _ = self.wake_dormant(s.poll_state().0);
+            }
+            PollSocket::Stream(_) => {}
         }
         match *socket {
             PollSocket::Udp(s) => Interest {

@@ -53,6 +53,11 @@ pub(super) struct Book {
     pub(super) dormant: HashSet<u16>,
     /// Within [`super::Client::prepare_fork`]'s `take_delivered`: dormant sockets stay so.
     pub(super) claims_held: bool,
+    /// Listeners a fork shared: each wait for a connection asks for one
+    /// ([`Inner::listener_wants`]).
+    pub(super) pull: HashSet<u16>,
+    /// Listeners of `pull` that asked and were not handed a connection yet.
+    pub(super) asked: HashSet<u16>,
 }
 
 impl Book {
@@ -111,12 +116,16 @@ impl Inner {
         match ev {
             Some(TcpEvent::Accepted { socket: new, .. }) => {
                 self.tcp.ids.insert(new);
+                self.tcp.asked.remove(&socket);
             }
             Some(TcpEvent::Failed(f)) => {
                 self.tcp.failed.insert(socket, f);
             }
             Some(TcpEvent::Released) if self.tcp.closing.remove(&socket) => {
                 self.tcp.ids.remove(&socket);
+                self.tcp.pull.remove(&socket);
+                self.tcp.asked.remove(&socket);
+                self.tcp.dormant.remove(&socket);
                 let failed = self.tcp.failed.remove(&socket);
                 if self.tcp.lingering.remove(&socket) {
                     self.tcp.lingered.insert(socket, failed);
@@ -384,10 +393,14 @@ impl super::Client {
     /// port, which [`TcpListener::port`] names), with room for `backlog` connections not yet
     /// accepted.
     pub fn tcp_listen(&self, port: u16, backlog: u32) -> Result<TcpListener, ClientError> {
-        let (id, port) = self
-            .inner
-            .borrow_mut()
-            .tcp_socket(Request::TcpListen { port, backlog })?;
+        let mut i = self.inner.borrow_mut();
+        // A listener on this port just closed (its `Close` on the ring) must be gone before
+        // the server reads this request on the control socket, or the port is still taken
+        // (found: `shutdown` of a listener then `listen` again failed with EADDRINUSE, 1 run
+        // of 16).
+        i.drain_requests(Instant::now() + OP_PATIENCE)?;
+        let (id, port) = i.tcp_socket(Request::TcpListen { port, backlog })?;
+        drop(i);
         Ok(TcpListener {
             inner: self.inner.clone(),
             id,
@@ -506,9 +519,11 @@ impl TcpListener {
     fn accept_until(&self, deadline: Option<Instant>) -> Result<Option<TcpStream>, ClientError> {
         let mut i = self.inner.borrow_mut();
         loop {
+            i.listener_wants(self.id)?;
             match i.tcp_next(self.id, deadline)? {
                 Some(Item::Event(TcpEvent::Accepted { socket, peer })) => {
                     i.tcp.ids.insert(socket);
+                    i.tcp.asked.remove(&self.id);
                     // Taken: the server may announce one more (the backlog bounds those
                     // announced and not taken).
                     i.tcp_op(self.id, TcpOp::Claimed)?;

@@ -110,6 +110,10 @@ pub(crate) enum Command {
         sockets: Vec<u32>,
         reply: mpsc::SyncSender<Response>,
     },
+    /// A fork's ticket is held by a control connection made for the child: no expiry.
+    HoldTicket { ticket: u64, uid: u32 },
+    /// That connection closed: the ticket goes, adopted or not.
+    DropTicket { ticket: u64 },
     /// A forked child takes its parent's sockets.
     Adopt {
         id: u64,
@@ -310,6 +314,8 @@ struct Conn {
     stage: Stage,
     /// Its application number once attached.
     pch: Option<Pch>,
+    /// The fork ticket this connection was made for ([`Request::ForChild`]).
+    for_child: Option<u64>,
 }
 
 /// Application numbers: the lowest free one first, so they stay small and are reused.
@@ -641,6 +647,7 @@ impl ControlPlane {
             since: Instant::now(),
             stage: Stage::Greeting,
             pch: None,
+            for_child: None,
         });
     }
 
@@ -648,8 +655,12 @@ impl ControlPlane {
     fn expire(&mut self) {
         let limit = self.spec.limits.hello_timeout;
         let before = self.conns.len();
-        self.conns
-            .retain(|c| !(matches!(c.stage, Stage::Greeting) && c.since.elapsed() >= limit));
+        self.conns.retain(|c| {
+            // A connection a parent made for its child waits as long as the child lives.
+            !(matches!(c.stage, Stage::Greeting)
+                && c.for_child.is_none()
+                && c.since.elapsed() >= limit)
+        });
         let expired = (before - self.conns.len()) as u64;
         if expired > 0 {
             self.count(|c| c.hello_timeouts += expired);
@@ -710,6 +721,9 @@ impl ControlPlane {
 
     fn hang_up(&mut self, i: usize) {
         let c = self.conns.swap_remove(i);
+        if let Some(ticket) = c.for_child {
+            self.spec.outbox.send(Command::DropTicket { ticket });
+        }
         if matches!(c.stage, Stage::App) {
             // The data plane serves what the application queued, then drops its lines and
             // generation: only then may its regions be unmapped and its number go to another
@@ -833,6 +847,18 @@ impl ControlPlane {
                     .ask(&self.stop, |reply| Command::Fork { id, sockets, reply })
                     .unwrap_or_else(gone),
             ),
+            Request::ForChild { ticket } if !attached && self.conns[i].for_child.is_none() => {
+                self.conns[i].for_child = Some(ticket);
+                let uid = self.conns[i].uid;
+                self.spec.outbox.send(Command::HoldTicket { ticket, uid });
+                None
+            }
+            Request::ForChild { .. } => {
+                self.count(|c| c.bad_messages += 1);
+                Some(Response::Error(
+                    "ForChild comes first, once, on a connection made for a forked child".into(),
+                ))
+            }
             Request::Adopt { ticket } if attached => Some(
                 self.spec
                     .outbox

@@ -539,6 +539,12 @@ impl DataPlane {
                     let resp = self.fork(id, &sockets);
                     let _ = reply.send(resp);
                 }
+                Command::HoldTicket { ticket, uid } => self.forks.hold(ticket, uid),
+                Command::DropTicket { ticket } => {
+                    let gone = self.forks.drop_ticket(ticket);
+                    self.release_orphans(gone);
+                    self.settle_forks();
+                }
                 Command::Adopt { id, ticket, reply } => {
                     let resp = self.adopt(id, ticket);
                     let _ = reply.send(resp);

@@ -14,8 +14,13 @@
 //! 2. **`Adopt`** (the child, attached as an application of its own, at its first call on a
 //!    socket): the ticket's holds become entries in the child's table. A ticket is good
 //!    once, for one child, for [`FORK_TICKET_LIFETIME`]; then its holds are let go.
-//! 3. **`Resume`** (any holder, at its first read, accept or poll of a socket after a fork):
-//!    the socket is *claimed* by that holder, and the others' entries fall silent.
+//! 3. **`Resume`** (any holder, at its first read or poll of a connection after a fork):
+//!    the connection is *claimed* by that holder, and the others' entries fall silent. A
+//!    shared *listener* is asked instead: each holder sends `Resume` whenever it waits for a
+//!    connection and has none, joining a queue of *waiters*; each connection the stack
+//!    accepts goes to the first waiter, which leaves the queue (it asks again when it next
+//!    waits). With nobody waiting, connections wait in the stack's accept queue — as in a
+//!    kernel, where whichever process is in `accept` gets the next connection.
 //!
 //! A socket's stack resources are let go ([`Forks::let_go`] says when) once no entry and no
 //! hold refers to it. When the holder that claimed it lets go, every remaining holder gets
@@ -54,13 +59,18 @@ pub(crate) enum Claim {
 }
 
 /// A socket more than one party refers to.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Shared {
     /// Entries in applications' tables.
     holders: u32,
     /// Holds of live tickets.
     holds: u32,
+    /// A connection's: who gets its deliveries.
     claim: Claim,
+    /// A listener: handed connections in turn to its holders that wait ([`Forks::served`]).
+    listener: bool,
+    /// A listener's holders waiting for a connection, in the order they asked (each once).
+    waiters: std::collections::VecDeque<(u64, u16)>,
 }
 
 /// What a ticket holds of one socket for the child: its number in the parent and, for a
@@ -69,6 +79,8 @@ struct Shared {
 pub(crate) struct Held<K = StackSock> {
     pub(crate) parent: u16,
     pub(crate) sock: K,
+    /// A listener (else a connection).
+    pub(crate) listener: bool,
     pub(crate) backlog: u16,
     pub(crate) said_connected: bool,
 }
@@ -78,6 +90,9 @@ struct Ticket<K> {
     secret: u64,
     uid: u32,
     made: Instant,
+    /// Held by the control connection made for the child ([`Forks::hold`]): it does not
+    /// expire, and goes when that connection closes ([`Forks::drop_ticket`]).
+    held_by_connection: bool,
     held: Vec<Held<K>>,
 }
 
@@ -90,8 +105,12 @@ pub struct ForkCounters {
     pub adopted: u64,
     /// `Adopt` requests refused: no live ticket with that secret for that user.
     pub refused: u64,
-    /// Tickets that expired unused (the child never made a call on a socket).
+    /// Tickets that expired unused: no connection held them, and no child came.
     pub expired: u64,
+    /// Tickets let go unused when the connection made for the child closed (it exited or
+    /// `exec`ed without a call on a socket).
+    #[serde(default)]
+    pub abandoned: u64,
     /// Sockets held by a ticket or shared by several applications now.
     pub shared_now: u64,
     /// `Resume` operations (a holder claiming a shared socket).
@@ -140,6 +159,8 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
                 holders: 1,
                 holds: 0,
                 claim: Claim::Everyone,
+                listener: h.listener,
+                waiters: std::collections::VecDeque::new(),
             });
             s.holds += 1;
             s.claim = Claim::Nobody;
@@ -155,6 +176,7 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
             secret,
             uid,
             made: now,
+            held_by_connection: false,
             held,
         });
         self.counters.forks += 1;
@@ -196,41 +218,94 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
         self.settle(sock)
     }
 
-    /// Lets go of the holds of tickets older than [`FORK_TICKET_LIFETIME`]; returns the
-    /// sockets no one refers to any more, for the caller to release in the stack.
+    /// Lets go of the holds of tickets older than [`FORK_TICKET_LIFETIME`] that no
+    /// connection holds; returns the sockets no one refers to any more, for the caller to
+    /// release in the stack.
     pub(crate) fn expire(&mut self, now: Instant) -> Vec<K> {
         let mut gone = Vec::new();
         let mut i = 0;
         while i < self.tickets.len() {
-            if now.duration_since(self.tickets[i].made) < FORK_TICKET_LIFETIME {
+            let t = &self.tickets[i];
+            if t.held_by_connection || now.duration_since(t.made) < FORK_TICKET_LIFETIME {
                 i += 1;
                 continue;
             }
             let t = self.tickets.swap_remove(i);
             self.counters.expired += 1;
-            for h in t.held {
-                if self.drop_hold(h.sock) {
-                    gone.push(h.sock);
-                }
-            }
+            self.let_go_of_ticket(t, &mut gone);
         }
         gone
+    }
+
+    /// Ticket `secret` is held by a control connection of user `uid`, made for the child:
+    /// it waits for the child as long as that connection lives.
+    pub(crate) fn hold(&mut self, secret: u64, uid: u32) {
+        if let Some(t) = self
+            .tickets
+            .iter_mut()
+            .find(|t| t.secret == secret && t.uid == uid)
+        {
+            t.held_by_connection = true;
+        }
+    }
+
+    /// The connection that held ticket `secret` closed: if the child did not adopt it (it
+    /// exited, or `exec`ed), its holds go now. Returns the sockets no one refers to any
+    /// more, for the caller to release.
+    pub(crate) fn drop_ticket(&mut self, secret: u64) -> Vec<K> {
+        let mut gone = Vec::new();
+        if let Some(i) = self.tickets.iter().position(|t| t.secret == secret) {
+            let t = self.tickets.swap_remove(i);
+            self.counters.abandoned += 1;
+            self.let_go_of_ticket(t, &mut gone);
+        }
+        gone
+    }
+
+    fn let_go_of_ticket(&mut self, t: Ticket<K>, gone: &mut Vec<K>) {
+        for h in t.held {
+            if self.drop_hold(h.sock) {
+                gone.push(h.sock);
+            }
+        }
     }
 
     /// When the oldest live ticket expires, if any (the data plane wakes for it).
     pub(crate) fn next_expiry(&self) -> Option<Instant> {
         self.tickets
             .iter()
+            .filter(|t| !t.held_by_connection)
             .map(|t| t.made + FORK_TICKET_LIFETIME)
             .min()
     }
 
-    /// Entry `n` of application `app` claims `sock` (a `Resume`): only it gets deliveries
-    /// from now on. Nothing happens to a socket that is not shared.
+    /// Entry `n` of application `app` sends `Resume` on `sock`: a connection is claimed by
+    /// it (only it gets deliveries from now on); on a listener it waits for a connection,
+    /// behind those that asked before. Nothing happens to a socket that is not shared.
     pub(crate) fn claim(&mut self, sock: K, app: u64, n: u16) {
         self.counters.resumes += 1;
-        if let Some(s) = self.shared.get_mut(&sock) {
+        let Some(s) = self.shared.get_mut(&sock) else {
+            return;
+        };
+        if s.listener {
+            if s.waiters.contains(&(app, n)) {
+                return;
+            }
+            s.waiters.push_back((app, n));
+        } else {
             s.claim = Claim::Holder(app, n);
+        }
+        self.mark_changed(sock);
+    }
+
+    /// Entry `n` of application `app`, the first waiter of shared listener `sock`, was
+    /// handed a connection: it leaves the queue, and the next waiter is handed the next.
+    pub(crate) fn served(&mut self, sock: K, app: u64, n: u16) {
+        let Some(s) = self.shared.get_mut(&sock) else {
+            return;
+        };
+        if s.waiters.front() == Some(&(app, n)) {
+            s.waiters.pop_front();
             self.mark_changed(sock);
         }
     }
@@ -251,6 +326,7 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
         if s.claim == Claim::Holder(app, n) {
             s.claim = Claim::Everyone;
         }
+        s.waiters.retain(|&w| w != (app, n));
         let none_left = s.holders + s.holds == 0;
         self.mark_changed(sock);
         if none_left {
@@ -281,10 +357,16 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
 
     /// Whether entry `n` of application `app`, which refers to `sock`, is to stay silent.
     pub(crate) fn dormant(&self, sock: K, app: u64, n: u16) -> bool {
-        match self.shared.get(&sock).map(|s| s.claim) {
-            None | Some(Claim::Everyone) => false,
-            Some(Claim::Nobody) => true,
-            Some(Claim::Holder(a, m)) => (a, m) != (app, n),
+        let Some(s) = self.shared.get(&sock) else {
+            return false;
+        };
+        if s.listener {
+            return s.waiters.front() != Some(&(app, n));
+        }
+        match s.claim {
+            Claim::Everyone => false,
+            Claim::Nobody => true,
+            Claim::Holder(a, m) => (a, m) != (app, n),
         }
     }
 
@@ -332,6 +414,7 @@ mod tests {
         Held {
             parent,
             sock,
+            listener: false,
             backlog: 8,
             said_connected: true,
         }
@@ -409,5 +492,48 @@ mod tests {
         );
         assert_eq!(f.counters().expired, 1);
         assert!(f.is_idle() || !f.take_changed().is_empty());
+    }
+
+    #[test]
+    fn a_shared_listener_hands_each_connection_to_the_next_holder_that_waits() {
+        let mut f = Forks::<u32>::default();
+        let now = Instant::now();
+        let l = 9;
+        let listener = Held {
+            listener: true,
+            ..held(l, 0)
+        };
+        let t1 = f.fork(0, vec![listener], now);
+        let t2 = f.fork(0, vec![listener], now);
+        for t in [t1, t2] {
+            let h = f.take_ticket(t, 0).unwrap();
+            f.held_to_entry(h[0].sock);
+        }
+        // Parent (1, 0) and workers (2, 0), (3, 0): nobody waits, nobody is handed one.
+        assert!(f.dormant(l, 1, 0) && f.dormant(l, 2, 0) && f.dormant(l, 3, 0));
+        f.claim(l, 2, 0);
+        f.claim(l, 3, 0);
+        f.claim(l, 2, 0); // asking twice is waiting once
+        assert!(
+            !f.dormant(l, 2, 0) && f.dormant(l, 3, 0),
+            "the first to ask"
+        );
+        f.served(l, 3, 0); // not its turn: nothing changes
+        assert!(!f.dormant(l, 2, 0));
+        f.served(l, 2, 0);
+        assert!(f.dormant(l, 2, 0) && !f.dormant(l, 3, 0), "then the next");
+        f.served(l, 3, 0);
+        assert!(
+            f.dormant(l, 3, 0),
+            "nobody waits: connections wait in the stack"
+        );
+        f.claim(l, 3, 0);
+        assert!(!f.let_go(l, 3, 0), "a waiter that closes leaves the queue");
+        assert!(f.dormant(l, 2, 0) && f.dormant(l, 1, 0));
+        assert!(!f.let_go(l, 2, 0));
+        assert!(
+            !f.is_shared(l) && !f.dormant(l, 1, 0),
+            "alone again: every connection"
+        );
     }
 }

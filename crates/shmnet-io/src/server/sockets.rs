@@ -211,12 +211,14 @@ impl Sockets {
                 Some(AppSocket::Listener { l, backlog, .. }) => Held {
                     parent: n as u16,
                     sock: StackSock::Listen(l),
+                    listener: true,
                     backlog,
                     said_connected: false,
                 },
                 Some(AppSocket::Tcp(t)) if t.announced => Held {
                     parent: n as u16,
                     sock: StackSock::Conn(t.h),
+                    listener: false,
                     backlog: 0,
                     said_connected: t.said_connected,
                 },
@@ -315,7 +317,12 @@ impl Sockets {
             AppSocket::Udp(_) => None,
             AppSocket::Releasing => Some(TcpItem::Event(socket, TcpEvent::Released)),
             AppSocket::Lingering(t) => self.linger_item(r, i, t),
-            AppSocket::Listener { dormant: true, .. } => None,
+            // Silent, but a connection already taken for it is still announced.
+            AppSocket::Listener {
+                dormant: true,
+                owed: None,
+                ..
+            } => None,
             AppSocket::Listener {
                 l,
                 owed,
@@ -328,6 +335,8 @@ impl Sockets {
                     None if unclaimed >= backlog => return None,
                     None => {
                         let h = iface.tcp_accept(l).ok()??;
+                        // A shared listener's first waiter had its connection.
+                        r.forks.served(StackSock::Listen(l), self.app, socket);
                         let Some(n) = self.insert_tcp(h, true) else {
                             // 65,535 sockets open: nobody will own the connection. It
                             // stays in the stack, unannounced, until its peer or the

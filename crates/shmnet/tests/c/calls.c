@@ -618,8 +618,9 @@ static void stop_listening(void) {
     printf("stop-listening: SHUT_WR %d, SHUT_RDWR %d, the blocked accept fails with %s\n", wr, rdwr,
            strerrorname_np(blocked_accept_errno));
     int c = accept(l, NULL, NULL);
-    printf("stop-listening: accept again %s, listen again %d\n",
-           c < 0 ? strerrorname_np(errno) : "accepted?", listen(l, 4));
+    const char *again = c < 0 ? strerrorname_np(errno) : "accepted?";
+    int relisten = listen(l, 4);
+    printf("stop-listening: accept again %s, listen again %d\n", again, relisten);
     close(l);
 }
 
