@@ -34,6 +34,7 @@ mod mmsg;
 mod net;
 mod opts;
 mod polling;
+mod positioned;
 mod real;
 mod sockets;
 mod table;

@@ -301,6 +301,14 @@ pub unsafe extern "C" fn getsockopt(
             unsafe { put(val, len, v) };
             0
         }
+        Ok(None) if empty_by_default(level, name) => {
+            // Options of variable length that a kernel socket has none of: nothing, as
+            // Linux answers. (Zeros of the whole size once told sshd the client had sent
+            // 40 bytes of IP options, and it dropped every connection.)
+            // SAFETY: `len` is valid (checked non-null).
+            unsafe { *len = 0 };
+            0
+        }
         Ok(None) => {
             // A structure the server does not fill (TCP_INFO…): zeros, its whole size.
             // SAFETY: `len` is valid (checked non-null); `val` holds `*len` bytes.
@@ -308,6 +316,15 @@ pub unsafe extern "C" fn getsockopt(
             0
         }
     }
+}
+
+/// Options whose value is a list or a name that a kernel socket has empty until set:
+/// `IP_OPTIONS`, `SO_BINDTODEVICE`.
+fn empty_by_default(level: c_int, name: c_int) -> bool {
+    matches!(
+        (level, name),
+        (libc::IPPROTO_IP, libc::IP_OPTIONS) | (libc::SOL_SOCKET, libc::SO_BINDTODEVICE)
+    )
 }
 
 /// Writes option value `v` (an int or a C structure) to `val` as `getsockopt(2)` does: at

@@ -91,6 +91,12 @@ real! {
     recvmmsg(fd: c_int, v: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int, t: *mut libc::timespec) -> c_int;
     sendmmsg(fd: c_int, v: *mut libc::mmsghdr, n: libc::c_uint, flags: c_int) -> c_int;
     sendfile(out: c_int, input: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t;
+    lseek(fd: c_int, off: libc::off_t, whence: c_int) -> libc::off_t;
+    lseek64(fd: c_int, off: libc::off64_t, whence: c_int) -> libc::off64_t;
+    pread(fd: c_int, buf: *mut c_void, n: size_t, off: libc::off_t) -> ssize_t;
+    pread64(fd: c_int, buf: *mut c_void, n: size_t, off: libc::off64_t) -> ssize_t;
+    pwrite(fd: c_int, buf: *const c_void, n: size_t, off: libc::off_t) -> ssize_t;
+    pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: libc::off64_t) -> ssize_t;
     __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t;
     __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t;
     __recvfrom_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> ssize_t;

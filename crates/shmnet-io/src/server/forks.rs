@@ -191,7 +191,7 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
         let Some(i) = self
             .tickets
             .iter()
-            .position(|t| t.secret == secret && t.uid == uid)
+            .position(|t| t.secret == secret && may_take(t.uid, uid))
         else {
             self.counters.refused += 1;
             return None;
@@ -243,7 +243,7 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
         if let Some(t) = self
             .tickets
             .iter_mut()
-            .find(|t| t.secret == secret && t.uid == uid)
+            .find(|t| t.secret == secret && may_take(t.uid, uid))
         {
             t.held_by_connection = true;
         }
@@ -385,6 +385,15 @@ impl<K: Copy + Eq + std::hash::Hash> Forks<K> {
     }
 }
 
+/// Whether a process of user `uid` may take a ticket made for user `owner`: its own user's,
+/// or root's — a child of root that gave up its privileges (nginx's and Apache's workers run
+/// as `nobody` or `www-data`) still holds what its parent shared, as it holds the inherited
+/// descriptors in the kernel. The secret is the capability; the user check keeps one user's
+/// leaked secret from serving another.
+fn may_take(owner: u32, uid: u32) -> bool {
+    owner == uid || owner == 0
+}
+
 /// 64 bits from the kernel's random source (a ticket's secret: a process that did not fork
 /// from the parent cannot guess it).
 fn random_u64() -> u64 {
@@ -435,6 +444,11 @@ mod tests {
         assert!(!f.let_go(c, 1, 4));
         assert!(f.take_ticket(secret ^ 1, 1000).is_none(), "a wrong secret");
         assert!(f.take_ticket(secret, 1001).is_none(), "another user");
+        let root = f.fork(0, vec![held(conn(8), 1)], now);
+        let h = f
+            .take_ticket(root, 1001)
+            .expect("root's, by a child that dropped root");
+        assert!(!f.drop_hold(h[0].sock), "its parent still holds it");
         let h = f.take_ticket(secret, 1000).expect("the ticket");
         assert!(f.take_ticket(secret, 1000).is_none(), "good once");
         f.held_to_entry(h[0].sock);

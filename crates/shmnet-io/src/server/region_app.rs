@@ -640,6 +640,10 @@ impl AppTransport for RegionApp {
         self.backlog.len()
     }
 
+    fn requests_waiting(&mut self) -> bool {
+        !self.stalled.is_empty() || self.req.available() > 0
+    }
+
     fn parked_sockets(&self, out: &mut Vec<u32>) {
         self.backlog.sockets(out);
     }

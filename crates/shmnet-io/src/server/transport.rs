@@ -102,6 +102,11 @@ pub(crate) trait AppTransport: Send {
     }
     /// TCP requests it has made that wait for the stack (or a line).
     fn parked(&self) -> usize;
+    /// Whether requests wait on its ring that no round has taken yet (a round may take
+    /// none when the driver has no room: an application going away is not done then).
+    fn requests_waiting(&mut self) -> bool {
+        false
+    }
     /// The sockets of the requests parked now (an application going away with requests
     /// that could not be carried out: their connections are reset, not closed, so their
     /// peers never take what they got for the whole stream).
@@ -530,6 +535,10 @@ impl AppTransport for ShmApp {
 
     fn parked(&self) -> usize {
         self.backlog.len()
+    }
+
+    fn requests_waiting(&mut self) -> bool {
+        !self.stalled.is_empty() || self.req.available() > 0
     }
 
     fn parked_sockets(&self, out: &mut Vec<u32>) {

@@ -444,6 +444,25 @@ static void forking(void) {
     close(s);
 }
 
+/* What a kernel socket refuses or has none of: lseek and pread (ESPIPE: bash's `read`
+ * builtin reads ahead and seeks back on a descriptor that seeks), IP_OPTIONS (empty: sshd
+ * drops a connection whose options are not). */
+static void unseekable(void) {
+    char buf[8];
+    int s = must_dial(6000, "unseekable");
+    errno = 0;
+    off_t at = lseek(s, 0, SEEK_CUR);
+    printf("unseekable: lseek %ld %s\n", (long)at, strerrorname_np(errno));
+    errno = 0;
+    ssize_t r = pread(s, buf, sizeof buf, 0);
+    printf("unseekable: pread %zd %s\n", r, strerrorname_np(errno));
+    unsigned char opts[40];
+    socklen_t ol = sizeof opts;
+    int g = getsockopt(s, IPPROTO_IP, IP_OPTIONS, opts, &ol);
+    printf("unseekable: IP_OPTIONS %d, %u bytes\n", g, (unsigned)ol);
+    close(s);
+}
+
 static void names(void) {
     int s = must_dial(6000, "names");
     struct sockaddr_in a;
@@ -878,6 +897,7 @@ int main(int argc, char **argv) {
     forking();
     forking_servers();
     forking_threads();
+    unseekable();
     names();
     nonblocking_connect();
     accepting();
