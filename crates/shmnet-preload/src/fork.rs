@@ -23,13 +23,12 @@ use libc::c_int;
 use shmnet_io::client::{Adopted, Client, ForkTicket, Reserved};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::SocketAddrV4;
 use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::debug;
 use crate::net::{self, Call};
-use crate::table::{self, Opts, Sock, State};
+use crate::table::{self, Sock, State};
 
 /// The ticket the last prepare got (0: none), read by the child handler.
 static TICKET: AtomicU64 = AtomicU64::new(0);
@@ -39,29 +38,12 @@ thread_local! {
     static HELD: RefCell<Option<MutexGuard<'static, State>>> = const { RefCell::new(None) };
 }
 
-/// A socket of the parent's that a forked child has not adopted yet.
-pub(crate) enum Inherited {
-    Listener {
-        number: u16,
-        addr: SocketAddrV4,
-        opts: Opts,
-    },
-    Stream {
-        number: u16,
-        local: SocketAddrV4,
-        opts: Opts,
-        shut_rd: bool,
-        shut_wr: bool,
-        failed: bool,
-        peeked: Vec<u8>,
-        deferred: Option<c_int>,
-    },
-}
-
 /// What a forked child has still to adopt.
 pub(crate) struct Inheritance {
     ticket: u64,
-    socks: Vec<(c_int, Inherited)>,
+    /// The parent's listeners and connections, by descriptor, whole (options, unread
+    /// bytes, shutdown state): only their client objects, the parent's, are replaced.
+    socks: Vec<(c_int, Sock)>,
     /// The control connection the parent made for it (with the parent's credentials).
     conn: Option<Reserved>,
 }
@@ -193,37 +175,9 @@ fn set_aside_in_child(st: &mut State, ticket: u64, conn: Option<Reserved>) {
             continue; // a kernel socket: the child's copy is the kernel's business
         }
         match st.socks.remove(&fd) {
-            Some(Sock::Listener { l, addr, opts }) => inherited.push((
-                fd,
-                Inherited::Listener {
-                    number: l.number(),
-                    addr,
-                    opts,
-                },
-            )),
-            Some(Sock::Stream {
-                s,
-                local,
-                opts,
-                shut_rd,
-                shut_wr,
-                failed,
-                peeked,
-                deferred,
-                ..
-            }) => inherited.push((
-                fd,
-                Inherited::Stream {
-                    number: s.number(),
-                    local,
-                    opts,
-                    shut_rd,
-                    shut_wr,
-                    failed,
-                    peeked,
-                    deferred,
-                },
-            )),
+            Some(sock @ (Sock::Listener { .. } | Sock::Stream { .. })) => {
+                inherited.push((fd, sock))
+            }
             Some(other) => {
                 // UDP: not shared with the child.
                 drop(other);
@@ -277,46 +231,31 @@ pub(crate) fn adopt_inherited(st: &mut State) {
             HashMap::new()
         }
     };
-    for (fd, inherited) in inh.socks {
-        let sock = match inherited {
-            Inherited::Listener { number, addr, opts } => match by_number.remove(&number) {
-                Some(Adopted::Listener(l)) => Some(Sock::Listener { l, addr, opts }),
-                _ => None,
-            },
-            Inherited::Stream {
-                number,
-                local,
-                opts,
-                shut_rd,
-                shut_wr,
-                failed,
-                peeked,
-                deferred,
-            } => match by_number.remove(&number) {
-                Some(Adopted::Stream(s)) => {
-                    let mut sock = Sock::stream(s, local, opts, false);
-                    if let Sock::Stream {
-                        shut_rd: r,
-                        shut_wr: w,
-                        failed: f,
-                        peeked: p,
-                        deferred: d,
-                        ..
-                    } = &mut sock
-                    {
-                        (*r, *w, *f, *p, *d) = (shut_rd, shut_wr, failed, peeked, deferred);
-                    }
-                    Some(sock)
+    for (fd, mut sock) in inh.socks {
+        // The parent's client object goes (it sends nothing: its client was abandoned);
+        // everything else about the socket stays.
+        let adopted = match &mut sock {
+            Sock::Listener { l, .. } => match by_number.remove(&l.number()) {
+                Some(Adopted::Listener(new)) => {
+                    *l = new;
+                    true
                 }
-                _ => None,
+                _ => false,
             },
+            Sock::Stream { s, .. } => match by_number.remove(&s.number()) {
+                Some(Adopted::Stream(new)) => {
+                    *s = new;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
         };
-        match sock {
-            Some(sock) => {
-                debug!("fork: the child adopted descriptor {fd}");
-                st.socks.insert(fd, sock);
-            }
-            None => st.orphan(fd),
+        if adopted {
+            debug!("fork: the child adopted descriptor {fd}");
+            st.socks.insert(fd, sock);
+        } else {
+            st.orphan(fd);
         }
     }
     // Sockets the server shared that this process had no descriptor for any more: let go.

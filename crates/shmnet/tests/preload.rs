@@ -759,6 +759,19 @@ fn iperf3_both_ends_under_shmnet_run_over_the_loopback_wire() {
 }
 
 /// Whether `prog` is installed (found on the PATH, or in /usr/sbin for root's daemons).
+/// Whether every program of `progs` is installed; if not, `test` is skipped (loudly, and
+/// failed under `CI=true`) naming the missing ones.
+fn all_installed(test: &str, progs: &[&str]) -> bool {
+    let missing: Vec<_> = progs.iter().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() {
+        shmnet_testkit::skip(
+            test,
+            &format!("{missing:?} not installed: scripts/setup installs them as root"),
+        );
+    }
+    missing.is_empty()
+}
+
 fn installed(prog: &str) -> bool {
     Command::new("sh")
         .args([
@@ -788,21 +801,16 @@ fn ab_median_ms(out: &str) -> f64 {
 fn nginx_and_redis_under_shmnet_run_answer_their_load_tools() {
     const TEST: &str = "nginx_and_redis_under_shmnet_run_answer_their_load_tools";
     library();
-    let missing: Vec<_> = [
-        "nginx",
-        "ab",
-        "redis-server",
-        "redis-benchmark",
-        "redis-cli",
-    ]
-    .into_iter()
-    .filter(|p| !installed(p))
-    .collect();
-    if !missing.is_empty() {
-        shmnet_testkit::skip(
-            TEST,
-            &format!("{missing:?} not installed: scripts/setup installs them as root"),
-        );
+    if !all_installed(
+        TEST,
+        &[
+            "nginx",
+            "ab",
+            "redis-server",
+            "redis-benchmark",
+            "redis-cli",
+        ],
+    ) {
         return;
     }
     let (_server, sock) = loopback_server("lo-apps", &["--mtu", "16384"]);
@@ -1465,15 +1473,7 @@ S(("10.99.0.1", int(sys.argv[1])), H).serve_forever()
 fn forking_servers_under_shmnet_run_serve_every_connection() {
     const TEST: &str = "forking_servers_under_shmnet_run_serve_every_connection";
     library();
-    let missing: Vec<_> = ["nginx", "socat", "curl", "ab", "python3"]
-        .into_iter()
-        .filter(|p| !installed(p))
-        .collect();
-    if !missing.is_empty() {
-        shmnet_testkit::skip(
-            TEST,
-            &format!("{missing:?} not installed: scripts/setup installs them as root"),
-        );
+    if !all_installed(TEST, &["nginx", "socat", "curl", "ab", "python3"]) {
         return;
     }
     let (_server, sock) = loopback_server("lo-forks", &[]);
