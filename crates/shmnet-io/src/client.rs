@@ -52,7 +52,7 @@ mod poll;
 mod regions;
 mod tcp;
 
-pub use fork::{Adopted, ForkTicket, Reserved};
+pub use fork::{Adopted, ForkTicket, Reserved, Unread};
 pub use lent::Lent;
 pub use poll::{Interest, PollItem, PollSocket, WakeFds};
 pub use tcp::{Linger, TcpListener, TcpStream};

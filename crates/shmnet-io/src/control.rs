@@ -230,6 +230,15 @@ pub enum Request {
         /// Their numbers.
         sockets: Vec<u32>,
     },
+    /// Bytes the application had taken off TCP connections and gives back unread, just
+    /// after `Fork` (or before an `exec` that hands the sockets on): each `(socket, len)`
+    /// part, in order, is the next `len` bytes of the memfd attached (SCM_RIGHTS), and goes
+    /// back in front of what that connection has still to deliver, so whichever holder reads
+    /// next gets them — once, as from a kernel socket's queue. Answered by `Unread`.
+    Unread {
+        /// The parts, by the socket's number.
+        parts: Vec<(u32, u32)>,
+    },
     /// The first message on a control connection a parent about to fork made for its child
     /// (`crate::client::Client::reserve_for_child`); no answer. The ticket lives as long as
     /// the connection does (no expiry), and is let go at once when the connection closes
@@ -345,6 +354,12 @@ pub enum Response {
     Forked {
         /// The secret.
         ticket: u64,
+    },
+    /// The answer to `Unread`: the sockets whose bytes could not go back (no such
+    /// connection, or too few buffers); the application keeps those itself.
+    Unread {
+        /// Their numbers.
+        refused: Vec<u32>,
     },
     /// The answer to `Adopt`: the child's numbers for its parent's sockets.
     Adopted {

@@ -61,8 +61,9 @@ fn fork_per_connection(kind: Kind) {
     let (s_number, l_number) = (s.number(), l.number());
 
     let ticket = parent
-        .prepare_fork(&[l_number, s_number], || ())
-        .expect("a fork ticket");
+        .prepare_fork(&[l_number, s_number], Vec::new)
+        .expect("a fork ticket")
+        .0;
     let child = Client::connect(&srv.path).expect("attach the child");
     // The parent closes its copy at once: the child's hold keeps the connection.
     s.close().unwrap();
@@ -141,10 +142,16 @@ fn workers_keep_a_listener_whose_parent_died() {
     let parent = Client::connect(&srv.path).expect("attach the parent");
     let l = parent.tcp_listen(0, 8).expect("listen");
     let to = SocketAddrV4::new(US, l.port());
-    let t1 = parent.prepare_fork(&[l.number()], || ()).expect("ticket 1");
+    let t1 = parent
+        .prepare_fork(&[l.number()], Vec::new)
+        .expect("ticket 1")
+        .0;
     let w1 = Client::connect(&srv.path).expect("worker 1");
     let (mut l1, _) = adopt(&w1, t1);
-    let t2 = parent.prepare_fork(&[l.number()], || ()).expect("ticket 2");
+    let t2 = parent
+        .prepare_fork(&[l.number()], Vec::new)
+        .expect("ticket 2")
+        .0;
     let w2 = Client::connect(&srv.path).expect("worker 2");
     let (mut l2, _) = adopt(&w2, t2);
     // The parent goes (its process ends: its client and listener with it).
@@ -193,8 +200,9 @@ fn lying_fork_requests_are_refused() {
     let u = parent.udp_bind(0).expect("a UDP socket");
     let _ = u;
     let ticket = parent
-        .prepare_fork(&[l.number(), l.number(), 9_999, 65_535, 0], || ())
-        .expect("a ticket for what can be shared");
+        .prepare_fork(&[l.number(), l.number(), 9_999, 65_535, 0], Vec::new)
+        .expect("a ticket for what can be shared")
+        .0;
     let child = Client::connect(&srv.path).expect("attach the child");
     for guess in [0, 1, ticket.0 ^ 1, u64::MAX] {
         assert!(
@@ -236,7 +244,10 @@ fn each_connection_goes_to_a_worker_that_waits() {
     let to = SocketAddrV4::new(US, l.port());
     let mut workers = Vec::new();
     for _ in 0..3 {
-        let t = parent.prepare_fork(&[l.number()], || ()).expect("a ticket");
+        let t = parent
+            .prepare_fork(&[l.number()], Vec::new)
+            .expect("a ticket")
+            .0;
         let w = Client::connect(&srv.path).expect("a worker");
         let (mut ls, _) = adopt(&w, t);
         workers.push((w, ls.pop().expect("the listener").1));
@@ -287,8 +298,9 @@ fn a_child_that_never_adopts_lets_go_when_its_connection_closes() {
         .expect("connect");
     let s = l.accept().expect("accept");
     let ticket = parent
-        .prepare_fork(&[l.number(), s.number()], || ())
-        .expect("a ticket");
+        .prepare_fork(&[l.number(), s.number()], Vec::new)
+        .expect("a ticket")
+        .0;
     let for_child = Client::reserve_for_child(&srv.path, ticket).expect("the child's connection");
     s.close().unwrap();
     // Past the 10 s a ticket lasts alone: the child's connection keeps it.

@@ -5,16 +5,17 @@
 //! - **prepare** (the parent, before the fork): takes the lock — no thread of the parent
 //!   holds it across the fork, so the child's copy is not left locked — and, if the
 //!   program has TCP sockets of the server's, asks the server for a ticket
-//!   (`Client::prepare_fork`) and moves the bytes already delivered for each connection
-//!   into the connection's own `peeked` bytes, in this process's memory, which the child
-//!   inherits. (Left in the parent's rings they would be out of the child's reach: the
-//!   rings are the parent's.)
+//!   (`Client::prepare_fork`), and gives the bytes already delivered for each connection
+//!   back to the server, in front of what the connection has still to deliver, so that
+//!   parent or child — whichever reads next — gets them, once, as from a kernel socket.
+//!   (Left in the parent's rings they would be out of the child's reach: the rings are the
+//!   parent's; copied into both processes' memory they would be read twice.)
 //! - **parent** (after): lets the lock go. Its sockets are dormant until used again.
 //! - **child** (after, in the child): lets go of its copy of the parent's client without a
 //!   word to the server (its rings are the parent's) and sets its sockets aside, named by
 //!   their numbers in the parent. The first call that takes the lock attaches this process
 //!   as an application of its own and adopts them with the ticket ([`adopt_inherited`]): the
-//!   child's descriptors keep their numbers, options, and bytes not yet read.
+//!   child's descriptors keep their numbers and options.
 //!
 //! The server's UDP sockets are not shared: in the child they fail with `EBADF` (and
 //! `close` forgets them), as every inherited socket does if the adoption fails.
@@ -38,16 +39,24 @@ thread_local! {
     static HELD: RefCell<Option<MutexGuard<'static, State>>> = const { RefCell::new(None) };
 }
 
-/// What a forked child has still to adopt.
+/// What a forked child, or a program `exec`ed with sockets, has still to adopt.
 pub(crate) struct Inheritance {
-    ticket: u64,
-    /// The parent's listeners and connections, by descriptor, whole (options, unread
-    /// bytes, shutdown state): only their client objects, the parent's, are replaced.
-    socks: Vec<(c_int, Sock)>,
-    /// The control connection the parent made for it (with the parent's credentials).
-    conn: Option<Reserved>,
+    pub(crate) ticket: u64,
+    /// The sockets to adopt, by descriptor.
+    pub(crate) socks: Vec<(c_int, Heir)>,
+    /// The control connection made for this process (with its parent's credentials).
+    pub(crate) conn: Option<Reserved>,
 }
 
+/// One socket to adopt.
+pub(crate) enum Heir {
+    /// A forked child's: the parent's listener or connection whole (options, unread bytes,
+    /// shutdown state), of which only the client object, the parent's, is replaced.
+    Whole(Sock),
+    /// An `exec`ed program's: what the program before the `exec` said of it
+    /// ([`crate::exec`]).
+    Described(crate::exec::Described),
+}
 thread_local! {
     /// The control connection prepare made for the child to come (the parent's copy is
     /// closed by the parent's handler).
@@ -99,24 +108,52 @@ extern "C" fn child() {
 /// The parent's half of prepare: the ticket (0 if there is nothing to share or no server),
 /// and every connection's delivered bytes moved into its `peeked` bytes.
 fn share_with_child(st: &mut State) -> u64 {
-    let tcp = st
-        .socks
-        .values()
-        .any(|s| matches!(s, Sock::Listener { .. } | Sock::Stream { .. }));
-    if !tcp {
+    let share: Vec<u16> = st.socks.values().filter_map(tcp_number).collect();
+    if share.is_empty() {
         return 0;
     }
+    match take_ticket(st, &share) {
+        Some(Ok(t)) => {
+            debug!("fork: a ticket for the child");
+            // The child attaches over a connection made here, with this process's
+            // credentials: a worker that drops its privileges after the fork still can.
+            let conn = Client::reserve_for_child(&crate::config::get().server, t).ok();
+            FOR_CHILD.with(|c| *c.borrow_mut() = conn);
+            t.0
+        }
+        Some(Err(e)) => {
+            eprintln!(
+                "shmnet: fork: the server gave no ticket ({e}): the child cannot use this program's sockets"
+            );
+            0
+        }
+        None => 0,
+    }
+}
+
+/// The number of `sock` at the server, if it is a TCP listener or connection.
+pub(crate) fn tcp_number(sock: &Sock) -> Option<u16> {
+    match sock {
+        Sock::Listener { l, .. } => Some(l.number()),
+        Sock::Stream { s, .. } => Some(s.number()),
+        _ => None,
+    }
+}
+
+/// Asks the server for a ticket sharing the TCP sockets numbered `share` with a process to
+/// come (a forked child, or the program an `exec` starts). The bytes already delivered for
+/// those connections, and those taken off them by `MSG_PEEK` or `FIONREAD`, go back to the
+/// server, in front of what each has still to deliver, so that whichever holder reads next
+/// gets them, once; what the server cannot take back stays in this process's `peeked`
+/// bytes. `None` without a client.
+pub(crate) fn take_ticket(
+    st: &mut State,
+    share: &[u16],
+) -> Option<Result<ForkTicket, shmnet_io::client::ClientError>> {
     let State { client, socks, .. } = st;
-    let Some(Ok(c)) = client else { return 0 };
-    let share: Vec<u16> = socks
-        .values()
-        .filter_map(|s| match s {
-            Sock::Listener { l, .. } => Some(l.number()),
-            Sock::Stream { s, .. } => Some(s.number()),
-            _ => None,
-        })
-        .collect();
-    let ticket = c.prepare_fork(&share, || {
+    let Some(Ok(c)) = client else { return None };
+    let taken = c.prepare_fork(share, || {
+        let mut unread = Vec::new();
         let mut chunk = vec![0u8; 64 * 1024];
         for sock in socks.values_mut() {
             let Sock::Stream {
@@ -128,9 +165,13 @@ fn share_with_child(st: &mut State) -> u64 {
             else {
                 continue;
             };
+            if !share.contains(&s.number()) {
+                continue;
+            }
+            let mut bytes = std::mem::take(peeked);
             loop {
                 match s.try_read(&mut chunk) {
-                    Ok(Some(n)) if n > 0 => peeked.extend_from_slice(&chunk[..n]),
+                    Ok(Some(n)) if n > 0 => bytes.extend_from_slice(&chunk[..n]),
                     Ok(_) => break,
                     Err(e) => {
                         *deferred = deferred.or(Some(net::errno_of(&e, Call::Read)));
@@ -138,24 +179,26 @@ fn share_with_child(st: &mut State) -> u64 {
                     }
                 }
             }
+            unread.push((s.number(), bytes));
         }
+        unread
     });
-    match ticket {
-        Ok(t) => {
-            debug!("fork: a ticket for the child");
-            // The child attaches over a connection made here, with this process's
-            // credentials: a worker that drops its privileges after the fork still can.
-            let conn = Client::reserve_for_child(&crate::config::get().server, t).ok();
-            FOR_CHILD.with(|c| *c.borrow_mut() = conn);
-            t.0
+    Some(taken.map(|(ticket, kept)| {
+        for (number, bytes) in kept {
+            let back = socks.values_mut().find_map(|sock| match sock {
+                Sock::Stream { s, peeked, .. } if s.number() == number => Some(peeked),
+                _ => None,
+            });
+            if let Some(peeked) = back {
+                debug!(
+                    "{} unread byte(s) kept here: the server had no room",
+                    bytes.len()
+                );
+                *peeked = bytes;
+            }
         }
-        Err(e) => {
-            eprintln!(
-                "shmnet: fork: the server gave no ticket ({e}): the child cannot use this program's sockets"
-            );
-            0
-        }
-    }
+        ticket
+    }))
 }
 
 /// The child handler's work: the parent's client let go, its sockets set aside for
@@ -176,7 +219,7 @@ fn set_aside_in_child(st: &mut State, ticket: u64, conn: Option<Reserved>) {
         }
         match st.socks.remove(&fd) {
             Some(sock @ (Sock::Listener { .. } | Sock::Stream { .. })) => {
-                inherited.push((fd, sock))
+                inherited.push((fd, Heir::Whole(sock)))
             }
             Some(other) => {
                 // UDP: not shared with the child.
@@ -213,7 +256,8 @@ pub(crate) fn adopt_inherited(st: &mut State) {
         // Over the parent's connection if the server still holds it (it closes one that
         // says nothing for 5 s); else `client()` dials again.
         if let Ok(c) = Client::attach_reserved(conn) {
-            debug!("fork: the child attached over its parent's connection");
+            debug!("attached over the connection made for this process");
+            table::own_client();
             install_handlers();
             st.client = Some(Ok(c));
         }
@@ -226,36 +270,45 @@ pub(crate) fn adopt_inherited(st: &mut State) {
         Ok(list) => list.into_iter().collect(),
         Err(e) => {
             eprintln!(
-                "shmnet: fork: this child could not take its parent's sockets ({e}): they fail with EBADF here"
+                "shmnet: this process could not take the sockets it inherited ({e}): they fail with EBADF here"
             );
             HashMap::new()
         }
     };
-    for (fd, mut sock) in inh.socks {
-        // The parent's client object goes (it sends nothing: its client was abandoned);
-        // everything else about the socket stays.
-        let adopted = match &mut sock {
-            Sock::Listener { l, .. } => match by_number.remove(&l.number()) {
-                Some(Adopted::Listener(new)) => {
-                    *l = new;
-                    true
-                }
-                _ => false,
-            },
-            Sock::Stream { s, .. } => match by_number.remove(&s.number()) {
-                Some(Adopted::Stream(new)) => {
-                    *s = new;
-                    true
-                }
-                _ => false,
-            },
-            _ => false,
+    for (fd, heir) in inh.socks {
+        let sock = match heir {
+            // The parent's client object goes (it sends nothing: its client was
+            // abandoned); everything else about the socket stays.
+            Heir::Whole(mut sock) => {
+                let taken = match &mut sock {
+                    Sock::Listener { l, .. } => match by_number.remove(&l.number()) {
+                        Some(Adopted::Listener(new)) => {
+                            *l = new;
+                            true
+                        }
+                        _ => false,
+                    },
+                    Sock::Stream { s, .. } => match by_number.remove(&s.number()) {
+                        Some(Adopted::Stream(new)) => {
+                            *s = new;
+                            true
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                };
+                taken.then_some(sock)
+            }
+            Heir::Described(d) => by_number
+                .remove(&d.number())
+                .and_then(|adopted| d.into_sock(adopted)),
         };
-        if adopted {
-            debug!("fork: the child adopted descriptor {fd}");
-            st.socks.insert(fd, sock);
-        } else {
-            st.orphan(fd);
+        match sock {
+            Some(sock) => {
+                debug!("adopted descriptor {fd}");
+                st.socks.insert(fd, sock);
+            }
+            None => st.orphan(fd),
         }
     }
     // Sockets the server shared that this process had no descriptor for any more: let go.

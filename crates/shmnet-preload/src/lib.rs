@@ -18,6 +18,7 @@
 //! - `sockets`, `io`, `opts`, `polling`: the calls a program makes, each an `extern "C"`
 //!   function of the C library's name and signature; [`udp`] what they do on a UDP socket.
 //!
+//! - `fork` and [`exec`]: the sockets a forked child or an `exec`ed program inherits;
 //! - [`api`]: the library's own two calls, `shmnet_present` and `shmnet_fd_carried`,
 //!   declared for C in `include/shmnet.h` (a program may link the library directly).
 //!
@@ -27,6 +28,7 @@ mod api;
 mod config;
 mod dup;
 mod epoll;
+mod exec;
 mod fork;
 mod fortify;
 mod io;
@@ -42,6 +44,16 @@ mod udp;
 mod wait;
 
 use libc::c_int;
+
+/// Runs when the library is loaded, before the program's `main`: a program started by an
+/// `exec` that handed it sockets marks them before its first call ([`exec`]).
+extern "C" fn at_load() {
+    caught(exec::inherit_at_load, || ());
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static AT_LOAD: extern "C" fn() = at_load;
 
 /// Sets `errno`.
 pub(crate) fn set_errno(e: c_int) {

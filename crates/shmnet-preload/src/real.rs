@@ -102,4 +102,8 @@ real! {
     __recvfrom_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> ssize_t;
     __poll_chk(fds: *mut pollfd, n: nfds_t, timeout: c_int, fdslen: size_t) -> c_int;
     __ppoll_chk(fds: *mut pollfd, n: nfds_t, t: *const libc::timespec, mask: *const libc::sigset_t, fdslen: size_t) -> c_int;
+    execve(path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    execvpe(file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    fexecve(fd: c_int, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    system(command: *const libc::c_char) -> c_int;
 }

@@ -275,10 +275,38 @@ static STATE: Mutex<State> = Mutex::new(State {
 pub(crate) fn lock() -> MutexGuard<'static, State> {
     let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
     if st.inherit.is_some() {
-        // A forked child's first call: its parent's sockets become its own first.
+        // A forked child's first call, or an exec'd program's: the sockets it inherited
+        // become its own first.
         crate::fork::adopt_inherited(&mut st);
     }
     st
+}
+
+/// The process whose client `State::client` holds (0: none yet): a child made without
+/// `fork`'s handlers (`vfork`, as `posix_spawn` and Python's `subprocess` make them) shares
+/// the parent's memory, client included, and must not use it.
+static OWNER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// This process attached the client now in the state.
+pub(crate) fn own_client() {
+    OWNER.store(std::process::id() as i32, Ordering::Relaxed);
+}
+
+/// Whether the client in the state is this process's (see [`own_client`]).
+pub(crate) fn client_is_ours() -> bool {
+    OWNER.load(Ordering::Relaxed) == std::process::id() as i32
+}
+
+/// The state, locked, without adopting what this process inherited: for the library's
+/// own look at it before an `exec` ([`crate::exec`]), and when it is loaded.
+pub(crate) fn lock_unadopted() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Descriptor `fd` holds a socket this program inherited across an `exec`, to adopt at its
+/// first call: the server's from now on.
+pub(crate) fn mark_inherited(fd: libc::c_int) {
+    set_mark(fd, Mark::Shmnet);
 }
 
 /// Why a socket cannot be the server's.
@@ -297,6 +325,7 @@ impl State {
             let cfg = config::get();
             self.client = Some(match Client::connect(&cfg.server) {
                 Ok(c) => {
+                    own_client();
                     debug!(
                         "attached to the server at {} (address {:?})",
                         cfg.server.display(),

@@ -1625,6 +1625,99 @@ http {{ access_log off;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Programs started by `exec` with a connection as their standard input and output keep
+/// it (docs/preload.md, "exec"): socat's `EXEC:` handing the connection itself to `cat`
+/// (`nofork`), socat's `SYSTEM:` (the C library's `system` runs its shell out of the
+/// library's reach, so the library's own takes over) where the shell reads a line and then
+/// `exec`s `cat` — a second handover, with bytes already delivered. Fails without the
+/// handover: the program started finds a bare eventfd where the connection was.
+#[test]
+fn programs_started_by_exec_keep_their_sockets() {
+    const TEST: &str = "programs_started_by_exec_keep_their_sockets";
+    library();
+    if !all_installed(TEST, &["socat"]) {
+        return;
+    }
+    let (_server, sock) = loopback_server("lo-exec", &[]);
+    // What `input` sent to `port` brings back, once the listener is there.
+    let ask = |port: u16, input: &[u8]| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut c = under_shmnet(&sock, "socat");
+            c.args(["-t", "5", "-", &format!("TCP:10.99.0.1:{port},shut-down")]);
+            let mut child = c
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("socat client");
+            let mut stdin = child.stdin.take().unwrap();
+            let input = input.to_vec();
+            let feeder = std::thread::spawn(move || {
+                let _ = std::io::Write::write_all(&mut stdin, &input);
+            });
+            let out = child.wait_with_output().expect("socat client");
+            let _ = feeder.join();
+            if (out.status.success() && !out.stdout.is_empty()) || Instant::now() > deadline {
+                assert!(
+                    out.status.success(),
+                    "socat client to {port}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                return out.stdout;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let start = |args: &[&str]| {
+        let mut c = under_shmnet(&sock, args[0]);
+        c.args(&args[1..])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        Killed(
+            c.spawn()
+                .unwrap_or_else(|e| panic!("start {}: {e}", args[0])),
+        )
+    };
+
+    let _cat = start(&[
+        "socat",
+        "TCP-LISTEN:7711,bind=10.99.0.1,fork,reuseaddr",
+        "EXEC:cat,nofork",
+    ]);
+    let data: Vec<u8> = (0..8 << 20)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let back = ask(7711, &data);
+    assert_eq!(
+        back.len(),
+        data.len(),
+        "cat, exec'd with the connection, echoed it all"
+    );
+    assert!(back == data, "cat echoed the bytes as sent");
+    for i in 0..4 {
+        assert_eq!(
+            ask(7711, format!("again {i}\n").as_bytes()),
+            format!("again {i}\n").as_bytes()
+        );
+    }
+
+    let _sh = start(&[
+        "socat",
+        "TCP-LISTEN:7712,bind=10.99.0.1,fork,reuseaddr",
+        "SYSTEM:read line; echo \"got $line\"; exec cat,nofork",
+    ]);
+    assert_eq!(ask(7712, b"first\nsecond\n"), b"got first\nsecond\n");
+
+    drop((_cat, _sh));
+    let f = forks_settle(&sock);
+    assert_eq!(
+        f.shared_now, 0,
+        "sockets still shared once every program went: {f:?}"
+    );
+    assert_eq!(f.refused, 0, "{f:?}");
+}
+
 unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

@@ -31,6 +31,20 @@ pub struct ForkTicket(pub u64);
 #[derive(Debug)]
 pub struct Reserved(pub(super) rustix::fd::OwnedFd);
 
+impl Reserved {
+    /// The connection's descriptor, to carry across an `exec`: the sockets library clears
+    /// its close-on-exec flag, names it to the new program, and that program takes it back
+    /// with [`Reserved::from_fd`]. Closing it unattached lets the ticket it holds go.
+    pub fn into_fd(self) -> rustix::fd::OwnedFd {
+        self.0
+    }
+
+    /// A connection [`Reserved::into_fd`] gave, in the program that was `exec`ed.
+    pub fn from_fd(fd: rustix::fd::OwnedFd) -> Self {
+        Self(fd)
+    }
+}
+
 /// A socket of the parent's, adopted by the child.
 #[derive(Debug)]
 pub enum Adopted {
@@ -39,6 +53,10 @@ pub enum Adopted {
     /// A connection.
     Stream(super::TcpStream),
 }
+
+/// Bytes taken off connections and not read, by the socket's number: what
+/// [`Client::prepare_fork`] gives back to the server, and what it could not.
+pub type Unread = Vec<(u16, Vec<u8>)>;
 
 /// How long [`Client::prepare_fork`] waits for the server to take what the parent queued
 /// on its request ring (so that what it asked before the fork — a `Resume`, a close — is
@@ -49,7 +67,8 @@ impl Client {
     /// [`Client::reserve`] for the child of the fork `ticket` is for: the server keeps the
     /// ticket as long as this connection is open (no expiry) and lets it go as soon as it
     /// closes unadopted — when the child exits, or `exec`s (the descriptor is close-on-exec)
-    /// before a call on a socket.
+    /// before a call on a socket. An `exec` that hands sockets to the program it starts
+    /// takes a ticket of its own and carries this connection across ([`Reserved::into_fd`]).
     pub fn reserve_for_child(
         path: impl AsRef<std::path::Path>,
         ticket: ForkTicket,
@@ -62,17 +81,22 @@ impl Client {
     /// Call just before `fork`: asks the server for a ticket sharing the TCP sockets
     /// numbered `share` (the listeners and connections the caller holds:
     /// [`super::TcpListener::number`], [`super::TcpStream::number`]) with the child to come,
-    /// then moves everything already delivered off the
-    /// receive ring into the sockets' queues (nothing more comes for them until a holder
-    /// uses them) and calls `take_delivered`, in which the caller may read what is there
-    /// without waiting (the sockets library copies it where the child will find it).
+    /// then moves everything already delivered off the receive ring into the sockets'
+    /// queues (nothing more comes for them until a holder uses them) and calls
+    /// `take_unread`, in which the caller reads what is there without waiting and returns
+    /// it, with whatever else it holds unread, by socket number. Those bytes go back to the
+    /// server, in front of what each connection has still to deliver, so that whichever
+    /// holder — parent or child — reads next gets them, once (as from a kernel socket's
+    /// queue). Returns the ticket and the bytes the server could not take back (too few
+    /// buffers), which the caller keeps.
+    ///
     /// Every TCP socket is dormant from then on: its next read, accept or poll claims it
-    /// back ([`TcpOp::Resume`]). (A read inside `take_delivered` claims nothing.)
+    /// back ([`TcpOp::Resume`]). (A read inside `take_unread` claims nothing.)
     pub fn prepare_fork(
         &self,
         share: &[u16],
-        take_delivered: impl FnOnce(),
-    ) -> Result<ForkTicket, ClientError> {
+        take_unread: impl FnOnce() -> Unread,
+    ) -> Result<(ForkTicket, Unread), ClientError> {
         let mut i = self.inner.borrow_mut();
         i.drain_requests(Instant::now() + DRAIN_PATIENCE)?;
         let sockets = share.iter().map(|&n| u32::from(n)).collect();
@@ -90,11 +114,32 @@ impl Client {
         // from an earlier fork: what comes after the ticket is for whoever uses it next.
         i.tcp.claims_held = true;
         drop(i);
-        take_delivered();
+        let unread: Unread = take_unread()
+            .into_iter()
+            .filter(|(_, b)| !b.is_empty())
+            .collect();
         let mut i = self.inner.borrow_mut();
         i.tcp.claims_held = false;
         i.tcp.dormant.extend(share.iter().copied());
-        Ok(ticket)
+        let kept = if unread.is_empty() {
+            Vec::new()
+        } else {
+            i.give_back_unread(unread)?
+        };
+        Ok((ticket, kept))
+    }
+
+    /// Whether this client's control socket is still open in this process, as a socket: a
+    /// child made by `vfork` shares its parent's memory, client included, but not its
+    /// descriptor table, and may have closed it (Python's `subprocess` closes every
+    /// descriptor it does not pass). Such a child may use the client for
+    /// [`Client::prepare_fork`] (its parent waits, and the sockets library holds its lock)
+    /// only while this holds.
+    pub fn control_open(&self) -> bool {
+        let i = self.inner.borrow();
+        rustix::fs::fstat(&i.ctl).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket
+        })
     }
 
     /// In a forked child, before anything else touches this client (its parent's): lets go
@@ -199,6 +244,43 @@ impl Inner {
         self.tcp_op(id, TcpOp::Resume)?;
         self.tcp.asked.insert(id);
         Ok(())
+    }
+
+    /// `Request::Unread`: `parts`' bytes, in a memfd, back to the server; returns the parts
+    /// it refused.
+    fn give_back_unread(&mut self, parts: Unread) -> Result<Unread, ClientError> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let io =
+            |e: rustix::io::Errno| ClientError::Control(crate::control::ControlError::Io(e.into()));
+        let fd = rustix::fs::memfd_create(
+            "shmnet-unread",
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(io)?;
+        for (_, bytes) in &parts {
+            let mut done = 0;
+            while done < bytes.len() {
+                done += rustix::io::write(&fd, &bytes[done..]).map_err(io)?;
+            }
+        }
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE)
+            .map_err(io)?;
+        let req = Request::Unread {
+            parts: parts
+                .iter()
+                .map(|(n, b)| (u32::from(*n), b.len() as u32))
+                .collect(),
+        };
+        match self.call_with_fd(&req, rustix::fd::AsFd::as_fd(&fd))? {
+            Response::Unread { refused } => Ok(parts
+                .into_iter()
+                .filter(|(n, _)| refused.contains(&u32::from(*n)))
+                .collect()),
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected Unread, got {other:?}"
+            ))),
+        }
     }
 
     /// Waits until the server has taken everything on the request ring, or `deadline`: a

@@ -110,6 +110,12 @@ pub(crate) enum Command {
         sockets: Vec<u32>,
         reply: mpsc::SyncSender<Response>,
     },
+    /// Bytes application `id` gives back to its connections, in order (`Request::Unread`).
+    Unread {
+        id: u64,
+        parts: Vec<(u32, Vec<u8>)>,
+        reply: mpsc::SyncSender<Response>,
+    },
     /// A fork's ticket is held by a control connection made for the child: no expiry.
     HoldTicket { ticket: u64, uid: u32 },
     /// That connection closed: the ticket goes, adopted or not.
@@ -697,6 +703,7 @@ impl ControlPlane {
                     Ok(Request::Register { read, write }) => {
                         Some(self.register(i, fd, Perms { read, write }))
                     }
+                    Ok(Request::Unread { parts }) => Some(self.unread(i, fd, parts)),
                     Ok(req) => {
                         if let Some(fd) = fd {
                             self.count(|c| c.stray_fds += 1);
@@ -749,6 +756,47 @@ impl ControlPlane {
 
     /// `Register`: maps the memfd that came with the request as a region of connection
     /// `i`'s application.
+    /// `Request::Unread`: the bytes read from the memfd attached, checked against what the
+    /// parts say, and handed to the data plane.
+    fn unread(&mut self, i: usize, fd: Option<OwnedFd>, parts: Vec<(u32, u32)>) -> Response {
+        let id = self.conns[i].id;
+        if !matches!(self.conns[i].stage, Stage::App) {
+            if let Some(fd) = fd {
+                self.closer.close(fd);
+            }
+            self.count(|c| c.bad_messages += 1);
+            return Response::Error("say Hello first".into());
+        }
+        let Some(fd) = fd else {
+            self.count(|c| c.bad_messages += 1);
+            return Response::Error(
+                "Unread carries the bytes in a memfd: attach it to the message (SCM_RIGHTS)".into(),
+            );
+        };
+        let bytes = read_unread(fd.as_fd(), &parts);
+        self.closer.close(fd);
+        let Some(bytes) = bytes else {
+            self.count(|c| c.bad_messages += 1);
+            return Response::Error(format!(
+                "Unread's memfd must hold the parts' bytes (at most {} in all)",
+                MAX_UNREAD
+            ));
+        };
+        let mut at = 0;
+        let parts = parts
+            .iter()
+            .map(|&(socket, len)| {
+                let part = bytes[at..at + len as usize].to_vec();
+                at += len as usize;
+                (socket, part)
+            })
+            .collect();
+        self.spec
+            .outbox
+            .ask(&self.stop, |reply| Command::Unread { id, parts, reply })
+            .unwrap_or_else(|| Response::Error("the server is stopping".into()))
+    }
+
     fn register(&mut self, i: usize, fd: Option<OwnedFd>, perms: Perms) -> Response {
         let Some(pch) = self.conns[i].pch else {
             self.count(|c| c.bad_messages += 1);
@@ -879,6 +927,7 @@ impl ControlPlane {
                 })
             }
             Request::Register { .. } => unreachable!("served by `register`"),
+            Request::Unread { .. } => unreachable!("served by `unread`"),
             Request::Bind { .. }
             | Request::Close { .. }
             | Request::Unregister { .. }
@@ -1071,4 +1120,31 @@ pub(crate) fn wait_message<T: serde::de::DeserializeOwned>(
         };
         let _ = rustix::event::poll(&mut fds, Some(&ts));
     }
+}
+
+/// Most bytes one `Request::Unread` gives back: what an application may have taken off
+/// every connection's receive buffer, with room to spare.
+const MAX_UNREAD: usize = 64 << 20;
+
+/// The bytes of `parts` from memfd `fd` (checked to be a memfd first, as regions are, so
+/// that no other kind of file can stall this thread); `None` if it is not one, or holds
+/// fewer bytes than the parts say, or they pass [`MAX_UNREAD`].
+fn read_unread(fd: rustix::fd::BorrowedFd<'_>, parts: &[(u32, u32)]) -> Option<Vec<u8>> {
+    rustix::fs::fcntl_get_seals(fd).ok()?;
+    let want = parts
+        .iter()
+        .try_fold(0usize, |n, &(_, len)| n.checked_add(len as usize))?;
+    if want > MAX_UNREAD {
+        return None;
+    }
+    let mut bytes = vec![0u8; want];
+    let mut got = 0;
+    while got < want {
+        let n = rustix::io::pread(fd, &mut bytes[got..], got as u64).ok()?;
+        if n == 0 {
+            return None;
+        }
+        got += n;
+    }
+    Some(bytes)
 }

@@ -539,6 +539,10 @@ impl DataPlane {
                     let resp = self.fork(id, &sockets);
                     let _ = reply.send(resp);
                 }
+                Command::Unread { id, parts, reply } => {
+                    let resp = self.unread(id, parts);
+                    let _ = reply.send(resp);
+                }
                 Command::HoldTicket { ticket, uid } => self.forks.hold(ticket, uid),
                 Command::DropTicket { ticket } => {
                     let gone = self.forks.drop_ticket(ticket);
@@ -661,6 +665,25 @@ impl DataPlane {
         let ticket = self.forks.fork(app.uid, held, now);
         self.settle_forks();
         Response::Forked { ticket }
+    }
+
+    /// Application `id` gives bytes back to its connections (`Request::Unread`).
+    fn unread(&mut self, id: u64, parts: Vec<(u32, Vec<u8>)>) -> Response {
+        let Some(app) = self.apps.iter().find(|a| a.id == id) else {
+            return Response::Error("say Hello first".into());
+        };
+        let mut refused = Vec::new();
+        for (socket, bytes) in parts {
+            let taken = app.sockets.tcp(socket as usize).is_some_and(|h| {
+                self.iface
+                    .tcp_unread(&mut self.pool, h, &bytes)
+                    .unwrap_or(false)
+            });
+            if !taken {
+                refused.push(socket);
+            }
+        }
+        Response::Unread { refused }
     }
 
     /// Forked child `id` takes the sockets of ticket `secret`.

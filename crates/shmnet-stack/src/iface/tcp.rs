@@ -806,6 +806,18 @@ impl Interface {
         Ok(self.tcp.get(h)?.info())
     }
 
+    /// Puts `data`, bytes the application read from connection `h`, back in front of what
+    /// it reads next ([`Conn::unread`]): `Ok(false)` when they cannot be (too few buffers, or
+    /// the connection has ended).
+    pub fn tcp_unread<P: BufferPool + ?Sized>(
+        &mut self,
+        pool: &mut P,
+        h: TcpHandle,
+        data: &[u8],
+    ) -> Result<bool, TcpError> {
+        Ok(self.tcp.get_mut(h)?.unread(pool, data))
+    }
+
     /// A connection's state.
     pub fn tcp_state(&self, h: TcpHandle) -> Result<State, TcpError> {
         Ok(self.tcp.get(h)?.state())

@@ -705,6 +705,15 @@ impl Conn {
         n
     }
 
+    /// Puts `data`, bytes the application had read, back in front of what it may read next
+    /// (see [`super::queue::ChainQueue::unread`]). They were received and acknowledged
+    /// already: the sequence space does not move, the window offered shrinks by as much (its
+    /// right edge stays where it was announced). `false`, nothing changed, when the pool has
+    /// too few buffers or the connection has ended.
+    pub fn unread<P: BufferPool + ?Sized>(&mut self, pool: &mut P, data: &[u8]) -> bool {
+        self.state.synchronized() && self.rx.unread(pool, data)
+    }
+
     /// The window was `before` (or what was promised, if more): announce it at once if it
     /// opened by two segments or half the buffer since (a read, the pool's room).
     fn announce_if_opened(&mut self, before: u32) {

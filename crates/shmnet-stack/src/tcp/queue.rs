@@ -110,6 +110,38 @@ impl ChainQueue {
         self.bufs += bufs;
     }
 
+    /// Puts `data` back in front of the queue, in fresh buffers: bytes an application had
+    /// taken and gives back unread (a program about to fork or `exec`, so that whichever of
+    /// its holders reads next gets them, once). `false`, nothing changed, if the pool has
+    /// too few buffers.
+    pub fn unread<P: BufferPool + ?Sized>(&mut self, pool: &mut P, data: &[u8]) -> bool {
+        let Some(cap) = std::num::NonZeroUsize::new(pool.capacity().min(usize::from(u16::MAX)))
+        else {
+            return data.is_empty();
+        };
+        let mut front = ChainQueue::default();
+        for chunk in data.chunks(cap.get()) {
+            let Some(b) = pool.alloc() else {
+                front.clear(pool);
+                return false;
+            };
+            pool.data_mut(b)[..chunk.len()].copy_from_slice(chunk);
+            set_window(pool, b, 0, chunk.len());
+            front.link(pool, b, b, chunk.len() as u32, 1);
+        }
+        let (Some(head), Some(tail)) = (front.head, front.tail) else {
+            return true; // nothing to put back
+        };
+        pool.set_next(tail, self.head);
+        if self.tail.is_none() {
+            self.tail = Some(tail);
+        }
+        self.head = Some(head);
+        self.bytes += front.bytes;
+        self.bufs += front.bufs;
+        true
+    }
+
     /// Copy as much of `data` as fits under `limit` queued bytes, filling the last buffer's
     /// room first and then fresh buffers (from offset `headroom`, so a buffer can later be
     /// sent as it is). Returns the bytes taken (fewer when the pool runs dry).
@@ -635,6 +667,34 @@ mod tests {
         let mut out = vec![0; 2000];
         assert_eq!(q.read(&mut pool, &mut out, false), 550);
         assert_eq!(&out[..550], &data[450..]);
+        assert!(q.is_empty());
+        assert_eq!(pool.free_count(), pool.total());
+    }
+
+    /// Bytes given back come first, then what was queued; into an empty queue they are
+    /// the queue; a pool too small for them changes nothing and leaks nothing.
+    #[test]
+    fn unread_bytes_go_in_front() {
+        let mut pool = HeapPool::new(8, 256);
+        let mut q = ChainQueue::default();
+        let later = buf_with(&mut pool, b"later");
+        q.push(&mut pool, later, 5);
+        let back: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
+        assert!(q.unread(&mut pool, &back));
+        assert_eq!(q.bytes(), 605);
+        assert_eq!(q.bufs(), 4);
+        let mut want = back.clone();
+        want.extend_from_slice(b"later");
+        assert_eq!(chain_to_vec(&pool, q.head().unwrap()), want);
+        assert!(!q.unread(&mut pool, &[1; 2000]), "8 buffers cannot hold it");
+        assert_eq!(q.bytes(), 605);
+        assert_eq!(pool.free_count(), 4);
+        q.clear(&mut pool);
+        assert!(q.unread(&mut pool, b"alone"));
+        assert!(q.unread(&mut pool, b""));
+        assert_eq!(chain_to_vec(&pool, q.head().unwrap()), b"alone");
+        let mut out = [0u8; 16];
+        assert_eq!(q.read(&mut pool, &mut out, false), 5);
         assert!(q.is_empty());
         assert_eq!(pool.free_count(), pool.total());
     }

@@ -382,6 +382,48 @@ static void forking_servers(void) {
     printf("fork: a child talks on a connection its parent closed: %s\n", child_said(pid));
 }
 
+/* exec: a program started by exec keeps a socket not marked close-on-exec — with the bytes
+ * delivered to it before the exec — and not one marked close-on-exec; the program before
+ * keeps its copy; an exec that fails leaves the socket working. */
+static void execing(void) {
+    char buf[16], cmd[256];
+    int s = must_dial(6000, "exec");
+    if (write(s, "exec1", 5) != 5) die("exec write");
+    struct pollfd p = {.fd = s, .events = POLLIN};
+    poll(&p, 1, 5000); /* the echo is there, unread, at the exec */
+    int gone = must_dial(6000, "exec cloexec");
+    if (fcntl(gone, F_SETFD, FD_CLOEXEC) < 0) die("exec F_SETFD");
+    snprintf(cmd, sizeof cmd,
+             "head -c 5 <&3; printf exec2 >&3; head -c 5 <&3; "
+             "if [ -e /proc/self/fd/%d ]; then echo ' and the other kept'; "
+             "else echo ' and the other closed'; fi",
+             gone);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (dup2(s, 3) < 0) _exit(4);
+        if (s != 3) close(s);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(5);
+    }
+    printf("exec: the program started: %s\n", child_said(pid));
+    if (write(s, "exec3", 5) != 5) die("exec write after");
+    read_n(s, buf, 5, "exec read after");
+    printf("exec: the program before still talks: %.5s\n", buf);
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        char *argv[] = {"no-such-program", NULL};
+        execvp("/nonexistent/no-such-program", argv);
+        if (errno != ENOENT) _exit(6);
+        if (write(s, "exec4", 5) != 5) _exit(3);
+        child_expects(s, "exec4");
+    }
+    printf("exec: after an exec that failed the socket works: %s\n", child_said(pid));
+    close(gone);
+    close(s);
+}
+
 static int blocked_listener;
 static char blocked_got[16];
 
@@ -897,6 +939,7 @@ int main(int argc, char **argv) {
     forking();
     forking_servers();
     forking_threads();
+    execing();
     unseekable();
     names();
     nonblocking_connect();
