@@ -132,6 +132,78 @@ fn fork_per_connection_ipc() {
     fork_per_connection(Kind::Ipc);
 }
 
+/// Bytes delivered to the parent and not read at the fork go back to the server
+/// (`Request::Unread`): the holder that reads next — here the child — gets them, once; the
+/// parent does not read them again. (Copied into both processes' memory, as before, both
+/// read them: a shell that read a line and then started a command read it twice.)
+fn delivered_bytes_are_read_once(kind: Kind) {
+    let srv = stepped::tcp_loopback("fork-unread", kind, Duration::from_millis(2));
+    let parent = Client::connect(&srv.path).expect("attach the parent");
+    let peer = Client::connect(&srv.path).expect("attach the peer");
+    let l = parent.tcp_listen(0, 8).expect("listen");
+    let mut p1 = peer
+        .tcp_connect(SocketAddrV4::new(US, l.port()), PATIENCE)
+        .expect("connect");
+    let mut s = l.accept().expect("accept");
+    p1.write_all(b"first").unwrap();
+    assert_eq!(read_some(&mut s), b"first", "{kind:?}");
+    p1.write_all(b"delivered").unwrap();
+    // Long enough for the server to deliver them to the parent, unread.
+    std::thread::sleep(Duration::from_millis(100));
+    let number = s.number();
+    let mut taken = Vec::new();
+    let (ticket, kept) = parent
+        .prepare_fork(&[number], || {
+            let mut buf = [0u8; 64];
+            while let Ok(Some(n)) = s.try_read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                taken.extend_from_slice(&buf[..n]);
+            }
+            vec![(number, taken.clone())]
+        })
+        .expect("a ticket");
+    assert_eq!(taken, b"delivered", "{kind:?}: they had been delivered");
+    assert!(kept.is_empty(), "{kind:?}: the server took them back");
+    let child = Client::connect(&srv.path).expect("attach the child");
+    let (_, mut ss) = adopt(&child, ticket);
+    let cs = &mut ss[0].1;
+    let mut got = Vec::new();
+    while got.len() < 9 {
+        got.extend(read_some(cs));
+    }
+    assert_eq!(got, b"delivered", "{kind:?}: the child reads them");
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        s.read_timeout(&mut buf, Duration::from_millis(300))
+            .expect("read"),
+        None,
+        "{kind:?}: the parent does not read them again"
+    );
+    p1.write_all(b"more").unwrap();
+    assert_eq!(
+        read_some(&mut s),
+        b"more",
+        "{kind:?}: what comes next is the parent's"
+    );
+}
+
+#[test]
+fn delivered_bytes_are_read_once_shared() {
+    delivered_bytes_are_read_once(Kind::Shared);
+}
+
+#[test]
+fn delivered_bytes_are_read_once_regions() {
+    delivered_bytes_are_read_once(Kind::Regions);
+}
+
+#[test]
+fn delivered_bytes_are_read_once_ipc() {
+    delivered_bytes_are_read_once(Kind::Ipc);
+}
+
 /// The pattern of a pre-forking server (nginx, Apache's prefork, gunicorn): the parent
 /// listens and forks workers, and a worker accepts. The parent dies: the listener lives on
 /// in the worker.

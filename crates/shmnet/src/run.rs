@@ -97,6 +97,17 @@ pub fn run(a: RunArgs) -> Result<()> {
         preload.push(old);
     }
     let (program, args) = a.program.split_first().expect("clap requires a program");
+    if let Some(opt) = program.to_str().filter(|p| p.starts_with('-')) {
+        // Taken as the program because the program's own options may start with `-`.
+        let hint = if opt.starts_with("--socket") {
+            " (the server's socket is --server PATH)"
+        } else {
+            ""
+        };
+        bail!(
+            "unknown option {opt}{hint}: shmnet run [--server PATH] [--fallback] [--debug] [--kernel-udp] -- PROGRAM ARGS…"
+        );
+    }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args).env("LD_PRELOAD", preload);
     if let Some(s) = &a.server {

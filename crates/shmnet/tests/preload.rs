@@ -251,6 +251,20 @@ fn with_no_server_the_first_socket_fails_and_says_why() {
         .output()
         .expect("run python3 under shmnet run --fallback");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "made");
+
+    // An option `shmnet run` does not know is not taken for the program.
+    let out = Command::new(SHMNET)
+        .args(["run", "--socket"])
+        .arg(&sock)
+        .args(["--", "true"])
+        .output()
+        .expect("shmnet run with an unknown option");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an unknown option fails");
+    assert!(
+        stderr.contains("unknown option --socket") && stderr.contains("--server PATH"),
+        "and says what to use: {stderr}"
+    );
 }
 
 /// Loopback and the host's own addresses stay the kernel's: a program under `shmnet run`,
