@@ -28,8 +28,10 @@
 //! to the server (a socket pair's end instead of an eventfd), not built.
 //!
 //! The variable comes from the program's own previous image, but it is read like any input
-//! this library did not make: a token it cannot read is skipped, never followed, and the
-//! sockets it named fail with `EBADF`. (This crate builds only the shared object, which
+//! this library did not make (it may be stale, carried by a program that did not load the
+//! library into one that does, or made up): a token it cannot read is skipped, never
+//! followed; a socket is taken only where an eventfd holds its number, the connection only
+//! if it is a socket, the unread bytes only from a memory file (which no read waits on). (This crate builds only the shared object, which
 //! cannot be linked into a test harness: the format is tested end to end, by
 //! `crates/shmnet/tests/preload.rs`'s exec cases.)
 
@@ -758,17 +760,52 @@ pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
 
 // ------------------------------------------------------------------ after the exec
 
-/// Reads the memory file `fd` whole and closes it.
+/// Whether `fd` is a memory file (the only kind `F_GET_SEALS` answers for): the unread
+/// bytes' file, never a pipe or terminal a read could wait on.
+fn is_memfd(fd: c_int) -> bool {
+    // SAFETY: fcntl on a descriptor number: no memory is passed.
+    (0..table::MAX_FD as c_int).contains(&fd) && unsafe { libc::fcntl(fd, libc::F_GET_SEALS) } >= 0
+}
+
+/// Whether `fd` is a socket (the control connection made for this program).
+fn is_socket(fd: c_int) -> bool {
+    let mut st: libc::stat = unsafe_zeroed_stat();
+    // SAFETY: fstat writes into a local stat buffer.
+    (0..table::MAX_FD as c_int).contains(&fd)
+        && unsafe { libc::fstat(fd, &mut st) } == 0
+        && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
+}
+
+fn unsafe_zeroed_stat() -> libc::stat {
+    // SAFETY: `stat` is plain integers, for which all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Whether `fd` is an eventfd, as every socket of the server's is in the program (the
+/// placeholder holding its number): a stale or made-up variable must not take over a file,
+/// pipe or kernel socket of the program's.
+fn is_eventfd(fd: c_int) -> bool {
+    (0..table::MAX_FD as c_int).contains(&fd)
+        && std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]")
+}
+
+/// Reads the memory file `fd` whole and closes it; nothing if it is not a memory file.
 fn read_unread(fd: c_int) -> Vec<u8> {
-    if !(0..table::MAX_FD as c_int).contains(&fd) {
+    if fd <= 2 || !is_memfd(fd) {
         return Vec::new();
     }
-    // SAFETY: the descriptor the program before the exec made for this and named; taken
+    // SAFETY: a memory file the program before the exec made for this and named; taken
     // over here and closed when read.
-    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     let mut out = Vec::new();
-    let _ = std::io::Seek::rewind(&mut f);
-    let _ = std::io::Read::read_to_end(&mut f, &mut out);
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = std::os::unix::fs::FileExt::read_at(&f, &mut buf, out.len() as u64) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
     out
 }
 
@@ -792,34 +829,42 @@ pub(crate) fn inherit_at_load() {
             read.skipped
         );
     }
-    let conn = read
-        .conn
-        .filter(|&c| (0..table::MAX_FD as c_int).contains(&c))
-        .map(|c| {
-            // SAFETY: the control connection the program before the exec made and named for
-            // this one; close-on-exec again from now on.
-            unsafe { crate::real::fcntl(c, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
-            // SAFETY: as above: this program's descriptor from now on, owned here.
-            Reserved::from_fd(unsafe { OwnedFd::from_raw_fd(c) })
-        });
+    let socks: Vec<(c_int, Described)> = read
+        .socks
+        .into_iter()
+        .filter(|(fd, _)| is_eventfd(*fd))
+        .collect();
+    if socks.is_empty() {
+        // Nothing of ours where it says: a stale variable, whose connection descriptor
+        // names something else now. Leave every descriptor alone.
+        return;
+    }
+    // Never the standard descriptors: the program before the exec had them open when it
+    // made the connection, which got a number past them.
+    let conn = read.conn.filter(|&c| c > 2 && is_socket(c)).map(|c| {
+        // SAFETY: the control connection the program before the exec made and named for
+        // this one; close-on-exec again from now on.
+        unsafe { crate::real::fcntl(c, libc::F_SETFD, libc::FD_CLOEXEC as usize) };
+        // SAFETY: as above: this program's descriptor from now on, owned here.
+        Reserved::from_fd(unsafe { OwnedFd::from_raw_fd(c) })
+    });
     let mut st = table::lock_unadopted();
-    for &(fd, _) in &read.socks {
+    for &(fd, _) in &socks {
         table::mark_inherited(fd);
     }
     for &(a, k) in &read.aliases {
-        if read.socks.iter().any(|(fd, _)| *fd == k) {
+        if socks.iter().any(|(fd, _)| *fd == k) && is_eventfd(a) {
             st.aliases.insert(a, k);
             table::mark_inherited(a);
         }
     }
-    for &o in &read.orphans {
+    for &o in read.orphans.iter().filter(|&&o| is_eventfd(o)) {
         st.orphan(o);
     }
-    debug!("exec: {} socket(s) to adopt", read.socks.len());
+    debug!("exec: {} socket(s) to adopt", socks.len());
     st.inherit = Some(Inheritance {
         ticket: read.ticket,
-        socks: read
-            .socks
+        socks: socks
             .into_iter()
             .map(|(fd, d)| (fd, Heir::Described(d)))
             .collect(),
