@@ -1723,6 +1723,35 @@ fn programs_started_by_exec_keep_their_sockets() {
     ]);
     assert_eq!(ask(7712, b"first\nsecond\n"), b"got first\nsecond\n");
 
+    // A stale or made-up variable takes none of the program's own descriptors: standard
+    // input, output and error stay the program's.
+    let opts = "0/-/-/-/-/-";
+    for bogus in [
+        "v1 t=1 c=0 m=0".to_string(),
+        format!("v1 t=1 c=1 m=2 s=0,S,3,10.99.0.1:1,{opts},0,0,0,- a=1,0 o=2"),
+        "garbage".to_string(),
+    ] {
+        let mut c = under_shmnet(&sock, "sh");
+        c.args(["-c", "cat; echo out; echo err >&2"])
+            .env("SHMNET_EXEC", &bogus)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("sh");
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"in\n").unwrap();
+        drop(child.stdin.take());
+        let out = child.wait_with_output().expect("sh");
+        assert_eq!(
+            out.stdout, b"in\nout\n",
+            "{bogus}: stdin and stdout left alone"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).ends_with("err\n"),
+            "{bogus}: stderr left alone: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     drop((_cat, _sh));
     let f = forks_settle(&sock);
     assert_eq!(
