@@ -14,7 +14,7 @@ use crate::{guarded, real};
 /// Records `new`, just made by the kernel from `old`, as a duplicate if `old` is one of the
 /// server's sockets. Returns `new`.
 pub(crate) fn note(old: c_int, new: c_int) -> c_int {
-    if new >= 0 && old != new && table::marked(old) == Mark::Shmnet {
+    if new >= 0 && old != new && table::marked(old) == Mark::Shmnet && !table::borrowed() {
         guarded(|| {
             table::lock().alias(old, new);
             0
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn dup(old: c_int) -> c_int {
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on.
     let r = unsafe { real::dup2(old, new) };
-    if r >= 0 && old != new {
+    if r >= 0 && old != new && !crate::table::borrowed_for(new) {
         // The kernel closed what `new` was; it is `old`'s duplicate now.
         crate::sockets::forget(new);
     }
@@ -50,7 +50,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     // SAFETY: the caller's arguments, passed on.
     let r = unsafe { real::dup3(old, new, flags) };
-    if r >= 0 && old != new {
+    if r >= 0 && old != new && !crate::table::borrowed_for(new) {
         crate::sockets::forget(new);
     }
     note(old, r)

@@ -211,9 +211,15 @@ struct Words {
 
 impl Words {
     fn render(&self) -> String {
+        // `p=`: the process the exec is for (an exec keeps the pid). A copy of the variable
+        // that outlives it — kept by a shell with its own environment table, in a child of
+        // that process — names another pid, and is ignored.
         let mut out = format!(
-            "{VERSION} t={} c={} m={}",
-            self.ticket, self.conn, self.unread
+            "{VERSION} p={} t={} c={} m={}",
+            std::process::id(),
+            self.ticket,
+            self.conn,
+            self.unread
         );
         for s in &self.socks {
             out.push_str(" s=");
@@ -313,6 +319,9 @@ fn read_words(value: &str, unread_of: impl FnOnce(c_int) -> Vec<u8>) -> Option<R
     }
     let toks: Vec<&str> = toks.collect();
     let field = |k: &str| toks.iter().find_map(|t| t.strip_prefix(k));
+    if field("p=")?.parse::<u32>().ok()? != std::process::id() {
+        return None;
+    }
     let ticket: u64 = field("t=")?.parse().ok()?;
     let conn = field("c=")
         .and_then(|c| c.parse::<c_int>().ok())
@@ -502,24 +511,40 @@ fn prepare(envp: *const *const c_char) -> Option<Handoff> {
     })
 }
 
-/// `LD_PRELOAD` (this library) and `SHMNET_SERVER`, as this program has them, for an
-/// environment `envp` that lacks them: without the library the sockets handed over cannot
+/// `LD_PRELOAD` (this library) and `SHMNET_SERVER`, as this program was started with them,
+/// for an environment `envp` that lacks them: without the library the sockets handed over cannot
 /// work at all.
 fn missing_settings(envp: *const *const c_char) -> Vec<CString> {
     let has = |name: &str| env_entries(envp).any(|e| e.to_bytes().starts_with(name.as_bytes()));
     let mut out = Vec::new();
-    for (name, key) in [
-        ("LD_PRELOAD=", "LD_PRELOAD"),
-        ("SHMNET_SERVER=", "SHMNET_SERVER"),
-    ] {
+    let settings = [
+        ("LD_PRELOAD=", PRELOAD_AT_LOAD.get().cloned().flatten()),
+        (
+            "SHMNET_SERVER=",
+            Some(crate::config::get().server.clone().into_os_string()),
+        ),
+    ];
+    for (name, value) in settings {
         if !has(name)
-            && let Some(v) = std::env::var_os(key)
+            && let Some(v) = value
             && let Ok(c) = CString::new([name.as_bytes(), v.as_encoded_bytes()].concat())
         {
             out.push(c);
         }
     }
     out
+}
+
+/// `LD_PRELOAD` as the program was started with it: what it has when it `exec`s may have
+/// been cleared (`env -i`, `clearenv`) by then.
+static PRELOAD_AT_LOAD: std::sync::OnceLock<Option<std::ffi::OsString>> =
+    std::sync::OnceLock::new();
+
+/// When the library is loaded: remembers the settings an `exec` that hands sockets over
+/// puts back into an environment without them.
+pub(crate) fn remember_settings() {
+    let _ = PRELOAD_AT_LOAD.set(std::env::var_os("LD_PRELOAD"));
+    let _ = crate::config::get();
 }
 
 /// The entries of a NULL-terminated environment array (none for a null one).
@@ -549,8 +574,21 @@ fn with_handoff(
     go: impl FnOnce(*const *const c_char) -> c_int,
 ) -> c_int {
     let handoff = crate::caught(|| prepare(envp), || None);
-    let Some(h) = handoff else { return go(envp) };
     let prefix = format!("{VAR}=");
+    let stale = env_entries(envp).any(|e| e.to_bytes().starts_with(prefix.as_bytes()));
+    let Some(h) = handoff else {
+        if !stale {
+            return go(envp);
+        }
+        // A copy of the variable this program kept (a shell's own environment table): the
+        // program started must not read it.
+        let mut env: Vec<*const c_char> = env_entries(envp)
+            .filter(|e| !e.to_bytes().starts_with(prefix.as_bytes()))
+            .map(CStr::as_ptr)
+            .collect();
+        env.push(std::ptr::null());
+        return go(env.as_ptr());
+    };
     let mut env: Vec<*const c_char> = env_entries(envp)
         .filter(|e| !e.to_bytes().starts_with(prefix.as_bytes()))
         .map(CStr::as_ptr)
@@ -809,6 +847,36 @@ fn read_unread(fd: c_int) -> Vec<u8> {
     out
 }
 
+/// Takes [`VAR`] out of the environment array itself, not through `unsetenv`: bash
+/// replaces the C library's `getenv` and `unsetenv` with its own, which know nothing yet
+/// when this runs (before `main`), so `unsetenv` left the variable in what bash then reads
+/// and exports to every command.
+fn remove_from_environ() {
+    let prefix = format!("{VAR}=");
+    // SAFETY: called from the library's constructor, before `main` and any thread: nothing
+    // else reads or writes the environment array meanwhile. Entries are moved down over
+    // the ones removed, ending with the array's NULL, as `unsetenv` does.
+    unsafe {
+        let env = environ as *mut *const c_char;
+        if env.is_null() {
+            return;
+        }
+        let (mut from, mut to) = (0, 0);
+        loop {
+            let e = *env.add(from);
+            if e.is_null() {
+                *env.add(to) = std::ptr::null();
+                break;
+            }
+            if !CStr::from_ptr(e).to_bytes().starts_with(prefix.as_bytes()) {
+                *env.add(to) = e;
+                to += 1;
+            }
+            from += 1;
+        }
+    }
+}
+
 /// When the library is loaded: takes the sockets an `exec` handed to this program, if it
 /// did, and takes [`VAR`] out of the environment (a program this one starts gets a
 /// variable of its own, or none).
@@ -816,8 +884,7 @@ pub(crate) fn inherit_at_load() {
     let Some(value) = std::env::var_os(VAR) else {
         return;
     };
-    // SAFETY: called from the library's constructor, before `main` and any thread.
-    unsafe { std::env::remove_var(VAR) };
+    remove_from_environ();
     let value = value.to_string_lossy();
     let Some(read) = read_words(&value, read_unread) else {
         eprintln!("shmnet: exec: {VAR} is not in a form this library reads: ignored");
@@ -862,6 +929,9 @@ pub(crate) fn inherit_at_load() {
         st.orphan(o);
     }
     debug!("exec: {} socket(s) to adopt", socks.len());
+    // A fork before the first call must find the handlers there: its prepare adopts in this
+    // process first, so the child does not take the ticket from under it.
+    crate::fork::install_handlers();
     st.inherit = Some(Inheritance {
         ticket: read.ticket,
         socks: socks

@@ -169,17 +169,31 @@ pub(crate) fn take_ticket(
                 continue;
             }
             let mut bytes = std::mem::take(peeked);
+            let mut ended = false;
             loop {
                 match s.try_read(&mut chunk) {
                     Ok(Some(n)) if n > 0 => bytes.extend_from_slice(&chunk[..n]),
-                    Ok(_) => break,
+                    Ok(Some(_)) => {
+                        ended = true;
+                        break;
+                    }
+                    Ok(None) => break,
                     Err(e) => {
                         *deferred = deferred.or(Some(net::errno_of(&e, Call::Read)));
+                        ended = true;
                         break;
                     }
                 }
             }
-            unread.push((s.number(), bytes));
+            if ended {
+                // The read found the end of the stream (or its failure), which this client
+                // now holds: bytes given back would come after an end already taken, and be
+                // lost. They stay here (and in a child's copy of this memory, or the exec's
+                // memory file): the last bytes of a stream the peer has finished.
+                *peeked = bytes;
+            } else {
+                unread.push((s.number(), bytes));
+            }
         }
         unread
     });
@@ -204,6 +218,8 @@ pub(crate) fn take_ticket(
 /// The child handler's work: the parent's client let go, its sockets set aside for
 /// [`adopt_inherited`] (or orphaned, without a ticket).
 fn set_aside_in_child(st: &mut State, ticket: u64, conn: Option<Reserved>) {
+    // This copy of the memory is the child's own.
+    table::own_client();
     st.sleepers.clear();
     st.ring_armed = false;
     st.moved_seen = 0;

@@ -48,6 +48,8 @@ use libc::c_int;
 /// Runs when the library is loaded, before the program's `main`: a program started by an
 /// `exec` that handed it sockets marks them before its first call ([`exec`]).
 extern "C" fn at_load() {
+    table::own_client();
+    caught(exec::remember_settings, || ());
     caught(exec::inherit_at_load, || ());
 }
 

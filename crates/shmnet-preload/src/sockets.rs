@@ -480,7 +480,9 @@ pub(crate) fn forget(fd: c_int) {
 /// The C call's contract.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    forget(fd);
+    if !table::borrowed_for(fd) {
+        forget(fd);
+    }
     // SAFETY: the caller's descriptor, passed on (the eventfd holding a shmnet socket's
     // number, or the kernel's own).
     unsafe { real::close(fd) }

@@ -282,19 +282,35 @@ pub(crate) fn lock() -> MutexGuard<'static, State> {
     st
 }
 
-/// The process whose client `State::client` holds (0: none yet): a child made without
-/// `fork`'s handlers (`vfork`, as `posix_spawn` and Python's `subprocess` make them) shares
-/// the parent's memory, client included, and must not use it.
+/// The process whose memory this library's state is (set when the library is loaded, in a
+/// forked child by fork's child handler, and when a client attaches): a child made without
+/// `fork`'s handlers (`vfork`, as dash, `posix_spawn` and Python's `subprocess` make them)
+/// shares its parent's memory — state and client included — but has a descriptor table of
+/// its own, so what it does to its descriptors must not be written into the parent's state.
 static OWNER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-/// This process attached the client now in the state.
+/// This process owns the state (and the client now in it).
 pub(crate) fn own_client() {
     OWNER.store(std::process::id() as i32, Ordering::Relaxed);
 }
 
-/// Whether the client in the state is this process's (see [`own_client`]).
+/// Whether the state (and its client) is this process's (see [`own_client`]).
 pub(crate) fn client_is_ours() -> bool {
     OWNER.load(Ordering::Relaxed) == std::process::id() as i32
+}
+
+/// [`borrowed`], asked only when `fd` is one of the server's (or an epoll instance of
+/// this library's): no system call for the program's other descriptors.
+pub(crate) fn borrowed_for(fd: libc::c_int) -> bool {
+    marked(fd) != Mark::NotOurs && borrowed()
+}
+
+/// Whether this process runs in memory it borrows from its parent (a `vfork` child): its
+/// `dup2` or `close` of one of the server's sockets is the kernel's business alone (one
+/// system call to tell, paid only on the server's descriptors).
+pub(crate) fn borrowed() -> bool {
+    let owner = OWNER.load(Ordering::Relaxed);
+    owner != 0 && owner != std::process::id() as i32
 }
 
 /// The state, locked, without adopting what this process inherited: for the library's

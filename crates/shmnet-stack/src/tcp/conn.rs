@@ -1557,11 +1557,12 @@ impl Conn {
         }
         self.tx.clear(pool);
         self.tx_cursor = Cursor::default();
+        // What arrived in order before a reset or a timeout stays readable, then the error
+        // (as Linux's `tcp_reset` purges only the write queue, and its `tcp_recvmsg` hands
+        // out the receive queue before `sk_err`): a peer that writes a reply and closes
+        // with input unread resets, and its reply must still be read. Out of order bytes
+        // can never be, and go.
         self.ooo.clear(pool);
-        if why.is_some() {
-            // Nothing the peer sent can be trusted to be whole: a reset discards it.
-            self.rx.clear(pool);
-        }
         self.rto_at = None;
         self.early_at = None;
         self.ack_at = None;
