@@ -49,6 +49,10 @@ use libc::c_int;
 /// `exec` that handed it sockets marks them before its first call ([`exec`]).
 extern "C" fn at_load() {
     table::own_client();
+    // From the start, so that every forked child owns its copy of the state (the child
+    // handler says so): only a child made without the handlers — vfork — borrows its
+    // parent's ([`table::borrowed`]).
+    fork::install_handlers();
     caught(exec::remember_settings, || ());
     caught(exec::inherit_at_load, || ());
 }
