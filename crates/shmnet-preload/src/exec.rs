@@ -12,7 +12,9 @@
 //! options and shutdown state, and a memory file holding the unread bytes. The new program's
 //! copy of this library reads it when it is loaded (before `main`: the descriptors must be
 //! marked before the first call on them), takes the variable out of its environment, and
-//! adopts the sockets at its first call, as a forked child does.
+//! adopts the sockets there and then (a forked child waits for its first call; a program
+//! started by exec may `vfork` before it touches its sockets, and a vfork child cannot
+//! adopt for it).
 //!
 //! What it cannot carry: a program the `exec` starts without this library (static, setuid,
 //! or an environment without `LD_PRELOAD`, which the `exec` puts back when it hands sockets
@@ -401,18 +403,26 @@ fn prepare(envp: *const *const c_char) -> Option<Handoff> {
     if !any_survives(&st) {
         return None;
     }
-    if st.inherit.is_none()
-        && !table::client_is_ours()
-        && !matches!(&st.client, Some(Ok(c)) if c.control_open())
-    {
+    if table::borrowed() {
         // A child made without fork's handlers (vfork: dash's, Python's `subprocess`) shares
         // its parent's memory, client included; the parent waits, and this lock keeps its
         // other threads out, so the client may ask for the ticket — but only over its own
-        // control socket, which this child may have closed.
-        debug!(
-            "exec: a vfork child without its parent's control socket: its sockets are not carried"
-        );
-        return None;
+        // control socket, which this child may have closed, and never by attaching here:
+        // what an attachment receives (its eventfds) would land in this child's
+        // descriptor table, not in the parent's, whose memory would then hold a client
+        // with descriptors it does not have.
+        if st.inherit.is_some() {
+            debug!(
+                "exec: a vfork child of a program that has not taken its inherited sockets yet: they are not carried"
+            );
+            return None;
+        }
+        if !matches!(&st.client, Some(Ok(c)) if c.control_open()) {
+            debug!(
+                "exec: a vfork child without its parent's control socket: its sockets are not carried"
+            );
+            return None;
+        }
     }
     if st.inherit.is_some() {
         // Inherited and not yet taken (a forked child that `exec`s): taken now, to be
@@ -929,9 +939,6 @@ pub(crate) fn inherit_at_load() {
         st.orphan(o);
     }
     debug!("exec: {} socket(s) to adopt", socks.len());
-    // A fork before the first call must find the handlers there: its prepare adopts in this
-    // process first, so the child does not take the ticket from under it.
-    crate::fork::install_handlers();
     st.inherit = Some(Inheritance {
         ticket: read.ticket,
         socks: socks
@@ -940,4 +947,9 @@ pub(crate) fn inherit_at_load() {
             .collect(),
         conn,
     });
+    // Now, not at the first call (a forked child waits for that): a program started with
+    // sockets may `vfork` before it touches them (dash runs its commands so), and a vfork
+    // child cannot adopt for it (see `prepare`). About a millisecond, paid by every program
+    // an exec hands sockets to.
+    crate::fork::adopt_inherited(&mut st);
 }

@@ -274,9 +274,9 @@ static STATE: Mutex<State> = Mutex::new(State {
 /// guards stays consistent between calls).
 pub(crate) fn lock() -> MutexGuard<'static, State> {
     let mut st = STATE.lock().unwrap_or_else(|e| e.into_inner());
-    if st.inherit.is_some() {
+    if st.inherit.is_some() && !borrowed() {
         // A forked child's first call, or an exec'd program's: the sockets it inherited
-        // become its own first.
+        // become its own first. (Not in a vfork child: see `exec::prepare`.)
         crate::fork::adopt_inherited(&mut st);
     }
     st
@@ -292,11 +292,6 @@ static OWNER: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0
 /// This process owns the state (and the client now in it).
 pub(crate) fn own_client() {
     OWNER.store(std::process::id() as i32, Ordering::Relaxed);
-}
-
-/// Whether the state (and its client) is this process's (see [`own_client`]).
-pub(crate) fn client_is_ours() -> bool {
-    OWNER.load(Ordering::Relaxed) == std::process::id() as i32
 }
 
 /// [`borrowed`], asked only when `fd` is one of the server's (or an epoll instance of

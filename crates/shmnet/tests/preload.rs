@@ -1723,6 +1723,18 @@ fn programs_started_by_exec_keep_their_sockets() {
     ]);
     assert_eq!(ask(7712, b"first\nsecond\n"), b"got first\nsecond\n");
 
+    // The shell runs `cat` in a vfork child before its own first call on the connection:
+    // the shell took its sockets when it was loaded, and the vfork child hands them on.
+    let _vf = start(&[
+        "socat",
+        "TCP-LISTEN:7714,bind=10.99.0.1,fork,reuseaddr",
+        "SYSTEM:/bin/true; cat; /bin/true,nofork",
+    ]);
+    assert_eq!(
+        ask(7714, b"through a vfork child\n"),
+        b"through a vfork child\n"
+    );
+
     // A stale or made-up variable takes none of the program's own descriptors: standard
     // input, output and error stay the program's.
     let opts = "0/-/-/-/-/-";
@@ -1752,7 +1764,7 @@ fn programs_started_by_exec_keep_their_sockets() {
         );
     }
 
-    drop((_cat, _sh));
+    drop((_cat, _sh, _vf));
     let f = forks_settle(&sock);
     assert_eq!(
         f.shared_now, 0,
