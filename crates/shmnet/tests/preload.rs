@@ -750,9 +750,10 @@ fn iperf3_both_ends_under_shmnet_run_over_the_loopback_wire() {
     for extra in runs {
         let what = format!("iperf3 {extra:?}, both ends under shmnet run");
         let mut s = under_shmnet(&sock, "iperf3");
+        // Its stderr kept (it writes a line or two at most): what a failure said.
         s.args(["-s", "-1"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(Stdio::piped());
         let s = s.spawn().expect("start iperf3 -s under shmnet run");
         let out = until_it_connects(&what, || {
             let mut c = under_shmnet(&sock, "iperf3");

@@ -114,7 +114,22 @@ pub fn wait_ok(mut child: Child, what: &str, limit: Duration) -> String {
         }
         if start.elapsed() > limit {
             let _ = child.kill();
-            panic!("{what} did not finish within {limit:?}");
+            let _ = child.wait();
+            // What it had said by then: where it stopped.
+            let mut out = String::new();
+            let mut err = String::new();
+            if let Some(mut o) = child.stdout.take() {
+                let _ = o.read_to_string(&mut out);
+            }
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            let tail = |s: &str| s.lines().rev().take(8).collect::<Vec<_>>().join(" | ");
+            panic!(
+                "{what} did not finish within {limit:?}; its last lines (newest first): {} / stderr: {}",
+                tail(&out),
+                tail(&err)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     }
