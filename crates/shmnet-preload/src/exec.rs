@@ -1,7 +1,7 @@
 //! `exec`: a program keeps the server's TCP sockets it did not mark close-on-exec, as it
 //! keeps kernel sockets (docs/preload.md, "exec"). inetd and socat's `EXEC:` start a
-//! program with a connection as its standard input and output; `sshd` re-executes itself
-//! with its client's connection.
+//! program with a connection as its standard input and output; a shell started by socat's
+//! `SYSTEM:` `exec`s its last command with it.
 //!
 //! The program before the `exec` does what a fork's parent does — a ticket for the sockets
 //! that survive the `exec` (`Client::prepare_fork`, the bytes already delivered moved into
