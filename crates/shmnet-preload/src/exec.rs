@@ -374,6 +374,19 @@ struct Handoff {
     _unread: Option<OwnedFd>,
 }
 
+/// The descriptors of the socket kept under `key` (itself and its duplicates) that stay
+/// open across an `exec`.
+fn surviving_fds(st: &table::State, key: c_int) -> impl Iterator<Item = c_int> + '_ {
+    std::iter::once(key)
+        .chain(
+            st.aliases
+                .iter()
+                .filter(move |&(_, &k)| k == key)
+                .map(|(&a, _)| a),
+        )
+        .filter(|&fd| survives(fd))
+}
+
 /// Whether descriptor `fd` stays open across an `exec`.
 fn survives(fd: c_int) -> bool {
     // SAFETY: fcntl(F_GETFD) on a descriptor number: no memory is passed.
@@ -434,15 +447,7 @@ fn prepare(envp: *const *const c_char) -> Option<Handoff> {
     let mut keep: Vec<(c_int, Vec<c_int>)> = Vec::new();
     let mut orphans = Vec::new();
     for (&key, sock) in &st.socks {
-        let mut fds: Vec<c_int> = std::iter::once(key)
-            .chain(
-                st.aliases
-                    .iter()
-                    .filter(|&(_, &k)| k == key)
-                    .map(|(&a, _)| a),
-            )
-            .filter(|&fd| survives(fd))
-            .collect();
+        let mut fds: Vec<c_int> = surviving_fds(&st, key).collect();
         if fds.is_empty() {
             continue;
         }
@@ -586,30 +591,24 @@ fn with_handoff(
     let handoff = crate::caught(|| prepare(envp), || None);
     let prefix = format!("{VAR}=");
     let stale = env_entries(envp).any(|e| e.to_bytes().starts_with(prefix.as_bytes()));
-    let Some(h) = handoff else {
-        if !stale {
-            return go(envp);
-        }
-        // A copy of the variable this program kept (a shell's own environment table): the
-        // program started must not read it.
-        let mut env: Vec<*const c_char> = env_entries(envp)
-            .filter(|e| !e.to_bytes().starts_with(prefix.as_bytes()))
-            .map(CStr::as_ptr)
-            .collect();
-        env.push(std::ptr::null());
-        return go(env.as_ptr());
-    };
+    if handoff.is_none() && !stale {
+        return go(envp);
+    }
+    // Without a copy of the variable this program kept (a shell's own environment table):
+    // the program started must not read it. With the handover's, if there is one.
     let mut env: Vec<*const c_char> = env_entries(envp)
         .filter(|e| !e.to_bytes().starts_with(prefix.as_bytes()))
         .map(CStr::as_ptr)
         .collect();
-    env.push(h.var.as_ptr());
-    env.extend(h.also.iter().map(|c| c.as_ptr()));
+    if let Some(h) = &handoff {
+        env.push(h.var.as_ptr());
+        env.extend(h.also.iter().map(|c| c.as_ptr()));
+    }
     env.push(std::ptr::null());
     let r = go(env.as_ptr());
     // SAFETY: this thread's errno.
     let e = unsafe { *libc::__errno_location() };
-    drop(h);
+    drop(handoff);
     crate::set_errno(e);
     r
 }
@@ -737,8 +736,7 @@ variadic_exec!(execle => shmnet_execle);
 /// Whether a TCP socket of the server's, the program's own or inherited and not yet taken,
 /// has a descriptor that stays open across an `exec`.
 fn any_survives(st: &table::State) -> bool {
-    let open =
-        |key: c_int| survives(key) || st.aliases.iter().any(|(&a, &k)| k == key && survives(a));
+    let open = |key: c_int| surviving_fds(st, key).next().is_some();
     st.socks
         .iter()
         .any(|(&fd, s)| crate::fork::tcp_number(s).is_some() && open(fd))
@@ -817,16 +815,12 @@ fn is_memfd(fd: c_int) -> bool {
 
 /// Whether `fd` is a socket (the control connection made for this program).
 fn is_socket(fd: c_int) -> bool {
-    let mut st: libc::stat = unsafe_zeroed_stat();
+    // SAFETY: `stat` is plain integers, for which all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes into a local stat buffer.
     (0..table::MAX_FD as c_int).contains(&fd)
         && unsafe { libc::fstat(fd, &mut st) } == 0
         && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-}
-
-fn unsafe_zeroed_stat() -> libc::stat {
-    // SAFETY: `stat` is plain integers, for which all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 /// Whether `fd` is an eventfd, as every socket of the server's is in the program (the

@@ -96,19 +96,25 @@ pub fn run_ok(mut cmd: Command, what: &str, limit: Duration) -> String {
     wait_ok(child, what, limit)
 }
 
+/// What an ended `child` wrote to its piped stdout and stderr (empty where not piped).
+fn output_of(child: &mut Child) -> (String, String) {
+    let mut out = String::new();
+    let mut err = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    (out, err)
+}
+
 /// Waits for `child` within `limit`; panics with its output if it fails. Returns stdout.
 pub fn wait_ok(mut child: Child, what: &str, limit: Duration) -> String {
     let start = Instant::now();
     loop {
         if let Some(st) = child.try_wait().expect("wait") {
-            let mut out = String::new();
-            let mut err = String::new();
-            if let Some(mut o) = child.stdout.take() {
-                let _ = o.read_to_string(&mut out);
-            }
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
+            let (out, err) = output_of(&mut child);
             assert!(st.success(), "{what} failed ({st}): {out} {err}");
             return out;
         }
@@ -116,14 +122,7 @@ pub fn wait_ok(mut child: Child, what: &str, limit: Duration) -> String {
             let _ = child.kill();
             let _ = child.wait();
             // What it had said by then: where it stopped.
-            let mut out = String::new();
-            let mut err = String::new();
-            if let Some(mut o) = child.stdout.take() {
-                let _ = o.read_to_string(&mut out);
-            }
-            if let Some(mut e) = child.stderr.take() {
-                let _ = e.read_to_string(&mut err);
-            }
+            let (out, err) = output_of(&mut child);
             let tail = |s: &str| s.lines().rev().take(8).collect::<Vec<_>>().join(" | ");
             panic!(
                 "{what} did not finish within {limit:?}; its last lines (newest first): {} / stderr: {}",
