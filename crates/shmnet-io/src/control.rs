@@ -255,6 +255,12 @@ pub enum Request {
     },
     /// Ask for every counter.
     Stats,
+    /// Ask for a page of the server's sockets (`shmnet sockets`): `from` is 0 for the first
+    /// page, then the `next` of the page before ([`crate::server::listing`]).
+    Sockets {
+        /// Where the page starts.
+        from: u64,
+    },
     /// The first message of a driver process.
     DriverHello {
         /// [`PROTOCOL_VERSION`] of the driver.
@@ -368,6 +374,8 @@ pub enum Response {
     },
     /// Every counter.
     Stats(Box<crate::server::ServerStats>),
+    /// A page of the server's sockets.
+    Sockets(Box<crate::server::listing::SocketsPage>),
     /// To a driver process, right after its `Welcome`: the device to drive (the data window
     /// follows).
     Driver(Box<crate::spec::DriverSetup>),

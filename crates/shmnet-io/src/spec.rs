@@ -526,6 +526,9 @@ pub struct ServeSpec {
     pub json: bool,
     /// af_packet: serve the interface even if another shmnet server already does.
     pub force: bool,
+    /// server and ipc structures: serve every counter at `http://ADDR/metrics` in the
+    /// Prometheus text format (`None`: no metrics).
+    pub metrics: Option<std::net::SocketAddr>,
     /// server, `--isolation regions`: time every copy into a posted buffer with the residency
     /// probe (`shmnet residency --structure server-regions`; not a command-line option).
     pub copy_probe: Option<CopyProbeSpec>,
@@ -578,6 +581,7 @@ impl Default for ServeSpec {
             duration_s: None,
             json: false,
             force: false,
+            metrics: None,
             copy_probe: None,
         }
     }

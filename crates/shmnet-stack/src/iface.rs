@@ -1245,6 +1245,11 @@ impl Interface {
         Ok(self.socket(h)?.queue.len())
     }
 
+    /// Bytes of the messages waiting on a socket.
+    pub fn udp_queued_bytes(&self, h: SocketHandle) -> Result<usize, RecvError> {
+        Ok(self.socket(h)?.queue.iter().map(|m| m.len).sum())
+    }
+
     /// Messages a socket refused because its queue was full.
     pub fn udp_overflows(&self, h: SocketHandle) -> Result<u64, RecvError> {
         Ok(self.socket(h)?.overflows)

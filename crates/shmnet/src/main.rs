@@ -9,6 +9,7 @@ mod app_file;
 mod bench_shared;
 mod iface_lock;
 mod lab;
+mod metrics;
 mod netbench;
 mod programs;
 mod replay;
@@ -16,6 +17,7 @@ mod run;
 mod running;
 mod serve;
 mod sim;
+mod sockets;
 
 #[derive(Parser)]
 #[command(
@@ -104,6 +106,18 @@ enum Command {
     /// Print the live counters of a running server: every queue, pool and layer, and the
     /// memory its windows hold.
     Stats(app::StatsArgs),
+    /// List a running server's sockets as `ss -tunap` lists the kernel's: state, queues,
+    /// addresses, and the applications holding each (pid, uid, the socket's number);
+    /// connections their applications closed (TIME-WAIT, a FIN still unacknowledged) are
+    /// listed without one.
+    ///
+    /// Examples:
+    ///   shmnet sockets                               every socket of the default server
+    ///   shmnet sockets -tl                           TCP listeners only
+    ///   shmnet sockets -ti --socket /tmp/s1.sock     connections with cwnd, RTT, RTO, retransmits
+    ///   shmnet sockets --json | jq '.sockets[] | select(.state == "established")'
+    #[command(verbatim_doc_comment)]
+    Sockets(sockets::SocketsArgs),
     /// Streaming throughput by structure (seed 002's ttcp): kernel, ipc, server (its driver
     /// polled by the server's loop), server-thread, server-process (the driver a thread or a
     /// process of its own), inline × message sizes × directions, with the kernel and memcpy
@@ -504,6 +518,7 @@ fn dispatch() -> Result<()> {
         Command::App(c) => app::run(c),
         Command::Run(a) => run::run(a),
         Command::Stats(a) => app::stats(a),
+        Command::Sockets(a) => sockets::run(a),
         Command::Driver(a) => serve::run_driver(a),
         Command::Ttcp(a) => netbench::ttcp(a),
         Command::Rr(a) => netbench::rr(a),

@@ -454,6 +454,11 @@ pub struct ServeArgs {
     /// answer every frame: peers see duplicate replies).
     #[arg(long)]
     force: bool,
+    /// server and ipc structures: serve every counter at http://ADDR:PORT/metrics in the
+    /// Prometheus text format, fresh at each scrape (e.g. 127.0.0.1:9464; port 0 picks a
+    /// free one, printed at start).
+    #[arg(long, value_name = "ADDR:PORT")]
+    metrics: Option<std::net::SocketAddr>,
     /// Messages a socket's receive queue holds before the stack drops (and counts) more.
     #[arg(long, default_value_t = 64, value_name = "MESSAGES")]
     rx_queue: usize,
@@ -533,8 +538,14 @@ impl ServeArgs {
             duration_s: self.duration,
             json: self.json,
             force: self.force,
+            metrics: self.metrics,
             copy_probe: None,
         };
+        if spec.metrics.is_some() && spec.structure == ServeStructure::Inline {
+            bail!(
+                "--metrics needs --structure server (or ipc): the inline structure has no control socket to read its counters from"
+            );
+        }
         spec.check_mtu()?;
         spec.check_gateway()?;
         spec.check_sync()?;
@@ -1024,6 +1035,10 @@ fn run_server(a: &ServeSpec) -> Result<()> {
     );
     if let Some(impair) = a.driver.impair() {
         eprintln!("impairing the frames both ways: {impair}");
+    }
+    if let Some(addr) = a.metrics {
+        let bound = crate::metrics::spawn(addr, a.socket.clone())?;
+        eprintln!("metrics at http://{bound}/metrics");
     }
     let pb = &run.pb;
     let mut last = (Instant::now(), 0u64);

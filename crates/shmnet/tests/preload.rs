@@ -11,28 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/loopback.rs"]
+mod loopback;
 #[path = "common/netns.rs"]
 mod netns;
 #[path = "common/served.rs"]
 mod served;
+use loopback::{Killed, SHMNET, library, loopback_server, started, under_shmnet};
 use netns::Netns;
 use served::{Server, random_file, root, run_ok, wait_ok};
-
-const SHMNET: &str = env!("CARGO_BIN_EXE_shmnet");
-
-/// The library `shmnet run` loads: beside `shmnet`.
-fn library() -> PathBuf {
-    let lib = Path::new(SHMNET)
-        .parent()
-        .expect("shmnet's directory")
-        .join("libshmnet_preload.so");
-    assert!(
-        lib.exists(),
-        "{} is missing: build it with `cargo build -p shmnet-preload` (and --release for release tests); scripts/test does",
-        lib.display()
-    );
-    lib
-}
 
 /// A namespace with shmnet's server structure on `v0` (10.93.0.1) and Linux on `v1`
 /// (10.93.0.2), and the server's control socket.
@@ -63,14 +50,6 @@ fn bed(test: &str, tag: &str) -> Option<(Netns, Server, String)> {
         .to_string();
     let server = Server::start(&ns, &["--structure", "server", "--socket", &sock]);
     Some((ns, server, sock))
-}
-
-/// `shmnet run --server SOCK -- prog`, outside the namespace (the program reaches the
-/// server through its control socket; its kernel sockets are this host's).
-fn under_shmnet(sock: &str, prog: &str) -> Command {
-    let mut c = Command::new(SHMNET);
-    c.args(["run", "--server", sock, "--", prog]);
-    c
 }
 
 /// Runs `make()` until it succeeds (a listener may not be up yet), for 10 s at most;
@@ -633,77 +612,6 @@ fn a_c_program_sees_the_same_calls_under_shmnet_run_as_on_the_kernel() {
         "the kernel's run: {on_kernel}"
     );
     assert_eq!(on_shmnet, on_kernel, "under shmnet run, then on the kernel");
-}
-
-/// Starts `cmd` with its standard output piped and waits for its first line (a program
-/// says it is ready); returns it and the line.
-fn started(mut cmd: Command, what: &str) -> (std::process::Child, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {what}: {e}"));
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap_or_else(|e| panic!("{what}'s banner: {e}"));
-    (child, line)
-}
-
-/// `shmnet serve --driver loopback` on 10.99.0.1 (and `extra` options), its control
-/// socket once it exists.
-/// A child process killed (and reaped) when dropped.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A loopback server ([`loopback_server`]): stopped, and its socket file removed, when
-/// dropped.
-struct LoopbackServer {
-    _child: Killed,
-    sock: String,
-}
-
-impl Drop for LoopbackServer {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.sock);
-    }
-}
-
-fn loopback_server(tag: &str, extra: &[&str]) -> (LoopbackServer, String) {
-    let sock = std::env::temp_dir()
-        .join(format!("shmnet-pre-{}-{tag}.sock", std::process::id()))
-        .to_str()
-        .unwrap()
-        .to_string();
-    let child = Command::new(SHMNET)
-        .args(["serve", "--structure", "server", "--driver", "loopback"])
-        .args(["--ip", "10.99.0.1/24", "--socket", &sock])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start shmnet serve --driver loopback");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !Path::new(&sock).exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the loopback server never made {sock}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let server = LoopbackServer {
-        _child: Killed(child),
-        sock: sock.clone(),
-    };
-    (server, sock)
 }
 
 /// Two programs under `shmnet run` on one server talk at its address, as over Linux's

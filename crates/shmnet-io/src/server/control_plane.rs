@@ -148,6 +148,11 @@ pub(crate) enum Command {
     Stats {
         reply: mpsc::SyncSender<Box<ServerStats>>,
     },
+    /// A page of the sockets listing, from cursor `from` (`shmnet sockets`).
+    Sockets {
+        from: u64,
+        reply: mpsc::SyncSender<Box<super::listing::SocketsPage>>,
+    },
     /// The driver process went away.
     DriverGone,
 }
@@ -621,6 +626,7 @@ impl ControlPlane {
     fn answer_and_close(&mut self, fd: OwnedFd, patience: Duration, refusal: String) {
         let answer = match wait_message(&fd, &mut self.buf, Instant::now() + patience) {
             Some(Request::Stats) => self.stats_response(),
+            Some(Request::Sockets { from }) => self.sockets_response(from),
             _ => Response::Error(refusal),
         };
         let _ = control::send(&fd, &answer);
@@ -939,12 +945,29 @@ impl ControlPlane {
                 Some(Response::Error("say Hello first".into()))
             }
             Request::Stats => Some(self.stats_response()),
+            Request::Sockets { from } => Some(self.sockets_response(from)),
             Request::DriverHello { .. } | Request::DriverStats(_) => {
                 self.count(|c| c.bad_messages += 1);
                 Some(Response::Error(
                     "a driver attaches only while the server starts".into(),
                 ))
             }
+        }
+    }
+
+    fn sockets_response(&mut self, from: u64) -> Response {
+        match self
+            .spec
+            .outbox
+            .ask(&self.stop, |reply| Command::Sockets { from, reply })
+        {
+            Some(page) => {
+                self.count(|c| c.sockets_answered += 1);
+                Response::Sockets(page)
+            }
+            None => Response::Error(
+                "the server's data plane did not answer in time: it may be stopping".into(),
+            ),
         }
     }
 

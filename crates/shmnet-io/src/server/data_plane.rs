@@ -561,6 +561,19 @@ impl DataPlane {
                 Command::Stats { reply } => {
                     let _ = reply.send(Box::new(self.stats()));
                 }
+                Command::Sockets { from, reply } => {
+                    let apps: Vec<super::listing::AppView<'_>> = self
+                        .apps
+                        .iter()
+                        .map(|a| super::listing::AppView {
+                            pid: a.pid,
+                            uid: a.uid,
+                            sockets: &a.sockets,
+                        })
+                        .collect();
+                    let page = super::listing::page(&self.iface, &apps, from);
+                    let _ = reply.send(Box::new(page));
+                }
                 Command::DriverGone => {
                     self.driver.alive.store(false, Ordering::Relaxed);
                     if let DriverLink::Rings { out, .. } = &mut self.link {

@@ -33,6 +33,7 @@ mod data_plane;
 mod forks;
 mod handles;
 mod held;
+pub mod listing;
 mod region_app;
 mod sockets;
 mod stalled;
@@ -757,21 +758,60 @@ fn rings(data: &Window) -> DriverLink {
 /// and closes: on a busy machine the request can be that late. Such a refusal is tried
 /// again, for 2 s at most, before it is returned.
 pub fn query_stats(socket: &std::path::Path) -> Result<ServerStats, ControlError> {
+    match ask_admitted(socket, &Request::Stats)? {
+        Response::Stats(v) => Ok(*v),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// Every socket of the server at `socket` (`shmnet sockets`), page by page
+/// ([`listing`]); retried as [`query_stats`] is.
+pub fn query_sockets(socket: &std::path::Path) -> Result<Vec<listing::SocketEntry>, ControlError> {
+    let mut all = Vec::new();
+    let mut from = 0;
+    // Bounded: a cursor only moves forward, and a server holds at most 2^32 slots and
+    // 65,536 sockets per application; a server that answered the same cursor twice would
+    // otherwise be asked for ever.
+    loop {
+        let page = match ask_admitted(socket, &Request::Sockets { from })? {
+            Response::Sockets(p) => *p,
+            other => return Err(unexpected(other)),
+        };
+        all.extend(page.entries);
+        match page.next {
+            Some(next) if next > from => from = next,
+            Some(_) => {
+                return Err(ControlError::Malformed(
+                    "the server's sockets listing did not move forward".into(),
+                ));
+            }
+            None => return Ok(all),
+        }
+    }
+}
+
+fn unexpected(r: Response) -> ControlError {
+    match r {
+        Response::Error(e) => ControlError::Malformed(e),
+        other => ControlError::Malformed(format!("unexpected answer {other:?}")),
+    }
+}
+
+/// Asks `req` on a connection of its own, and returns the answer. A server full of
+/// connections (or out of descriptors) answers `Stats` and `Sockets` only when the request
+/// has arrived a millisecond after it accepts, and otherwise refuses and closes: an error
+/// or a hang-up is tried again for 2 s before it is returned.
+fn ask_admitted(socket: &std::path::Path, req: &Request) -> Result<Response, ControlError> {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let asked = (|| {
             let fd = control::connect(socket)?;
-            control::send(&fd, &Request::Stats)?;
+            control::send(&fd, req)?;
             control::recv_blocking::<Response>(fd.as_fd())
         })();
         let refused = match asked {
-            Ok(Response::Stats(v)) => return Ok(*v),
             Ok(Response::Error(e)) => ControlError::Malformed(e),
-            Ok(other) => {
-                return Err(ControlError::Malformed(format!(
-                    "unexpected answer {other:?}"
-                )));
-            }
+            Ok(r) => return Ok(r),
             Err(e @ ControlError::HungUp) => e,
             Err(e) => return Err(e),
         };

@@ -152,6 +152,14 @@ impl Sockets {
         }
     }
 
+    /// Every socket, with its number.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (usize, AppSocket)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.map(|s| (i, s)))
+    }
+
     /// Every UDP socket, with its number.
     pub(crate) fn udp_sockets(&self) -> impl Iterator<Item = (usize, SocketHandle)> + '_ {
         self.slots.iter().enumerate().filter_map(|(i, s)| match s {

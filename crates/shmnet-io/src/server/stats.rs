@@ -180,6 +180,9 @@ pub struct ControlCounters {
     pub detached: u64,
     /// Stats requests answered.
     pub stats_answered: u64,
+    /// Pages of the sockets listing answered (`shmnet sockets`).
+    #[serde(default)]
+    pub sockets_answered: u64,
     /// File descriptors that came attached to messages that take none (or more than one to
     /// `Register`): closed at once.
     pub stray_fds: u64,

@@ -806,6 +806,16 @@ impl Interface {
         Ok(self.tcp.get(h)?.info())
     }
 
+    /// Every connection's [`TcpInfo`], with its handle, in any state (for `shmnet sockets`).
+    pub fn tcp_infos(&self) -> impl Iterator<Item = (TcpHandle, TcpInfo)> + '_ {
+        self.tcp.connections().map(|(h, c)| (h, c.info()))
+    }
+
+    /// Listener `l` as tools see it.
+    pub fn tcp_listener_info(&self, l: ListenHandle) -> Result<crate::tcp::ListenerInfo, TcpError> {
+        self.tcp.listener_info(l)
+    }
+
     /// Puts `data`, bytes the application read from connection `h`, back in front of what
     /// it reads next ([`Conn::unread`]): `Ok(false)` when they cannot be (too few buffers, or
     /// the connection has ended).

@@ -294,8 +294,9 @@ pub struct TcpHandle {
 }
 
 impl TcpHandle {
-    /// The slab index.
-    pub(crate) fn index(self) -> u32 {
+    /// The slab index: which slot of the connection table it names (a tool's cursor;
+    /// slots are reused, the generation tells their connections apart).
+    pub fn index(self) -> u32 {
         self.idx
     }
 }
@@ -503,6 +504,19 @@ pub struct TcpInfo {
     pub sack: bool,
     /// Timestamps agreed.
     pub timestamps: bool,
+}
+
+/// A listener as tools see it (`shmnet sockets`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListenerInfo {
+    /// The port.
+    pub port: u16,
+    /// Connections in the handshake or waiting for `accept`, at most.
+    pub backlog: u32,
+    /// Connections in SYN-RECEIVED.
+    pub half_open: u32,
+    /// Established connections waiting for `accept`.
+    pub ready: u32,
 }
 
 #[derive(Debug)]
@@ -1109,6 +1123,34 @@ impl Tcp {
             .and_then(Option::as_ref)
             .map(|l| l.ready.len())
             .ok_or(TcpError::InvalidHandle)
+    }
+
+    /// Listener `l` as tools see it.
+    pub fn listener_info(&self, l: ListenHandle) -> Result<ListenerInfo, TcpError> {
+        self.listeners
+            .get(l.0 as usize)
+            .and_then(Option::as_ref)
+            .map(|l| ListenerInfo {
+                port: l.port,
+                backlog: l.backlog,
+                half_open: l.half_open,
+                ready: l.ready.len() as u32,
+            })
+            .ok_or(TcpError::InvalidHandle)
+    }
+
+    /// Every connection in the table, in any state, with its handle (slot order).
+    pub fn connections(&self) -> impl Iterator<Item = (TcpHandle, &Conn)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            let c = s.conn.as_ref()?;
+            Some((
+                TcpHandle {
+                    idx: i as u32,
+                    generation: s.generation,
+                },
+                c,
+            ))
+        })
     }
 
     /// The port a listener listens on.

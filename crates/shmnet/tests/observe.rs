@@ -1,0 +1,321 @@
+//! Seeing inside a running server: `shmnet sockets` lists what unmodified programs under
+//! `shmnet run` hold, as `ss` would; `shmnet serve --metrics` serves counters that move
+//! with `shmnet stats`.
+//!
+//! No root needed: a loopback server (`--driver loopback`). The programs are Debian's
+//! (netcat-openbsd; scripts/setup installs it as root): without them the sockets test
+//! skips loudly, and fails under `CI=true`.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[path = "common/loopback.rs"]
+mod loopback;
+use loopback::{Killed, SHMNET, library, loopback_server, under_shmnet};
+
+fn installed(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// `shmnet sockets --socket SOCK` with `args`: its standard output.
+fn sockets(sock: &str, args: &[&str]) -> String {
+    let out = Command::new(SHMNET)
+        .args(["sockets", "--socket", sock])
+        .args(args)
+        .output()
+        .expect("run shmnet sockets");
+    assert!(
+        out.status.success(),
+        "shmnet sockets failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn listing(sock: &str) -> Vec<serde_json::Value> {
+    let v: serde_json::Value =
+        serde_json::from_str(&sockets(sock, &["--json"])).expect("--json is JSON");
+    v["sockets"].as_array().expect("a sockets array").clone()
+}
+
+/// Polls `f` every 20 ms for 10 s at most, until it gives a value.
+fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// netcat listening and netcat connected, both under `shmnet run`: `shmnet sockets` lists
+/// the listener, both ends of the connection with their processes, and — once the client
+/// is killed — its end without an owner while the listener's end waits in CLOSE-WAIT.
+#[test]
+fn shmnet_sockets_lists_what_programs_under_shmnet_run_hold() {
+    let test = "shmnet_sockets_lists_what_programs_under_shmnet_run_hold";
+    if !installed("nc") {
+        shmnet_testkit::skip(
+            test,
+            "needs netcat-openbsd (scripts/setup installs it as root)",
+        );
+        return;
+    }
+    library();
+    let (_server, sock) = loopback_server("observe-ss", &[]);
+    let mut listen = under_shmnet(&sock, "nc");
+    listen
+        .args(["-l", "10.99.0.1", "5001"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null());
+    let listener = Killed(listen.spawn().expect("start nc -l"));
+    let lpid = listener.0.id() as i64;
+    until("the listener listed", || {
+        listing(&sock)
+            .iter()
+            .any(|e| e["state"] == "listen" && e["local"] == "10.99.0.1:5001")
+            .then_some(())
+    });
+    let mut connect = under_shmnet(&sock, "nc");
+    connect
+        .args(["10.99.0.1", "5001"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null());
+    let client = Killed(connect.spawn().expect("start nc"));
+    let cpid = client.0.id() as i64;
+    let all = until("both ends established", || {
+        let all = listing(&sock);
+        let n = all.iter().filter(|e| e["state"] == "established").count();
+        (n == 2).then_some(all)
+    });
+    let owner = |e: &serde_json::Value| e["owners"][0]["pid"].as_i64();
+    let listener_entry = all.iter().find(|e| e["state"] == "listen").unwrap();
+    assert_eq!(owner(listener_entry), Some(lpid), "{all:?}");
+    let (theirs, ours): (Vec<_>, Vec<_>) = all
+        .iter()
+        .filter(|e| e["state"] == "established")
+        .partition(|e| e["local"] == "10.99.0.1:5001");
+    assert_eq!(owner(theirs[0]), Some(lpid), "the accepted end: {all:?}");
+    assert_eq!(owner(ours[0]), Some(cpid), "the connecting end: {all:?}");
+    assert_eq!(ours[0]["remote"], "10.99.0.1:5001");
+    assert_eq!(theirs[0]["remote"], ours[0]["local"]);
+    assert!(ours[0]["tcp"]["mss"].as_u64().unwrap() > 0);
+
+    // The table reads like ss's, process names and all.
+    let text = sockets(&sock, &["--tcp"]);
+    let row = |state: &str| {
+        text.lines()
+            .find(|l| l.contains(state))
+            .unwrap_or_else(|| panic!("no {state} row in:\n{text}"))
+            .to_owned()
+    };
+    assert!(text.starts_with("Netid State"), "{text}");
+    assert!(
+        row("LISTEN").contains(&format!("(\"nc\",pid={lpid},")),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.contains("ESTAB")).count(), 2);
+    let info = sockets(&sock, &["--tcp", "--info"]);
+    assert!(info.contains("cwnd:") && info.contains("rto:"), "{info}");
+    let only_listening = sockets(&sock, &["--listening"]);
+    assert!(
+        !only_listening.contains("ESTAB") && only_listening.contains("LISTEN"),
+        "{only_listening}"
+    );
+
+    // The client goes: its end is closed in order (netcat -l then ends too, at the end of
+    // its input), and no one holds it any more.
+    let client_port = ours[0]["local"].as_str().unwrap().to_owned();
+    drop(client);
+    let mine = until("the client's end listed without an owner", || {
+        let all = listing(&sock);
+        let mine = all.iter().find(|e| e["local"] == client_port.as_str())?;
+        mine["owners"].as_array()?.is_empty().then(|| mine.clone())
+    });
+    assert!(
+        ["fin-wait-1", "fin-wait-2", "time-wait"].contains(&mine["state"].as_str().unwrap()),
+        "{mine}"
+    );
+    let text = sockets(&sock, &[]);
+    let row = text
+        .lines()
+        .find(|l| l.contains(&client_port) && l.contains("10.99.0.1:5001"))
+        .unwrap_or_else(|| panic!("no row for {client_port}:\n{text}"));
+    assert!(
+        !row.contains("users:"),
+        "an unowned socket shows no process: {row}"
+    );
+    drop(listener);
+}
+
+/// A tiny HTTP GET of `path` on `addr`: the status line's code and the body.
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to --metrics");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("read the answer");
+    let code = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (code, body)
+}
+
+/// The value of the series `name` (no labels) in a scrape.
+fn series(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {name} in the scrape:\n{body}")) as u64
+}
+
+fn stats(sock: &str) -> serde_json::Value {
+    let out = Command::new(SHMNET)
+        .args(["stats", "--json", "--socket", sock])
+        .output()
+        .expect("shmnet stats");
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).expect("stats JSON")
+}
+
+/// `--metrics` during a file transfer between two applications of the server: every
+/// scrape is the OpenMetrics format, counters and gauges typed, and a counter read by a
+/// scrape lies between what `shmnet stats` said just before it and just after.
+#[test]
+fn metrics_move_with_shmnet_stats_during_traffic() {
+    let (server, sock, addr) = metrics_server("observe-metrics");
+    let (code, _) = http_get(&addr, "/");
+    assert_eq!(code, 404, "only /metrics is served");
+    let file = std::env::temp_dir().join(format!("shmnet-metrics-{}.bin", std::process::id()));
+    std::fs::write(&file, vec![0x5a; 64 << 20]).unwrap();
+    let out = file.with_extension("out");
+    let recv = Killed(
+        Command::new(SHMNET)
+            .args(["app", "recv-file", "5002"])
+            .arg(&out)
+            .args(["--socket", &sock, "--json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("recv-file"),
+    );
+    let name = "shmnet_driver_rx_frames_total";
+    // One scrape, checked against `shmnet stats` read just before and just after it.
+    let scrape = || {
+        let before = stats(&sock)["driver"]["driver"]["rx_frames"]
+            .as_u64()
+            .unwrap();
+        let (code, body) = http_get(&addr, "/metrics");
+        let after = stats(&sock)["driver"]["driver"]["rx_frames"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(code, 200);
+        assert!(body.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+        assert!(body.contains("# TYPE shmnet_driver_rx_frames counter"));
+        assert!(body.contains("# TYPE shmnet_tcp_connections gauge"));
+        let scraped = series(&body, name);
+        assert!(
+            before <= scraped && scraped <= after,
+            "{name}: stats {before}, scrape {scraped}, stats {after}"
+        );
+        scraped
+    };
+    let first = scrape();
+    let mut send = Command::new(SHMNET);
+    send.args(["app", "send-file", "10.99.0.1:5002"])
+        .arg(&file)
+        .args(["--socket", &sock, "--json", "--write-size", "1024"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut sender = until("send-file connects", || {
+        let mut c = send.spawn().ok()?;
+        std::thread::sleep(Duration::from_millis(200));
+        match c.try_wait() {
+            Ok(Some(st)) if !st.success() => None, // not listening yet: try again
+            _ => Some(c),
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !matches!(sender.try_wait(), Ok(Some(_))) {
+        assert!(
+            Instant::now() < deadline,
+            "send-file did not finish in 60 s"
+        );
+        scrape();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let last = scrape();
+    // 64 MiB cannot cross in fewer frames than of 64 KiB each.
+    assert!(
+        last - first >= (64 << 20) / 65_536,
+        "{name} moved from {first} to {last} over a 64 MiB transfer"
+    );
+    let sent = sender.wait().expect("send-file ends");
+    assert!(sent.success(), "send-file failed");
+    drop(recv);
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&out);
+    drop(server);
+}
+
+/// A loopback server with `--metrics 127.0.0.1:0`: it, its control socket, and the address
+/// it says it serves metrics on.
+fn metrics_server(tag: &str) -> (Killed, String, String) {
+    let sock = std::env::temp_dir()
+        .join(format!("shmnet-obs-{}-{tag}.sock", std::process::id()))
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut child = Command::new(SHMNET)
+        .args(["serve", "--structure", "server", "--driver", "loopback"])
+        .args([
+            "--ip",
+            "10.99.0.1/24",
+            "--socket",
+            &sock,
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start shmnet serve --metrics");
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    let mut line = String::new();
+    while std::io::BufRead::read_line(&mut err, &mut line).unwrap_or(0) > 0 {
+        if let Some(rest) = line.trim().strip_prefix("metrics at http://") {
+            addr = rest.strip_suffix("/metrics").map(str::to_owned);
+            break;
+        }
+        line.clear();
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    let addr = addr.unwrap_or_else(|| panic!("no `metrics at` line: {line}"));
+    (Killed(child), sock, addr)
+}
+
+/// The inline structure has no control socket: `--metrics` is refused with a reason.
+#[test]
+fn metrics_on_the_inline_structure_is_refused_with_a_reason() {
+    let out = Command::new(SHMNET)
+        .args(["serve", "--structure", "inline", "--metrics", "127.0.0.1:0"])
+        .output()
+        .expect("run shmnet serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--metrics needs --structure server"), "{err}");
+}
