@@ -255,6 +255,10 @@ pub enum Request {
     },
     /// Ask for every counter.
     Stats,
+    /// Start a packet capture (`shmnet capture`): answered by `Capture` with the ring's
+    /// memfd attached (`SCM_RIGHTS`); the capture runs until this connection closes. Only
+    /// root or the server's own user may capture (it sees every application's traffic).
+    Capture(crate::capture::CaptureSpec),
     /// Ask for a page of the server's sockets (`shmnet sockets`): `from` is 0 for the first
     /// page, then the `next` of the page before ([`crate::server::listing`]).
     Sockets {
@@ -374,6 +378,11 @@ pub enum Response {
     },
     /// Every counter.
     Stats(Box<crate::server::ServerStats>),
+    /// The capture runs: its ring travels with this message.
+    Capture {
+        /// The names of the drop reasons a record's `reason` indexes (0: none).
+        reasons: Vec<String>,
+    },
     /// A page of the server's sockets.
     Sockets(Box<crate::server::listing::SocketsPage>),
     /// To a driver process, right after its `Welcome`: the device to drive (the data window

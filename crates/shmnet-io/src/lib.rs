@@ -9,6 +9,7 @@
 
 #![warn(missing_docs)]
 
+pub mod capture;
 pub mod client;
 mod coarse_clock;
 pub mod control;

@@ -22,6 +22,20 @@ macro_rules! stats {
             pub fn fields(&self) -> Vec<(&'static str, u64)> {
                 vec![$( (stringify!($name), self.$name), )*]
             }
+
+            /// The first counter at or after `first` (in declaration order) that differs
+            /// from `before`'s: with `first` the first drop counter, the reason a frame
+            /// handed over in between was refused. Allocates nothing.
+            pub fn drop_since(&self, before: &Self, first: &str) -> Option<&'static str> {
+                let mut from = false;
+                $(
+                    from |= stringify!($name) == first;
+                    if from && self.$name != before.$name {
+                        return Some(stringify!($name));
+                    }
+                )*
+                None
+            }
         }
     };
 }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 mod app;
 mod app_file;
 mod bench_shared;
+mod capture;
 mod iface_lock;
 mod lab;
 mod metrics;
@@ -118,6 +119,19 @@ enum Command {
     ///   shmnet sockets --json | jq '.sockets[] | select(.state == "established")'
     #[command(verbatim_doc_comment)]
     Sockets(sockets::SocketsArgs),
+    /// Capture what crosses a running server, with tcpdump's habits: frames taken from the
+    /// driver (rx), handed to it (tx), or refused by the stack with the reason (drop), to
+    /// a pcapng file or standard output, or one line per frame. The server copies frames
+    /// into a ring it never waits for: what the capture cannot keep up with is counted as
+    /// lost, never held back. Root or the server's own user only.
+    ///
+    /// Examples:
+    ///   shmnet capture                                   a line per frame, until Ctrl-C
+    ///   shmnet capture -w trace.pcapng -c 1000 tcp port 5001
+    ///   shmnet capture -w - | tshark -r -                 into tshark as it happens
+    ///   shmnet capture --point drop -w drops.pcapng       refused frames, the reason as a comment
+    #[command(verbatim_doc_comment)]
+    Capture(capture::CaptureArgs),
     /// Streaming throughput by structure (seed 002's ttcp): kernel, ipc, server (its driver
     /// polled by the server's loop), server-thread, server-process (the driver a thread or a
     /// process of its own), inline × message sizes × directions, with the kernel and memcpy
@@ -519,6 +533,7 @@ fn dispatch() -> Result<()> {
         Command::Run(a) => run::run(a),
         Command::Stats(a) => app::stats(a),
         Command::Sockets(a) => sockets::run(a),
+        Command::Capture(a) => capture::run(a),
         Command::Driver(a) => serve::run_driver(a),
         Command::Ttcp(a) => netbench::ttcp(a),
         Command::Rr(a) => netbench::rr(a),

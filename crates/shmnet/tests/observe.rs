@@ -319,3 +319,316 @@ fn metrics_on_the_inline_structure_is_refused_with_a_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--metrics needs --structure server"), "{err}");
 }
+
+/// A running `shmnet capture` and how it ended.
+struct Capturing {
+    child: std::process::Child,
+}
+
+impl Capturing {
+    /// Starts `shmnet capture --socket SOCK ARGS` and waits for it to say it captures.
+    fn start(sock: &str, args: &[&str]) -> Capturing {
+        let mut child = Command::new(SHMNET)
+            .args(["capture", "--socket", sock])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start shmnet capture");
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        assert!(line.starts_with("capturing on"), "shmnet capture: {line}");
+        // The rest of stderr (the summary) is read when it ends.
+        child.stderr = Some(std::process::ChildStderr::from(std::os::fd::OwnedFd::from(
+            err.into_inner(),
+        )));
+        Capturing { child }
+    }
+
+    /// SIGINT (as Ctrl-C), then its stdout and its summary line.
+    fn stop(self) -> (String, String) {
+        // SAFETY: kill has no memory preconditions; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let out = self.child.wait_with_output().expect("shmnet capture ends");
+        assert!(
+            out.status.success(),
+            "shmnet capture: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+/// The frames and bytes tshark reads in `file`, per pcapng interface name.
+fn tshark_counts(file: &std::path::Path) -> std::collections::HashMap<String, (u64, u64)> {
+    let out = Command::new("tshark")
+        .args(["-r"])
+        .arg(file)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.interface_name",
+            "-e",
+            "frame.len",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .expect("run tshark");
+    assert!(
+        out.status.success(),
+        "tshark could not read {}",
+        file.display()
+    );
+    let mut by = std::collections::HashMap::new();
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        let mut it = l.split('\t');
+        let (Some(name), Some(len)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let e = by.entry(name.to_owned()).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += len.parse::<u64>().unwrap_or(0);
+    }
+    by
+}
+
+/// The driver's receive frames and bytes, and the frames the server handed it to send:
+/// those it sent, those it refused (the loopback wire's backlog was full) and those the
+/// OUT queue had no room for.
+fn driver_counts(sock: &str) -> (u64, u64, u64, u64) {
+    let st = stats(sock);
+    let d = &st["driver"]["driver"];
+    let n = |k: &str| d[k].as_u64().unwrap();
+    let handed = n("tx_frames") + n("tx_errors") + st["out_queue_full"].as_u64().unwrap();
+    (n("rx_frames"), n("rx_bytes"), handed, n("tx_bytes"))
+}
+
+/// Sends `bytes` of a file over TCP between two applications of the server at `sock`, to
+/// port `port`; returns once the sender is done.
+fn transfer(sock: &str, port: u16, bytes: usize) {
+    let file = std::env::temp_dir().join(format!("shmnet-cap-{}-{port}.bin", std::process::id()));
+    std::fs::write(&file, vec![0xa5; bytes]).unwrap();
+    let out = file.with_extension("out");
+    let recv = Killed(
+        Command::new(SHMNET)
+            .args(["app", "recv-file", &port.to_string()])
+            .arg(&out)
+            .args(["--socket", sock])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("recv-file"),
+    );
+    until("send-file completes", || {
+        let st = Command::new(SHMNET)
+            .args(["app", "send-file", &format!("10.99.0.1:{port}")])
+            .arg(&file)
+            .args(["--socket", sock])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        st.success().then_some(())
+    });
+    drop(recv);
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&out);
+}
+
+fn have_tshark(test: &str) -> bool {
+    if installed("tshark") {
+        return true;
+    }
+    shmnet_testkit::skip(test, "needs tshark (scripts/setup installs it as root)");
+    false
+}
+
+/// A capture of both directions during a file transfer: tshark reads every frame of the
+/// file, and its frames per direction (and bytes received) are exactly what the driver
+/// counted meanwhile — nothing lost, nothing made up.
+#[test]
+fn a_capture_during_a_transfer_holds_every_frame_the_driver_counted() {
+    let test = "a_capture_during_a_transfer_holds_every_frame_the_driver_counted";
+    if !have_tshark(test) {
+        return;
+    }
+    let (_server, sock) = loopback_server("observe-cap", &[]);
+    let file = std::env::temp_dir().join(format!("shmnet-cap-{}.pcapng", std::process::id()));
+    let cap = Capturing::start(&sock, &["-w", file.to_str().unwrap(), "--ring-mib", "64"]);
+    let before = driver_counts(&sock);
+    transfer(&sock, 5004, 4 << 20);
+    // The connection's last segments (the receiver was killed) settle first.
+    let after = until("the driver's counters settle", || {
+        let a = driver_counts(&sock);
+        std::thread::sleep(Duration::from_millis(300));
+        (driver_counts(&sock) == a).then_some(a)
+    });
+    // What the ring holds is read before the capture ends.
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, summary) = cap.stop();
+    assert!(summary.contains(" 0 lost"), "{summary}");
+    let got = tshark_counts(&file);
+    let rx = got.get("shmnet-rx").copied().unwrap_or_default();
+    let tx = got.get("shmnet-tx").copied().unwrap_or_default();
+    assert_eq!(
+        rx,
+        (after.0 - before.0, after.1 - before.1),
+        "rx frames and bytes"
+    );
+    assert_eq!(tx.0, after.2 - before.2, "tx frames: {tx:?}");
+    // Bytes of the frames the device refused are not in its count.
+    assert!(tx.1 >= after.3 - before.3, "tx bytes: {tx:?}");
+    assert!(
+        rx.0 > 2_000,
+        "a 4 MiB transfer is thousands of frames: {rx:?}"
+    );
+    // Every segment is well formed to tshark.
+    let out = Command::new("tshark")
+        .args(["-r"])
+        .arg(&file)
+        .args(["-Y", "_ws.malformed || _ws.expert.severity == error"])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        "malformed frames: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let _ = std::fs::remove_file(&file);
+}
+
+/// `shmnet capture -w - | tshark -r -`, a count, and a filter that matches nothing of a
+/// TCP transfer beside one that matches all of it.
+#[test]
+fn a_capture_pipes_into_tshark_and_filters_like_tcpdump() {
+    let test = "a_capture_pipes_into_tshark_and_filters_like_tcpdump";
+    if !have_tshark(test) {
+        return;
+    }
+    let (_server, sock) = loopback_server("observe-pipe", &[]);
+    let mut cap = Command::new(SHMNET)
+        .args([
+            "capture", "--socket", &sock, "-w", "-", "-c", "20", "tcp", "port", "5005",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("shmnet capture -w -");
+    let tshark = Command::new("tshark")
+        .args(["-r", "-", "-T", "fields", "-e", "tcp.port"])
+        .stdin(cap.stdout.take().unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tshark -r -");
+    let none = Capturing::start(&sock, &["udp"]);
+    let all = Capturing::start(&sock, &["--json", "tcp", "and", "port", "5005"]);
+    std::thread::sleep(Duration::from_millis(100));
+    transfer(&sock, 5005, 256 << 10);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(cap.wait().unwrap().success(), "-c 20 ends the capture");
+    let out = tshark.wait_with_output().unwrap();
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 20, "{lines:?}");
+    assert!(lines.iter().all(|l| l.contains("5005")), "{lines:?}");
+    let (out, summary) = none.stop();
+    assert!(
+        out.is_empty() && summary.starts_with("0 frames captured"),
+        "{summary}"
+    );
+    let (out, _) = all.stop();
+    let frames: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line per frame"))
+        .collect();
+    assert!(frames.len() > 100, "{}", frames.len());
+    assert!(
+        frames
+            .iter()
+            .all(|f| f["summary"].as_str().unwrap().contains("5005"))
+    );
+}
+
+/// Frames the stack refuses are captured with the counter that refused them: a SYN to a
+/// port nobody listens on is TCP's `no_socket`, a pcapng comment tshark shows.
+#[test]
+fn a_dropped_frame_is_captured_with_its_reason() {
+    let test = "a_dropped_frame_is_captured_with_its_reason";
+    if !have_tshark(test) {
+        return;
+    }
+    let (_server, sock) = loopback_server("observe-drop", &[]);
+    let file = std::env::temp_dir().join(format!("shmnet-drop-{}.pcapng", std::process::id()));
+    let cap = Capturing::start(&sock, &["--point", "drop", "-w", file.to_str().unwrap()]);
+    let st = Command::new(SHMNET)
+        .args([
+            "app",
+            "send-file",
+            "10.99.0.1:5999",
+            "/dev/null",
+            "--socket",
+            &sock,
+        ])
+        .args(["--connect-timeout", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("send-file");
+    assert!(!st.success(), "nobody listens on 5999");
+    std::thread::sleep(Duration::from_millis(300));
+    cap.stop();
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&file)
+        .args([
+            "-T",
+            "fields",
+            "-e",
+            "frame.comment",
+            "-e",
+            "tcp.dstport",
+            "-e",
+            "tcp.flags.syn",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .expect("tshark");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("dropped: tcp_no_socket\t5999")),
+        "{text}"
+    );
+    let _ = std::fs::remove_file(&file);
+}
+
+/// A filter outside the subset is refused before anything starts, saying what the subset
+/// has.
+#[test]
+fn a_filter_outside_the_subset_is_refused_with_what_it_has() {
+    let out = Command::new(SHMNET)
+        .args([
+            "capture",
+            "--socket",
+            "/nonexistent.sock",
+            "net",
+            "10.0.0.0/8",
+        ])
+        .output()
+        .expect("shmnet capture");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`net` is not part of shmnet's filter subset"),
+        "{err}"
+    );
+}

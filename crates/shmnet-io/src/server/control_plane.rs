@@ -148,6 +148,16 @@ pub(crate) enum Command {
     Stats {
         reply: mpsc::SyncSender<Box<ServerStats>>,
     },
+    /// Start filling `ring` for control connection `id`'s capture; `reply`: whether it
+    /// started (not too many running).
+    Capture {
+        id: u64,
+        spec: crate::capture::CaptureSpec,
+        ring: Box<crate::capture::RingWriter>,
+        reply: mpsc::SyncSender<bool>,
+    },
+    /// Connection `id`'s capture is over (its reader hung up).
+    StopCapture { id: u64 },
     /// A page of the sockets listing, from cursor `from` (`shmnet sockets`).
     Sockets {
         from: u64,
@@ -314,6 +324,8 @@ enum Stage {
     Greeting,
     /// An attached application.
     App,
+    /// A packet capture's reader (`shmnet capture`): the capture runs while it is open.
+    Capture,
 }
 
 struct Conn {
@@ -710,6 +722,16 @@ impl ControlPlane {
                         Some(self.register(i, fd, Perms { read, write }))
                     }
                     Ok(Request::Unread { parts }) => Some(self.unread(i, fd, parts)),
+                    Ok(Request::Capture(spec)) => {
+                        if let Some(fd) = fd {
+                            self.count(|c| c.stray_fds += 1);
+                            self.closer.close(fd);
+                        }
+                        match self.capture(i, spec) {
+                            Ok(()) => None,
+                            Err(e) => Some(Response::Error(e)),
+                        }
+                    }
                     Ok(req) => {
                         if let Some(fd) = fd {
                             self.count(|c| c.stray_fds += 1);
@@ -732,8 +754,60 @@ impl ControlPlane {
         }
     }
 
+    /// Starts a capture for connection `i` and sends its ring; the error says why not.
+    fn capture(&mut self, i: usize, spec: crate::capture::CaptureSpec) -> Result<(), String> {
+        let c = &self.conns[i];
+        if !matches!(c.stage, Stage::Greeting) {
+            self.count(|c| c.bad_messages += 1);
+            return Err("a capture comes on a connection of its own, first".into());
+        }
+        // SAFETY: geteuid has no preconditions.
+        let own = unsafe { libc::geteuid() };
+        if c.uid != 0 && c.uid != own {
+            return Err(format!(
+                "only root or the server's own user (uid {own}) may capture: it sees every application's traffic"
+            ));
+        }
+        if let Some(f) = &spec.filter {
+            f.check()
+                .map_err(|e| format!("the filter is refused: {e}"))?;
+        }
+        let ring = crate::capture::RingWriter::create(spec.ring_bytes)
+            .map_err(|e| format!("cannot make the capture ring: {e}"))?;
+        let theirs = rustix::io::fcntl_dupfd_cloexec(ring.fd(), 0)
+            .map_err(|e| format!("cannot make the capture ring: {e}"))?;
+        let id = c.id;
+        let started = self
+            .spec
+            .outbox
+            .ask(&self.stop, |reply| Command::Capture {
+                id,
+                spec,
+                ring: Box::new(ring),
+                reply,
+            })
+            .ok_or("the server is stopping")?;
+        if !started {
+            return Err(format!(
+                "{} captures run already: stop one first",
+                crate::capture::MAX_CAPTURES
+            ));
+        }
+        self.conns[i].stage = Stage::Capture;
+        let answer = Response::Capture {
+            reasons: super::capturing::drop_reasons(),
+        };
+        if control::send_with_fd(&self.conns[i].fd, &answer, theirs.as_fd()).is_err() {
+            self.hang_up(i);
+        }
+        Ok(())
+    }
+
     fn hang_up(&mut self, i: usize) {
         let c = self.conns.swap_remove(i);
+        if matches!(c.stage, Stage::Capture) {
+            self.spec.outbox.send(Command::StopCapture { id: c.id });
+        }
         if let Some(ticket) = c.for_child {
             self.spec.outbox.send(Command::DropTicket { ticket });
         }
@@ -846,6 +920,12 @@ impl ControlPlane {
     }
 
     fn handle(&mut self, i: usize, req: Request) -> Option<Response> {
+        if matches!(self.conns[i].stage, Stage::Capture) {
+            self.count(|c| c.bad_messages += 1);
+            return Some(Response::Error(
+                "a capture's connection takes no requests: open another".into(),
+            ));
+        }
         let id = self.conns[i].id;
         let attached = matches!(self.conns[i].stage, Stage::App);
         let gone = || Response::Error("the server is stopping".into());
@@ -934,6 +1014,7 @@ impl ControlPlane {
             }
             Request::Register { .. } => unreachable!("served by `register`"),
             Request::Unread { .. } => unreachable!("served by `unread`"),
+            Request::Capture(_) => unreachable!("served by `capture`"),
             Request::Bind { .. }
             | Request::Close { .. }
             | Request::Unregister { .. }

@@ -161,6 +161,8 @@ pub(crate) struct DataPlane {
     tcp_lent: TcpLent,
     /// TCP sockets shared by `fork`, and the tickets of forks whose child has not come.
     forks: Forks,
+    /// `shmnet capture`s running ([`super::capturing`]).
+    captures: super::capturing::Captures,
 }
 
 impl DataPlane {
@@ -204,6 +206,7 @@ impl DataPlane {
                 cap: pool_total / 2,
             },
             forks: Forks::default(),
+            captures: Default::default(),
         }
     }
 
@@ -278,14 +281,25 @@ impl DataPlane {
         work
     }
 
-    /// The frames an IN queue gave, into the stack.
+    /// The frames an IN queue gave, into the stack (and any capture of them).
     fn receive_batch(
         iface: &mut Interface,
         pool: &mut ChanPool,
         tx: &mut Vec<BufIdx>,
+        captures: &mut super::capturing::Captures,
         frames: &[Desc],
         now: shmnet_stack::Instant,
     ) {
+        if frames.is_empty() {
+            return;
+        }
+        if !captures.is_empty() {
+            let ts = super::capturing::Captures::now_ns();
+            for d in frames {
+                captures.receive(iface, pool, tx, BufIdx(d.buf), now, ts);
+            }
+            return;
+        }
         for d in frames {
             iface.receive(pool, BufIdx(d.buf), now, tx);
         }
@@ -308,9 +322,23 @@ impl DataPlane {
                     p.stopped = Some(format!("the device failed: {e}"));
                     self.driver.alive.store(false, Ordering::Relaxed);
                 }
-                for f in &p.frames {
-                    self.iface
-                        .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
+                if self.captures.is_empty() {
+                    for f in &p.frames {
+                        self.iface
+                            .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
+                    }
+                } else {
+                    let ts = super::capturing::Captures::now_ns();
+                    for f in &p.frames {
+                        self.captures.receive(
+                            &mut self.iface,
+                            &mut self.pool,
+                            &mut self.tx,
+                            BufIdx(f.buf),
+                            now,
+                            ts,
+                        );
+                    }
                 }
                 self.counters.polled_rx += p.frames.len() as u64;
                 p.frames.len()
@@ -324,6 +352,7 @@ impl DataPlane {
                         &mut self.iface,
                         &mut self.pool,
                         &mut self.tx,
+                        &mut self.captures,
                         &self.batch[..n],
                         now,
                     );
@@ -343,6 +372,7 @@ impl DataPlane {
                         &mut self.iface,
                         &mut self.pool,
                         &mut self.tx,
+                        &mut self.captures,
                         &self.batch[..n],
                         now,
                     );
@@ -367,7 +397,19 @@ impl DataPlane {
                         Ok(Some(len)) if len <= self.pool.capacity() => {
                             self.pool.set_off(b, 0);
                             self.pool.set_len(b, len as u16);
-                            self.iface.receive(&mut self.pool, b, now, &mut self.tx);
+                            if self.captures.is_empty() {
+                                self.iface.receive(&mut self.pool, b, now, &mut self.tx);
+                            } else {
+                                let ts = super::capturing::Captures::now_ns();
+                                self.captures.receive(
+                                    &mut self.iface,
+                                    &mut self.pool,
+                                    &mut self.tx,
+                                    b,
+                                    now,
+                                    ts,
+                                );
+                            }
                             n += 1;
                         }
                         _ => {
@@ -398,6 +440,9 @@ impl DataPlane {
     fn transmit_frames(&mut self) -> usize {
         if self.tx.is_empty() {
             return 0;
+        }
+        if !self.captures.is_empty() {
+            self.captures.tap_tx(&self.pool, &self.tx);
         }
         let n = self.tx.len();
         let abandoned = self.faithful_abandoned();
@@ -561,6 +606,15 @@ impl DataPlane {
                 Command::Stats { reply } => {
                     let _ = reply.send(Box::new(self.stats()));
                 }
+                Command::Capture {
+                    id,
+                    spec,
+                    ring,
+                    reply,
+                } => {
+                    let _ = reply.send(self.captures.start(id, spec, *ring));
+                }
+                Command::StopCapture { id } => self.captures.stop(id),
                 Command::Sockets { from, reply } => {
                     let apps: Vec<super::listing::AppView<'_>> = self
                         .apps

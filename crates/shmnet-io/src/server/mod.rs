@@ -28,6 +28,7 @@
 //! chains, closes its sockets and drops its window. A return of a chain the application was
 //! never given is refused and counted.
 
+mod capturing;
 mod control_plane;
 mod data_plane;
 mod forks;

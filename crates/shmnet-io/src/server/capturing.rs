@@ -1,0 +1,224 @@
+//! The data plane's side of `shmnet capture` ([`crate::capture`]): the captures running,
+//! and the taps that copy frames into their rings.
+//!
+//! Off, a tap is one test of an empty list per batch. On, each frame at a chosen point is
+//! filtered and copied into every capture's ring that wants it, never waiting for room
+//! (what does not fit is counted in the ring as lost). A frame the stack refuses is found
+//! by its drop counters: with a capture of drops running, the frame's first bytes are kept
+//! before the stack sees it, and the counter that moved names the reason (the stack counts
+//! every refused frame under exactly one drop counter: `shmnet_stack::Stats`' invariant,
+//! and TCP's own from `malformed` on).
+
+use crate::capture::{self, CaptureSpec, Point, RecordHeader, RingWriter, Wrote};
+use crate::pool::ChanPool;
+use shmnet_stack::{BufIdx, BufferPool, Interface};
+
+/// The stack's first drop counter (`shmnet_stack::Stats`).
+const FIRST_STACK_DROP: &str = "runt";
+/// TCP's first refusal counter (`shmnet_stack::tcp::TcpCounters`).
+const FIRST_TCP_DROP: &str = "malformed";
+
+/// The names of the reasons a dropped frame's record can give, index 1 on (0: none):
+/// the stack's drop counters, then TCP's refusals prefixed `tcp_`. Sent to each capture
+/// client with its ring.
+pub fn drop_reasons() -> Vec<String> {
+    let stack = shmnet_stack::Stats::default().fields();
+    let tcp = shmnet_stack::tcp::TcpCounters::default().fields();
+    let from = |f: &[(&'static str, u64)], first: &str| {
+        f.iter().position(|(n, _)| *n == first).unwrap_or(f.len())
+    };
+    std::iter::once(String::new())
+        .chain(
+            stack[from(&stack, FIRST_STACK_DROP)..]
+                .iter()
+                .map(|(n, _)| (*n).to_owned()),
+        )
+        .chain(
+            tcp[from(&tcp, FIRST_TCP_DROP)..]
+                .iter()
+                .map(|(n, _)| format!("tcp_{n}")),
+        )
+        .collect()
+}
+
+/// A capture the data plane is filling.
+struct Active {
+    /// The control connection it belongs to.
+    id: u64,
+    spec: CaptureSpec,
+    ring: RingWriter,
+}
+
+impl Active {
+    fn snaplen(&self) -> u32 {
+        match self.spec.snaplen {
+            0 => capture::MAX_SNAPLEN,
+            n => n.min(capture::MAX_SNAPLEN),
+        }
+    }
+
+    fn wants(&self, point: Point, frame: &[u8]) -> bool {
+        let at = match point {
+            Point::Rx => self.spec.rx,
+            Point::Tx => self.spec.tx,
+            Point::Drop => self.spec.drops,
+            Point::Skip => false,
+        };
+        at && self
+            .spec
+            .filter
+            .as_ref()
+            .is_none_or(|f| f.matches(frame, frame.len()))
+    }
+}
+
+/// Every capture running. See the [module docs](self).
+#[derive(Default)]
+pub(crate) struct Captures {
+    list: Vec<Active>,
+    /// A received frame's first bytes, kept while the stack decides on it (a capture of
+    /// drops); allocated when such a capture starts.
+    kept: Vec<u8>,
+    /// [`drop_reasons`], to turn a counter's name into its index.
+    reasons: Vec<String>,
+}
+
+impl Captures {
+    /// Whether no capture runs (the taps do nothing).
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Starts filling `ring` for the capture of control connection `id`; `false` (the
+    /// ring dropped) if [`capture::MAX_CAPTURES`] run already.
+    pub(crate) fn start(&mut self, id: u64, spec: CaptureSpec, ring: RingWriter) -> bool {
+        if self.list.len() >= capture::MAX_CAPTURES {
+            return false;
+        }
+        if spec.drops && self.kept.is_empty() {
+            self.kept = vec![0u8; capture::MAX_SNAPLEN as usize];
+            self.reasons = drop_reasons();
+        }
+        self.list.push(Active { id, spec, ring });
+        true
+    }
+
+    /// Stops connection `id`'s capture, if it runs.
+    pub(crate) fn stop(&mut self, id: u64) {
+        self.list.retain(|a| {
+            if a.id == id {
+                a.ring.stop();
+            }
+            a.id != id
+        });
+    }
+
+    /// Now, for the records of a batch: nanoseconds since the Unix epoch (the precise
+    /// clock: the stack's coarse one is milliseconds apart).
+    pub(crate) fn now_ns() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    }
+
+    /// Copies `frame` into every capture that wants it at `point`.
+    pub(crate) fn tap(
+        &mut self,
+        point: Point,
+        reason: u16,
+        frame: &[u8],
+        orig_len: usize,
+        ts_ns: u64,
+    ) {
+        let mut broken = false;
+        for a in &mut self.list {
+            if !a.wants(point, frame) {
+                continue;
+            }
+            let h = RecordHeader {
+                point,
+                reason,
+                orig_len: orig_len as u32,
+                caplen: a.snaplen(),
+                ts_ns,
+            };
+            broken |= a.ring.write(h, frame) == Wrote::Broken;
+        }
+        if broken {
+            // Its reader wrote an impossible position: that capture is over.
+            self.list.retain(|a| a.ring.write_ok());
+        }
+    }
+
+    /// The frames a transmit batch hands to the driver.
+    pub(crate) fn tap_tx(&mut self, pool: &ChanPool, frames: &[BufIdx]) {
+        if !self.list.iter().any(|a| a.spec.tx) {
+            return;
+        }
+        let ts = Self::now_ns();
+        for &b in frames {
+            let bytes = valid(pool, b);
+            self.tap(Point::Tx, 0, bytes, bytes.len(), ts);
+        }
+    }
+
+    /// Hands frame `b` to the stack, capturing it on the way in and, if the stack refuses
+    /// it, as a drop with its reason.
+    pub(crate) fn receive(
+        &mut self,
+        iface: &mut Interface,
+        pool: &mut ChanPool,
+        tx: &mut Vec<BufIdx>,
+        b: BufIdx,
+        now: shmnet_stack::Instant,
+        ts_ns: u64,
+    ) {
+        let bytes = valid(pool, b);
+        let orig_len = bytes.len();
+        if self.list.iter().any(|a| a.spec.rx) {
+            self.tap(Point::Rx, 0, bytes, orig_len, ts_ns);
+        }
+        if !self.list.iter().any(|a| a.spec.drops) {
+            iface.receive(pool, b, now, tx);
+            return;
+        }
+        let keep = orig_len.min(self.kept.len());
+        self.kept[..keep].copy_from_slice(&valid(pool, b)[..keep]);
+        let (stack, tcp) = (iface.stats().clone(), iface.tcp_counters().clone());
+        iface.receive(pool, b, now, tx);
+        let code = if let Some(n) = iface.stats().drop_since(&stack, FIRST_STACK_DROP) {
+            self.code(n, false)
+        } else if let Some(n) = iface.tcp_counters().drop_since(&tcp, FIRST_TCP_DROP) {
+            self.code(n, true)
+        } else {
+            return; // accepted
+        };
+        let kept = std::mem::take(&mut self.kept);
+        self.tap(Point::Drop, code, &kept[..keep], orig_len, ts_ns);
+        self.kept = kept;
+    }
+}
+
+impl Captures {
+    /// The index of drop counter `name` (TCP's if `tcp`) in [`drop_reasons`]; 0 if it is
+    /// not there (a counter added to the stack without a place in the table).
+    fn code(&self, name: &str, tcp: bool) -> u16 {
+        self.reasons
+            .iter()
+            .position(|r| match r.strip_prefix("tcp_") {
+                Some(t) if tcp => t == name,
+                _ => !tcp && r == name,
+            })
+            .and_then(|i| u16::try_from(i).ok())
+            .unwrap_or(0)
+    }
+}
+
+/// A frame buffer's valid bytes.
+fn valid(pool: &ChanPool, b: BufIdx) -> &[u8] {
+    let (off, len) = pool.off_len(b);
+    let d = pool.data(b);
+    let (off, end) = (usize::from(off), usize::from(off) + usize::from(len));
+    d.get(off..end).unwrap_or(&[])
+}
