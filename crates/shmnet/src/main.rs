@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 mod app;
 mod app_file;
+mod bench_capture;
 mod bench_shared;
 mod capture;
 mod iface_lock;
@@ -19,6 +20,7 @@ mod running;
 mod serve;
 mod sim;
 mod sockets;
+mod top;
 
 #[derive(Parser)]
 #[command(
@@ -132,6 +134,10 @@ enum Command {
     ///   shmnet capture --point drop -w drops.pcapng       refused frames, the reason as a comment
     #[command(verbatim_doc_comment)]
     Capture(capture::CaptureArgs),
+    /// A live view of a running server, refreshed every second: frames and bits per
+    /// second through the driver, ring and pool fill, drops by reason, each application's
+    /// traffic, wake-ups and CPU, the server's CPU. q, Esc or Ctrl-C quits; works over ssh.
+    Top(top::TopArgs),
     /// Streaming throughput by structure (seed 002's ttcp): kernel, ipc, server (its driver
     /// polled by the server's loop), server-thread, server-process (the driver a thread or a
     /// process of its own), inline × message sizes × directions, with the kernel and memcpy
@@ -278,6 +284,11 @@ enum Bench {
     /// same while an IPv6 server beside it on that driver is flooded with ping -6 -f.
     /// Needs root and sockperf.
     SharedDriver(bench_shared::SharedDriverArgs),
+    /// What `shmnet capture` costs the traffic it watches: UDP ttcp cells of the server
+    /// structure (10 B and 14,792 B, receive and transmit) with no capture, with a capture
+    /// whose filter matches nothing, and with one keeping every frame; each round's
+    /// variants against its own `off`.
+    Capture(bench_capture::CaptureBenchArgs),
     /// The interposition probe `bench programs` runs with and without the library.
     #[command(hide = true)]
     InterposeProbe,
@@ -528,12 +539,14 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::Programs(a)) => programs::bench(a),
         Command::Bench(Bench::InterposeProbe) => programs::interpose_probe(),
         Command::Bench(Bench::SharedDriver(a)) => bench_shared::bench(a),
+        Command::Bench(Bench::Capture(a)) => bench_capture::bench(a),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),
         Command::Run(a) => run::run(a),
         Command::Stats(a) => app::stats(a),
         Command::Sockets(a) => sockets::run(a),
         Command::Capture(a) => capture::run(a),
+        Command::Top(a) => top::run(a),
         Command::Driver(a) => serve::run_driver(a),
         Command::Ttcp(a) => netbench::ttcp(a),
         Command::Rr(a) => netbench::rr(a),

@@ -224,6 +224,7 @@ fn launch(
         proto,
         mtu,
         buffers,
+        capture: None,
     })
 }
 

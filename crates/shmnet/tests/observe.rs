@@ -632,3 +632,113 @@ fn a_filter_outside_the_subset_is_refused_with_what_it_has() {
         "{err}"
     );
 }
+
+/// README.md's "Seeing inside a running server" is a test: its commands, with this run's
+/// own control socket, capture file and metrics port.
+#[test]
+fn readme_seeing_inside_a_running_server() {
+    let test = "readme_seeing_inside_a_running_server";
+    if !installed("iperf3") || !installed("tshark") || !installed("curl") {
+        shmnet_testkit::skip(
+            test,
+            "needs iperf3, tshark and curl (scripts/setup installs them as root)",
+        );
+        return;
+    }
+    library();
+    // A free port for --metrics: bound and let go (the server binds it a moment later).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let pcap = std::env::temp_dir().join(format!("shmnet-readme-{}.pcapng", std::process::id()));
+    loopback::readme_section(
+        "## Seeing inside a running server",
+        "/tmp/shmnet-obs.sock",
+        &[
+            ("127.0.0.1:9464", format!("127.0.0.1:{port}")),
+            ("/tmp/shmnet-obs.pcapng", pcap.to_str().unwrap().to_owned()),
+        ],
+    );
+    let _ = std::fs::remove_file(&pcap);
+}
+
+/// `tmux capture-pane` of session `s`: the screen as text.
+fn screen(s: &str) -> String {
+    let out = Command::new("tmux")
+        .args(["capture-pane", "-p", "-t", s])
+        .output()
+        .expect("tmux capture-pane");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `shmnet top` in a terminal tmux draws, while iperf3 under `shmnet run` streams: the
+/// screen shows the traffic through the driver and both applications with their pids, and
+/// `q` ends it.
+#[test]
+fn shmnet_top_shows_the_traffic_and_quits_on_q() {
+    let test = "shmnet_top_shows_the_traffic_and_quits_on_q";
+    if !installed("tmux") || !installed("iperf3") {
+        shmnet_testkit::skip(
+            test,
+            "needs tmux and iperf3 (scripts/setup installs them as root)",
+        );
+        return;
+    }
+    library();
+    let (_server, sock) = loopback_server("observe-top", &[]);
+    let session = format!("shmnet-top-{}", std::process::id());
+    let mut iperf_s = under_shmnet(&sock, "iperf3");
+    iperf_s
+        .args(["-s", "-1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _server_side = Killed(iperf_s.spawn().expect("iperf3 -s"));
+    std::thread::sleep(Duration::from_millis(500));
+    let mut iperf_c = under_shmnet(&sock, "iperf3");
+    iperf_c
+        .args(["-c", "10.99.0.1", "-t", "8"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let client = Killed(iperf_c.spawn().expect("iperf3 -c"));
+    let cpid = client.0.id();
+    let started = Command::new("tmux")
+        .args(["new-session", "-d", "-s", &session, "-x", "120", "-y", "34"])
+        .arg(format!("{SHMNET} top --socket {sock}"))
+        .status()
+        .expect("tmux new-session");
+    assert!(started.success());
+    struct Session(String);
+    impl Drop for Session {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["kill-session", "-t", &self.0])
+                .status();
+        }
+    }
+    let _guard = Session(session.clone());
+    let shown = until("top shows the stream and the client", || {
+        let s = screen(&session);
+        let streaming = s
+            .lines()
+            .any(|l| l.contains("│rx ") && !l.contains("│rx 0 frames/s"));
+        (s.contains("shmnet top") && streaming && s.contains(&format!("│{cpid} "))).then_some(s)
+    });
+    assert!(shown.contains(" applications "), "{shown}");
+    assert!(shown.contains("drops by reason"), "{shown}");
+    let q = Command::new("tmux")
+        .args(["send-keys", "-t", &session, "q"])
+        .status()
+        .expect("tmux send-keys");
+    assert!(q.success());
+    until("top quits on q", || {
+        let alive = Command::new("tmux")
+            .args(["has-session", "-t", &session])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        (!alive).then_some(())
+    });
+    drop(client);
+}

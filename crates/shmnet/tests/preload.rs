@@ -943,77 +943,11 @@ else:
     }
 }
 
-/// README.md's "Running unmodified programs" is a test: its commands, read from the README,
-/// run one by one as a user would paste them (the control socket's path made this run's
-/// own): background jobs (`… &`) started and given a moment (the server until its socket
-/// exists), `kill %1` stopping the first, every other command exiting 0.
+/// README.md's "Running unmodified programs" is a test ([`loopback::readme_section`]).
 #[test]
 fn readme_running_unmodified_programs() {
     library();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let heading = "## Running unmodified programs";
-    let start = readme.find(heading).expect("the README's section");
-    let body = &readme[start + heading.len()..];
-    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
-    let block = body
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|b| b.split("\n```").next())
-        .expect("an sh block");
-    let sock = std::env::temp_dir()
-        .join(format!("shmnet-readme-{}.sock", std::process::id()))
-        .to_str()
-        .unwrap()
-        .to_string();
-    let mut jobs: Vec<std::process::Child> = Vec::new();
-    for line in block.lines() {
-        let cmd = line
-            .split(" #")
-            .next()
-            .unwrap()
-            .trim()
-            .replace("/tmp/shmnet-lo.sock", &sock);
-        if cmd.is_empty() {
-            continue;
-        }
-        if let Some(n) = cmd.strip_prefix("kill %") {
-            let job = &mut jobs[n.parse::<usize>().expect("a job number") - 1];
-            // SAFETY: kill has no memory preconditions; the pid is our child's.
-            unsafe { libc::kill(job.id() as i32, libc::SIGTERM) };
-            let st = job.wait().expect("wait for the job");
-            assert!(st.success(), "{cmd}: the job exited with {st}");
-            continue;
-        }
-        if let Some(bg) = cmd.strip_suffix('&') {
-            let child = Command::new("bash")
-                .args(["-c", &format!("exec {bg}")])
-                .current_dir(&root)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-            jobs.push(child);
-            let deadline = Instant::now() + Duration::from_secs(10);
-            if bg.contains(" serve ") {
-                while !Path::new(&sock).exists() {
-                    assert!(Instant::now() < deadline, "{cmd}: no control socket");
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            } else {
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            continue;
-        }
-        let mut c = Command::new("bash");
-        c.args(["-c", &cmd]).current_dir(&root);
-        run_ok(c, &cmd, Duration::from_secs(600));
-    }
-    for mut j in jobs {
-        let _ = j.kill();
-        let _ = j.wait();
-    }
-    let _ = std::fs::remove_file(&sock);
+    loopback::readme_section("## Running unmodified programs", "/tmp/shmnet-lo.sock", &[]);
 }
 
 /// Threads of one program waiting at once (docs/preload.md, "How it waits"): three block in

@@ -63,6 +63,34 @@ pub struct ServerStats {
     pub apps_total: usize,
 }
 
+/// The stack's first drop counter (`shmnet_stack::Stats`: every refused frame is counted
+/// under exactly one counter from this one on).
+pub const FIRST_STACK_DROP: &str = "runt";
+/// TCP's first refusal counter (`shmnet_stack::tcp::TcpCounters`).
+pub const FIRST_TCP_DROP: &str = "malformed";
+
+impl ServerStats {
+    /// Every reason a received frame was refused, with its count: the stack's drop
+    /// counters, then TCP's refusals named `tcp_…` (what `shmnet capture --point drop`
+    /// names a dropped frame by, and `shmnet top` ranks).
+    pub fn drops(&self) -> Vec<(String, u64)> {
+        let stack = self.stack.fields();
+        let tcp = self.tcp.fields();
+        let from = |f: &[(&'static str, u64)], first: &str| {
+            f.iter().position(|(n, _)| *n == first).unwrap_or(f.len())
+        };
+        stack[from(&stack, FIRST_STACK_DROP)..]
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), *v))
+            .chain(
+                tcp[from(&tcp, FIRST_TCP_DROP)..]
+                    .iter()
+                    .map(|(n, v)| (format!("tcp_{n}"), *v)),
+            )
+            .collect()
+    }
+}
+
 /// Applications listed one by one in [`ServerStats::apps`].
 pub const APPS_LISTED: usize = 64;
 

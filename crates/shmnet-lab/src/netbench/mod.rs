@@ -249,6 +249,9 @@ pub struct Launch {
     /// How the shmnet structures' stacks keep frames coherent with the device by hand
     /// (seed 003's methods; none by default).
     pub buffers: shmnet_chan::coherence::BufferModes,
+    /// A `shmnet capture` of each shmnet server cell, started before its applications
+    /// (`shmnet bench capture`); `None`: no capture.
+    pub capture: Option<shmnet_io::capture::CaptureSpec>,
 }
 
 /// The parties' part of a cell: what each structure starts, and how each starts it.
@@ -469,7 +472,20 @@ pub(crate) fn start(
             if let Err(e) = wait_until(Duration::from_secs(15), &run, || socket.exists()) {
                 return Err(run.abort(e));
             }
-            let wanted = apps.len() as u64;
+            let mut wanted = apps.len() as u64;
+            if let Some(spec) = &launch.capture {
+                let job = WorkerJob::Capture {
+                    socket: socket.clone(),
+                    spec: spec.clone(),
+                };
+                run.parties.push(spawn("capture", launch, worker(job))?);
+                wanted += 1;
+                // Up before the applications bind (softnic starts sending then).
+                if let Err(e) = wait_until(Duration::from_secs(15), &run, || run.board.ready() >= 1)
+                {
+                    return Err(run.abort(e));
+                }
+            }
             for (name, job) in apps {
                 run.parties.push(spawn(name, launch, worker(job))?);
             }

@@ -77,6 +77,9 @@ pub enum WorkerError {
     /// The server closed the application's connection or died.
     #[error("the server went away")]
     ServerGone,
+    /// A capture could not start.
+    #[error("starting the capture: {0}")]
+    Capture(#[from] shmnet_io::capture::StartError),
     /// Receiving through the server failed.
     #[error("recv: {0}")]
     ShmRecv(ClientError),
@@ -127,6 +130,13 @@ pub struct WorkerSpec {
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerJob {
+    /// [`capture_reader`]: a `shmnet capture` of the cell's server, read and discarded.
+    Capture {
+        /// The server's control socket.
+        socket: PathBuf,
+        /// What it captures.
+        spec: shmnet_io::capture::CaptureSpec,
+    },
     /// [`kernel_recv`].
     KernelRecv,
     /// [`kernel_send`] of `size`-byte messages.
@@ -252,6 +262,7 @@ pub enum WorkerJob {
 pub fn run(spec: &WorkerSpec) -> Result<Value> {
     let board = Arc::new(Scoreboard::open(&spec.board)?);
     let out = match &spec.job {
+        WorkerJob::Capture { socket, spec } => capture_reader(&board, socket, spec),
         WorkerJob::KernelRecv => kernel_recv(&board),
         WorkerJob::KernelSend { size } => kernel_send(&board, *size),
         WorkerJob::KernelEcho => kernel_echo(&board),
@@ -586,6 +597,31 @@ pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
         }
     }
     Ok(json!({"received": n, "bytes": bytes}))
+}
+
+/// A capture of the cell's server (`shmnet bench capture`): starts it, says it is ready,
+/// and reads every record as `shmnet capture` does (1 ms naps when the ring is empty),
+/// discarding it, until the board says quit.
+pub fn capture_reader(
+    board: &Scoreboard,
+    socket: &Path,
+    spec: &shmnet_io::capture::CaptureSpec,
+) -> Result<Value> {
+    use shmnet_io::capture::{Next, Session};
+    let mut s = Session::start(socket, spec)?;
+    board.add_ready();
+    let (mut frames, mut bytes) = (0u64, 0u64);
+    while !board.quitting() {
+        match s.ring.read() {
+            Next::Frame(_, data) => {
+                frames += 1;
+                bytes += data.len() as u64;
+            }
+            Next::Empty => std::thread::sleep(Duration::from_millis(1)),
+            Next::Stopped => break,
+        }
+    }
+    Ok(json!({"captured": frames, "captured_bytes": bytes, "capture_lost": s.ring.lost()}))
 }
 
 /// `server`/`ipc` sending application: sends `size`-byte messages to [`PEER`] as the board

@@ -42,6 +42,7 @@ pub(super) fn repetition(
             proto: Proto::Tcp,
             mtu: TCP_LOOPBACK_MTU,
             buffers: Default::default(),
+            capture: None,
         },
         structures: STRUCTURES.to_vec(),
         sizes: SIZES.to_vec(),

@@ -104,3 +104,101 @@ pub fn loopback_server(tag: &str, extra: &[&str]) -> (LoopbackServer, String) {
     };
     (server, sock)
 }
+
+/// A README section is a test: its first `sh` block, read from the README, run line by
+/// line as a user would paste them, with the control socket's path `sock` (and each
+/// `(from, to)` of `also`) made this run's own: background jobs (`… &`) started and given
+/// a moment (a server until its socket exists), `kill %N` stopping job N (exit status 0),
+/// every other command exiting 0 within 10 minutes.
+pub fn readme_section(heading: &str, sock: &str, also: &[(&str, String)]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let start = readme.find(heading).expect("the README's section");
+    let body = &readme[start + heading.len()..];
+    let body = &body[..body.find("\n## ").unwrap_or(body.len())];
+    let block = body
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("an sh block");
+    let ours = std::env::temp_dir()
+        .join(format!(
+            "shmnet-readme-{}-{}.sock",
+            std::process::id(),
+            heading.len()
+        ))
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut jobs: Vec<std::process::Child> = Vec::new();
+    for line in block.lines() {
+        let mut cmd = line.split(" #").next().unwrap().trim().replace(sock, &ours);
+        for (from, to) in also {
+            cmd = cmd.replace(from, to);
+        }
+        if cmd.is_empty() {
+            continue;
+        }
+        if let Some(n) = cmd.strip_prefix("kill %") {
+            let job = &mut jobs[n.parse::<usize>().expect("a job number") - 1];
+            // SAFETY: kill has no memory preconditions; the pid is our child's.
+            unsafe { libc::kill(job.id() as i32, libc::SIGTERM) };
+            let st = job.wait().expect("wait for the job");
+            assert!(st.success(), "{cmd}: the job exited with {st}");
+            continue;
+        }
+        if let Some(bg) = cmd.strip_suffix('&') {
+            let child = Command::new("bash")
+                .args(["-c", &format!("exec {bg}")])
+                .current_dir(&root)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+            jobs.push(child);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            if bg.contains(" serve ") {
+                while !Path::new(&ours).exists() {
+                    assert!(Instant::now() < deadline, "{cmd}: no control socket");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            } else {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            continue;
+        }
+        let child = Command::new("bash")
+            .args(["-c", &cmd])
+            .current_dir(&root)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+        let pid = child.id();
+        // Its output is read as it comes (a full pipe would stop it), on a thread of its own.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(child.wait_with_output());
+        });
+        let out = match finished.recv_timeout(Duration::from_secs(600)) {
+            Ok(out) => out.expect("its output"),
+            Err(_) => {
+                // SAFETY: kill has no memory preconditions; the pid is our child's.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                panic!("{cmd}: still running after 10 minutes");
+            }
+        };
+        assert!(
+            out.status.success(),
+            "{cmd}: exited with {}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for mut j in jobs {
+        let _ = j.kill();
+        let _ = j.wait();
+    }
+    let _ = std::fs::remove_file(&ours);
+}
