@@ -518,6 +518,36 @@ per cell in one run:
     return s
 
 
+def capture(runs, quick):
+    r0 = runs[0]
+    rows = []
+    for i, row in enumerate(r0["rows"]):
+        def col(k):
+            return fig([r["rows"][i][k] for r in runs], "k")
+        def ratio(k):
+            return fig([r["rows"][i][k][0] for r in runs], 2)
+        rows.append([f"{row['size']:,}", row["dir"], col("off_msgs_per_s"), col("miss_msgs_per_s"),
+                     ratio("miss_over_off"), col("all_msgs_per_s"), ratio("all_over_off")])
+    s = f"""## What a capture costs (`shmnet bench capture`)
+
+Command: `shmnet bench capture{' --quick' if quick else ''} --json` ([observe.md](observe.md)). UDP ttcp cells of the
+`server` structure (softnic as the wire, one application; each party a process) with no
+capture (`off`), with a `shmnet capture` of rx and tx whose filter (`tcp port 22`) matches
+none of the traffic (`miss`), and with one keeping every whole frame, read by a fourth
+process that discards it (`all`); {r0['rounds']} round(s) of {r0['seconds_per_cell']} s cells per run, the variants in a
+different order each round, each ratio against `off` of its own round (median over the
+rounds, then over runs):
+
+"""
+    s += table(["size B", "dir", "off msgs/s", "miss msgs/s", "miss ÷ off", "all msgs/s", "all ÷ off"], rows)
+    s += "\n"
+    for i, t in enumerate(r0["targets"]):
+        s += f"Target (issue 22): {t['what']}: **{verdict([r['targets'][i]['met'] for r in runs])}**.\n"
+    if any(r["failed"] for r in runs):
+        s += "\nFailed cells: " + "; ".join(f for r in runs for f in r["failed"]) + "\n"
+    return s
+
+
 def ttcptcp(runs, quick, ethernet=None):
     r0 = runs[0]
     sizes = sorted({x["size"] for x in r0["rows"]})
@@ -1223,7 +1253,7 @@ def main():
     parts = [header(meta, seconds)] + [
         render(load_runs(d, name), quick)
         for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
-                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("shared", shared), ("labhandles", labhandles), ("labbuffers", labbuffers), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
+                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("shared", shared), ("capture", capture), ("labhandles", labhandles), ("labbuffers", labbuffers), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     parts.insert(-3, seed002(load_runs(d, "seed002one"), load_runs(d, "seed002two")))
