@@ -1,7 +1,7 @@
 //! `shmnet serve --metrics ADDR:PORT`: every counter of [`ServerStats`] at `/metrics`, in
 //! the Prometheus exposition format.
 //!
-//! A thread of `shmnet serve` answers HTTP (tiny_http) and, at each scrape, asks the server
+//! A thread of `shmnet serve` answers HTTP (its own, see [`spawn`]) and, at each scrape, asks the server
 //! for its counters over its own control socket, exactly as `shmnet stats` does: one source
 //! for stats, sockets and metrics, and nothing the data plane does between scrapes. The
 //! registry is built fresh from that snapshot (prometheus-client encodes it, names, types,
@@ -17,64 +17,173 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use shmnet_io::server::ServerStats;
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Labels of one series.
 type Labels = Vec<(&'static str, String)>;
 
+/// Connections served at once; more are closed as soon as they are accepted.
+const MAX_CONNS: usize = 16;
+/// How long a client may take to send its request's head, and to take the answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes of a request's head read at most (a longer one is answered 431).
+const MAX_HEAD: usize = 8 << 10;
+
 /// Starts serving `/metrics` on `addr` from the server whose control socket is `socket`;
 /// the thread lives as long as the process. Returns the address bound (port 0 picks one).
+///
+/// The HTTP side is this module's own, and as small as the one request it serves: each
+/// connection gets one answer and is closed (`Connection: close`), its request's head is
+/// read within [`IO_TIMEOUT`] and [`MAX_HEAD`] bytes, a body is never read, at most
+/// [`MAX_CONNS`] are served at once, and accept errors (out of descriptors) are waited
+/// out, never the end of the listener. tiny_http, tried first, drained a request's body
+/// into a buffer of the size its `Content-Length` claimed (one request aborted the whole
+/// server), kept a thread per idle connection without a timeout, answered one request at a
+/// time behind a client that did not read, and ended its accept loop on `EMFILE`.
 pub fn spawn(addr: SocketAddr, socket: PathBuf) -> Result<SocketAddr> {
-    let server = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::anyhow!("{e}"))
-        .with_context(|| {
-            format!("cannot serve metrics on {addr} (in use? another --metrics address)")
-        })?;
-    let bound = server
-        .server_addr()
-        .to_ip()
-        .context("the metrics listener has no IP address")?;
+    let listener = std::net::TcpListener::bind(addr).with_context(|| {
+        format!("cannot serve metrics on {addr} (in use? another --metrics address)")
+    })?;
+    let bound = listener
+        .local_addr()
+        .context("the metrics listener has no address")?;
+    let socket = Arc::new(socket);
+    let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
-            for req in server.incoming_requests() {
-                let resp = answer(req.method(), req.url(), &socket);
-                let _ = req.respond(resp);
+            loop {
+                let conn = match listener.accept() {
+                    Ok((c, _)) => c,
+                    Err(_) => {
+                        // Out of descriptors, or an aborted connection: wait, go on.
+                        std::thread::sleep(Duration::from_millis(100));
+                        continue;
+                    }
+                };
+                if busy.fetch_add(1, Ordering::AcqRel) >= MAX_CONNS {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                    continue; // closed: a scraper retries at its next interval
+                }
+                let (socket, mine) = (socket.clone(), busy.clone());
+                let spawned = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .spawn(move || {
+                        serve_one(conn, &socket);
+                        mine.fetch_sub(1, Ordering::AcqRel);
+                    });
+                if spawned.is_err() {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                }
             }
         })
         .context("starting the metrics thread")?;
     Ok(bound)
 }
 
-/// The answer to one request: the metrics at `/metrics`, 404 elsewhere, 503 when the
-/// server does not answer.
-fn answer(
-    method: &tiny_http::Method,
-    url: &str,
-    socket: &std::path::Path,
-) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let path = url.split('?').next().unwrap_or_default();
-    if path != "/metrics" {
-        return tiny_http::Response::from_string("shmnet serves its counters at /metrics\n")
-            .with_status_code(404);
+/// Reads one request's head from `conn`, answers it, closes.
+fn serve_one(mut conn: std::net::TcpStream, socket: &std::path::Path) {
+    let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+    let _ = conn.set_nodelay(true);
+    let (status, ctype, body, head_only) = match read_head(&mut conn) {
+        Head::Request(line) => answer(&line, socket),
+        Head::TooLong => (431, TEXT, "request header fields too large\n".into(), false),
+        Head::Gone => return,
+    };
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        _ => "Service Unavailable",
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
     }
-    if *method != tiny_http::Method::Get && *method != tiny_http::Method::Head {
-        return tiny_http::Response::from_string("GET /metrics\n").with_status_code(405);
+    // One write: no small segment waiting for an ACK.
+    let _ = conn.write_all(&out);
+    let _ = conn.shutdown(std::net::Shutdown::Write);
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// What a connection sent first.
+enum Head {
+    /// The request line.
+    Request(String),
+    /// More than [`MAX_HEAD`] bytes without the head's end.
+    TooLong,
+    /// Closed, timed out, or not text.
+    Gone,
+}
+
+fn read_head(conn: &mut std::net::TcpStream) -> Head {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]);
+            return Head::Request(head.lines().next().unwrap_or_default().to_owned());
+        }
+        if buf.len() >= MAX_HEAD {
+            return Head::TooLong;
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return Head::Gone,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// The answer to a request line: status, content type, body, and whether only the head
+/// goes back (`HEAD`).
+fn answer(line: &str, socket: &std::path::Path) -> (u16, &'static str, String, bool) {
+    let mut parts = line.split_whitespace();
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return (
+            400,
+            TEXT,
+            "a request line is METHOD PATH HTTP/1.x\n".into(),
+            false,
+        );
+    };
+    if !version.starts_with("HTTP/1.") {
+        return (400, TEXT, "HTTP/1.0 or HTTP/1.1 only\n".into(), false);
+    }
+    let head_only = method == "HEAD";
+    if target.split('?').next() != Some("/metrics") {
+        return (
+            404,
+            TEXT,
+            "shmnet serves its counters at /metrics\n".into(),
+            head_only,
+        );
+    }
+    if method != "GET" && !head_only {
+        return (405, TEXT, "GET /metrics\n".into(), false);
     }
     match shmnet_io::server::query_stats(socket) {
-        Ok(stats) => {
-            let body = render(&stats);
-            let ctype = tiny_http::Header::from_bytes(
-                "Content-Type",
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )
-            .expect("a valid header");
-            tiny_http::Response::from_string(body).with_header(ctype)
-        }
-        Err(e) => tiny_http::Response::from_string(format!("the server did not answer: {e}\n"))
-            .with_status_code(503),
+        Ok(stats) => (200, OPENMETRICS, render(&stats), head_only),
+        Err(e) => (
+            503,
+            TEXT,
+            format!("the server did not answer: {e}\n"),
+            head_only,
+        ),
     }
 }
 

@@ -742,3 +742,47 @@ fn shmnet_top_shows_the_traffic_and_quits_on_q() {
     });
     drop(client);
 }
+
+/// What a hostile HTTP client does to `--metrics` costs the server nothing: a request
+/// claiming a 100 GB body is answered (its body never read), idle connections are closed
+/// after their timeout, other methods and paths are refused, and the server goes on.
+#[test]
+fn metrics_survive_hostile_http_clients() {
+    use std::io::Write;
+    let (_server, sock, addr) = metrics_server("observe-hostile-http");
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n")
+        .unwrap();
+    let mut resp = String::new();
+    let _ = s.read_to_string(&mut resp);
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp:.80}");
+    // Idle connections that never send a request: closed by the server, never held.
+    let idle: Vec<_> = (0..32)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let (code, body) = http_get(&addr, "/metrics");
+    assert_eq!(code, 200);
+    assert!(body.ends_with("# EOF\n"));
+    drop(idle);
+    let mut post = std::net::TcpStream::connect(&addr).unwrap();
+    post.write_all(b"POST /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    let _ = post.read_to_string(&mut resp);
+    assert!(resp.starts_with("HTTP/1.1 405"), "{resp}");
+    let (code, _) = http_get(&addr, "/../etc/passwd");
+    assert_eq!(code, 404);
+    let mut big = std::net::TcpStream::connect(&addr).unwrap();
+    let _ = big.write_all(
+        format!("GET /metrics HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000)).as_bytes(),
+    );
+    let mut resp = String::new();
+    let _ = big.read_to_string(&mut resp);
+    assert!(resp.starts_with("HTTP/1.1 431"), "{resp:.80}");
+    assert_eq!(
+        stats(&sock)["structure"],
+        "server",
+        "the server still answers"
+    );
+}
