@@ -770,8 +770,23 @@ pub fn recv_raw_with_fd(
     fd: impl AsFd,
     buf: &mut [u8],
 ) -> Result<Option<(usize, Option<OwnedFd>, usize)>, ControlError> {
-    let mut space =
-        [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE))];
+    Ok(recv_raw_with_fd_cred(fd, buf)?.map(|(n, f, extra, _)| (n, f, extra)))
+}
+
+/// What [`recv_raw_with_fd_cred`] received: the message's length, its first descriptor,
+/// how many more were closed, and who sent it.
+pub type Received = (usize, Option<OwnedFd>, usize, Option<rustix::net::UCred>);
+
+/// [`recv_raw_with_fd`], and the sender's credentials as the kernel vouches for them when
+/// this socket has `SO_PASSCRED` set ([`pass_credentials`]): its pid at the moment it sent
+/// (not when it connected, which `SO_PEERCRED` gives — a forked child that inherited its
+/// parent's connection sends with its own).
+pub fn recv_raw_with_fd_cred(
+    fd: impl AsFd,
+    buf: &mut [u8],
+) -> Result<Option<Received>, ControlError> {
+    let mut space = [std::mem::MaybeUninit::uninit();
+        rustix::cmsg_space!(ScmRights(FDS_PER_MESSAGE), ScmCredentials(1))];
     let mut control = rustix::net::RecvAncillaryBuffer::new(&mut space);
     let fd = fd.as_fd();
     let msg = loop {
@@ -793,15 +808,20 @@ pub fn recv_raw_with_fd(
     };
     let mut first = None;
     let mut extra = 0;
+    let mut cred = None;
     for m in control.drain() {
-        if let rustix::net::RecvAncillaryMessage::ScmRights(rights) = m {
-            for f in rights {
-                if first.is_none() {
-                    first = Some(f);
-                } else {
-                    extra += 1;
+        match m {
+            rustix::net::RecvAncillaryMessage::ScmRights(rights) => {
+                for f in rights {
+                    if first.is_none() {
+                        first = Some(f);
+                    } else {
+                        extra += 1;
+                    }
                 }
             }
+            rustix::net::RecvAncillaryMessage::ScmCredentials(c) => cred = Some(c),
+            _ => {}
         }
     }
     if msg.flags.contains(rustix::net::ReturnFlags::CTRUNC) {
@@ -811,7 +831,14 @@ pub fn recv_raw_with_fd(
     if msg.bytes == 0 && first.is_none() {
         return Err(ControlError::HungUp);
     }
-    Ok(Some((msg.bytes, first, extra)))
+    Ok(Some((msg.bytes, first, extra, cred)))
+}
+
+/// Asks the kernel to attach each sender's credentials to what `fd` receives
+/// ([`recv_raw_with_fd_cred`]).
+pub fn pass_credentials(fd: impl AsFd) -> Result<(), ControlError> {
+    rustix::net::sockopt::set_socket_passcred(fd.as_fd(), true)
+        .map_err(|e| ControlError::Io(e.into()))
 }
 
 /// The greeting of an `ipc` data socket hand-off.

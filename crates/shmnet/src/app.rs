@@ -172,6 +172,7 @@ pub fn stats(a: StatsArgs) -> Result<()> {
         .collect();
     println!("stack: {}", nz.join(" "));
     println!("control: {}", serde_json::to_string(&v.control)?);
+    println!("captures: {}", serde_json::to_string(&v.capture)?);
     println!(
         "registered regions: {} ({:.1} MiB), {} pages pinned, {} refused",
         v.regions.regions,

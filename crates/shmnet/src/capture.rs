@@ -42,14 +42,15 @@ pub struct CaptureArgs {
     #[arg(short = 'c', value_name = "COUNT")]
     count: Option<u64>,
     /// Bytes kept of each frame (0: all of it, up to 65,535).
-    #[arg(short = 's', value_name = "SNAPLEN", default_value_t = 0)]
+    #[arg(short = 's', value_name = "SNAPLEN", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=65_535))]
     snaplen: u32,
     /// Where to capture, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [PointArg::Rx, PointArg::Tx])]
     point: Vec<PointArg>,
     /// MiB of the ring the server fills (what the reader cannot keep up with beyond it is
     /// counted as lost, never held back).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     ring_mib: u64,
     /// Stop after this many seconds.
     #[arg(long, value_name = "SECONDS")]
@@ -109,12 +110,16 @@ pub fn run(a: CaptureArgs) -> Result<()> {
         filter,
         ring_bytes: a.ring_mib.saturating_mul(1 << 20),
     };
-    let mut session = Session::start(&a.socket, &spec).with_context(|| {
-        format!(
-            "starting a capture on the server at {} (is `shmnet serve --structure server` running there? --socket names another)",
-            a.socket.display()
-        )
-    })?;
+    let mut session = match Session::start(&a.socket, &spec) {
+        Ok(s) => s,
+        Err(e @ shmnet_io::capture::StartError::Refused(_)) => return Err(e.into()),
+        Err(e) => {
+            return Err(anyhow::Error::from(e).context(format!(
+                "starting a capture on the server at {} (is `shmnet serve --structure server` running there? --socket names another)",
+                a.socket.display()
+            )));
+        }
+    };
     let to_stdout = a.write.as_deref() == Some(std::path::Path::new("-"));
     let mut sink = match &a.write {
         None => Sink::Lines(Box::new(std::io::BufWriter::new(std::io::stdout()))),
@@ -212,8 +217,16 @@ pub fn run(a: CaptureArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&summary)?);
     }
     eprintln!(
-        "{} frames captured, {} lost (the ring was full) in {:.1} s ({})",
-        summary.captured, summary.lost, summary.seconds, summary.stopped
+        "{} frames captured, {} lost{} in {:.1} s ({})",
+        summary.captured,
+        summary.lost,
+        if summary.lost > 0 {
+            " (the ring was full: a larger --ring-mib, a filter, or a faster disk)"
+        } else {
+            ""
+        },
+        summary.seconds,
+        summary.stopped
     );
     Ok(())
 }
@@ -307,9 +320,9 @@ fn describe(frame: &[u8]) -> String {
                 Some(etherparse::LinkSlice::Ethernet2(e))
                     if e.ether_type() == etherparse::EtherType::ARP =>
                 {
-                    "ARP".into()
+                    format!("ARP, length {}", frame.len())
                 }
-                _ => "not IP".into(),
+                _ => format!("not IP, length {}", frame.len()),
             };
         }
     };
@@ -328,22 +341,28 @@ fn describe(frame: &[u8]) -> String {
                 }
             }
             format!(
-                "IP {src}.{} > {dst}.{}: TCP [{flags}] seq {} ack {} win {}",
+                "IP {src}.{} > {dst}.{}: Flags [{flags}], seq {}, ack {}, win {}, length {}",
                 t.source_port(),
                 t.destination_port(),
                 t.sequence_number(),
                 t.acknowledgment_number(),
-                t.window_size()
+                t.window_size(),
+                t.payload().len()
             )
         }
         Some(TransportSlice::Udp(u)) => format!(
-            "IP {src}.{} > {dst}.{}: UDP",
+            "IP {src}.{} > {dst}.{}: UDP, length {}",
             u.source_port(),
-            u.destination_port()
+            u.destination_port(),
+            u.payload().len()
         ),
-        Some(TransportSlice::Icmpv4(_)) => format!("IP {src} > {dst}: ICMP"),
-        Some(TransportSlice::Icmpv6(_)) => format!("IP6 {src} > {dst}: ICMP6"),
+        Some(TransportSlice::Icmpv4(i)) => {
+            format!("IP {src} > {dst}: ICMP, length {}", i.payload().len() + 8)
+        }
+        Some(TransportSlice::Icmpv6(i)) => {
+            format!("IP6 {src} > {dst}: ICMP6, length {}", i.payload().len() + 8)
+        }
         Some(TransportSlice::Igmp(_)) => format!("IP {src} > {dst}: IGMP"),
-        None => format!("IP {src} > {dst}"),
+        None => format!("IP {src} > {dst}, length {}", frame.len()),
     }
 }

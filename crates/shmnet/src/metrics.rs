@@ -503,6 +503,23 @@ impl Metrics {
                 (vec![("queue", "tx".to_owned())], m.tx_bufs),
             ],
         );
+        let c = &st.capture;
+        self.gauge(
+            "captures_running",
+            "shmnet captures running now.",
+            c.running,
+        );
+        self.counter("capture_started", "shmnet captures started.", c.started);
+        self.counter(
+            "capture_kept",
+            "Frames written into a capture's ring.",
+            c.kept,
+        );
+        self.counter(
+            "capture_lost",
+            "Frames a capture matched and could not keep (its ring was full).",
+            c.lost,
+        );
         let f = &st.forks;
         self.counter("forks", "Forks that shared TCP sockets.", f.forks);
         self.counter(

@@ -128,14 +128,16 @@ fn internals(t: &shmnet_stack::tcp::TcpInfo) -> String {
     let ms = |us: u32| format!("{}", f64::from(us) / 1e3);
     let segs = |b: u32| b / u32::from(t.mss.max(1));
     let mut s = format!(
-        "\t wscale:{},{} rto:{} rtt:{} mss:{} cwnd:{}",
+        "\t wscale:{},{} rto:{}",
         t.snd_wscale,
         t.rcv_wscale,
-        ms(t.rto_us),
-        ms(t.srtt_us),
-        t.mss,
-        segs(t.cwnd)
+        ms(t.rto_us)
     );
+    // No round trip measured yet: ss shows none either.
+    if t.srtt_us > 0 {
+        let _ = write!(s, " rtt:{}", ms(t.srtt_us));
+    }
+    let _ = write!(s, " mss:{} cwnd:{}", t.mss, segs(t.cwnd));
     if t.ssthresh != u32::MAX {
         let _ = write!(s, " ssthresh:{}", segs(t.ssthresh));
     }

@@ -140,7 +140,7 @@ fn shmnet_sockets_lists_what_programs_under_shmnet_run_hold() {
         mine["owners"].as_array()?.is_empty().then(|| mine.clone())
     });
     assert!(
-        ["fin-wait-1", "fin-wait-2", "time-wait"].contains(&mine["state"].as_str().unwrap()),
+        ["fin-wait1", "fin-wait2", "time-wait"].contains(&mine["state"].as_str().unwrap()),
         "{mine}"
     );
     let text = sockets(&sock, &[]);
@@ -714,6 +714,7 @@ fn shmnet_top_shows_the_traffic_and_quits_on_q() {
         fn drop(&mut self) {
             let _ = Command::new("tmux")
                 .args(["kill-session", "-t", &self.0])
+                .stderr(Stdio::null())
                 .status();
         }
     }
@@ -785,4 +786,65 @@ fn metrics_survive_hostile_http_clients() {
         "server",
         "the server still answers"
     );
+}
+
+/// A forked child that adopts its parent's listener and accepts on it is listed under its
+/// own pid (the kernel's credentials on its messages), not its parent's: `ss -p`'s use.
+#[test]
+fn a_forked_child_is_listed_under_its_own_pid() {
+    let test = "a_forked_child_is_listed_under_its_own_pid";
+    if !installed("python3") {
+        shmnet_testkit::skip(test, "needs python3");
+        return;
+    }
+    library();
+    let (_server, sock) = loopback_server("observe-fork", &[]);
+    const PROGRAM: &str = r#"
+import socket, os, time
+l = socket.socket(); l.bind(('10.99.0.1', 5210)); l.listen(8)
+pid = os.fork()
+if pid == 0:
+    c, a = l.accept()
+    print("child", os.getpid(), flush=True)
+    time.sleep(20); os._exit(0)
+print("parent", os.getpid(), flush=True)
+time.sleep(20)
+"#;
+    let mut forking = under_shmnet(&sock, "python3");
+    forking
+        .args(["-c", PROGRAM])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut forking = Killed(forking.spawn().expect("python3 under shmnet run"));
+    let mut out = std::io::BufReader::new(forking.0.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert!(line.starts_with("parent"), "{line}");
+    let mut connect = under_shmnet(&sock, "python3");
+    connect
+        .args([
+            "-c",
+            "import socket,time; s=socket.create_connection(('10.99.0.1',5210)); time.sleep(20)",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _client = Killed(connect.spawn().expect("the client"));
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let child: i64 = line
+        .strip_prefix("child ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("the child says its pid: {line}"));
+    let accepted = until("the accepted end listed", || {
+        listing(&sock)
+            .into_iter()
+            .find(|e| e["state"] == "established" && e["local"] == "10.99.0.1:5210")
+    });
+    let owners: Vec<i64> = accepted["owners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["pid"].as_i64().unwrap())
+        .collect();
+    assert_eq!(owners, vec![child], "{accepted}");
 }

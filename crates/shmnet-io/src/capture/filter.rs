@@ -273,6 +273,10 @@ fn tokenize(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
     for c in s.chars() {
+        if c == '!' && word.is_empty() {
+            out.push("!".into());
+            continue;
+        }
         if c == '(' || c == ')' || c.is_whitespace() {
             if !word.is_empty() {
                 out.push(std::mem::take(&mut word));
@@ -340,7 +344,7 @@ impl<'a> Parser<'a> {
                     other => Err(FilterError::Unexpected(other.to_owned())),
                 }
             }
-            ")" => Err(FilterError::Unexpected(")".into())),
+            w @ (")" | "and" | "or" | "&&" | "||") => Err(FilterError::Unexpected(w.into())),
             w => self.primitive(w),
         }
     }
@@ -433,6 +437,8 @@ mod tests {
         assert!(m("src host 10.0.0.2"));
         assert!(!m("dst host 10.0.0.2"));
         assert!(m("(udp or tcp) && port 40000"));
+        assert!(m("!udp"));
+        assert!(m("tcp && !(port 22)"));
         assert!(m("not (udp or arp)"));
         assert!(m("ip and greater 40"));
         assert!(!m("less 40"));
@@ -460,6 +466,11 @@ mod tests {
         assert!(matches!(parse("tcp and"), Err(FilterError::Incomplete(_))));
         assert!(matches!(parse("(tcp"), Err(FilterError::Incomplete(_))));
         assert!(matches!(parse("tcp )"), Err(FilterError::Unexpected(_))));
+        assert!(matches!(parse("and tcp"), Err(FilterError::Unexpected(_))));
+        assert!(matches!(
+            parse("tcp or or udp"),
+            Err(FilterError::Unexpected(_))
+        ));
         let big = vec!["tcp"; MAX_NODES].join(" or ");
         assert_eq!(parse(&big), Err(FilterError::TooLarge));
     }

@@ -81,6 +81,24 @@ pub(crate) struct Captures {
     kept: Vec<u8>,
     /// [`drop_reasons`], to turn a counter's name into its index.
     reasons: Vec<String>,
+    /// What every capture did.
+    counters: CaptureCounters,
+}
+
+/// What `shmnet capture`s did on this server (`shmnet stats`, `--metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct CaptureCounters {
+    /// Captures running now.
+    pub running: u64,
+    /// Captures started.
+    pub started: u64,
+    /// Frames written into a capture's ring.
+    pub kept: u64,
+    /// Frames a capture matched and could not keep (its ring was full).
+    pub lost: u64,
+    /// Captures ended because their reader broke their ring.
+    pub broken: u64,
 }
 
 impl Captures {
@@ -101,7 +119,16 @@ impl Captures {
             self.reasons = drop_reasons();
         }
         self.list.push(Active { id, spec, ring });
+        self.counters.started += 1;
         true
+    }
+
+    /// What every capture did so far.
+    pub(crate) fn counters(&self) -> CaptureCounters {
+        CaptureCounters {
+            running: self.list.len() as u64,
+            ..self.counters.clone()
+        }
     }
 
     /// Stops connection `id`'s capture, if it runs.
@@ -143,11 +170,17 @@ impl Captures {
                 caplen: a.snaplen(),
                 ts_ns,
             };
-            broken |= a.ring.write(h, frame) == Wrote::Broken;
+            match a.ring.write(h, frame) {
+                Wrote::Kept => self.counters.kept += 1,
+                Wrote::Lost => self.counters.lost += 1,
+                Wrote::Broken => broken = true,
+            }
         }
         if broken {
             // Its reader wrote an impossible position: that capture is over.
+            let before = self.list.len();
             self.list.retain(|a| a.ring.write_ok());
+            self.counters.broken += (before - self.list.len()) as u64;
         }
     }
 

@@ -158,6 +158,8 @@ pub(crate) enum Command {
     },
     /// Connection `id`'s capture is over (its reader hung up).
     StopCapture { id: u64 },
+    /// Application `id`'s connection is now used by process `pid` (a forked child).
+    SetPid { id: u64, pid: i32 },
     /// A page of the sockets listing, from cursor `from` (`shmnet sockets`).
     Sockets {
         from: u64,
@@ -657,6 +659,8 @@ impl ControlPlane {
             self.answer_and_close(fd, Duration::from_millis(10), refusal);
             return;
         }
+        // Each message then says who sent it (`note_sender`).
+        let _ = control::pass_credentials(&fd);
         let (pid, uid) = match control::peer_credentials(&fd) {
             Ok(c) => (c.pid as i32, c.uid),
             Err(_) => (0, u32::MAX),
@@ -697,10 +701,13 @@ impl ControlPlane {
             let Some(i) = self.conns.iter().position(|c| c.id == id) else {
                 return;
             };
-            let (n, fd) = match control::recv_raw_with_fd(&self.conns[i].fd, &mut self.buf) {
-                Ok(Some((n, fd, extra))) => {
+            let (n, fd) = match control::recv_raw_with_fd_cred(&self.conns[i].fd, &mut self.buf) {
+                Ok(Some((n, fd, extra, cred))) => {
                     if extra > 0 {
                         self.count(|c| c.stray_fds += extra as u64);
+                    }
+                    if let Some(c) = cred {
+                        self.note_sender(i, c);
                     }
                     (n, fd)
                 }
@@ -751,6 +758,23 @@ impl ControlPlane {
                     return;
                 }
             }
+        }
+    }
+
+    /// The kernel says who sent connection `i`'s last message. A forked child that took
+    /// over the connection its parent opened for it sends with its own pid (peer
+    /// credentials name whoever connected): the connection, and its application as
+    /// `shmnet sockets` and `shmnet stats` show it, are the child's from then on.
+    fn note_sender(&mut self, i: usize, cred: rustix::net::UCred) {
+        let pid = cred.pid.as_raw_nonzero().get();
+        let c = &mut self.conns[i];
+        if pid == c.pid || cred.uid.as_raw() != c.uid {
+            return;
+        }
+        c.pid = pid;
+        if matches!(c.stage, Stage::App) {
+            let id = c.id;
+            self.spec.outbox.send(Command::SetPid { id, pid });
         }
     }
 

@@ -615,6 +615,11 @@ impl DataPlane {
                     let _ = reply.send(self.captures.start(id, spec, *ring));
                 }
                 Command::StopCapture { id } => self.captures.stop(id),
+                Command::SetPid { id, pid } => {
+                    if let Some(a) = self.app_mut(id) {
+                        a.pid = pid;
+                    }
+                }
                 Command::Sockets { from, reply } => {
                     let apps: Vec<super::listing::AppView<'_>> = self
                         .apps
@@ -1185,6 +1190,7 @@ impl DataPlane {
             tcp: self.iface.tcp_counters().clone(),
             tcp_memory: self.iface.tcp_memory(),
             forks: self.forks.counters(),
+            capture: self.captures.counters(),
             data_plane: self.counters.clone(),
             control: self.control.lock().map(|c| c.clone()).unwrap_or_default(),
             regions: Default::default(),

@@ -29,6 +29,7 @@
 //! never given is refused and counted.
 
 mod capturing;
+pub use capturing::CaptureCounters;
 mod control_plane;
 mod data_plane;
 mod forks;

@@ -46,6 +46,9 @@ pub struct ServerStats {
     /// TCP sockets shared by `fork` (docs/preload.md, "fork").
     #[serde(default)]
     pub forks: super::ForkCounters,
+    /// `shmnet capture`s (docs/observe.md).
+    #[serde(default)]
+    pub capture: super::capturing::CaptureCounters,
     /// The data plane's own counters.
     pub data_plane: DataPlaneCounters,
     /// The control plane's counters.
