@@ -83,6 +83,9 @@ pub(crate) struct Captures {
     reasons: Vec<String>,
     /// What every capture did.
     counters: CaptureCounters,
+    /// The timestamp of the batch being tapped, read at its first record
+    /// ([`Captures::begin_batch`]): a batch nobody keeps a frame of reads no clock.
+    batch_ts: Option<u64>,
 }
 
 /// What `shmnet capture`s did on this server (`shmnet stats`, `--metrics`).
@@ -141,23 +144,28 @@ impl Captures {
         });
     }
 
-    /// Now, for the records of a batch: nanoseconds since the Unix epoch (the precise
-    /// clock: the stack's coarse one is milliseconds apart).
-    pub(crate) fn now_ns() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
+    /// A batch of frames begins: its records share one timestamp, read when the first of
+    /// them is written.
+    pub(crate) fn begin_batch(&mut self) {
+        self.batch_ts = None;
+    }
+
+    /// The batch's timestamp: nanoseconds since the Unix epoch (the precise clock: the
+    /// stack's coarse one is milliseconds apart).
+    fn ts(&mut self) -> u64 {
+        *self.batch_ts.get_or_insert_with(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        })
     }
 
     /// Copies `frame` into every capture that wants it at `point`.
-    pub(crate) fn tap(
-        &mut self,
-        point: Point,
-        reason: u16,
-        frame: &[u8],
-        orig_len: usize,
-        ts_ns: u64,
-    ) {
+    pub(crate) fn tap(&mut self, point: Point, reason: u16, frame: &[u8], orig_len: usize) {
+        if !self.list.iter().any(|a| a.wants(point, frame)) {
+            return;
+        }
+        let ts_ns = self.ts();
         let mut broken = false;
         for a in &mut self.list {
             if !a.wants(point, frame) {
@@ -189,15 +197,15 @@ impl Captures {
         if !self.list.iter().any(|a| a.spec.tx) {
             return;
         }
-        let ts = Self::now_ns();
+        self.begin_batch();
         for &b in frames {
             let bytes = valid(pool, b);
-            self.tap(Point::Tx, 0, bytes, bytes.len(), ts);
+            self.tap(Point::Tx, 0, bytes, bytes.len());
         }
     }
 
     /// Hands frame `b` to the stack, capturing it on the way in and, if the stack refuses
-    /// it, as a drop with its reason.
+    /// it, as a drop with its reason (frames of one batch after [`Captures::begin_batch`]).
     pub(crate) fn receive(
         &mut self,
         iface: &mut Interface,
@@ -205,12 +213,11 @@ impl Captures {
         tx: &mut Vec<BufIdx>,
         b: BufIdx,
         now: shmnet_stack::Instant,
-        ts_ns: u64,
     ) {
         let bytes = valid(pool, b);
         let orig_len = bytes.len();
         if self.list.iter().any(|a| a.spec.rx) {
-            self.tap(Point::Rx, 0, bytes, orig_len, ts_ns);
+            self.tap(Point::Rx, 0, bytes, orig_len);
         }
         if !self.list.iter().any(|a| a.spec.drops) {
             iface.receive(pool, b, now, tx);
@@ -228,7 +235,7 @@ impl Captures {
             return; // accepted
         };
         let kept = std::mem::take(&mut self.kept);
-        self.tap(Point::Drop, code, &kept[..keep], orig_len, ts_ns);
+        self.tap(Point::Drop, code, &kept[..keep], orig_len);
         self.kept = kept;
     }
 }

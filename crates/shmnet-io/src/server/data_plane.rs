@@ -294,9 +294,9 @@ impl DataPlane {
             return;
         }
         if !captures.is_empty() {
-            let ts = super::capturing::Captures::now_ns();
+            captures.begin_batch();
             for d in frames {
-                captures.receive(iface, pool, tx, BufIdx(d.buf), now, ts);
+                captures.receive(iface, pool, tx, BufIdx(d.buf), now);
             }
             return;
         }
@@ -328,7 +328,7 @@ impl DataPlane {
                             .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
                     }
                 } else {
-                    let ts = super::capturing::Captures::now_ns();
+                    self.captures.begin_batch();
                     for f in &p.frames {
                         self.captures.receive(
                             &mut self.iface,
@@ -336,7 +336,6 @@ impl DataPlane {
                             &mut self.tx,
                             BufIdx(f.buf),
                             now,
-                            ts,
                         );
                     }
                 }
@@ -400,14 +399,13 @@ impl DataPlane {
                             if self.captures.is_empty() {
                                 self.iface.receive(&mut self.pool, b, now, &mut self.tx);
                             } else {
-                                let ts = super::capturing::Captures::now_ns();
+                                self.captures.begin_batch();
                                 self.captures.receive(
                                     &mut self.iface,
                                     &mut self.pool,
                                     &mut self.tx,
                                     b,
                                     now,
-                                    ts,
                                 );
                             }
                             n += 1;
