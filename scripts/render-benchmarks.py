@@ -533,7 +533,7 @@ def capture(runs, quick):
 Command: `shmnet bench capture{' --quick' if quick else ''} --json` ([observe.md](observe.md)). UDP ttcp cells of the
 `server` structure (softnic as the wire, one application; each party a process) with no
 capture (`off`), with a `shmnet capture` of rx and tx whose filter (`tcp port 22`) matches
-none of the traffic (`miss`), and with one keeping every whole frame, read by a fourth
+none of the traffic (`miss`), and with one keeping every whole frame, read by a third
 process that discards it (`all`); {r0['rounds']} round(s) of {r0['seconds_per_cell']} s cells per run, the variants in a
 different order each round, each ratio against `off` of its own round (median over the
 rounds, then over runs):

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `off` | no capture |
 //! | `miss` | a capture of rx and tx whose filter (`tcp port 22`) matches nothing of the UDP traffic: the cost of looking |
-//! | `all` | a capture of rx and tx keeping every whole frame, read by a reader process that discards it: the cost of copying, and of the reader's CPU on this machine |
+//! | `all` | a capture of rx and tx keeping every whole frame, read by a reader process that discards it (a third process beside the server and the application): the cost of copying, and of the reader's CPU on this machine |
 //!
 //! The variants run in a different order each round (the VM drifts), and each is compared
 //! with `off` of the same round: a ratio holds, an absolute rate does not.
