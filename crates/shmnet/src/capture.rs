@@ -9,7 +9,7 @@ use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPa
 use pcap_file::pcapng::blocks::interface_description::{
     InterfaceDescriptionBlock, InterfaceDescriptionOption,
 };
-use shmnet_io::capture::{CaptureSpec, Filter, Next, Point, RecordHeader, Session};
+use shmnet_io::capture::{CaptureSpec, Filter, Naps, Next, Point, RecordHeader, Session};
 use std::borrow::Cow;
 use std::io::Write;
 use std::path::PathBuf;
@@ -173,6 +173,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
     let limit = a.duration.map(Duration::from_secs_f64);
     let mut captured = 0u64;
     let mut last_look = Instant::now();
+    let mut naps = Naps::default();
     let stopped = loop {
         if a.count.is_some_and(|c| captured >= c) {
             break "count reached";
@@ -185,6 +186,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
         }
         match session.ring.read() {
             Next::Frame(h, data) => {
+                naps.frame();
                 captured += 1;
                 write_frame(&mut sink, &session, h, &data, a.json)?;
             }
@@ -202,7 +204,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
                     }
                     last_look = Instant::now();
                 }
-                std::thread::sleep(Duration::from_millis(1));
+                std::thread::sleep(naps.empty());
             }
         }
     };

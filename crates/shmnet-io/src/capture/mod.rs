@@ -440,6 +440,39 @@ impl RingReader {
     }
 }
 
+/// How long a reader naps when its ring is empty (the ring has no wake-up: the server
+/// never waits for its reader, so it never signals one either): 1 ms while frames come,
+/// [`Naps::IDLE`] once the ring has been empty for a second. An idle capture then wakes 200
+/// times a second instead of 1,000 (each wake-up preempts a busy party on a small machine),
+/// and the first frames after a quiet second wait at most 5 ms in a ring that holds
+/// milliseconds of the fastest traffic.
+#[derive(Debug, Default)]
+pub struct Naps {
+    empty: u32,
+}
+
+impl Naps {
+    /// The nap while frames come.
+    pub const BUSY: std::time::Duration = std::time::Duration::from_millis(1);
+    /// The nap after a second without any.
+    pub const IDLE: std::time::Duration = std::time::Duration::from_millis(5);
+
+    /// A frame was read.
+    pub fn frame(&mut self) {
+        self.empty = 0;
+    }
+
+    /// The ring was empty: how long to nap now.
+    pub fn empty(&mut self) -> std::time::Duration {
+        self.empty = self.empty.saturating_add(1);
+        if self.empty > 1_000 {
+            Self::IDLE
+        } else {
+            Self::BUSY
+        }
+    }
+}
+
 /// Why a capture could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {

@@ -600,24 +600,26 @@ pub fn shm_recv(board: &Scoreboard, socket: &Path) -> Result<Value> {
 }
 
 /// A capture of the cell's server (`shmnet bench capture`): starts it, says it is ready,
-/// and reads every record as `shmnet capture` does (1 ms naps when the ring is empty),
+/// and reads every record as `shmnet capture` does (its naps when the ring is empty),
 /// discarding it, until the board says quit.
 pub fn capture_reader(
     board: &Scoreboard,
     socket: &Path,
     spec: &shmnet_io::capture::CaptureSpec,
 ) -> Result<Value> {
-    use shmnet_io::capture::{Next, Session};
+    use shmnet_io::capture::{Naps, Next, Session};
     let mut s = Session::start(socket, spec)?;
     board.add_ready();
     let (mut frames, mut bytes) = (0u64, 0u64);
+    let mut naps = Naps::default();
     while !board.quitting() {
         match s.ring.read() {
             Next::Frame(_, data) => {
+                naps.frame();
                 frames += 1;
                 bytes += data.len() as u64;
             }
-            Next::Empty => std::thread::sleep(Duration::from_millis(1)),
+            Next::Empty => std::thread::sleep(naps.empty()),
             Next::Stopped => break,
         }
     }
