@@ -250,12 +250,7 @@ fn spread(mut v: Vec<f64>) -> [f64; 3] {
     if v.is_empty() {
         return [f64::NAN; 3];
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    [median, v[0], v[n - 1]]
+    // Sorts `v` too.
+    let median = shmnet_lab::tsc::median(&mut v);
+    [median, v[0], v[v.len() - 1]]
 }

@@ -12,15 +12,7 @@ use std::time::{Duration, Instant};
 
 #[path = "common/loopback.rs"]
 mod loopback;
-use loopback::{Killed, SHMNET, library, loopback_server, under_shmnet};
-
-fn installed(prog: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+use loopback::{Killed, SHMNET, all_installed, installed, library, loopback_server, under_shmnet};
 
 /// `shmnet sockets --socket SOCK` with `args`: its standard output.
 fn sockets(sock: &str, args: &[&str]) -> String {
@@ -440,21 +432,13 @@ fn transfer(sock: &str, port: u16, bytes: usize) {
     let _ = std::fs::remove_file(&out);
 }
 
-fn have_tshark(test: &str) -> bool {
-    if installed("tshark") {
-        return true;
-    }
-    shmnet_testkit::skip(test, "needs tshark (scripts/setup installs it as root)");
-    false
-}
-
 /// A capture of both directions during a file transfer: tshark reads every frame of the
 /// file, and its frames per direction (and bytes received) are exactly what the driver
 /// counted meanwhile — nothing lost, nothing made up.
 #[test]
 fn a_capture_during_a_transfer_holds_every_frame_the_driver_counted() {
     let test = "a_capture_during_a_transfer_holds_every_frame_the_driver_counted";
-    if !have_tshark(test) {
+    if !all_installed(test, &["tshark"]) {
         return;
     }
     let (_server, sock) = loopback_server("observe-cap", &[]);
@@ -508,7 +492,7 @@ fn a_capture_during_a_transfer_holds_every_frame_the_driver_counted() {
 #[test]
 fn a_capture_pipes_into_tshark_and_filters_like_tcpdump() {
     let test = "a_capture_pipes_into_tshark_and_filters_like_tcpdump";
-    if !have_tshark(test) {
+    if !all_installed(test, &["tshark"]) {
         return;
     }
     let (_server, sock) = loopback_server("observe-pipe", &[]);
@@ -563,7 +547,7 @@ fn a_capture_pipes_into_tshark_and_filters_like_tcpdump() {
 #[test]
 fn a_dropped_frame_is_captured_with_its_reason() {
     let test = "a_dropped_frame_is_captured_with_its_reason";
-    if !have_tshark(test) {
+    if !all_installed(test, &["tshark"]) {
         return;
     }
     let (_server, sock) = loopback_server("observe-drop", &[]);

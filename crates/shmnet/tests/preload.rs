@@ -17,7 +17,7 @@ mod loopback;
 mod netns;
 #[path = "common/served.rs"]
 mod served;
-use loopback::{Killed, SHMNET, library, loopback_server, started, under_shmnet};
+use loopback::{Killed, SHMNET, all_installed, library, loopback_server, started, under_shmnet};
 use netns::Netns;
 use served::{Server, random_file, root, run_ok, wait_ok};
 
@@ -679,31 +679,6 @@ fn iperf3_both_ends_under_shmnet_run_over_the_loopback_wire() {
         }
         wait_ok(s, "iperf3 -s under shmnet run", limit);
     }
-}
-
-/// Whether `prog` is installed (found on the PATH, or in /usr/sbin for root's daemons).
-/// Whether every program of `progs` is installed; if not, `test` is skipped (loudly, and
-/// failed under `CI=true`) naming the missing ones.
-fn all_installed(test: &str, progs: &[&str]) -> bool {
-    let missing: Vec<_> = progs.iter().filter(|p| !installed(p)).collect();
-    if !missing.is_empty() {
-        shmnet_testkit::skip(
-            test,
-            &format!("{missing:?} not installed: scripts/setup installs them as root"),
-        );
-    }
-    missing.is_empty()
-}
-
-fn installed(prog: &str) -> bool {
-    Command::new("sh")
-        .args([
-            "-c",
-            &format!("command -v {prog} || test -x /usr/sbin/{prog}"),
-        ])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// ApacheBench's line `  50%     N` (ms): the median request's time; panics without one.

@@ -164,7 +164,7 @@ pub(crate) fn page(iface: &Interface, apps: &[AppView<'_>], from: u64) -> Socket
             if ai == first_app && n < first_socket {
                 continue;
             }
-            let mut e = match s {
+            let e = match s {
                 AppSocket::Udp(h) => SocketEntry {
                     proto: Proto::Udp,
                     state: SocketState::Unconn,
@@ -210,7 +210,6 @@ pub(crate) fn page(iface: &Interface, apps: &[AppView<'_>], from: u64) -> Socket
                 }
                 _ => continue,
             };
-            e.owners.shrink_to_fit();
             if !page.add(e) {
                 return page.done(Some(APP_PHASE + ((ai as u64) << 16) + n as u64));
             }

@@ -202,3 +202,28 @@ pub fn readme_section(heading: &str, sock: &str, also: &[(&str, String)]) {
     }
     let _ = std::fs::remove_file(&ours);
 }
+
+/// Whether every program of `progs` is installed; if not, `test` is skipped (loudly, and
+/// failed under `CI=true`) naming the missing ones.
+pub fn all_installed(test: &str, progs: &[&str]) -> bool {
+    let missing: Vec<_> = progs.iter().filter(|p| !installed(p)).collect();
+    if !missing.is_empty() {
+        shmnet_testkit::skip(
+            test,
+            &format!("{missing:?} not installed: scripts/setup installs them as root"),
+        );
+    }
+    missing.is_empty()
+}
+
+/// Whether `prog` is installed (found on the PATH, or in /usr/sbin for root's daemons).
+pub fn installed(prog: &str) -> bool {
+    Command::new("sh")
+        .args([
+            "-c",
+            &format!("command -v {prog} || test -x /usr/sbin/{prog}"),
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
