@@ -520,26 +520,47 @@ per cell in one run:
 
 def capture(runs, quick):
     r0 = runs[0]
+    dp = []
+    for i, t in enumerate(r0["data_plane"]):
+        def dcol(k, d=3):
+            return fig([r["data_plane"][i][k] for r in runs], d)
+        dp.append([f"{t['size']:,}", t["dir"], dcol("none_ns", 1), dcol("none_again_over_none"),
+                   dcol("off_over_none"), dcol("miss_over_none")])
     rows = []
     for i, row in enumerate(r0["rows"]):
         def col(k):
             return fig([r["rows"][i][k] for r in runs], "k")
         def ratio(k):
             return fig([r["rows"][i][k][0] for r in runs], 2)
-        rows.append([f"{row['size']:,}", row["dir"], col("off_msgs_per_s"), col("miss_msgs_per_s"),
-                     ratio("miss_over_off"), col("all_msgs_per_s"), ratio("all_over_off")])
+        rows.append([f"{row['size']:,}", row["dir"], col("off_msgs_per_s"), ratio("off_again_over_off"),
+                     ratio("miss_over_off"), ratio("all_over_off"),
+                     fig([r["rows"][i]["off_server_cpu_us_per_msg"] for r in runs], 3),
+                     fig([100 * r["rows"][i]["miss_share_of_server"] for r in runs], 1)])
     s = f"""## What a capture costs (`shmnet bench capture`)
 
-Command: `shmnet bench capture{' --quick' if quick else ''} --json` ([observe.md](observe.md)). UDP ttcp cells of the
-`server` structure (softnic as the wire, one application; each party a process) with no
-capture (`off`), with a `shmnet capture` of rx and tx whose filter (`tcp port 22`) matches
-none of the traffic (`miss`), and with one keeping every whole frame, read by a third
-process that discards it (`all`); {r0['rounds']} round(s) of {r0['seconds_per_cell']} s cells per run, the variants in a
-different order each round, each ratio against `off` of its own round (median over the
-rounds, then over runs):
+Command: `shmnet bench capture{' --quick' if quick else ''} --json` ([observe.md](observe.md)).
+
+First the data plane's taps timed in one thread, where nothing else moves
+(`shmnet_io::server::tap_cost`): the stack's UDP receive and send alone (`none`, and again
+as a separate copy of the same code, `none_again`: the floor), the data plane's own
+receive and transmit tap with no capture (`off`) and with a capture of rx and tx whose
+filter (`tcp port 22`) matches none of the frames (`miss`); medians of ns per message over
+the batches, interleaved batch by batch:
 
 """
-    s += table(["size B", "dir", "off msgs/s", "miss msgs/s", "miss ÷ off", "all msgs/s", "all ÷ off"], rows)
+    s += table(["size B", "dir", "none ns/msg", "none again ÷ none", "off ÷ none", "miss ÷ none"], dp)
+    s += f"""
+Then UDP ttcp cells of the `server` structure (softnic as the wire, one application; each
+party a process): no capture (`off`, and `off_again`: the floor), `miss`, and a capture
+keeping every whole frame read by a third process that discards it (`all`); {r0['rounds']}
+round(s) of {r0['seconds_per_cell']} s cells per run, each cell's variants back to back in an
+order that turns each round, each ratio against `off` of its own cell and round (median
+over the rounds, then over runs). The taps' share is `miss − off` of the one-thread measure
+÷ the server's CPU per message with no capture:
+
+"""
+    s += table(["size B", "dir", "off msgs/s", "off again ÷ off", "miss ÷ off", "all ÷ off",
+                "server µs/msg", "taps' share %"], rows)
     s += "\n"
     for i, t in enumerate(r0["targets"]):
         s += f"Target (issue 22): {t['what']}: **{verdict([r['targets'][i]['met'] for r in runs])}**.\n"

@@ -342,6 +342,7 @@ impl Buffers {
     }
 
     /// The header of buffer `idx`, if `idx` names a buffer.
+    #[inline]
     pub fn hdr(&self, idx: u32) -> Option<&BufHdr> {
         (idx < self.mem.geo.total()).then(|| {
             // SAFETY: `idx < total`, and `total` headers are valid while `keep` lives.
@@ -381,6 +382,7 @@ impl Buffers {
 
     /// `(off, len)` of the valid bytes in buffer `idx`, clamped to the buffer (a peer's
     /// header may say anything).
+    #[inline]
     pub fn off_len(&self, idx: u32) -> Option<(u16, u16)> {
         let v = self.hdr(idx)?.off_len.load(Ordering::Relaxed);
         let size = self.mem.geo.data_size;
@@ -390,6 +392,7 @@ impl Buffers {
     }
 
     /// Sets `(off, len)` of buffer `idx`; the range must fit in the buffer.
+    #[inline]
     pub fn set_off_len(&self, idx: u32, off: u16, len: u16) -> Result<(), BufError> {
         let h = self.hdr(idx).ok_or(BufError::BadIndex(idx))?;
         let end = usize::from(off) + usize::from(len);
@@ -429,6 +432,7 @@ impl Buffers {
     }
 
     /// A pointer to the first data byte of buffer `idx`.
+    #[inline]
     pub fn data_ptr(&self, idx: u32) -> Result<NonNull<u8>, BufError> {
         if idx >= self.mem.geo.total() {
             return Err(BufError::BadIndex(idx));

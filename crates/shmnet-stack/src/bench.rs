@@ -175,8 +175,20 @@ pub fn rx_frames(size: usize, checksum: bool) -> Vec<Vec<u8>> {
 /// (Linux's `NET_IP_ALIGN`), so the copy-out reads cache-line-aligned data.
 pub const RX_HEADROOM: usize = 30;
 
-/// Copy a frame into a fresh pool buffer, as the driver does.
-fn load(pool: &mut HeapPool, frame: &[u8]) -> Option<BufIdx> {
+/// The benchmark's sending interface (the peer of [`rx_frames`]' messages is its
+/// neighbour), a socket bound on it, and where to send: what [`udp_send_to`] of
+/// [`Interface`] needs to build one message's frames.
+///
+/// [`udp_send_to`]: Interface::udp_send_to
+pub fn sender(checksum: bool) -> Option<(Interface, SocketHandle, SocketAddrV4)> {
+    let mut ifc = Interface::new(config(OUR_MAC, OUR_IP, checksum));
+    ifc.add_neighbor(PEER_IP, PEER_MAC, Instant::ZERO);
+    let s = ifc.udp_bind_port(5000).ok()?;
+    Some((ifc, s, SocketAddrV4::new(PEER_IP, PORT)))
+}
+
+/// Copy a frame into a fresh pool buffer, as the driver does ([`RX_HEADROOM`] before it).
+pub fn load<P: BufferPool + ?Sized>(pool: &mut P, frame: &[u8]) -> Option<BufIdx> {
     let b = pool.alloc()?;
     pool.data_mut(b)[RX_HEADROOM..RX_HEADROOM + frame.len()].copy_from_slice(frame);
     set_window(pool, b, RX_HEADROOM, frame.len());
@@ -273,9 +285,7 @@ fn bench_tx(size: usize, checksum: bool, batches: usize) -> Measured<f64> {
 fn bench_tx_from(mut pool: HeapPool, size: usize, checksum: bool, batches: usize) -> Measured<f64> {
     let n = batch_len(size);
     let frames_per_msg = frames_per_message(size);
-    let mut ifc = Interface::new(config(OUR_MAC, OUR_IP, checksum));
-    ifc.add_neighbor(PEER_IP, PEER_MAC, Instant::ZERO);
-    let Ok(s) = ifc.udp_bind_port(5000) else {
+    let Some((mut ifc, s, dst)) = sender(checksum) else {
         return Measured {
             ns: f64::NAN,
             frames: 0,
@@ -289,7 +299,6 @@ fn bench_tx_from(mut pool: HeapPool, size: usize, checksum: bool, batches: usize
         *b = i as u8;
     }
     let data = &*data;
-    let dst = SocketAddrV4::new(PEER_IP, PORT);
     let mut tx: Vec<BufIdx> = Vec::with_capacity(n * frames_per_msg);
     let mut results = Vec::with_capacity(n);
     let mut per_msg = Vec::with_capacity(batches);

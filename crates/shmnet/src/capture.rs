@@ -204,7 +204,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
                     }
                     last_look = Instant::now();
                 }
-                std::thread::sleep(naps.empty());
+                naps.wait(&session.ring);
             }
         }
     };

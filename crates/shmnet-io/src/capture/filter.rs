@@ -144,36 +144,35 @@ impl Filter {
     /// short), passes. Never panics: a header the frame is too short for matches nothing
     /// that needs it.
     pub fn matches(&self, frame: &[u8], wire_len: usize) -> bool {
+        self.eval(frame, &Headers::of(frame), wire_len)
+    }
+
+    /// [`Filter::matches`] with the frame's headers found once for the whole tree.
+    fn eval(&self, frame: &[u8], h: &Headers, wire_len: usize) -> bool {
         match self {
-            Filter::And(a, b) => a.matches(frame, wire_len) && b.matches(frame, wire_len),
-            Filter::Or(a, b) => a.matches(frame, wire_len) || b.matches(frame, wire_len),
-            Filter::Not(a) => !a.matches(frame, wire_len),
+            Filter::And(a, b) => a.eval(frame, h, wire_len) && b.eval(frame, h, wire_len),
+            Filter::Or(a, b) => a.eval(frame, h, wire_len) || b.eval(frame, h, wire_len),
+            Filter::Not(a) => !a.eval(frame, h, wire_len),
             Filter::Less(n) => wire_len <= *n as usize,
             Filter::Greater(n) => wire_len >= *n as usize,
-            Filter::Proto(p) => {
-                let h = Headers::of(frame);
-                match p {
-                    Proto::Ip => h.ethertype == ETH_IPV4,
-                    Proto::Ip6 => h.ethertype == ETH_IPV6,
-                    Proto::Arp => h.ethertype == ETH_ARP,
-                    Proto::Tcp => h.l4 == Some(6),
-                    Proto::Udp => h.l4 == Some(17),
-                    Proto::Icmp => h.ethertype == ETH_IPV4 && h.l4 == Some(1),
-                    Proto::Icmp6 => h.ethertype == ETH_IPV6 && h.l4 == Some(58),
-                }
-            }
+            Filter::Proto(p) => match p {
+                Proto::Ip => h.ethertype == ETH_IPV4,
+                Proto::Ip6 => h.ethertype == ETH_IPV6,
+                Proto::Arp => h.ethertype == ETH_ARP,
+                Proto::Tcp => h.l4 == Some(6),
+                Proto::Udp => h.l4 == Some(17),
+                Proto::Icmp => h.ethertype == ETH_IPV4 && h.l4 == Some(1),
+                Proto::Icmp6 => h.ethertype == ETH_IPV6 && h.l4 == Some(58),
+            },
             Filter::Host(dir, addr) => {
-                let h = Headers::of(frame);
-                let (s, d) = (h.src(frame), h.dst(frame));
                 let is = |x: Option<IpAddr>| x == Some(*addr);
                 match dir {
-                    Dir::Src => is(s),
-                    Dir::Dst => is(d),
-                    Dir::Any => is(s) || is(d),
+                    Dir::Src => is(h.src(frame)),
+                    Dir::Dst => is(h.dst(frame)),
+                    Dir::Any => is(h.src(frame)) || is(h.dst(frame)),
                 }
             }
             Filter::Port(dir, port) => {
-                let h = Headers::of(frame);
                 let Some((s, d)) = h.ports(frame) else {
                     return false;
                 };
@@ -183,6 +182,163 @@ impl Filter {
                     Dir::Any => s == *port || d == *port,
                 }
             }
+        }
+    }
+}
+
+/// What a frame is, as far as a filter's protocol words can tell: its link type and, for
+/// IP, its transport (IPv4: only a first fragment has one). The data plane finds a frame's
+/// class once and tests it against each point's [`ClassSet`] before it evaluates any
+/// filter, so frames no capture can want cost a few loads and one test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// ARP.
+    Arp,
+    /// IPv4 carrying TCP.
+    V4Tcp,
+    /// IPv4 carrying UDP.
+    V4Udp,
+    /// IPv4 carrying ICMP.
+    V4Icmp,
+    /// Any other IPv4, a later fragment among them.
+    V4Other,
+    /// IPv6 carrying TCP.
+    V6Tcp,
+    /// IPv6 carrying UDP.
+    V6Udp,
+    /// IPv6 carrying ICMPv6.
+    V6Icmp6,
+    /// Any other IPv6.
+    V6Other,
+    /// Any other frame (too short to tell among them).
+    Other,
+}
+
+impl Class {
+    /// Every class.
+    pub const ALL: [Class; 10] = [
+        Class::Arp,
+        Class::V4Tcp,
+        Class::V4Udp,
+        Class::V4Icmp,
+        Class::V4Other,
+        Class::V6Tcp,
+        Class::V6Udp,
+        Class::V6Icmp6,
+        Class::V6Other,
+        Class::Other,
+    ];
+
+    /// The class of `frame` (never panics: too short for a header is `Other` or the
+    /// `*Other` of its link type).
+    #[inline]
+    pub fn of(frame: &[u8]) -> Class {
+        // The common case in one bounds check: every byte the class needs is in the first
+        // 24. A shorter frame takes the general path (the same answer: a property test).
+        let Some(h) = frame.first_chunk::<24>() else {
+            return Headers::of(frame).class();
+        };
+        match u16::from_be_bytes([h[12], h[13]]) {
+            ETH_IPV4 => {
+                let vihl = h[14];
+                let first = u16::from_be_bytes([h[20], h[21]]) & 0x1fff == 0;
+                if vihl >> 4 != 4 || vihl & 0x0f < 5 || !first {
+                    return Class::V4Other;
+                }
+                match h[23] {
+                    6 => Class::V4Tcp,
+                    17 => Class::V4Udp,
+                    1 => Class::V4Icmp,
+                    _ => Class::V4Other,
+                }
+            }
+            ETH_IPV6 => match h[20] {
+                6 => Class::V6Tcp,
+                17 => Class::V6Udp,
+                58 => Class::V6Icmp6,
+                _ => Class::V6Other,
+            },
+            ETH_ARP => Class::Arp,
+            _ => Class::Other,
+        }
+    }
+
+    #[inline]
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// A set of [`Class`]es: those a filter may match.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassSet(u16);
+
+impl ClassSet {
+    /// Every class (no filter).
+    pub const ALL: ClassSet = ClassSet((1 << Class::ALL.len()) - 1);
+
+    /// Whether `c` is in the set.
+    #[inline]
+    pub fn contains(self, c: Class) -> bool {
+        self.0 & c.bit() != 0
+    }
+
+    /// Both sets' classes.
+    pub fn union(self, o: ClassSet) -> ClassSet {
+        ClassSet(self.0 | o.0)
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl Filter {
+    /// The classes of frames this filter may match: a frame of any other class never
+    /// matches ([`Filter::matches`] is false; a property test holds the two together).
+    pub fn classes(&self) -> ClassSet {
+        ClassSet(
+            Class::ALL
+                .iter()
+                .filter(|&&c| self.on_class(c) != Some(false))
+                .fold(0, |m, c| m | c.bit()),
+        )
+    }
+
+    /// Three-valued evaluation on a class alone: `Some` if every frame of class `c` gives
+    /// that answer, `None` if it depends on more of the frame (addresses, ports, length).
+    fn on_class(&self, c: Class) -> Option<bool> {
+        use Class::*;
+        let v4 = matches!(c, V4Tcp | V4Udp | V4Icmp | V4Other);
+        let v6 = matches!(c, V6Tcp | V6Udp | V6Icmp6 | V6Other);
+        match self {
+            Filter::And(a, b) => match (a.on_class(c), b.on_class(c)) {
+                (Some(false), _) | (_, Some(false)) => Some(false),
+                (Some(true), Some(true)) => Some(true),
+                _ => None,
+            },
+            Filter::Or(a, b) => match (a.on_class(c), b.on_class(c)) {
+                (Some(true), _) | (_, Some(true)) => Some(true),
+                (Some(false), Some(false)) => Some(false),
+                _ => None,
+            },
+            Filter::Not(a) => a.on_class(c).map(|x| !x),
+            Filter::Less(_) | Filter::Greater(_) => None,
+            Filter::Proto(p) => Some(match p {
+                Proto::Ip => v4,
+                Proto::Ip6 => v6,
+                Proto::Arp => c == Arp,
+                Proto::Tcp => matches!(c, V4Tcp | V6Tcp),
+                Proto::Udp => matches!(c, V4Udp | V6Udp),
+                Proto::Icmp => c == V4Icmp,
+                Proto::Icmp6 => c == V6Icmp6,
+            }),
+            // Addresses are read in any IP frame long enough to hold them; ports only in
+            // TCP and UDP.
+            Filter::Host(..) if v4 || v6 => None,
+            Filter::Port(..) if matches!(c, V4Tcp | V4Udp | V6Tcp | V6Udp) => None,
+            Filter::Host(..) | Filter::Port(..) => Some(false),
         }
     }
 }
@@ -232,6 +388,21 @@ impl Headers {
             _ => {}
         }
         h
+    }
+
+    fn class(&self) -> Class {
+        match (self.ethertype, self.l4) {
+            (ETH_ARP, _) => Class::Arp,
+            (ETH_IPV4, Some(6)) => Class::V4Tcp,
+            (ETH_IPV4, Some(17)) => Class::V4Udp,
+            (ETH_IPV4, Some(1)) => Class::V4Icmp,
+            (ETH_IPV4, _) => Class::V4Other,
+            (ETH_IPV6, Some(6)) => Class::V6Tcp,
+            (ETH_IPV6, Some(17)) => Class::V6Udp,
+            (ETH_IPV6, Some(58)) => Class::V6Icmp6,
+            (ETH_IPV6, _) => Class::V6Other,
+            _ => Class::Other,
+        }
     }
 
     fn addr(&self, f: &[u8], v4: usize, v6: usize) -> Option<IpAddr> {
@@ -475,7 +646,91 @@ mod tests {
         assert_eq!(parse(&big), Err(FilterError::TooLarge));
     }
 
+    /// Any filter of the subset, with values that the frames below do carry.
+    fn any_filter() -> impl Strategy<Value = Filter> {
+        let dir = prop::sample::select(vec![Dir::Src, Dir::Dst, Dir::Any]);
+        let proto = prop::sample::select(vec![
+            Proto::Ip,
+            Proto::Ip6,
+            Proto::Arp,
+            Proto::Tcp,
+            Proto::Udp,
+            Proto::Icmp,
+            Proto::Icmp6,
+        ]);
+        let addr = prop::sample::select(vec![
+            IpAddr::from([10, 0, 0, 1]),
+            IpAddr::from([10, 0, 0, 2]),
+            "::1".parse::<IpAddr>().unwrap(),
+        ]);
+        let leaf = prop_oneof![
+            proto.prop_map(Filter::Proto),
+            (dir.clone(), addr).prop_map(|(d, a)| Filter::Host(d, a)),
+            (dir, prop::sample::select(vec![7u16, 53, 80])).prop_map(|(d, p)| Filter::Port(d, p)),
+            (0u32..90).prop_map(Filter::Less),
+            (0u32..90).prop_map(Filter::Greater),
+        ];
+        leaf.prop_recursive(4, 24, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| Filter::And(Box::new(a), Box::new(b))),
+                (inner.clone(), inner.clone())
+                    .prop_map(|(a, b)| Filter::Or(Box::new(a), Box::new(b))),
+                inner.prop_map(|a| Filter::Not(Box::new(a))),
+            ]
+        })
+    }
+
+    /// Frames of every class, some cut short, with the addresses and ports above.
+    fn any_frame() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop::sample::select(vec![ETH_IPV4, ETH_IPV6, ETH_ARP, 0x1234]),
+            prop::sample::select(vec![1u8, 6, 17, 58, 47]),
+            any::<bool>(),
+            prop::sample::select(vec![[10u8, 0, 0, 1], [10, 0, 0, 2]]),
+            prop::sample::select(vec![7u16, 53, 80, 9]),
+            0usize..90,
+        )
+            .prop_map(|(et, proto, later, a, port, cut)| {
+                let mut f = v4(proto, a, port, [10, 0, 0, 1], 53);
+                f.resize(80, 0);
+                f[12..14].copy_from_slice(&et.to_be_bytes());
+                if later {
+                    f[20..22].copy_from_slice(&0x0010u16.to_be_bytes());
+                }
+                if et == ETH_IPV6 {
+                    f[20] = proto;
+                    f[54..56].copy_from_slice(&port.to_be_bytes());
+                }
+                f.truncate(cut);
+                f
+            })
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        /// A frame of a class the filter's class set leaves out never matches, and a class
+        /// that decides the filter decides it as the whole evaluation does.
+        #[test]
+        fn classes_never_drop_a_frame_the_filter_matches(f in any_filter(), frame in any_frame()) {
+            let c = Class::of(&frame);
+            let m = f.matches(&frame, frame.len());
+            if !f.classes().contains(c) {
+                prop_assert!(!m, "{f:?} matched a {c:?} frame its classes leave out");
+            }
+            if let Some(b) = f.on_class(c) {
+                prop_assert_eq!(b, m, "{:?} on {:?}", f, c);
+            }
+        }
+
+        /// The short way to a frame's class gives the general one's answer.
+        #[test]
+        fn a_class_is_the_headers_class(frame in any_frame(), noise in proptest::collection::vec(any::<u8>(), 0..40)) {
+            prop_assert_eq!(Class::of(&frame), Headers::of(&frame).class());
+            prop_assert_eq!(Class::of(&noise), Headers::of(&noise).class());
+        }
+
         /// Any bytes, any filter: no panic.
         #[test]
         fn never_panics_on_any_frame(frame in proptest::collection::vec(any::<u8>(), 0..80),

@@ -24,7 +24,7 @@ pub mod filter;
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::mm::{MapFlags, ProtFlags};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub use filter::{Filter, FilterError};
 
@@ -83,7 +83,7 @@ pub const MAX_CAPTURES: usize = 4;
 
 const PAGE: u64 = 4096;
 const HEADER: u64 = PAGE;
-const MAGIC: u64 = u64::from_le_bytes(*b"shmncap1");
+const MAGIC: u64 = u64::from_le_bytes(*b"shmncap2");
 
 /// Bytes of a record's header.
 pub const RECORD_HEADER: usize = 24;
@@ -102,6 +102,11 @@ pub struct RingHeader {
     /// Set by the server when it stopped writing (the reader stopped it, or it was
     /// refused).
     stopped: AtomicU64,
+    /// 1 while the reader sleeps on it (a futex word; the reader's). The server wakes a
+    /// parked reader once after a batch in which it kept a frame, so a capture that keeps
+    /// nothing (a filter that matches nothing, or no traffic) costs no wake-ups at all,
+    /// and one that keeps frames costs at most one per park ([`Naps`]).
+    parked: AtomicU32,
 }
 
 /// A record's header, as read back.
@@ -202,6 +207,8 @@ pub struct RingWriter {
     /// The reader's `tail` as last read: it must only move forward.
     tail: u64,
     broken: bool,
+    /// A frame was kept since the last [`RingWriter::wake_if_parked`].
+    kept: bool,
 }
 
 /// What writing a record did.
@@ -243,6 +250,7 @@ impl RingWriter {
             head: 0,
             tail: 0,
             broken: false,
+            kept: false,
         })
     }
 
@@ -264,6 +272,29 @@ impl RingWriter {
     /// Marks the ring stopped (the reader sees it after what was written).
     pub fn stop(&self) {
         self.map.header().stopped.store(1, Ordering::Release);
+        self.wake();
+    }
+
+    /// The end of a batch: wakes the reader if it is parked and a frame was kept since the
+    /// last call. Without a kept frame, one test; with one, a fence and a load, and a
+    /// `futex` wake only for a parked reader.
+    #[inline]
+    pub fn wake_if_parked(&mut self) {
+        if std::mem::take(&mut self.kept) {
+            self.wake();
+        }
+    }
+
+    fn wake(&self) {
+        let parked = &self.map.header().parked;
+        // Pairs with the fence in `RingReader::park`: either the reader sees `head` moved,
+        // or this sees it parked.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if parked.load(Ordering::Relaxed) != 0 && parked.swap(0, Ordering::Relaxed) != 0 {
+            // Never blocks; an error (none is possible on a mapped word) only leaves the
+            // reader to its timeout.
+            let _ = rustix::thread::futex::wake(parked, rustix::thread::futex::Flags::empty(), 1);
+        }
     }
 
     /// Writes one record: `frame`'s first `caplen` bytes (at most its length).
@@ -325,6 +356,7 @@ impl RingWriter {
         }
         self.head += need;
         self.map.header().head.store(self.head, Ordering::Release);
+        self.kept = true;
         Wrote::Kept
     }
 
@@ -389,6 +421,30 @@ impl RingReader {
         self.map.header().lost.load(Ordering::Relaxed)
     }
 
+    /// Sleeps until the server keeps a frame or stops, or `timeout` passes (or a signal
+    /// arrives); returns at once if there is something to read already.
+    pub fn park(&self, timeout: std::time::Duration) {
+        let h = self.map.header();
+        h.parked.store(1, Ordering::Relaxed);
+        // Pairs with the fence in `RingWriter::wake`.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if h.head.load(Ordering::Acquire) == self.tail && h.stopped.load(Ordering::Acquire) == 0 {
+            let t = rustix::time::Timespec {
+                tv_sec: timeout.as_secs() as i64,
+                tv_nsec: i64::from(timeout.subsec_nanos()),
+            };
+            // Returns on a wake, a timeout, a signal, or at once if the server cleared
+            // the word first: each case is followed by a look at the ring.
+            let _ = rustix::thread::futex::wait(
+                &h.parked,
+                rustix::thread::futex::Flags::empty(),
+                1,
+                Some(&t),
+            );
+        }
+        h.parked.store(0, Ordering::Relaxed);
+    }
+
     /// The next record.
     pub fn read(&mut self) -> Next {
         let h = self.map.header();
@@ -440,12 +496,13 @@ impl RingReader {
     }
 }
 
-/// How long a reader naps when its ring is empty (the ring has no wake-up: the server
-/// never waits for its reader, so it never signals one either): 1 ms while frames come,
-/// [`Naps::IDLE`] once the ring has been empty for a second. An idle capture then wakes 200
-/// times a second instead of 1,000 (each wake-up preempts a busy party on a small machine),
-/// and the first frames after a quiet second wait at most 5 ms in a ring that holds
-/// milliseconds of the fastest traffic.
+/// How a reader waits when its ring is empty. While frames come it naps [`Naps::BUSY`]
+/// (a timed sleep the server knows nothing of: it never makes a system call for a reader
+/// that is keeping up). Once the ring has been empty for [`Naps::PARK_AFTER`] naps it
+/// parks ([`RingReader::park`]) for up to [`Naps::PARKED`]: the server wakes it at the end
+/// of the first batch that keeps a frame. An idle capture, or one whose filter matches
+/// nothing, then wakes 10 times a second (to see whether it should stop), and the server
+/// makes at most one wake-up call per park.
 #[derive(Debug, Default)]
 pub struct Naps {
     empty: u32,
@@ -454,21 +511,23 @@ pub struct Naps {
 impl Naps {
     /// The nap while frames come.
     pub const BUSY: std::time::Duration = std::time::Duration::from_millis(1);
-    /// The nap after a second without any.
-    pub const IDLE: std::time::Duration = std::time::Duration::from_millis(5);
+    /// Empty naps before the reader parks.
+    pub const PARK_AFTER: u32 = 50;
+    /// The longest park.
+    pub const PARKED: std::time::Duration = std::time::Duration::from_millis(100);
 
     /// A frame was read.
     pub fn frame(&mut self) {
         self.empty = 0;
     }
 
-    /// The ring was empty: how long to nap now.
-    pub fn empty(&mut self) -> std::time::Duration {
+    /// The ring was empty: waits (naps or parks) before the next look.
+    pub fn wait(&mut self, ring: &RingReader) {
         self.empty = self.empty.saturating_add(1);
-        if self.empty > 1_000 {
-            Self::IDLE
+        if self.empty > Self::PARK_AFTER {
+            ring.park(Self::PARKED);
         } else {
-            Self::BUSY
+            std::thread::sleep(Self::BUSY);
         }
     }
 }
@@ -627,6 +686,43 @@ mod tests {
         w.map.header().tail.store(u64::MAX, Ordering::Relaxed);
         assert_eq!(w.write(rec(Point::Rx, 10, 0), &[1; 10]), Wrote::Broken);
         assert_eq!(w.write(rec(Point::Rx, 10, 0), &[1; 10]), Wrote::Broken);
+    }
+
+    /// A parked reader is woken by the end of a batch that kept a frame, well before its
+    /// timeout; a batch that kept nothing leaves it parked for the whole timeout.
+    #[test]
+    fn a_parked_reader_wakes_only_for_a_kept_frame() {
+        let mut w = RingWriter::create(MIN_RING).unwrap();
+        let mut r = reader_of(&w);
+        // `park` on a thread of its own, the writer's side here; the reader comes back.
+        let parked = |r: RingReader, w: &mut RingWriter, timeout, keep: bool| {
+            let t0 = std::time::Instant::now();
+            let t = std::thread::spawn(move || {
+                r.park(timeout);
+                r
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            if keep {
+                assert_eq!(w.write(rec(Point::Rx, 60, 1), &[7u8; 60]), Wrote::Kept);
+            }
+            w.wake_if_parked();
+            let r = t.join().unwrap();
+            (r, t0.elapsed())
+        };
+        // Nothing kept: the end of a batch makes no wake-up, the park lasts its timeout.
+        let short = std::time::Duration::from_millis(200);
+        let (back, took) = parked(r, &mut w, short, false);
+        assert!(took >= short, "woken with nothing kept");
+        // A frame kept: woken long before a timeout no test would wait out.
+        let long = std::time::Duration::from_secs(60);
+        let (back, took) = parked(back, &mut w, long, true);
+        assert!(took < long / 2, "a kept frame did not wake the reader");
+        r = back;
+        // Something to read already: no park at all.
+        let t0 = std::time::Instant::now();
+        r.park(long);
+        assert!(t0.elapsed() < long / 2);
+        assert!(matches!(r.read(), Next::Frame(..)));
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! every refused frame under exactly one drop counter: `shmnet_stack::Stats`' invariant,
 //! and TCP's own from `malformed` on).
 
+use crate::capture::filter::{Class, ClassSet};
 use crate::capture::{self, CaptureSpec, Point, RecordHeader, RingWriter, Wrote};
 use crate::pool::ChanPool;
 use shmnet_stack::{BufIdx, BufferPool, Interface};
@@ -46,6 +47,8 @@ struct Active {
     /// The control connection it belongs to.
     id: u64,
     spec: CaptureSpec,
+    /// The classes of frames its filter may match (every class without one).
+    classes: ClassSet,
     ring: RingWriter,
 }
 
@@ -57,25 +60,41 @@ impl Active {
         }
     }
 
-    fn wants(&self, point: Point, frame: &[u8]) -> bool {
-        let at = match point {
+    fn at(&self, point: Point) -> bool {
+        match point {
             Point::Rx => self.spec.rx,
             Point::Tx => self.spec.tx,
             Point::Drop => self.spec.drops,
             Point::Skip => false,
-        };
-        at && self
-            .spec
-            .filter
-            .as_ref()
-            .is_none_or(|f| f.matches(frame, frame.len()))
+        }
     }
+
+    fn wants(&self, point: Point, class: Class, frame: &[u8], orig_len: usize) -> bool {
+        self.at(point)
+            && self.classes.contains(class)
+            && self
+                .spec
+                .filter
+                .as_ref()
+                .is_none_or(|f| f.matches(frame, orig_len))
+    }
+}
+
+/// For each point, the classes of frames some capture there may want: a frame of any other
+/// class is passed by after one test.
+#[derive(Clone, Copy, Default)]
+struct Wanted {
+    rx: ClassSet,
+    tx: ClassSet,
+    drops: ClassSet,
 }
 
 /// Every capture running. See the [module docs](self).
 #[derive(Default)]
 pub(crate) struct Captures {
     list: Vec<Active>,
+    /// The union of the list's class sets, point by point; kept with the list.
+    wanted: Wanted,
     /// A received frame's first bytes, kept while the stack decides on it (a capture of
     /// drops); allocated when such a capture starts.
     kept: Vec<u8>,
@@ -105,12 +124,6 @@ pub struct CaptureCounters {
 }
 
 impl Captures {
-    /// Whether no capture runs (the taps do nothing).
-    #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
     /// Starts filling `ring` for the capture of control connection `id`; `false` (the
     /// ring dropped) if [`capture::MAX_CAPTURES`] run already.
     pub(crate) fn start(&mut self, id: u64, spec: CaptureSpec, ring: RingWriter) -> bool {
@@ -121,9 +134,31 @@ impl Captures {
             self.kept = vec![0u8; capture::MAX_SNAPLEN as usize];
             self.reasons = drop_reasons();
         }
-        self.list.push(Active { id, spec, ring });
+        let classes = spec.filter.as_ref().map_or(ClassSet::ALL, |f| f.classes());
+        self.list.push(Active {
+            id,
+            spec,
+            classes,
+            ring,
+        });
         self.counters.started += 1;
+        self.rewant();
         true
+    }
+
+    /// Recomputes [`Captures::wanted`] from the list.
+    fn rewant(&mut self) {
+        let union = |point| {
+            self.list
+                .iter()
+                .filter(|a| a.at(point))
+                .fold(ClassSet::default(), |u, a| u.union(a.classes))
+        };
+        self.wanted = Wanted {
+            rx: union(Point::Rx),
+            tx: union(Point::Tx),
+            drops: union(Point::Drop),
+        };
     }
 
     /// What every capture did so far.
@@ -142,11 +177,12 @@ impl Captures {
             }
             a.id != id
         });
+        self.rewant();
     }
 
     /// A batch of frames begins: its records share one timestamp, read when the first of
     /// them is written.
-    pub(crate) fn begin_batch(&mut self) {
+    fn begin_batch(&mut self) {
         self.batch_ts = None;
     }
 
@@ -160,17 +196,15 @@ impl Captures {
         })
     }
 
-    /// Copies `frame` into every capture that wants it at `point`.
-    pub(crate) fn tap(&mut self, point: Point, reason: u16, frame: &[u8], orig_len: usize) {
-        if !self.list.iter().any(|a| a.wants(point, frame)) {
-            return;
-        }
-        let ts_ns = self.ts();
+    /// Copies `frame`, of class `class`, into every capture that wants it at `point`.
+    fn tap(&mut self, point: Point, class: Class, reason: u16, frame: &[u8], orig_len: usize) {
         let mut broken = false;
-        for a in &mut self.list {
-            if !a.wants(point, frame) {
+        for i in 0..self.list.len() {
+            if !self.list[i].wants(point, class, frame, orig_len) {
                 continue;
             }
+            let ts_ns = self.ts();
+            let a = &mut self.list[i];
             let h = RecordHeader {
                 point,
                 reason,
@@ -189,24 +223,66 @@ impl Captures {
             let before = self.list.len();
             self.list.retain(|a| a.ring.write_ok());
             self.counters.broken += (before - self.list.len()) as u64;
+            self.rewant();
         }
     }
 
-    /// The frames a transmit batch hands to the driver.
+    /// The frames a transmit batch hands to the driver. With no capture running: one test
+    /// of an empty list.
+    #[inline]
     pub(crate) fn tap_tx(&mut self, pool: &ChanPool, frames: &[BufIdx]) {
-        if !self.list.iter().any(|a| a.spec.tx) {
+        if self.wanted.tx.is_empty() {
             return;
         }
         self.begin_batch();
         for &b in frames {
             let bytes = valid(pool, b);
-            self.tap(Point::Tx, 0, bytes, bytes.len());
+            let class = Class::of(bytes);
+            if self.wanted.tx.contains(class) {
+                self.tap(Point::Tx, class, 0, bytes, bytes.len());
+            }
+        }
+        self.end_batch();
+    }
+
+    /// Hands a batch of received frames to the stack: straight in with no capture running
+    /// (one test of an empty list per batch), else each through [`Captures::receive`]
+    /// under one timestamp. The data plane's one way of receiving frames, and what
+    /// [`super::tap_cost`] measures.
+    #[inline]
+    pub(crate) fn receive_batch(
+        &mut self,
+        iface: &mut Interface,
+        pool: &mut ChanPool,
+        tx: &mut Vec<BufIdx>,
+        frames: impl Iterator<Item = BufIdx>,
+        now: shmnet_stack::Instant,
+    ) {
+        if self.list.is_empty() {
+            for b in frames {
+                iface.receive(pool, b, now, tx);
+            }
+            return;
+        }
+        self.begin_batch();
+        for b in frames {
+            self.receive(iface, pool, tx, b, now);
+        }
+        self.end_batch();
+    }
+
+    /// A batch of frames ended: each reader parked on a ring that got a frame is woken.
+    #[inline]
+    fn end_batch(&mut self) {
+        for a in &mut self.list {
+            a.ring.wake_if_parked();
         }
     }
 
     /// Hands frame `b` to the stack, capturing it on the way in and, if the stack refuses
     /// it, as a drop with its reason (frames of one batch after [`Captures::begin_batch`]).
-    pub(crate) fn receive(
+    #[inline]
+    fn receive(
         &mut self,
         iface: &mut Interface,
         pool: &mut ChanPool,
@@ -214,15 +290,38 @@ impl Captures {
         b: BufIdx,
         now: shmnet_stack::Instant,
     ) {
-        let bytes = valid(pool, b);
-        let orig_len = bytes.len();
-        if self.list.iter().any(|a| a.spec.rx) {
-            self.tap(Point::Rx, 0, bytes, orig_len);
+        let class = Class::of(valid(pool, b));
+        if self.wanted.rx.contains(class) {
+            self.tap_rx(pool, b, class);
         }
-        if !self.list.iter().any(|a| a.spec.drops) {
+        if self.wanted.drops.contains(class) {
+            self.receive_watching_drops(iface, pool, tx, b, class, now);
+        } else {
             iface.receive(pool, b, now, tx);
-            return;
         }
+    }
+
+    /// [`Captures::tap`] of a received frame; out of line, to keep the frames no capture
+    /// wants on a short path.
+    #[inline(never)]
+    fn tap_rx(&mut self, pool: &ChanPool, b: BufIdx, class: Class) {
+        let bytes = valid(pool, b);
+        self.tap(Point::Rx, class, 0, bytes, bytes.len());
+    }
+
+    /// Hands frame `b` to the stack and, if the stack refuses it, taps it at
+    /// [`Point::Drop`] with the counter that moved as its reason.
+    #[inline(never)]
+    fn receive_watching_drops(
+        &mut self,
+        iface: &mut Interface,
+        pool: &mut ChanPool,
+        tx: &mut Vec<BufIdx>,
+        b: BufIdx,
+        class: Class,
+        now: shmnet_stack::Instant,
+    ) {
+        let orig_len = valid(pool, b).len();
         let keep = orig_len.min(self.kept.len());
         self.kept[..keep].copy_from_slice(&valid(pool, b)[..keep]);
         let (stack, tcp) = (iface.stats().clone(), iface.tcp_counters().clone());
@@ -235,7 +334,7 @@ impl Captures {
             return; // accepted
         };
         let kept = std::mem::take(&mut self.kept);
-        self.tap(Point::Drop, code, &kept[..keep], orig_len);
+        self.tap(Point::Drop, class, code, &kept[..keep], orig_len);
         self.kept = kept;
     }
 }
@@ -256,6 +355,7 @@ impl Captures {
 }
 
 /// A frame buffer's valid bytes.
+#[inline]
 fn valid(pool: &ChanPool, b: BufIdx) -> &[u8] {
     let (off, len) = pool.off_len(b);
     let d = pool.data(b);

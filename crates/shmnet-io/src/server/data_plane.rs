@@ -281,30 +281,6 @@ impl DataPlane {
         work
     }
 
-    /// The frames an IN queue gave, into the stack (and any capture of them).
-    fn receive_batch(
-        iface: &mut Interface,
-        pool: &mut ChanPool,
-        tx: &mut Vec<BufIdx>,
-        captures: &mut super::capturing::Captures,
-        frames: &[Desc],
-        now: shmnet_stack::Instant,
-    ) {
-        if frames.is_empty() {
-            return;
-        }
-        if !captures.is_empty() {
-            captures.begin_batch();
-            for d in frames {
-                captures.receive(iface, pool, tx, BufIdx(d.buf), now);
-            }
-            return;
-        }
-        for d in frames {
-            iface.receive(pool, BufIdx(d.buf), now, tx);
-        }
-    }
-
     /// Frames from the driver into the stack.
     fn receive_frames(&mut self, now: shmnet_stack::Instant) -> usize {
         let abandoned = self.faithful_abandoned();
@@ -322,23 +298,13 @@ impl DataPlane {
                     p.stopped = Some(format!("the device failed: {e}"));
                     self.driver.alive.store(false, Ordering::Relaxed);
                 }
-                if self.captures.is_empty() {
-                    for f in &p.frames {
-                        self.iface
-                            .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
-                    }
-                } else {
-                    self.captures.begin_batch();
-                    for f in &p.frames {
-                        self.captures.receive(
-                            &mut self.iface,
-                            &mut self.pool,
-                            &mut self.tx,
-                            BufIdx(f.buf),
-                            now,
-                        );
-                    }
-                }
+                self.captures.receive_batch(
+                    &mut self.iface,
+                    &mut self.pool,
+                    &mut self.tx,
+                    p.frames.iter().map(|f| BufIdx(f.buf)),
+                    now,
+                );
                 self.counters.polled_rx += p.frames.len() as u64;
                 p.frames.len()
             }
@@ -347,12 +313,11 @@ impl DataPlane {
                 for ring in [in_ip, in_arp] {
                     let n = ring.dequeue_burst(&mut self.batch);
                     work += n;
-                    Self::receive_batch(
+                    self.captures.receive_batch(
                         &mut self.iface,
                         &mut self.pool,
                         &mut self.tx,
-                        &mut self.captures,
-                        &self.batch[..n],
+                        self.batch[..n].iter().map(|d| BufIdx(d.buf)),
                         now,
                     );
                 }
@@ -367,12 +332,11 @@ impl DataPlane {
                 for c in [&mut q.in_ip, &mut q.in_arp] {
                     let n = c.dequeue_burst(&mut self.batch);
                     work += n;
-                    Self::receive_batch(
+                    self.captures.receive_batch(
                         &mut self.iface,
                         &mut self.pool,
                         &mut self.tx,
-                        &mut self.captures,
-                        &self.batch[..n],
+                        self.batch[..n].iter().map(|d| BufIdx(d.buf)),
                         now,
                     );
                 }
@@ -396,18 +360,13 @@ impl DataPlane {
                         Ok(Some(len)) if len <= self.pool.capacity() => {
                             self.pool.set_off(b, 0);
                             self.pool.set_len(b, len as u16);
-                            if self.captures.is_empty() {
-                                self.iface.receive(&mut self.pool, b, now, &mut self.tx);
-                            } else {
-                                self.captures.begin_batch();
-                                self.captures.receive(
-                                    &mut self.iface,
-                                    &mut self.pool,
-                                    &mut self.tx,
-                                    b,
-                                    now,
-                                );
-                            }
+                            self.captures.receive_batch(
+                                &mut self.iface,
+                                &mut self.pool,
+                                &mut self.tx,
+                                std::iter::once(b),
+                                now,
+                            );
                             n += 1;
                         }
                         _ => {
@@ -439,9 +398,7 @@ impl DataPlane {
         if self.tx.is_empty() {
             return 0;
         }
-        if !self.captures.is_empty() {
-            self.captures.tap_tx(&self.pool, &self.tx);
-        }
+        self.captures.tap_tx(&self.pool, &self.tx);
         let n = self.tx.len();
         let abandoned = self.faithful_abandoned();
         let mut busy = false;

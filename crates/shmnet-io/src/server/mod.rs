@@ -40,6 +40,7 @@ mod region_app;
 mod sockets;
 mod stalled;
 mod stats;
+pub mod tap_cost;
 mod transport;
 
 pub use crate::driver_host::{

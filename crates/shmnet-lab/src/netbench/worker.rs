@@ -619,7 +619,7 @@ pub fn capture_reader(
                 frames += 1;
                 bytes += data.len() as u64;
             }
-            Next::Empty => std::thread::sleep(naps.empty()),
+            Next::Empty => naps.wait(&s.ring),
             Next::Stopped => break,
         }
     }
