@@ -120,7 +120,7 @@ pub fn receiver(checksum: bool, queue_limit: usize) -> (Interface, SocketHandle)
 /// Messages per batch: enough to dwarf the two clock reads, few enough that a batch's frames
 /// (one 2 KB buffer each) stay around 100 KB and so in the L2 cache, as when each message is
 /// processed soon after it arrived (seed 000's unsaturated case).
-fn batch_len(size: usize) -> usize {
+pub fn batch_len(size: usize) -> usize {
     match size {
         0..=2000 => 64,
         2001..=9000 => 8,
@@ -129,7 +129,7 @@ fn batch_len(size: usize) -> usize {
 }
 
 /// The median of `v` (NaN for none).
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }

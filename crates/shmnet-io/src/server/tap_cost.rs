@@ -37,15 +37,6 @@ const NONE_AGAIN: usize = 1;
 const OFF: usize = 2;
 const MISS: usize = 3;
 
-/// Messages per timed batch (as `shmnet bench stack`: the frames stay in L2).
-fn batch_len(size: usize) -> usize {
-    match size {
-        0..=2000 => 64,
-        2001..=9000 => 8,
-        _ => 4,
-    }
-}
-
 /// One path's figures.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct TapCost {
@@ -106,15 +97,6 @@ fn pool(buffers: usize) -> ChanPool {
     ChanPool::new(server)
 }
 
-/// The median of `v` (NaN for none).
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Builds a row from each variant's per-batch figures; NaN unless every message went
 /// through.
 fn row(
@@ -126,7 +108,7 @@ fn row(
     miss: &Captures,
 ) -> TapCost {
     let batches = ns[NONE].len();
-    let m = ns.map(|v| if whole { median(v) } else { f64::NAN });
+    let m = ns.map(|v| if whole { sb::median(v) } else { f64::NAN });
     TapCost {
         size,
         dir,
@@ -212,7 +194,7 @@ pub fn rx(size: usize, batches: usize) -> Option<TapCost> {
     if frames.is_empty() {
         return None;
     }
-    let n = batch_len(size);
+    let n = sb::batch_len(size);
     let mut pool = pool(n * frames.len() + 64);
     let (mut iface, sock) = sb::receiver(false, n);
     let mut empty = Captures::default();
@@ -252,7 +234,7 @@ pub fn rx(size: usize, batches: usize) -> Option<TapCost> {
 /// The transmit path at `size` bytes per message, `batches` timed batches per variant.
 pub fn tx(size: usize, batches: usize) -> Option<TapCost> {
     let frames_per_msg = sb::frames_per_message(size);
-    let n = batch_len(size);
+    let n = sb::batch_len(size);
     let mut pool = pool(n * frames_per_msg + 64);
     let (mut iface, sock, dst) = sb::sender(false)?;
     let mut empty = Captures::default();
