@@ -455,12 +455,19 @@ impl Client {
     pub fn udp_bind(&self, port: u16) -> Result<UdpSocket, ClientError> {
         let mut i = self.inner.borrow_mut();
         match i.call(Request::Bind { port })? {
-            Response::Bound { socket, port: got } => Ok(UdpSocket {
-                inner: self.inner.clone(),
-                id: socket as u16,
-                // A server older than `Bound::port` says 0: the port asked for.
-                port: if got != 0 { got } else { port },
-            }),
+            Response::Bound { socket, port: got } => {
+                let id = u16::try_from(socket)
+                    .map_err(|_| ClientError::Protocol(format!("socket number {socket}")))?;
+                // A number reused: what the ring still holds for its old socket is read (and
+                // given back) before this one takes it.
+                i.await_released(id)?;
+                Ok(UdpSocket {
+                    inner: self.inner.clone(),
+                    id,
+                    // A server older than `Bound::port` says 0: the port asked for.
+                    port: if got != 0 { got } else { port },
+                })
+            }
             Response::Error(e) => Err(ClientError::Refused(e)),
             other => Err(ClientError::Protocol(format!(
                 "expected Bound, got {other:?}"
@@ -680,13 +687,32 @@ impl Inner {
             }
             return;
         }
-        if let Some((_, sock, src)) = control::parse_ipc_header(&self.packet[..n]) {
+        if let Some((_, sock, src)) = control::parse_ipc_header(&self.packet[..n])
+            && !self.tcp.closing.contains(&sock)
+        {
             let payload = self.packet[control::IPC_HEADER..n].to_vec();
             self.ipc_pending
                 .entry(sock)
                 .or_default()
                 .push_back((payload, src));
         }
+    }
+
+    /// UDP socket `id` was closed: what is held for it is given back, and whatever comes
+    /// for it until its `Released` is read is too.
+    fn udp_release(&mut self, id: u16) {
+        self.ipc_pending.remove(&id);
+        for d in self.pending.take(id) {
+            self.discard(d);
+        }
+        self.last_read.remove(&id);
+        if self.latest_read.is_some_and(|(s, _)| s == id) {
+            self.latest_read = None;
+        }
+        self.tcp.closing.insert(id);
+        // What the ring holds for it now is given back at once (its posted buffers or the
+        // server's chains are memory the server wants), and room made for its `Released`.
+        self.drain_rx();
     }
 
     /// `ipc`: the next datagram for socket `id`, waiting until `deadline`.
@@ -1564,13 +1590,30 @@ impl UdpSocket {
         Err(ClientError::TimedOut)
     }
 
-    /// Closes the socket on the server (also done when the application exits).
+    /// Its number on the server. Numbers are reused: a socket opened after this one is
+    /// closed may have it.
+    pub fn number(&self) -> u16 {
+        self.id
+    }
+
+    /// Closes the socket on the server (also done when the application exits). Datagrams
+    /// that came for it and were not read are given back unread.
+    ///
+    /// Its number may be given to a later socket once the server's `Released` for it has
+    /// been read (the event follows every datagram delivered for it, on the same ring).
     pub fn close(self) -> Result<(), ClientError> {
         let mut i = self.inner.borrow_mut();
+        // Sends written before the close are taken by the server before it reads the close
+        // on the control socket: none is left to go out from whatever socket takes the
+        // number next.
+        i.drain_requests(Instant::now() + tcp::OP_PATIENCE)?;
         match i.call(Request::Close {
             socket: u32::from(self.id),
         })? {
-            Response::Closed { .. } => Ok(()),
+            Response::Closed { .. } => {
+                i.udp_release(self.id);
+                Ok(())
+            }
             Response::Error(e) => Err(ClientError::Refused(e)),
             other => Err(ClientError::Protocol(format!(
                 "expected Closed, got {other:?}"

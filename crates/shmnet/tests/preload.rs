@@ -1218,6 +1218,34 @@ print(mode, said, "and spun" if cpu > 0.5 * wall + 0.2 else "without spinning", 
 /// the wildcard, which the server takes otherwise, answers a raw `getsockname(2)` system
 /// call — on the server's socket, an eventfd in its place, the call says `ENOTSOCK`, as
 /// libuv's `sendmmsg` did. TCP sockets are the server's all the same.
+/// A program that binds and closes more UDP sockets than there are socket numbers (found by
+/// a hostile tester: from the 65,536th on, every bind failed with `EADDRINUSE`), and whose
+/// sockets still carry a datagram afterwards.
+#[test]
+fn a_program_binds_more_udp_sockets_than_there_are_numbers() {
+    const BINDS: &str = r#"
+import socket
+for i in range(70000):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 0))
+    s.close()
+a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); a.bind(("0.0.0.0", 0))
+b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+b.sendto(b"after 70000 binds", ("10.99.0.1", a.getsockname()[1]))
+a.settimeout(10)
+print(a.recv(64).decode())
+"#;
+    let (_server, sock) = loopback_server("binds", &[]);
+    let mut carried = under_shmnet(&sock, "python3");
+    carried.args(["-c", BINDS]);
+    let out = run_ok(
+        carried,
+        "python3 under shmnet run",
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.trim(), "after 70000 binds");
+}
+
 #[test]
 fn kernel_udp_leaves_udp_sockets_to_the_kernel() {
     const RAW: &str = r#"

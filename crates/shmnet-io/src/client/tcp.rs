@@ -103,7 +103,7 @@ fn set_buffer(inner: &Rc<RefCell<Inner>>, id: u16, op: TcpOp) -> Result<u32, Cli
 
 /// `ipc`: how long an operation waits for room on the data socket (full while the server
 /// holds a send the peer has no window for) before it gives up.
-const OP_PATIENCE: Duration = Duration::from_secs(10);
+pub(super) const OP_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Bytes one send request carries at most (one UDP datagram's worth: the rings' limit).
 const WRITE_CHUNK: usize = super::MAX_DATAGRAM;

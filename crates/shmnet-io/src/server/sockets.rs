@@ -7,9 +7,9 @@
 //! which socket has something to say ([`Sockets::next_item`]), carrying out an operation,
 //! and sending bytes. The transports only move the results.
 //!
-//! Socket numbers are reused only after the application was told [`TcpEvent::Released`]:
-//! rings are in order, so anything it reads for a number after that event belongs to the
-//! socket that took the number next.
+//! Socket numbers — TCP's and UDP's — are reused only after the application was told
+//! [`TcpEvent::Released`]: rings are in order, so anything it reads for a number after that
+//! event belongs to the socket that took the number next.
 
 use crate::windows::{APP_EVENTS, TcpEvent, TcpFailure, TcpOp};
 use shmnet_stack::tcp::{Buffer, CloseReason, ListenHandle, State, TcpHandle};
@@ -84,14 +84,18 @@ pub(crate) struct Sockets {
     /// The application's id (how [`super::forks`] names its entries).
     app: u64,
     slots: Vec<Option<AppSocket>>,
-    /// Numbers whose `Released` was delivered: free for new sockets.
-    free: Vec<u16>,
+    /// Numbers whose `Released` was delivered: free for new sockets, oldest first (a number
+    /// is given again as late as it can be, so that an application's logs and a slow
+    /// reader of its ring see one socket per number for as long as possible).
+    free: std::collections::VecDeque<u16>,
     /// Connects carried out and not yet announced: (ticket, socket and local port, or
     /// `None` if it could not be opened).
     opened: std::collections::VecDeque<(u32, Option<(u16, u16)>)>,
     /// Where the last [`Sockets::next_item`] scan stopped, so that no socket starves.
     scan_from: usize,
-    /// Whether any TCP socket exists (UDP-only applications skip the TCP scan).
+    /// How many entries have events to say: TCP sockets, and closed sockets (UDP ones too)
+    /// whose `Released` is owed. Applications with none (open UDP sockets only) skip the
+    /// scan.
     tcp: usize,
     pub(crate) refusals: Refusals,
 }
@@ -112,9 +116,9 @@ impl Sockets {
         }
     }
 
-    /// Takes a number for `s`: a released one if any, else a new one.
+    /// Takes a number for `s`: the longest released one if any, else a new one.
     pub(crate) fn insert(&mut self, s: AppSocket) -> Option<u16> {
-        let n = match self.free.pop() {
+        let n = match self.free.pop_front() {
             Some(n) => {
                 self.slots[usize::from(n)] = Some(s);
                 n
@@ -183,12 +187,18 @@ impl Sockets {
             .count()
     }
 
-    /// Removes UDP socket `n` (the control plane's `Close`); its number is not reused.
+    /// Removes UDP socket `n` (the control plane's `Close`). Its number is reused only
+    /// after its `Released` is delivered, as a TCP socket's is: datagrams already on their
+    /// way to the application carry the number, and the event behind them tells it that
+    /// nothing more will (without it, a datagram for the old socket would reach the next
+    /// one to take the number; and never reusing numbers ran a process out of them after
+    /// 65,535 binds).
     pub(crate) fn take_udp(&mut self, n: usize) -> Option<SocketHandle> {
         let slot = self.slots.get_mut(n)?;
         match *slot {
             Some(AppSocket::Udp(h)) => {
-                *slot = None;
+                *slot = Some(AppSocket::Releasing);
+                self.tcp += 1;
                 Some(h)
             }
             _ => None,
@@ -459,7 +469,7 @@ impl Sockets {
             (Some(AppSocket::Releasing), TcpEvent::Released) => {
                 *slot = None;
                 self.tcp -= 1;
-                self.free.push(socket);
+                self.free.push_back(socket);
             }
             _ => {}
         }
@@ -568,7 +578,7 @@ impl Sockets {
                     }
                     self.slots[usize::from(n)] = None;
                     self.tcp -= 1;
-                    self.free.push(n);
+                    self.free.push_back(n);
                 }
                 true
             }
