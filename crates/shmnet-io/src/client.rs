@@ -702,9 +702,7 @@ impl Inner {
     /// for it until its `Released` is read is too.
     fn udp_release(&mut self, id: u16) {
         self.ipc_pending.remove(&id);
-        for d in self.pending.take(id) {
-            self.discard(d);
-        }
+        self.drop_unread(id);
         self.last_read.remove(&id);
         if self.latest_read.is_some_and(|(s, _)| s == id) {
             self.latest_read = None;

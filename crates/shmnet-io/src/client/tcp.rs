@@ -344,7 +344,7 @@ impl Inner {
 
     /// Gives back what is queued here for socket `id`, unread; returns whether it held
     /// stream bytes.
-    fn drop_unread(&mut self, id: u16) -> bool {
+    pub(super) fn drop_unread(&mut self, id: u16) -> bool {
         let mut bytes = self.tcp.leftover.remove(&id).is_some();
         if let Some(items) = self.tcp.ipc_items.remove(&id) {
             bytes |= items.iter().any(|it| matches!(it, IpcItem::Data(_)));
