@@ -276,6 +276,17 @@ pub struct Client {
     inner: Rc<RefCell<Inner>>,
 }
 
+/// An ICMP destination-unreachable the server received about a datagram a UDP socket sent
+/// ([`UdpSocket::take_error`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpUnreachable {
+    /// What could not be reached: [`TcpFailure::Refused`] (the port; `ECONNREFUSED`),
+    /// [`TcpFailure::HostUnreachable`] or [`TcpFailure::NetUnreachable`].
+    pub failure: windows::TcpFailure,
+    /// Where the datagram was going.
+    pub peer: SocketAddrV4,
+}
+
 /// A bound UDP socket.
 pub struct UdpSocket {
     inner: Rc<RefCell<Inner>>,
@@ -293,6 +304,12 @@ impl std::fmt::Debug for UdpSocket {
 }
 
 impl Client {
+    /// Whether an ICMP error waits for any UDP socket of this client
+    /// ([`UdpSocket::take_error`]): one look.
+    pub fn udp_errors_waiting(&self) -> bool {
+        !self.inner.borrow().tcp.udp_errors.is_empty()
+    }
+
     /// Attaches to the server listening on `path`: checks that it runs as root or as our own
     /// user ([`ClientError::UntrustedServer`] if not), version handshake, then both windows.
     pub fn connect(path: impl AsRef<Path>) -> Result<Self, ClientError> {
@@ -702,6 +719,7 @@ impl Inner {
     /// for it until its `Released` is read is too.
     fn udp_release(&mut self, id: u16) {
         self.ipc_pending.remove(&id);
+        self.tcp.udp_errors.remove(&id);
         self.drop_unread(id);
         self.last_read.remove(&id);
         if self.latest_read.is_some_and(|(s, _)| s == id) {
@@ -1371,6 +1389,35 @@ impl UdpSocket {
         timeout: Duration,
     ) -> Result<(usize, SocketAddrV4), ClientError> {
         self.recv_until(buf, Deadline::After(timeout))
+    }
+
+    /// The oldest ICMP error the server received about this socket's datagrams and the
+    /// application has not taken (at most the newest eight are kept). Errors reach the
+    /// socket as the receive ring is read — by any receive, poll or wait of this client —
+    /// and this call does not read it: it costs one look while none waits.
+    ///
+    /// Only hard errors come (port, protocol, administratively prohibited, unknown net or
+    /// host): those Linux reports to a connected UDP socket without `IP_RECVERR`. A receive
+    /// goes on without them; [`Client::poll`] reports the socket readable while one waits.
+    pub fn take_error(&self) -> Option<UdpUnreachable> {
+        let mut i = self.inner.borrow_mut();
+        if i.tcp.udp_errors.is_empty() {
+            return None;
+        }
+        let q = i.tcp.udp_errors.get_mut(&self.id)?;
+        let e = q.pop_front();
+        if q.is_empty() {
+            i.tcp.udp_errors.remove(&self.id);
+        }
+        e
+    }
+
+    /// Whether a datagram the library has read off the ring waits for this socket (what
+    /// [`Client::poll`] calls readable, less the errors). Does not read the ring.
+    pub fn has_datagram(&self) -> bool {
+        let i = self.inner.borrow();
+        i.pending.any(self.id, |_| true)
+            || i.ipc_pending.get(&self.id).is_some_and(|q| !q.is_empty())
     }
 
     /// Receives a message if one is there now.

@@ -35,7 +35,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// The control protocol's version. Both sides must agree.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The largest control message, in bytes (JSON text). Big enough for every request and for a
 /// server's counters; a larger message is refused whole ([`ControlError::TooLarge`]), never

@@ -409,6 +409,20 @@ pub enum TcpFailure {
     NetUnreachable = 6,
 }
 
+impl TcpFailure {
+    /// The failure coded `code` (its discriminant); an unknown code is [`TcpFailure::Failed`].
+    fn of_code(code: u32) -> TcpFailure {
+        match code {
+            1 => TcpFailure::Reset,
+            2 => TcpFailure::Refused,
+            3 => TcpFailure::TimedOut,
+            5 => TcpFailure::HostUnreachable,
+            6 => TcpFailure::NetUnreachable,
+            _ => TcpFailure::Failed,
+        }
+    }
+}
+
 impl std::fmt::Display for TcpFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
@@ -441,6 +455,16 @@ pub enum TcpEvent {
     /// The server has let go of the socket after a `Close` or `Abort`: nothing more comes
     /// for this number, and the server may give it to a new socket.
     Released,
+    /// A UDP socket's datagram to `peer` was answered by an ICMP destination-unreachable
+    /// of a kind Linux reports to a connected socket (port: [`TcpFailure::Refused`]; host:
+    /// [`TcpFailure::HostUnreachable`]; network: [`TcpFailure::NetUnreachable`]). Nothing
+    /// ends: the socket works on, and the application decides whether to tell anyone.
+    Unreachable {
+        /// What could not be reached.
+        failure: TcpFailure,
+        /// Where the datagram was going.
+        peer: SocketAddrV4,
+    },
     /// On [`APP_EVENTS`]: the connect named `ticket` has socket number `socket` and local
     /// port `port` (its `Connected` or `Failed` follows on the socket), or (`socket` of
     /// [`APP_EVENTS`]) could not be opened at all.
@@ -460,6 +484,7 @@ const EV_EOF: u32 = 3;
 const EV_FAILED: u32 = 4;
 const EV_RELEASED: u32 = 5;
 const EV_OPENED: u32 = 6;
+const EV_UNREACHABLE: u32 = 7;
 
 /// The `RX` descriptor of `ev` on `socket`: the kind in the low byte of `len` (beside
 /// [`RX_EVENT`]), a port in its bits 8–23, a socket number in `buf`, an address or reason
@@ -476,6 +501,12 @@ pub fn event_desc(socket: u16, ev: TcpEvent) -> Desc {
         TcpEvent::Eof => (EV_EOF, 0, 0, 0),
         TcpEvent::Failed(f) => (EV_FAILED, 0, 0, f as u32),
         TcpEvent::Released => (EV_RELEASED, 0, 0, 0),
+        TcpEvent::Unreachable { failure, peer } => (
+            EV_UNREACHABLE,
+            peer.port(),
+            failure as u32,
+            u32::from(*peer.ip()),
+        ),
         TcpEvent::Opened {
             ticket,
             socket,
@@ -504,15 +535,17 @@ pub fn event_of(d: &Desc) -> Option<(u16, TcpEvent)> {
             peer: SocketAddrV4::new(Ipv4Addr::from(d.aux), port),
         },
         EV_EOF => TcpEvent::Eof,
-        EV_FAILED => TcpEvent::Failed(match d.aux {
-            1 => TcpFailure::Reset,
-            2 => TcpFailure::Refused,
-            3 => TcpFailure::TimedOut,
-            5 => TcpFailure::HostUnreachable,
-            6 => TcpFailure::NetUnreachable,
-            _ => TcpFailure::Failed,
-        }),
+        EV_FAILED => TcpEvent::Failed(TcpFailure::of_code(d.aux)),
         EV_RELEASED => TcpEvent::Released,
+        EV_UNREACHABLE => TcpEvent::Unreachable {
+            failure: match TcpFailure::of_code(d.buf) {
+                f @ (TcpFailure::Refused
+                | TcpFailure::HostUnreachable
+                | TcpFailure::NetUnreachable) => f,
+                _ => return None,
+            },
+            peer: SocketAddrV4::new(Ipv4Addr::from(d.aux), port),
+        },
         EV_OPENED => TcpEvent::Opened {
             ticket: d.aux,
             socket: u16::try_from(d.buf).ok()?,
@@ -537,6 +570,14 @@ mod tcp_tests {
             TcpEvent::Failed(TcpFailure::Reset),
             TcpEvent::Failed(TcpFailure::TimedOut),
             TcpEvent::Released,
+            TcpEvent::Unreachable {
+                failure: TcpFailure::Refused,
+                peer,
+            },
+            TcpEvent::Unreachable {
+                failure: TcpFailure::NetUnreachable,
+                peer,
+            },
             TcpEvent::Opened {
                 ticket: 0xdead_beef,
                 socket: 4,

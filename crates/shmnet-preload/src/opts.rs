@@ -6,7 +6,8 @@
 //! `SO_RCVBUF` are carried, and `SO_LINGER` (a linger of zero makes `close` reset the
 //! connection); options that only tune the kernel's own behaviour (`SO_REUSEADDR`,
 //! `SO_REUSEPORT`, `TCP_KEEPIDLE`…) are accepted and noted in the debug log; `getsockopt`
-//! answers from what was set (`SO_ERROR` 0, `SO_TYPE` `SOCK_STREAM`).
+//! answers from what was set (`SO_TYPE` `SOCK_STREAM`); `SO_ERROR` is a connection's failure
+//! or a UDP socket's pending ICMP error, and clears the latter.
 
 use libc::{c_int, c_ulong, c_void, socklen_t};
 use std::time::Duration;
@@ -207,6 +208,13 @@ pub unsafe extern "C" fn getsockopt(
         return fail(libc::EFAULT);
     }
     if (level, name) == (libc::SOL_SOCKET, libc::SO_ERROR) {
+        // A UDP socket's pending ICMP error (taken, as Linux clears it).
+        let udp = crate::caught(|| crate::udp::take_error(&mut table::lock(), fd), || None);
+        if let Some(err) = udp {
+            // SAFETY: `val` and `len` checked non-null; `val` holds `*len` bytes.
+            unsafe { put(val, len, err) };
+            return 0;
+        }
         // A connection's pending error: how its handshake (a non-blocking connect) ended.
         let err = match crate::guarded_result(|| crate::sockets::handshake(fd)) {
             Ok(_) => 0,

@@ -213,13 +213,22 @@ impl Sock {
 }
 
 /// The connection to the server and the sockets on it.
+/// The program's sockets the server carries, by descriptor.
+pub(crate) type Socks = HashMap<libc::c_int, Sock, BuildHasherDefault<FxHasher>>;
+
+/// Duplicates of the server's sockets: each names the descriptor `socks` holds it under.
+pub(crate) type Aliases = HashMap<libc::c_int, libc::c_int, BuildHasherDefault<FxHasher>>;
+
+/// The server's UDP sockets, by port.
+pub(crate) type UdpPorts = HashMap<u16, UdpPort, BuildHasherDefault<FxHasher>>;
+
 pub(crate) struct State {
     /// `None` until the first IPv4 TCP socket; then the client, or the reason there is none.
     pub(crate) client: Option<Result<Client, ()>>,
-    pub(crate) socks: HashMap<libc::c_int, Sock, BuildHasherDefault<FxHasher>>,
+    pub(crate) socks: Socks,
     /// Descriptors made by `dup` and its kin from one of the server's sockets: each names
     /// the descriptor under which `socks` holds the socket.
-    pub(crate) aliases: HashMap<libc::c_int, libc::c_int, BuildHasherDefault<FxHasher>>,
+    pub(crate) aliases: Aliases,
     /// The own eventfds of the threads asleep in [`crate::wait`] ([`own_eventfd`]).
     pub(crate) sleepers: Vec<libc::c_int>,
     /// One sleeping thread (the first to sleep) has announced its sleep to the client and
@@ -230,7 +239,7 @@ pub(crate) struct State {
     /// What each epoll instance watches of this library's sockets ([`crate::epoll`]).
     pub(crate) epolls: HashMap<libc::c_int, Vec<Watch>, BuildHasherDefault<FxHasher>>,
     /// The server's UDP sockets, by port, each with the program's sockets bound to it.
-    pub(crate) udp_ports: HashMap<u16, UdpPort, BuildHasherDefault<FxHasher>>,
+    pub(crate) udp_ports: UdpPorts,
     /// In a forked child: the parent's sockets, until the first call adopts them
     /// ([`crate::fork`]).
     pub(crate) inherit: Option<crate::fork::Inheritance>,

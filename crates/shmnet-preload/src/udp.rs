@@ -18,9 +18,17 @@
 //!
 //! `MSG_PEEK` and `FIONREAD` look at the next datagram through the socket's own queue
 //! (the datagram is moved there and stays until read).
+//!
+//! **ICMP errors.** The server tells the client of the hard ICMP errors its datagrams draw
+//! (`UdpSocket::take_error`); they are handed to the members connected to the datagram's
+//! destination ([`collect_errors`]) and dropped for the others, as Linux without
+//! `IP_RECVERR` tells an unconnected socket nothing. A member's pending error (the latest,
+//! as Linux's `sk_err`) is what its next `recv` or `send` fails with, `POLLERR` in a wait,
+//! and `SO_ERROR`, each of which clears it.
 
 use libc::{c_int, sockaddr, socklen_t, ssize_t};
 use shmnet_io::client::{ClientError, Lent, UdpSocket};
+use shmnet_io::windows::TcpFailure;
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -53,6 +61,8 @@ pub(crate) struct UdpSock {
     /// Datagrams moved here for it: by [`route`] while its port is shared, or by a peek.
     queue: VecDeque<Datagram>,
     queued_bytes: usize,
+    /// The errno of an ICMP error about a datagram to `peer`, not reported yet.
+    pub(crate) error: Option<c_int>,
 }
 
 impl UdpSock {
@@ -166,6 +176,7 @@ fn install(st: &mut State, fd: c_int, port: u16, ip: Ipv4Addr, opts: Opts) {
             opts,
             queue: VecDeque::new(),
             queued_bytes: 0,
+            error: None,
         }),
     );
 }
@@ -241,6 +252,56 @@ pub(crate) unsafe fn reconnect(fd: c_int, addr: *const sockaddr, len: socklen_t)
         debug!("connect({fd}, {:?}): UDP peer", u.peer);
         0
     })
+}
+
+/// The errno a connected socket's call reports for an ICMP error.
+fn errno_of_failure(f: TcpFailure) -> c_int {
+    match f {
+        TcpFailure::HostUnreachable => libc::EHOSTUNREACH,
+        TcpFailure::NetUnreachable => libc::ENETUNREACH,
+        _ => libc::ECONNREFUSED,
+    }
+}
+
+/// Hands the ICMP errors the client holds for server port `p` to its members connected to
+/// each error's destination (the newest error wins, as Linux's `sk_err`); the rest are
+/// dropped. Costs one look while the port has none.
+pub(crate) fn collect_errors(p: &UdpPort, socks: &mut table::Socks) {
+    while let Some(e) = p.u.take_error() {
+        let mut heard = false;
+        for m in &p.members {
+            if let Some(Sock::Udp(u)) = socks.get_mut(m)
+                && u.peer == Some(e.peer)
+            {
+                u.error = Some(errno_of_failure(e.failure));
+                heard = true;
+            }
+        }
+        if !heard {
+            debug!(
+                "UDP port {}: {} from {} for no connected socket: dropped",
+                p.u.port(),
+                e.failure,
+                e.peer
+            );
+        }
+    }
+}
+
+/// Collects `fd`'s port's errors ([`collect_errors`]) and takes `fd`'s pending one.
+pub(crate) fn take_error(st: &mut State, fd: c_int) -> Option<c_int> {
+    let key = st.key(fd);
+    let port = match st.socks.get(&key) {
+        Some(Sock::Udp(u)) => u.port,
+        _ => return None,
+    };
+    if let Some(p) = st.udp_ports.get(&port) {
+        collect_errors(p, &mut st.socks);
+    }
+    match st.socks.get_mut(&key) {
+        Some(Sock::Udp(u)) => u.error.take(),
+        _ => None,
+    }
 }
 
 /// The socket's next datagram, moved off the server's socket into queues: every waiting
@@ -398,8 +459,18 @@ pub(crate) fn recv(fd: c_int, bufs: &mut Scatter<'_>, flags: c_int) -> Result<Go
             (s.opts().nonblock, s.opts().v6, s.opts().pktinfo)
         });
         let to = pktinfo.then(|| st.server_address()).flatten();
+        // A pending error comes before any datagram, as on Linux.
+        if let Some(e) = take_error(&mut st, fd) {
+            return Err(e);
+        }
         let got = try_take(&mut st, fd, bufs, flags & libc::MSG_PEEK != 0);
         st.note_moves();
+        // The look may have brought one (reading the ring).
+        if matches!(got, Ok(None))
+            && let Some(e) = take_error(&mut st, fd)
+        {
+            return Err(e);
+        }
         match got {
             Ok(Some(r)) => {
                 let n = if flags & libc::MSG_TRUNC != 0 {
@@ -450,6 +521,9 @@ pub(crate) fn send(
     let mut blocking = wait::Blocking::new(fd, wait::Way::Out);
     loop {
         let mut st = table::lock();
+        if let Some(e) = take_error(&mut st, fd) {
+            return Err(e);
+        }
         let Some(Sock::Udp(u)) = st.sock(fd) else {
             return Err(libc::EBADF);
         };

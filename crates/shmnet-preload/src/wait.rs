@@ -90,6 +90,10 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
             }
             Some(Sock::Udp(u)) => match udp_ports.get(&u.port) {
                 Some(port) => {
+                    if u.error.is_some() {
+                        // An ICMP error waits to be reported, whatever was asked.
+                        p.revents |= libc::POLLERR;
+                    }
                     if u.has_queued() {
                         p.revents |= p.events & (libc::POLLIN | libc::POLLRDNORM);
                     }
@@ -146,9 +150,50 @@ fn look_shmnet(st: &mut State, fds: &mut [pollfd]) -> c_int {
                 fds[i].revents = libc::POLLERR | libc::POLLHUP;
                 ready += 1;
             }
+            return ready;
         }
     }
+    drop(items);
+    if client.udp_errors_waiting() {
+        ready = report_udp_errors(socks, aliases, udp_ports, fds);
+    }
     ready
+}
+
+/// ICMP errors the look brought (rare): handed to the sockets connected to where they were
+/// about ([`crate::udp::collect_errors`]), which report `POLLERR`; a socket the client
+/// called readable only for an error another socket took is not. Returns how many of the
+/// server's sockets are ready.
+fn report_udp_errors(
+    socks: &mut table::Socks,
+    aliases: &table::Aliases,
+    udp_ports: &table::UdpPorts,
+    fds: &mut [pollfd],
+) -> c_int {
+    for p in fds.iter_mut() {
+        if table::marked(p.fd) != Mark::Shmnet {
+            continue;
+        }
+        let key = aliases.get(&p.fd).copied().unwrap_or(p.fd);
+        let Some(Sock::Udp(u)) = socks.get(&key) else {
+            continue;
+        };
+        let Some(port) = udp_ports.get(&u.port) else {
+            continue;
+        };
+        crate::udp::collect_errors(port, socks);
+        let Some(Sock::Udp(u)) = socks.get(&key) else {
+            continue;
+        };
+        if u.error.is_some() {
+            p.revents |= libc::POLLERR;
+        } else if !u.has_queued() && (port.members.len() > 1 || !port.u.has_datagram()) {
+            p.revents &= !(libc::POLLIN | libc::POLLRDNORM);
+        }
+    }
+    fds.iter()
+        .filter(|p| table::marked(p.fd) == Mark::Shmnet && p.revents != 0)
+        .count() as c_int
 }
 
 /// Whether any of the server's sockets among `fds` waits to write.

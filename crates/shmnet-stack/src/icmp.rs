@@ -115,12 +115,13 @@ const PLATEAUS: [u16; 10] = [
     32_000, 17_914, 8_166, 4_352, 2_002, 1_492, 1_006, 508, 296, 68,
 ];
 
-/// What a destination-unreachable message (type 3) quotes of a TCP segment: its code, the
-/// word after the checksum (the next hop's MTU in a "fragmentation needed"), and the
-/// quoted segment's addresses, ports and sequence number. `None` for any other message, or
-/// when the quote is shorter than the IP header and the 8 bytes of TCP header it must
-/// carry (RFC 792): the message is then useless.
-struct TcpQuote {
+/// What a destination-unreachable message (type 3) quotes of a TCP segment or UDP
+/// datagram: its code, the word after the checksum (the next hop's MTU in a
+/// "fragmentation needed"), and the quoted packet's addresses, ports and (TCP) sequence
+/// number. `None` for any other message, or when the quote is shorter than the IP header
+/// and the 8 bytes of transport header it must carry (RFC 792): the message is then
+/// useless.
+struct Quote {
     code: u8,
     said: u16,
     total_len: u16,
@@ -131,7 +132,7 @@ struct TcpQuote {
     seq: u32,
 }
 
-fn tcp_quote(bytes: &[u8]) -> Option<TcpQuote> {
+fn quote(bytes: &[u8], proto: IpProtocol) -> Option<Quote> {
     let p = Icmpv4Packet::new_checked(bytes).ok()?;
     if p.msg_type() != Icmpv4Message::DstUnreachable {
         return None;
@@ -145,10 +146,10 @@ fn tcp_quote(bytes: &[u8]) -> Option<TcpQuote> {
     }
     let tcp = quoted.get(ihl..)?.get(..8)?;
     let ip = Ipv4Packet::new_unchecked(quoted);
-    if ip.version() != 4 || ip.next_header() != IpProtocol::Tcp || ip.frag_offset() != 0 {
+    if ip.version() != 4 || ip.next_header() != proto || ip.frag_offset() != 0 {
         return None;
     }
-    Some(TcpQuote {
+    Some(Quote {
         code: p.msg_code(),
         said: u16::from_be_bytes([bytes[6], bytes[7]]),
         total_len: ip.total_len(),
@@ -164,7 +165,8 @@ fn tcp_quote(bytes: &[u8]) -> Option<TcpQuote> {
 /// a TCP segment. `None` for anything else, or when the quote is too short to name the
 /// segment.
 pub fn frag_needed(bytes: &[u8]) -> Option<FragNeeded> {
-    let q = tcp_quote(bytes).filter(|q| q.code == u8::from(Icmpv4DstUnreachable::FragRequired))?;
+    let q = quote(bytes, IpProtocol::Tcp)
+        .filter(|q| q.code == u8::from(Icmpv4DstUnreachable::FragRequired))?;
     let mtu = if q.said != 0 {
         q.said
     } else {
@@ -215,7 +217,7 @@ pub struct TcpUnreachable {
 /// Reads a destination-unreachable message `bytes` about a TCP segment (see
 /// [`TcpUnreachable`]). `None` for anything else.
 pub fn tcp_unreachable(bytes: &[u8]) -> Option<TcpUnreachable> {
-    let q = tcp_quote(bytes)?;
+    let q = quote(bytes, IpProtocol::Tcp)?;
     let what = match q.code {
         3 => Unreachable::Port,
         0 | 6 | 9 | 11 => Unreachable::Net,
@@ -229,6 +231,43 @@ pub fn tcp_unreachable(bytes: &[u8]) -> Option<TcpUnreachable> {
         src_port: q.src_port,
         dst_port: q.dst_port,
         seq: q.seq,
+    })
+}
+
+/// A destination-unreachable message about a UDP datagram we sent, with a code Linux
+/// reports to a connected UDP socket without `IP_RECVERR` (its "hard" errors: 2, 3 and 6–15
+/// but 11 and 12). The soft ones (a router's net or host unreachable, 0 and 1, and 11 and
+/// 12, "for this type of service") and "fragmentation needed" (4) reach no socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpUnreachable {
+    /// What is unreachable.
+    pub what: Unreachable,
+    /// The quoted datagram's source address (ours, if it was ours).
+    pub src: Ipv4Addr,
+    /// Its destination (the peer).
+    pub dst: Ipv4Addr,
+    /// The quoted UDP header's source port (our local port).
+    pub src_port: u16,
+    /// Its destination port (the peer's).
+    pub dst_port: u16,
+}
+
+/// Reads a destination-unreachable message `bytes` about a UDP datagram (see
+/// [`UdpUnreachable`]). `None` for anything else, and for the soft codes.
+pub fn udp_unreachable(bytes: &[u8]) -> Option<UdpUnreachable> {
+    let q = quote(bytes, IpProtocol::Udp)?;
+    let what = match q.code {
+        3 => Unreachable::Port,
+        6 | 9 => Unreachable::Net,
+        2 | 7 | 8 | 10 | 13..=15 => Unreachable::Host,
+        _ => return None,
+    };
+    Some(UdpUnreachable {
+        what,
+        src: q.src,
+        dst: q.dst,
+        src_port: q.src_port,
+        dst_port: q.dst_port,
     })
 }
 
@@ -313,10 +352,50 @@ mod tests {
         assert_eq!(frag_needed(&port), None);
     }
 
+    #[test]
+    fn a_udp_datagrams_hard_errors_are_read_and_soft_ones_are_not() {
+        let with_code = |proto, code: u8, bytes| {
+            let mut m = message(0, 100, proto, bytes);
+            m[1] = code;
+            m
+        };
+        let port = udp_unreachable(&with_code(IpProtocol::Udp, 3, 8)).unwrap();
+        assert_eq!(
+            port,
+            UdpUnreachable {
+                what: Unreachable::Port,
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+                src_port: 4000,
+                dst_port: 80,
+            }
+        );
+        for (code, what) in [
+            (2, Some(Unreachable::Host)),
+            (6, Some(Unreachable::Net)),
+            (9, Some(Unreachable::Net)),
+            (10, Some(Unreachable::Host)),
+            (13, Some(Unreachable::Host)),
+            (0, None),
+            (1, None),
+            (4, None),
+            (5, None),
+            (11, None),
+            (12, None),
+            (16, None),
+        ] {
+            let got = udp_unreachable(&with_code(IpProtocol::Udp, code, 8)).map(|u| u.what);
+            assert_eq!(got, what, "code {code}");
+        }
+        assert_eq!(udp_unreachable(&with_code(IpProtocol::Tcp, 3, 8)), None);
+        assert_eq!(udp_unreachable(&with_code(IpProtocol::Udp, 3, 7)), None);
+    }
+
     proptest::proptest! {
         #[test]
         fn any_bytes_are_read_without_a_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80)) {
             let _ = frag_needed(&bytes);
+            let _ = udp_unreachable(&bytes);
         }
     }
 }

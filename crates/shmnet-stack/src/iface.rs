@@ -268,6 +268,9 @@ pub struct Interface {
     /// The frames' cache maintenance when [`Config::buffers`] asks for any (its regions
     /// allocated here, once).
     maintenance: Option<Box<Maintenance>>,
+    /// ICMP errors the UDP sockets keep, over all of them (invariant: the sum of their
+    /// `errors` lengths).
+    udp_errors_kept: usize,
 }
 
 /// Pool buffers a socket's queue may hold while the pool is scarce (less than an eighth
@@ -339,6 +342,7 @@ impl Interface {
             udp_level: UdpLevel::default(),
             maintenance: (!cfg.buffers.is_none())
                 .then(|| Box::new(Maintenance::new(cfg.buffers, cfg.cache))),
+            udp_errors_kept: 0,
             cfg,
         }
     }
@@ -821,9 +825,14 @@ impl Interface {
         let msg = &head[..head.len().min(dg.len).min(icmp::HEADER_LEN + 68)];
         let said = icmp::frag_needed(msg);
         let unreachable = icmp::tcp_unreachable(msg);
+        let udp = icmp::udp_unreachable(msg);
         pool.free_chain(dg.head);
         if let Some(u) = unreachable {
             self.tcp_unreachable(pool, u, now, tx);
+            return;
+        }
+        if let Some(u) = udp {
+            self.udp_unreachable(u);
             return;
         }
         let Some(f) = said else {
@@ -854,6 +863,35 @@ impl Interface {
             Some((_, false)) => {}
             None => self.tcp.counters.frag_needed_ignored += 1,
         }
+    }
+
+    /// Destination-unreachable message `u` (a hard error) about a UDP datagram: kept for
+    /// the socket bound to its source port, if one is and the datagram was from our
+    /// address; counted ignored otherwise. Which socket of the application hears it (a
+    /// connected one, as Linux's) is the application's business.
+    fn udp_unreachable(&mut self, u: icmp::UdpUnreachable) {
+        let si = (u.src == self.cfg.ipv4)
+            .then(|| self.udp_socket_for(u.src, u.src_port))
+            .flatten();
+        let Some(s) = si
+            .and_then(|si| self.sockets.get_mut(si))
+            .and_then(Option::as_mut)
+            .filter(|s| s.keeps_errors)
+        else {
+            self.stats.icmp_ignored += 1;
+            return;
+        };
+        if s.errors.len() >= crate::socket::UDP_ERRORS_KEPT {
+            s.errors.pop_front();
+            self.udp_errors_kept -= 1;
+            self.stats.udp_icmp_errors_dropped += 1;
+        }
+        s.errors.push_back(crate::socket::UdpError {
+            what: u.what,
+            to: std::net::SocketAddrV4::new(u.dst, u.dst_port),
+        });
+        self.udp_errors_kept += 1;
+        self.stats.udp_icmp_errors += 1;
     }
 
     /// Destination-unreachable message `u` about a TCP segment (see
@@ -1218,6 +1256,7 @@ impl Interface {
             .and_then(Option::take)
             .ok_or(RecvError::InvalidHandle)?;
         self.demux.remove(&demux_key(*s.local.ip(), s.local.port()));
+        self.udp_errors_kept -= s.errors.len();
         for m in s.queue {
             pool.free_chain(m.head);
         }
@@ -1281,6 +1320,50 @@ impl Interface {
             msg_len: msg.len,
             src: msg.src,
         }))
+    }
+
+    /// Keeps the ICMP errors about UDP socket `h`'s datagrams for its owner to take
+    /// ([`Interface::udp_take_error`]); without this they are counted ignored, so a
+    /// socket nobody asks about never holds one.
+    pub fn udp_keep_errors(&mut self, h: SocketHandle) -> Result<(), RecvError> {
+        self.sockets
+            .get_mut(h.0)
+            .and_then(Option::as_mut)
+            .ok_or(RecvError::InvalidHandle)?
+            .keeps_errors = true;
+        Ok(())
+    }
+
+    /// The oldest ICMP error kept for UDP socket `h` ([`crate::socket::UdpError`]), without
+    /// taking it.
+    pub fn udp_peek_error(
+        &self,
+        h: SocketHandle,
+    ) -> Result<Option<crate::socket::UdpError>, RecvError> {
+        Ok(self.socket(h)?.errors.front().copied())
+    }
+
+    /// Takes the oldest ICMP error kept for UDP socket `h`.
+    pub fn udp_take_error(
+        &mut self,
+        h: SocketHandle,
+    ) -> Result<Option<crate::socket::UdpError>, RecvError> {
+        let s = self
+            .sockets
+            .get_mut(h.0)
+            .and_then(Option::as_mut)
+            .ok_or(RecvError::InvalidHandle)?;
+        let e = s.errors.pop_front();
+        if e.is_some() {
+            self.udp_errors_kept -= 1;
+        }
+        Ok(e)
+    }
+
+    /// Whether any UDP socket keeps an ICMP error (one load: callers skip looking at every
+    /// socket when none does).
+    pub fn udp_errors_waiting(&self) -> bool {
+        self.udp_errors_kept > 0
     }
 
     /// Take the next message off a socket's queue without copying: the caller owns its

@@ -96,7 +96,29 @@ pub struct UdpSocket {
     /// the loopback and not arrived yet, when that count last moved, and whether senders
     /// are held back.
     pub(crate) from_host: crate::iface::LocalInbound,
+    /// ICMP errors about datagrams it sent, oldest first, at most [`UDP_ERRORS_KEPT`]
+    /// (the oldest goes first); empty, and unallocated, until one comes. Always empty
+    /// unless `keeps_errors`.
+    pub(crate) errors: VecDeque<UdpError>,
+    /// Whether its owner reads its ICMP errors
+    /// ([`crate::Interface::udp_keep_errors`]); off, they are counted and forgotten.
+    pub(crate) keeps_errors: bool,
 }
+
+/// An ICMP destination-unreachable about a datagram a UDP socket sent: what could not be
+/// reached, and the datagram's destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpError {
+    /// What is unreachable (port: `ECONNREFUSED`; host: `EHOSTUNREACH`; net:
+    /// `ENETUNREACH`).
+    pub what: crate::icmp::Unreachable,
+    /// Where the datagram was going.
+    pub to: SocketAddrV4,
+}
+
+/// ICMP errors a UDP socket keeps unread at most: a peer's errors come at the rate it is
+/// sent to, and an application that does not look at them must not grow the socket.
+pub const UDP_ERRORS_KEPT: usize = 8;
 
 impl UdpSocket {
     pub(crate) fn new(local: SocketAddrV4, limit: usize) -> UdpSocket {
@@ -107,6 +129,8 @@ impl UdpSocket {
             queued_bufs: 0,
             overflows: 0,
             from_host: Default::default(),
+            errors: VecDeque::new(),
+            keeps_errors: false,
         }
     }
 

@@ -68,6 +68,11 @@ stats! {
     reasm_ok,
     /// Fragments sent.
     frags_sent,
+    /// ICMP destination-unreachable messages about a datagram a UDP socket sent, kept for
+    /// the socket (its application reads them: `ECONNREFUSED` on a connected socket).
+    udp_icmp_errors,
+    /// Of those, the ones that pushed out an older error nobody had read.
+    udp_icmp_errors_dropped,
     /// ICMP echo replies sent.
     icmp_echo_replies,
     /// ICMP port-unreachable messages sent.

@@ -1623,3 +1623,79 @@ unsafe extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// A connected UDP socket hears the port unreachable its datagram to a closed port draws,
+/// as on Linux: the next `recv` and `send` fail with `ECONNREFUSED`, a wait reports
+/// `POLLERR`, `SO_ERROR` says it once; an unconnected socket hears nothing. The same
+/// program on the kernel's sockets (in the namespace, where the peer's address is local)
+/// and under `shmnet run` (Linux answers over the veth pair): the same lines.
+#[test]
+fn a_connected_udp_socket_hears_port_unreachable_as_on_linux() {
+    const TEST: &str = "a_connected_udp_socket_hears_port_unreachable_as_on_linux";
+    let Some((ns, _server, sock)) = bed(TEST, "udperr") else {
+        return;
+    };
+    const PROBE: &str = r#"
+import errno, select, socket, sys
+host = sys.argv[1]
+def name(n):
+    return errno.errorcode.get(n, n) if n else "0"
+def attempt(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except socket.timeout:
+        print(what, "timed out")
+    except OSError as e:
+        print(what, name(e.errno))
+def wait_err(s):
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    ev = p.poll(5000)
+    print("poll", "POLLERR" if ev and ev[0][1] & select.POLLERR else ev)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect((host, 9))
+s.settimeout(5)
+s.send(b"anyone?")
+attempt("recv", lambda: s.recv(100))
+attempt("recv again", lambda: s.settimeout(0.5) or s.recv(100))
+s.settimeout(5)
+s.send(b"anyone?")
+wait_err(s)
+print("SO_ERROR", name(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)))
+print("SO_ERROR again", name(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)))
+s.send(b"anyone?")
+wait_err(s)
+attempt("send", lambda: s.send(b"x"))
+s.setblocking(False)
+attempt("non-blocking recv", lambda: s.recv(100))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.sendto(b"anyone?", (host, 9))
+u.settimeout(1)
+attempt("unconnected recvfrom", lambda: u.recvfrom(100))
+"#;
+    let probe = |mut c: Command| {
+        c.args(["-c", PROBE, "10.93.0.2"]);
+        run_ok(c, "python3 probing", Duration::from_secs(60))
+    };
+    let on_kernel = probe(ns.cmd("python3"));
+    assert_eq!(
+        on_kernel,
+        "recv ECONNREFUSED\nrecv again timed out\npoll POLLERR\nSO_ERROR ECONNREFUSED\n\
+         SO_ERROR again 0\npoll POLLERR\nsend ECONNREFUSED\nnon-blocking recv EAGAIN\n\
+         unconnected recvfrom timed out\n",
+        "on the kernel"
+    );
+    let on_shmnet = probe(under_shmnet(&sock, "python3"));
+    assert_eq!(on_shmnet, on_kernel, "under shmnet run, then on the kernel");
+    let stats = Command::new(SHMNET)
+        .args(["stats", "--socket", &sock, "--json"])
+        .output()
+        .expect("shmnet stats");
+    let v: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
+    assert!(
+        v["stack"]["udp_icmp_errors"].as_u64() >= Some(3),
+        "{}",
+        String::from_utf8_lossy(&stats.stdout)
+    );
+}

@@ -9,10 +9,12 @@
 //! ([`RingHeader::lost`]); it never waits for the reader. With no capture running the
 //! data plane tests one empty list per batch of frames and copies nothing.
 //!
-//! **Untrusted reader.** The reader writes one word the server reads: `tail`, how far it
-//! has read. A `tail` behind the last one read or past what was written stops that
-//! capture (the server can no longer tell free space from data); nothing the reader writes
-//! can make the server write outside the ring.
+//! **Untrusted reader.** The reader writes two words the server reads: `tail`, how far it
+//! has read, and `parked`, whether it sleeps on the ring ([`RingReader::park`]). A `tail`
+//! behind the last one read or past what was written stops that capture (the server can no
+//! longer tell free space from data); a `parked` the reader keeps setting costs the server
+//! at most one `futex` wake per batch that kept a frame. Nothing the reader writes can make
+//! the server write outside the ring.
 //!
 //! Layout: a 4 KiB header ([`RingHeader`]), then `capacity` bytes of records, each
 //! [`RECORD_HEADER`] bytes of [`RecordHeader`] and the frame's first `caplen` bytes, padded

@@ -285,8 +285,10 @@ impl Inner {
         }
         match *socket {
             PollSocket::Udp(s) => Interest {
+                // A datagram, or an ICMP error to take ([`UdpSocket::take_error`]).
                 readable: self.pending_has(s.id, |_| true)
-                    || self.ipc_pending.get(&s.id).is_some_and(|q| !q.is_empty()),
+                    || self.ipc_pending.get(&s.id).is_some_and(|q| !q.is_empty())
+                    || self.tcp.udp_errors.contains_key(&s.id),
                 writable: self.send_room(),
             },
             PollSocket::Listener(l) => Interest {

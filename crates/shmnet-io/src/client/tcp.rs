@@ -58,6 +58,10 @@ pub(super) struct Book {
     pub(super) pull: HashSet<u16>,
     /// Listeners of `pull` that asked and were not handed a connection yet.
     pub(super) asked: HashSet<u16>,
+    /// UDP sockets' ICMP errors not yet taken ([`super::UdpSocket::take_error`]), oldest
+    /// first, at most [`shmnet_stack::socket::UDP_ERRORS_KEPT`] each; no empty queue is
+    /// kept, so an empty map is the common case's one check.
+    pub(super) udp_errors: HashMap<u16, VecDeque<super::UdpUnreachable>>,
 }
 
 impl Book {
@@ -120,6 +124,17 @@ impl Inner {
             }
             Some(TcpEvent::Failed(f)) => {
                 self.tcp.failed.insert(socket, f);
+            }
+            // A UDP socket's: kept beside it, never queued as a delivery.
+            Some(TcpEvent::Unreachable { failure, peer }) => {
+                if !self.tcp.closing.contains(&socket) && !self.tcp.ids.contains(&socket) {
+                    let q = self.tcp.udp_errors.entry(socket).or_default();
+                    if q.len() >= shmnet_stack::socket::UDP_ERRORS_KEPT {
+                        q.pop_front();
+                    }
+                    q.push_back(super::UdpUnreachable { failure, peer });
+                }
+                return false;
             }
             Some(TcpEvent::Released) if self.tcp.closing.remove(&socket) => {
                 self.tcp.ids.remove(&socket);

@@ -611,7 +611,10 @@ impl DataPlane {
             return Response::Error("say Hello first".into());
         };
         match self.iface.udp_bind_port(port) {
-            Ok(h) => match app.sockets.insert(AppSocket::Udp(h)) {
+            // Its ICMP errors reach the application (a connected socket's `ECONNREFUSED`).
+            Ok(h) => match app.sockets.insert(AppSocket::Udp(h)).inspect(|_| {
+                let _ = self.iface.udp_keep_errors(h);
+            }) {
                 Some(socket) => Response::Bound {
                     socket: u32::from(socket),
                     // Port 0 asked for any free port: say which one it got.

@@ -447,7 +447,7 @@ impl AppTransport for RegionApp {
         while let Some(it) = item.filter(|_| room > 0) {
             let d = match it {
                 TcpItem::Event(socket, ev) => {
-                    sockets.delivered(socket, ev);
+                    sockets.delivered(r.iface, socket, ev);
                     windows::event_desc(socket, ev)
                 }
                 TcpItem::Data {

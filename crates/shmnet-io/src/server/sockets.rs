@@ -12,6 +12,7 @@
 //! event belongs to the socket that took the number next.
 
 use crate::windows::{APP_EVENTS, TcpEvent, TcpFailure, TcpOp};
+use shmnet_stack::icmp::Unreachable;
 use shmnet_stack::tcp::{Buffer, CloseReason, ListenHandle, State, TcpHandle};
 use shmnet_stack::{Interface, SocketHandle};
 
@@ -309,7 +310,9 @@ impl Sockets {
                 },
             ));
         }
-        if self.tcp == 0 {
+        // UDP sockets have something to say only while an ICMP error waits for one (rare:
+        // then every application scans its slots until it is taken).
+        if self.tcp == 0 && !r.iface.udp_errors_waiting() {
             return None;
         }
         let n = self.slots.len();
@@ -332,7 +335,20 @@ impl Sockets {
         let socket = i as u16;
         let iface = &mut *r.iface;
         match self.slots[i]? {
-            AppSocket::Udp(_) => None,
+            AppSocket::Udp(h) => {
+                let e = iface.udp_peek_error(h).ok().flatten()?;
+                Some(TcpItem::Event(
+                    socket,
+                    TcpEvent::Unreachable {
+                        failure: match e.what {
+                            Unreachable::Port => TcpFailure::Refused,
+                            Unreachable::Host => TcpFailure::HostUnreachable,
+                            Unreachable::Net => TcpFailure::NetUnreachable,
+                        },
+                        peer: e.to,
+                    },
+                ))
+            }
             AppSocket::Releasing => Some(TcpItem::Event(socket, TcpEvent::Released)),
             AppSocket::Lingering(t) => self.linger_item(r, i, t),
             // Silent, but a connection already taken for it is still announced.
@@ -438,8 +454,9 @@ impl Sockets {
         Some(TcpItem::Event(socket, TcpEvent::Released))
     }
 
-    /// Event `ev` of socket `socket` was placed for the application.
-    pub(crate) fn delivered(&mut self, socket: u16, ev: TcpEvent) {
+    /// Event `ev` of socket `socket` was placed for the application (an ICMP error of a UDP
+    /// socket is taken off `iface` now).
+    pub(crate) fn delivered(&mut self, iface: &mut Interface, socket: u16, ev: TcpEvent) {
         if socket == APP_EVENTS {
             self.opened.pop_front();
             return;
@@ -465,6 +482,9 @@ impl Sockets {
                 if let Some(Some(AppSocket::Tcp(t))) = self.slots.get_mut(usize::from(new)) {
                     t.announced = true;
                 }
+            }
+            (Some(AppSocket::Udp(h)), TcpEvent::Unreachable { .. }) => {
+                let _ = iface.udp_take_error(*h);
             }
             (Some(AppSocket::Releasing), TcpEvent::Released) => {
                 *slot = None;

@@ -429,7 +429,7 @@ impl AppTransport for ShmApp {
         while let Some(it) = item.filter(|_| room > 0) {
             let d = match it {
                 TcpItem::Event(socket, ev) => {
-                    sockets.delivered(socket, ev);
+                    sockets.delivered(r.iface, socket, ev);
                     windows::event_desc(socket, ev)
                 }
                 TcpItem::Data { socket, h, .. } => {
@@ -853,7 +853,7 @@ impl AppTransport for IpcApp {
         {
             match item {
                 TcpItem::Event(socket, ev) => {
-                    sockets.delivered(socket, ev);
+                    sockets.delivered(r.iface, socket, ev);
                     let d = windows::event_desc(socket, ev);
                     self.unsent.extend_from_slice(&control::ipc_event(&d));
                 }
