@@ -121,8 +121,9 @@ struct Inner {
     /// first use).
     lend_scratch: Vec<u8>,
     gone: bool,
-    /// The server's address on its interface, as its `Welcome` said.
+    /// The server's address on its interface, and its prefix length, as its `Welcome` said.
     address: Option<Ipv4Addr>,
+    prefix: Option<u8>,
     /// Items (deliveries, events, completions) moved off the receive ring or the data
     /// socket so far: grows whenever a look found something ([`Client::gather`]).
     moved: u64,
@@ -337,20 +338,22 @@ impl Client {
                 version: PROTOCOL_VERSION,
             },
         )?;
-        let (ipc, isolated, address) = match control::recv_blocking::<Response>(ctl.as_fd())? {
-            Response::Welcome {
-                ipc,
-                isolated,
-                address,
-                ..
-            } => (ipc, isolated, address),
-            Response::Error(e) => return Err(ClientError::Refused(e)),
-            other => {
-                return Err(ClientError::Protocol(format!(
-                    "expected Welcome, got {other:?}"
-                )));
-            }
-        };
+        let (ipc, isolated, address, prefix) =
+            match control::recv_blocking::<Response>(ctl.as_fd())? {
+                Response::Welcome {
+                    ipc,
+                    isolated,
+                    address,
+                    prefix,
+                    ..
+                } => (ipc, isolated, address, prefix),
+                Response::Error(e) => return Err(ClientError::Refused(e)),
+                other => {
+                    return Err(ClientError::Protocol(format!(
+                        "expected Welcome, got {other:?}"
+                    )));
+                }
+            };
         let data_sock = if ipc {
             Some(control::recv_fd(&ctl)?)
         } else {
@@ -419,6 +422,7 @@ impl Client {
             packet: vec![0u8; 65_536 + control::IPC_HEADER],
             gone: false,
             address,
+            prefix,
             moved: 0,
             udp_overflows: 0,
             last_read: FxHashMap::default(),
@@ -516,6 +520,16 @@ impl Client {
     /// than the field).
     pub fn address(&self) -> Option<Ipv4Addr> {
         self.inner.borrow().address
+    }
+
+    /// The broadcast addresses of the server's subnet: the limited one (255.255.255.255)
+    /// and, for a prefix shorter than 31 bits, the subnet's (what the stack accepts as
+    /// broadcast and sends to Ethernet's broadcast address).
+    pub fn is_broadcast(&self, ip: Ipv4Addr) -> bool {
+        let i = self.inner.borrow();
+        ip.is_broadcast()
+            || matches!((i.address, i.prefix), (Some(a), Some(p)) if p < 31
+                && ip == Ipv4Addr::from(u32::from(a) | (u32::MAX >> p)))
     }
 
     /// How many times a blocking receive looks at an empty receive ring before it sleeps

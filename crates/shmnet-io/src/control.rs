@@ -325,6 +325,10 @@ pub enum Response {
         /// sockets are bound to); `None` to a driver, or from a server older than this field.
         #[serde(default)]
         address: Option<std::net::Ipv4Addr>,
+        /// Its prefix length on that interface (the subnet, and its broadcast address);
+        /// `None` as for `address`.
+        #[serde(default)]
+        prefix: Option<u8>,
     },
     /// A socket was bound.
     Bound {

@@ -128,6 +128,7 @@ const NONBLOCK: u32 = 8;
 const NODELAY: u32 = 16;
 const KEEPALIVE: u32 = 32;
 const PKTINFO: u32 = 64;
+const BROADCAST: u32 = 128;
 
 /// Stream flags.
 const SHUT_RD: u32 = 1;
@@ -156,6 +157,7 @@ fn encode_opts(o: &Opts) -> String {
         (o.nodelay, NODELAY),
         (o.keepalive, KEEPALIVE),
         (o.pktinfo, PKTINFO),
+        (o.broadcast, BROADCAST),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -187,6 +189,7 @@ fn decode_opts(s: &str) -> Option<Opts> {
         nodelay: flags & NODELAY != 0,
         keepalive: flags & KEEPALIVE != 0,
         pktinfo: flags & PKTINFO != 0,
+        broadcast: flags & BROADCAST != 0,
         sndbuf: parse_opt(sndbuf)?,
         rcvbuf: parse_opt(rcvbuf)?,
         rcvtimeo: dur(rcvtimeo)?,

@@ -2,8 +2,8 @@
 //!
 //! On an undecided socket an option goes to the kernel socket (so an option the kernel
 //! refuses is refused) and the ones the server carries are noted for when it takes the
-//! socket. On the server's sockets: `TCP_NODELAY`, `SO_KEEPALIVE`, `SO_SNDBUF` and
-//! `SO_RCVBUF` are carried, and `SO_LINGER` (a linger of zero makes `close` reset the
+//! socket. On the server's sockets: `TCP_NODELAY`, `SO_KEEPALIVE`, `SO_SNDBUF`,
+//! `SO_RCVBUF` and `SO_BROADCAST` are carried, and `SO_LINGER` (a linger of zero makes `close` reset the
 //! connection); options that only tune the kernel's own behaviour (`SO_REUSEADDR`,
 //! `SO_REUSEPORT`, `TCP_KEEPIDLE`…) are accepted and noted in the debug log; `getsockopt`
 //! answers from what was set (`SO_TYPE` `SOCK_STREAM`); `SO_ERROR` is a connection's failure
@@ -105,6 +105,7 @@ fn note(o: &mut Opts, level: c_int, name: c_int, v: c_int) -> bool {
         (libc::IPPROTO_IPV6, libc::IPV6_V6ONLY) => o.v6only = v != 0,
         (libc::SOL_SOCKET, libc::SO_REUSEADDR | libc::SO_REUSEPORT) => o.reuse = v != 0,
         (libc::IPPROTO_IP, libc::IP_PKTINFO) => o.pktinfo = v != 0,
+        (libc::SOL_SOCKET, libc::SO_BROADCAST) => o.broadcast = v != 0,
         _ => return false,
     }
     true
@@ -292,6 +293,7 @@ pub unsafe extern "C" fn getsockopt(
                 (libc::IPPROTO_TCP, libc::TCP_NODELAY) => c_int::from(o.nodelay),
                 (libc::SOL_SOCKET, libc::SO_KEEPALIVE) => c_int::from(o.keepalive),
                 (libc::IPPROTO_IP, libc::IP_PKTINFO) => c_int::from(o.pktinfo),
+                (libc::SOL_SOCKET, libc::SO_BROADCAST) => c_int::from(o.broadcast),
                 (libc::SOL_SOCKET, libc::SO_SNDBUF) => o.sndbuf.map_or(256 * 1024, |b| b as c_int),
                 (libc::SOL_SOCKET, libc::SO_RCVBUF) => o.rcvbuf.map_or(256 * 1024, |b| b as c_int),
                 _ => {

@@ -122,6 +122,9 @@ pub(crate) struct Opts {
     /// `IP_PKTINFO` set: a UDP receive by `recvmsg` names the datagram's destination in a
     /// control message.
     pub(crate) pktinfo: bool,
+    /// `SO_BROADCAST` set: a UDP socket may send to (and connect to) a broadcast address;
+    /// without it that is `EACCES`, as on Linux.
+    pub(crate) broadcast: bool,
     pub(crate) sndbuf: Option<u32>,
     pub(crate) rcvbuf: Option<u32>,
     /// `SO_RCVTIMEO`: how long a blocking read, receive or accept waits (`None`: for ever).

@@ -216,6 +216,10 @@ pub(crate) fn bind(st: &mut State, fd: c_int, at: SocketAddrV4) -> c_int {
 /// `connect` of an undecided UDP socket to `to`, off loopback: the server's, on a port it
 /// picks, pointed at `to`.
 pub(crate) fn connect_undecided(st: &mut State, fd: c_int, to: SocketAddrV4) -> c_int {
+    let broadcast_ok = st.sock(fd).is_some_and(|s| s.opts().broadcast);
+    if broadcast_refused(st, broadcast_ok, *to.ip()) {
+        return fail(libc::EACCES);
+    }
     if let Err(e) = take(st, fd, SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)) {
         return fail(e);
     }
@@ -241,6 +245,10 @@ pub(crate) unsafe fn reconnect(fd: c_int, addr: *const sockaddr, len: socklen_t)
     guarded(|| {
         let mut st = table::lock();
         let server = st.server_address();
+        let broadcast_ok = matches!(st.sock(fd), Some(Sock::Udp(u)) if u.opts.broadcast);
+        if to.is_some_and(|to| !unspec && broadcast_refused(&st, broadcast_ok, *to.ip())) {
+            return fail(libc::EACCES);
+        }
         let Some(Sock::Udp(u)) = st.sock_mut(fd) else {
             return fail(libc::EISCONN);
         };
@@ -252,6 +260,12 @@ pub(crate) unsafe fn reconnect(fd: c_int, addr: *const sockaddr, len: socklen_t)
         debug!("connect({fd}, {:?}): UDP peer", u.peer);
         0
     })
+}
+
+/// Whether `ip` is a broadcast address of the server's subnet and the socket may not
+/// reach it (`SO_BROADCAST` not set: Linux's `EACCES`).
+fn broadcast_refused(st: &State, allowed: bool, ip: Ipv4Addr) -> bool {
+    !allowed && matches!(&st.client, Some(Ok(c)) if c.is_broadcast(ip))
 }
 
 /// The errno a connected socket's call reports for an ICMP error.
@@ -533,6 +547,9 @@ pub(crate) fn send(
         };
         if net::kernels(*dest.ip(), st.server_address()) || dest.ip().is_unspecified() {
             return Err(libc::ENETUNREACH);
+        }
+        if broadcast_refused(&st, u.opts.broadcast, *dest.ip()) {
+            return Err(libc::EACCES);
         }
         let Some(p) = st.udp_ports.get(&u.port) else {
             return Err(libc::EBADF);

@@ -1699,3 +1699,73 @@ attempt("unconnected recvfrom", lambda: u.recvfrom(100))
         String::from_utf8_lossy(&stats.stdout)
     );
 }
+
+/// UDP broadcast on the server's subnet, as on Linux: without `SO_BROADCAST` a send or
+/// connect to the subnet's broadcast address fails with `EACCES`; with it the datagram
+/// reaches a Linux socket bound to any address, and a Linux broadcast reaches the
+/// program's socket bound to any address. The same program on the kernel's sockets (in the
+/// namespace) and under `shmnet run` (Linux over the veth pair): the same lines.
+#[test]
+fn udp_broadcast_under_shmnet_run_reaches_linux_and_back() {
+    const TEST: &str = "udp_broadcast_under_shmnet_run_reaches_linux_and_back";
+    let Some((ns, _server, sock)) = bed(TEST, "bcast") else {
+        return;
+    };
+    const PEER: &str = r#"
+import socket, sys
+bcast, port = sys.argv[1], int(sys.argv[2])
+p = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+p.bind(("0.0.0.0", port))
+print("ready", flush=True)
+p.settimeout(30)
+d, a = p.recvfrom(100)
+b = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+b.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+b.sendto(b"heard " + d, (bcast, port + 1))
+"#;
+    const PROBE: &str = r#"
+import errno, socket, sys
+bcast, port = sys.argv[1], int(sys.argv[2])
+def attempt(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, e.errno))
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r.bind(("0.0.0.0", port + 1))
+r.settimeout(10)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+attempt("sendto without SO_BROADCAST", lambda: s.sendto(b"x", (bcast, port)))
+attempt("connect without SO_BROADCAST", lambda: s.connect((bcast, port)))
+s.setsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST, 1)
+print("SO_BROADCAST", s.getsockopt(socket.SOL_SOCKET, socket.SO_BROADCAST))
+attempt("sendto with SO_BROADCAST", lambda: s.sendto(b"hello, everyone", (bcast, port)))
+try:
+    d, a = r.recvfrom(100)
+    print(d.decode(), "from", a[0])
+except OSError as e:
+    print("nothing came back:", e)
+"#;
+    let run = |probe: Command, port: u16| {
+        let mut peer = ns.cmd("python3");
+        peer.args(["-c", PEER, "10.93.0.255", &port.to_string()]);
+        let (peer, ready) = started(peer, "the Linux peer");
+        let peer = Killed(peer);
+        assert_eq!(ready.trim(), "ready");
+        let mut probe = probe;
+        probe.args(["-c", PROBE, "10.93.0.255", &port.to_string()]);
+        let out = run_ok(probe, "python3 broadcasting", Duration::from_secs(60));
+        drop(peer);
+        out
+    };
+    let on_kernel = run(ns.cmd("python3"), 7100);
+    assert_eq!(
+        on_kernel,
+        "sendto without SO_BROADCAST EACCES\nconnect without SO_BROADCAST EACCES\n\
+         SO_BROADCAST 1\nsendto with SO_BROADCAST ok\nheard hello, everyone from 10.93.0.2\n",
+        "on the kernel"
+    );
+    let on_shmnet = run(under_shmnet(&sock, "python3"), 7200);
+    assert_eq!(on_shmnet, on_kernel, "under shmnet run, then on the kernel");
+}

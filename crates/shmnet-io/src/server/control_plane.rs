@@ -283,6 +283,8 @@ pub(crate) struct ControlSpec {
     pub(crate) table: Arc<Mutex<RegionTable>>,
     /// The interface's address, told to each application in its `Welcome`.
     pub(crate) address: std::net::Ipv4Addr,
+    /// Its prefix length, told beside it.
+    pub(crate) prefix: u8,
 }
 
 /// The running control plane.
@@ -1137,6 +1139,7 @@ impl ControlPlane {
                     ipc: true,
                     isolated: false,
                     address: Some(self.spec.address),
+                    prefix: Some(self.spec.prefix),
                 },
             )?;
             control::send_fd(&conn.fd, theirs.as_fd())?;
@@ -1153,6 +1156,7 @@ impl ControlPlane {
                     ipc: false,
                     isolated: true,
                     address: Some(self.spec.address),
+                    prefix: Some(self.spec.prefix),
                 },
             )?;
             send_window(&conn.fd, &win)?;
@@ -1168,6 +1172,7 @@ impl ControlPlane {
                     ipc: false,
                     isolated: false,
                     address: Some(self.spec.address),
+                    prefix: Some(self.spec.prefix),
                 },
             )?;
             send_window(&conn.fd, &self.spec.data)?;

@@ -445,6 +445,7 @@ impl Server {
                     ipc: false,
                     isolated: false,
                     address: None,
+                    prefix: None,
                 },
             )?;
             let setup = DriverSetup {
@@ -547,6 +548,7 @@ impl Server {
             driver: driver_ctl,
             table,
             address: opts.serve.ip,
+            prefix: opts.serve.prefix,
         })?;
         Ok(Self {
             dp,
