@@ -591,6 +591,8 @@ pub(crate) fn drive<D: Driver, Q: DriverQueues>(
             ends.sleep(&driver, room == 0);
         }
     }
+    // The buffers the device held between calls (AF_XDP's fill ring) go back to the pools.
+    driver.release_held(ends.pools());
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = in_full;
@@ -713,6 +715,7 @@ pub(crate) fn drive_ipc<D: Driver>(
             let _ = rustix::event::poll(&mut fds, Some(&ts));
         }
     }
+    driver.release_held(&mut pools);
     if let Ok(mut s) = shared.lock() {
         s.driver = driver.stats();
         s.in_queue_full = dropped;

@@ -492,6 +492,13 @@ impl<D: Driver> Inline<D> {
         &self.driver
     }
 
+    /// Takes back the pool buffers the driver holds between calls (AF_XDP's fill ring), for
+    /// a structure that stops driving it: the pools' counters then show only what the stack
+    /// holds. The driver is not driven after it.
+    pub fn release_driver_buffers(&mut self) -> u32 {
+        self.driver.release_held(&mut self.dpools)
+    }
+
     /// Ends the structure and gives its driver back (what it recorded, say). Buffers still
     /// held by the stack go back with the window.
     pub fn into_driver(self) -> D {

@@ -30,7 +30,10 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     /// `--driver` names no device shmnet knows.
-    #[error("unknown driver {0:?}: use softnic, loopback or af_packet:IFACE")]
+    #[error(
+        "unknown driver {0:?}: use softnic, loopback, af_packet:IFACE, af_xdp:IFACE[:QUEUE] or \
+         auto:IFACE[:QUEUE]"
+    )]
     UnknownDriver(String),
     /// `--mac` was given for a device that has its own.
     #[error(
@@ -303,10 +306,15 @@ impl SoftnicSpec {
 pub enum DriverSpec {
     /// The software sender.
     Softnic(SoftnicSpec),
-    /// A real interface through `AF_PACKET` (root or `CAP_NET_RAW`).
+    /// A real interface, through `AF_PACKET` (root or `CAP_NET_RAW`) or `AF_XDP` (root), as
+    /// `access` says. (The variant keeps its first name: specs travel as JSON between a
+    /// server and its driver process, and scripts hold them.)
     AfPacket {
         /// The interface's name.
         iface: String,
+        /// How it is opened: `af_packet:IFACE`, `af_xdp:IFACE[:QUEUE]` or `auto:IFACE`.
+        #[serde(default)]
+        access: Access,
         /// Seconds the interface may stay down or missing before the driver gives up and
         /// the server exits non-zero (0: never give up).
         #[serde(default = "default_give_up_s")]
@@ -315,6 +323,26 @@ pub enum DriverSpec {
         /// [`DriverSpec::impair`]; boxed, as it is rare and the spec travels by value).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         impair: Option<Box<ImpairSpec>>,
+    },
+}
+
+/// How a real interface is opened ([`DriverSpec::AfPacket`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// An `AF_PACKET` socket with memory-mapped rings ([`crate::driver::af_packet`]).
+    #[default]
+    Packet,
+    /// An `AF_XDP` socket on one device queue, the pool as its UMEM
+    /// ([`crate::driver::af_xdp`]).
+    Xdp {
+        /// The device queue.
+        queue: u32,
+    },
+    /// `AF_XDP` where the kernel and the interface can, else `AF_PACKET` (saying why).
+    Auto {
+        /// The device queue, for `AF_XDP`.
+        queue: u32,
     },
 }
 
@@ -349,14 +377,39 @@ impl DriverSpec {
         if mac.is_some() {
             return Err(SpecError::MacWithAfPacket);
         }
-        match driver.strip_prefix("af_packet:") {
-            Some(iface) => Ok(Self::AfPacket {
-                iface: iface.to_string(),
-                give_up_after_s: DEFAULT_GIVE_UP_S,
-                impair: None,
-            }),
-            None => Err(SpecError::UnknownDriver(driver.to_string())),
+        let (access, rest) = if let Some(rest) = driver.strip_prefix("af_packet:") {
+            (Access::Packet, rest)
+        } else if let Some(rest) = driver.strip_prefix("af_xdp:") {
+            (Access::Xdp { queue: 0 }, rest)
+        } else if let Some(rest) = driver.strip_prefix("auto:") {
+            (Access::Auto { queue: 0 }, rest)
+        } else {
+            return Err(SpecError::UnknownDriver(driver.to_string()));
+        };
+        // `IFACE:QUEUE` for the AF_XDP kinds (interface names never hold a colon here: the
+        // kernel allows one only in old alias names, which carry no traffic of their own).
+        let (iface, access) = match (access, rest.rsplit_once(':')) {
+            (Access::Packet, _) | (_, None) => (rest, access),
+            (_, Some((iface, q))) => {
+                let queue = q
+                    .parse()
+                    .map_err(|_| SpecError::UnknownDriver(driver.to_string()))?;
+                let access = match access {
+                    Access::Xdp { .. } => Access::Xdp { queue },
+                    _ => Access::Auto { queue },
+                };
+                (iface, access)
+            }
+        };
+        if iface.is_empty() {
+            return Err(SpecError::UnknownDriver(driver.to_string()));
         }
+        Ok(Self::AfPacket {
+            iface: iface.to_string(),
+            access,
+            give_up_after_s: DEFAULT_GIVE_UP_S,
+            impair: None,
+        })
     }
 
     /// How the frames between the device and the stack are impaired (`--impair`), if they
@@ -379,12 +432,36 @@ impl DriverSpec {
         }
     }
 
-    /// Its name as `--driver` takes it: `softnic` or `af_packet:IFACE`.
+    /// Its name as `--driver` takes it: `softnic`, `af_packet:IFACE`, `af_xdp:IFACE[:QUEUE]`…
     pub fn name(&self) -> String {
         match self {
             Self::Softnic(s) if s.loopback => "loopback".into(),
             Self::Softnic(_) => "softnic".into(),
-            Self::AfPacket { iface, .. } => format!("af_packet:{iface}"),
+            Self::AfPacket {
+                iface,
+                access: Access::Packet,
+                ..
+            } => format!("af_packet:{iface}"),
+            Self::AfPacket {
+                iface,
+                access: Access::Xdp { queue: 0 },
+                ..
+            } => format!("af_xdp:{iface}"),
+            Self::AfPacket {
+                iface,
+                access: Access::Xdp { queue },
+                ..
+            } => format!("af_xdp:{iface}:{queue}"),
+            Self::AfPacket {
+                iface,
+                access: Access::Auto { queue: 0 },
+                ..
+            } => format!("auto:{iface}"),
+            Self::AfPacket {
+                iface,
+                access: Access::Auto { queue },
+                ..
+            } => format!("auto:{iface}:{queue}"),
         }
     }
 
@@ -396,7 +473,7 @@ impl DriverSpec {
         }
     }
 
-    /// The interface, if the device is an `AF_PACKET` one.
+    /// The interface, if the device is a real one (`AF_PACKET` or `AF_XDP`).
     pub fn af_packet(&self) -> Option<&str> {
         match self {
             Self::AfPacket { iface, .. } => Some(iface),
@@ -827,6 +904,7 @@ mod tests {
             DriverSpec::parse("af_packet:v0", s.clone(), None).unwrap(),
             DriverSpec::AfPacket {
                 iface: "v0".into(),
+                access: Access::Packet,
                 give_up_after_s: DEFAULT_GIVE_UP_S,
                 impair: None,
             }
@@ -835,6 +913,39 @@ mod tests {
             DriverSpec::parse("af_packet:v0", s.clone(), Some([2; 6])),
             Err(SpecError::MacWithAfPacket)
         );
+        for (name, access, back) in [
+            ("af_xdp:v0", Access::Xdp { queue: 0 }, "af_xdp:v0"),
+            ("af_xdp:v0:3", Access::Xdp { queue: 3 }, "af_xdp:v0:3"),
+            ("auto:v0", Access::Auto { queue: 0 }, "auto:v0"),
+            ("auto:v0:0", Access::Auto { queue: 0 }, "auto:v0"),
+        ] {
+            let d = DriverSpec::parse(name, s.clone(), None).unwrap();
+            assert!(
+                matches!(&d, DriverSpec::AfPacket { iface, access: a, .. } if iface == "v0" && *a == access),
+                "{name}: {d:?}"
+            );
+            assert_eq!(d.name(), back);
+            assert_eq!(d.af_packet(), Some("v0"));
+        }
+        for bad in ["af_xdp:", "af_xdp:v0:x", "auto:", "xdp:v0"] {
+            assert!(
+                matches!(
+                    DriverSpec::parse(bad, s.clone(), None),
+                    Err(SpecError::UnknownDriver(_))
+                ),
+                "{bad}"
+            );
+        }
+        // A spec of the version before `access` is an AF_PACKET one.
+        let old: DriverSpec =
+            serde_json::from_str(r#"{"af_packet":{"iface":"v0","give_up_after_s":1.0}}"#).unwrap();
+        assert!(matches!(
+            old,
+            DriverSpec::AfPacket {
+                access: Access::Packet,
+                ..
+            }
+        ));
         assert_eq!(
             DriverSpec::parse("tap", s.clone(), None),
             Err(SpecError::UnknownDriver("tap".into()))

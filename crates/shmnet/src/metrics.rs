@@ -362,6 +362,39 @@ impl Metrics {
         ] {
             self.counter(name, help, v);
         }
+        if let Some(x) = &d.xdp {
+            self.xdp(x);
+        }
+    }
+
+    /// An af_xdp driver's rings and the kernel's drops by reason.
+    fn xdp(&mut self, x: &shmnet_io::driver::af_xdp::XdpStats) {
+        self.gauge(
+            "xdp_fill_level",
+            "Buffers on the AF_XDP fill ring: what the kernel can receive into now.",
+            u64::from(x.fill_level),
+        );
+        self.gauge(
+            "xdp_completions_outstanding",
+            "Frames sent through AF_XDP whose buffers the kernel has not completed.",
+            u64::from(x.completions_outstanding),
+        );
+        self.counters(
+            "xdp_rx_drops",
+            "Frames the kernel dropped before the AF_XDP socket, by reason.",
+            [
+                ("dropped", x.rx_dropped),
+                ("rx_ring_full", x.rx_ring_full),
+                ("fill_ring_empty", x.rx_fill_ring_empty),
+                ("invalid_descriptor", x.rx_invalid_descs),
+            ]
+            .map(|(why, v)| (vec![("reason", why.to_owned())], v)),
+        );
+        self.counter(
+            "xdp_tx_invalid_descriptors",
+            "Frames the kernel refused to send through AF_XDP.",
+            x.tx_invalid_descs,
+        );
     }
 
     fn window(&mut self, st: &ServerStats) {

@@ -3,6 +3,7 @@
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use shmnet_io::driver::impair::{ImpairSpec, Impaired};
+use shmnet_io::driver::nic::{Nic, NicSpec};
 use shmnet_io::driver::softnic::{Dma, Softnic};
 use shmnet_io::driver::{Driver, Families};
 use shmnet_io::inline::{App, Inline};
@@ -56,8 +57,11 @@ pub enum Structure {
 pub struct DriverArgs {
     /// The packet device: `softnic` (a software sender, see the --softnic-* options),
     /// `loopback` (a wire that hands every frame back, as Linux's `lo`: the server's
-    /// applications reach each other at --ip, e.g. two programs under `shmnet run`), or
-    /// `af_packet:IFACE` (a real interface; needs root or CAP_NET_RAW).
+    /// applications reach each other at --ip, e.g. two programs under `shmnet run`),
+    /// `af_packet:IFACE` (a real interface; needs root or CAP_NET_RAW), `af_xdp:IFACE[:QUEUE]`
+    /// (a real interface through AF_XDP: frames land in shmnet's own buffers, an XDP program
+    /// steers only --ip's frames to shmnet and the kernel keeps the rest; needs root;
+    /// docs/xdp.md), or `auto:IFACE` (af_xdp where it can be had, else af_packet).
     #[arg(long, default_value = "softnic")]
     driver: String,
     /// af_packet: seconds the interface may stay down or missing (the driver reopens it
@@ -264,11 +268,19 @@ pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
         ),
         DriverSpec::AfPacket {
             iface,
+            access,
             give_up_after_s,
             ..
         } => drive_with(
             attached,
-            open_af_packet(iface, *give_up_after_s, setup.mtu),
+            open_nic(&NicSpec {
+                iface,
+                access: *access,
+                ip: setup.ip,
+                mtu: setup.mtu as u32,
+                give_up_after: give_up(*give_up_after_s),
+                ipv6: setup.families.ipv6,
+            }),
             impair,
         ),
     }
@@ -284,7 +296,15 @@ fn run_shared_driver(a: &DriverProcessArgs, listen: &Path) -> Result<()> {
         .context("--listen needs --device IFACE")?;
     let _lock = crate::iface_lock::lock_or_warn(iface, false)?;
     let mac = mac_of(iface)?;
-    let nic = open_af_packet(iface, a.give_up_after, a.mtu)?;
+    // Several servers, several pools: AF_XDP's UMEM is one server's pool, so AF_PACKET.
+    let nic = open_nic(&NicSpec {
+        iface,
+        access: shmnet_io::spec::Access::Packet,
+        ip: std::net::Ipv4Addr::UNSPECIFIED,
+        mtu: a.mtu as u32,
+        give_up_after: give_up(a.give_up_after),
+        ipv6: true,
+    })?;
     let shared = SharedDriver::listen(listen, mac)
         .with_context(|| format!("listening at {}", listen.display()))?
         .on_event(|e| match e {
@@ -678,12 +698,21 @@ pub fn run(spec: ServeSpec) -> Result<()> {
         }
         DriverSpec::AfPacket {
             iface,
+            access,
             give_up_after_s,
             ..
         } => {
-            let nic = open_af_packet(iface, *give_up_after_s, spec.mtu)?;
+            let nic = open_nic(&NicSpec {
+                iface,
+                access: *access,
+                ip: spec.ip,
+                mtu: spec.mtu as u32,
+                give_up_after: give_up(*give_up_after_s),
+                ipv6: spec.families.ipv6,
+            })?;
             let banner = format!(
-                "shmnet inline on {iface} as {}/{}: answering ARP and ping; {}; Ctrl-C to stop",
+                "shmnet inline on {iface} ({}) as {}/{}: answering ARP and ping; {}; Ctrl-C to stop",
+                nic.kind(),
                 spec.ip,
                 spec.prefix,
                 describe_apps(&apps)
@@ -734,19 +763,14 @@ fn describe_apps(apps: &[App]) -> String {
         .join(", ")
 }
 
-/// Opens `iface` with AF_PACKET; the driver gives up after `give_up_after_s` seconds of the
-/// interface being down or missing (0: never).
-fn open_af_packet(
-    iface: &str,
-    give_up_after_s: f64,
-    mtu: usize,
-) -> Result<shmnet_io::driver::af_packet::AfPacket> {
-    let opts = shmnet_io::driver::af_packet::AfPacketOptions {
-        give_up_after: (give_up_after_s > 0.0).then(|| Duration::from_secs_f64(give_up_after_s)),
-        ..shmnet_io::driver::af_packet::AfPacketOptions::for_mtu(mtu as u32)
-    };
-    shmnet_io::driver::af_packet::AfPacket::open(iface, opts)
-        .with_context(|| format!("opening {iface} with AF_PACKET"))
+/// Opens a real interface as `spec` says (`AF_PACKET`, `AF_XDP`, or `auto`).
+fn open_nic(spec: &NicSpec<'_>) -> Result<Nic> {
+    Ok(Nic::open(spec)?)
+}
+
+/// `--give-up-after` in seconds as the driver takes it (0: never).
+fn give_up(seconds: f64) -> Option<Duration> {
+    (seconds > 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
 /// The MAC address of `iface`, as the kernel reports it.
@@ -820,6 +844,13 @@ fn serve<D: Driver>(
                 // Asleep on the device until it has frames (or the next timer): an idle
                 // server costs no CPU. 50 ms bounds how late Ctrl-C and --duration are seen.
                 server.idle(Duration::from_millis(50));
+                // A driver that gave up for good (it said why on stderr) ends the run.
+                if server.driver().stats().link == shmnet_io::driver::LinkState::Failed {
+                    bail!(
+                        "the driver {} stopped: see the message above",
+                        a.driver.name()
+                    );
+                }
             }
         }
         if !run.keep_going() {
@@ -834,6 +865,7 @@ fn serve<D: Driver>(
         }
     }
     pb.finish_and_clear();
+    server.release_driver_buffers();
     let secs = start.elapsed().as_secs_f64();
     let apps = server.app_stats().clone();
     let report = Report {
@@ -959,10 +991,18 @@ fn run_server(a: &ServeSpec) -> Result<()> {
         match &a.driver {
             DriverSpec::AfPacket {
                 iface,
+                access,
                 give_up_after_s,
                 ..
             } => start_in_process(
-                open_af_packet(iface, *give_up_after_s, a.mtu)?,
+                open_nic(&NicSpec {
+                    iface,
+                    access: *access,
+                    ip: a.ip,
+                    mtu: a.mtu as u32,
+                    give_up_after: give_up(*give_up_after_s),
+                    ipv6: a.families.ipv6,
+                })?,
                 impair,
                 &opts,
             ),

@@ -2,18 +2,14 @@
 //! order, an idle inline server sleeps, a second server on one interface is refused, and an
 //! application binding port 0 is told its port.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[path = "common/netns.rs"]
 mod netns;
 use netns::Netns;
-
-/// How long a party may take to start or to stop (only a hang reaches it).
-const LIMIT: Duration = Duration::from_secs(60);
 
 /// How long the idle servers are watched.
 const IDLE_WATCH: Duration = Duration::from_secs(3);
@@ -30,128 +26,15 @@ fn temp(tag: &str) -> PathBuf {
     std::env::temp_dir().join(format!("shmnet-cli-{}-{tag}", std::process::id()))
 }
 
-/// A running `shmnet` with its output collected.
-struct Party {
-    child: Child,
-    stdout: Arc<Mutex<String>>,
-    stderr: Arc<Mutex<String>>,
-}
+#[path = "common/party.rs"]
+mod party;
+use party::Party;
 
-fn collect(r: impl Read + Send + 'static, into: Arc<Mutex<String>>) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(r).lines().map_while(Result::ok) {
-            let mut s = into.lock().unwrap();
-            s.push_str(&line);
-            s.push('\n');
-        }
-    });
-}
-
-impl Party {
-    fn spawn(cmd: &mut Command) -> Party {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start shmnet");
-        let (stdout, stderr) = (Arc::default(), Arc::default());
-        collect(child.stdout.take().unwrap(), Arc::clone(&stdout));
-        collect(child.stderr.take().unwrap(), Arc::clone(&stderr));
-        Party {
-            child,
-            stdout,
-            stderr,
-        }
-    }
-
-    fn shmnet(args: &[&str], runtime: &std::path::Path) -> Party {
-        Party::spawn(
-            Command::new(env!("CARGO_BIN_EXE_shmnet"))
-                .args(args)
-                .env("SHMNET_RUNTIME_DIR", runtime),
-        )
-    }
-
-    fn out(&self) -> String {
-        self.stdout.lock().unwrap().clone()
-    }
-
-    fn err(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Waits until stderr has a line containing `what` (the party says it is up).
-    fn wait_for(&mut self, what: &str) {
-        let deadline = Instant::now() + LIMIT;
-        while !self.err().contains(what) {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                panic!(
-                    "exited ({s}) before saying {what:?}:\n{}{}",
-                    self.out(),
-                    self.err()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "never said {what:?}:\n{}",
-                self.err()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Waits for the exit (and the last of the output).
-    fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                std::thread::sleep(Duration::from_millis(50));
-                return s;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("did not exit in {LIMIT:?}:\n{}{}", self.out(), self.err());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: a signal to a child we spawned and have not reaped.
-        unsafe { libc::kill(self.child.id() as i32, sig) };
-    }
-
-    /// User plus system CPU time so far, from /proc/PID/stat (all threads).
-    fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        let f: Vec<&str> = stat
-            .rsplit_once(')')
-            .unwrap()
-            .1
-            .split_whitespace()
-            .collect();
-        // After `(comm)`: state is field 3, utime 14 and stime 15 (1-based).
-        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-        Duration::from_secs_f64(ticks as f64 / hz as f64)
-    }
-
-    /// CPU time over `IDLE_WATCH` of wall time, as a fraction.
-    fn idle_cpu_fraction(&self) -> f64 {
-        let (c0, t0) = (self.cpu(), Instant::now());
-        std::thread::sleep(IDLE_WATCH);
-        (self.cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64()
-    }
-}
-
-impl Drop for Party {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// CPU time of `p` over `IDLE_WATCH` of wall time, as a fraction.
+fn idle_cpu_fraction(p: &Party) -> f64 {
+    let (c0, t0) = (p.cpu(), Instant::now());
+    std::thread::sleep(IDLE_WATCH);
+    (p.cpu() - c0).as_secs_f64() / t0.elapsed().as_secs_f64()
 }
 
 /// A softnic sending one message every half second for far longer than the test.
@@ -205,7 +88,7 @@ fn an_idle_inline_server_over_softnic_sleeps() {
     args.extend(PACED);
     let mut p = Party::shmnet(&args, &runtime);
     p.wait_for("shmnet inline");
-    let cpu = p.idle_cpu_fraction();
+    let cpu = idle_cpu_fraction(&p);
     p.signal(libc::SIGTERM);
     assert!(p.wait().success(), "{}", p.err());
     assert!(
@@ -276,7 +159,7 @@ fn on_a_real_interface_an_idle_server_sleeps_and_a_second_one_is_refused() {
     let serve = ["serve", "--driver", "af_packet:v0", "--ip", "10.78.0.1/24"];
     let mut first = ns.shmnet(&[&serve[..], &["--echo", "7"]].concat(), &runtime);
     first.wait_for("shmnet inline on v0");
-    let cpu = first.idle_cpu_fraction();
+    let cpu = idle_cpu_fraction(&first);
     assert!(
         cpu < IDLE_CPU_BOUND,
         "an idle inline server on af_packet used {:.0} % of a CPU",
@@ -350,7 +233,7 @@ fn an_idle_server_structure_sleeps_in_every_placement() {
         // With no application bound, softnic waits; the server, its control plane and its
         // driver (thread or process: the process's CPU is read from its own /proc entry)
         // must all be asleep.
-        let cpu = p.idle_cpu_fraction();
+        let cpu = idle_cpu_fraction(&p);
         p.signal(libc::SIGTERM);
         assert!(p.wait().success(), "{placement}: {}", p.err());
         println!(
@@ -465,7 +348,7 @@ fn stats_answers_when_the_server_is_out_of_file_descriptors() {
         idle.len()
     );
     // Out of fds, it does not spin.
-    let cpu = p.idle_cpu_fraction();
+    let cpu = idle_cpu_fraction(&p);
     println!("server at its fd limit: {:.2} % of a CPU", cpu * 100.0);
     assert!(
         cpu < IDLE_CPU_BOUND,

@@ -787,7 +787,7 @@ fn setsockopt<T>(fd: BorrowedFd<'_>, level: i32, name: i32, v: &T) -> std::io::R
     if r == 0 { Ok(()) } else { Err(last_err()) }
 }
 
-fn ifreq(name: &str) -> libc::ifreq {
+pub(super) fn ifreq(name: &str) -> libc::ifreq {
     // SAFETY: `ifreq` is a plain C struct (and union) for which all-zero bytes are valid.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
@@ -796,7 +796,11 @@ fn ifreq(name: &str) -> libc::ifreq {
     req
 }
 
-fn ioctl(fd: BorrowedFd<'_>, req: libc::Ioctl, ifr: &mut libc::ifreq) -> std::io::Result<()> {
+pub(super) fn ioctl(
+    fd: BorrowedFd<'_>,
+    req: libc::Ioctl,
+    ifr: &mut libc::ifreq,
+) -> std::io::Result<()> {
     // SAFETY: the `SIOCGIF*` requests used here read the name from and write one union field
     // of a `struct ifreq`, which `ifr` is, live and exclusively borrowed.
     let r = unsafe { libc::ioctl(fd.as_raw_fd(), req, ifr as *mut libc::ifreq) };

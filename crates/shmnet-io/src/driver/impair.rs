@@ -1078,6 +1078,10 @@ impl<D: Driver> Driver for Impaired<D> {
     fn mac(&self) -> [u8; 6] {
         self.inner.mac()
     }
+
+    fn release_held(&mut self, pools: &mut DriverPools) -> u32 {
+        self.inner.release_held(pools)
+    }
 }
 
 #[cfg(test)]

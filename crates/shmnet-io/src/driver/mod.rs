@@ -8,7 +8,9 @@
 //! serves it, so one driver can feed several servers (an IPv4 one and an IPv6 one, say).
 
 pub mod af_packet;
+pub mod af_xdp;
 pub mod impair;
+pub mod nic;
 pub mod softnic;
 
 use shmnet_chan::DriverPools;
@@ -256,6 +258,10 @@ pub struct DriverStats {
     /// counters travel in every control message that carries a driver's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub impair: Option<Box<impair::ImpairStats>>,
+    /// The AF_XDP side (only for [`af_xdp::AfXdp`]: absent otherwise): rings, mode, and the
+    /// kernel's drops by reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xdp: Option<Box<af_xdp::XdpStats>>,
 }
 
 impl DriverStats {
@@ -342,6 +348,13 @@ pub trait Driver: Send {
 
     /// The device's MAC address.
     fn mac(&self) -> [u8; 6];
+
+    /// Hands back every pool buffer the driver holds between calls (`AF_XDP`'s fill ring
+    /// and unfinished sends; none for the others), for a caller that stops driving it;
+    /// returns how many. The driver may not be driven after it.
+    fn release_held(&mut self, _pools: &mut DriverPools) -> u32 {
+        0
+    }
 }
 
 #[cfg(test)]

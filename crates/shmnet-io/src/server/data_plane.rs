@@ -94,6 +94,13 @@ impl Polled {
     }
 }
 
+impl Drop for Polled {
+    /// The buffers the device held between calls (AF_XDP's fill ring) go back to the pools.
+    fn drop(&mut self) {
+        self.driver.release_held(&mut self.pools);
+    }
+}
+
 /// One attached application.
 struct AppSlot {
     id: u64,

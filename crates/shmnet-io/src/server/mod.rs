@@ -403,6 +403,7 @@ impl Server {
         let listener = control::listen(&opts.socket)?;
         let spec = DriverSpec::AfPacket {
             iface: String::new(),
+            access: crate::spec::Access::Packet,
             give_up_after_s: 0.0,
             impair: None,
         };

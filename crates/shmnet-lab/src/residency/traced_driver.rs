@@ -98,4 +98,8 @@ impl<D: Driver> Driver for TracedDriver<D> {
     fn mac(&self) -> [u8; 6] {
         self.inner.mac()
     }
+
+    fn release_held(&mut self, pools: &mut DriverPools) -> u32 {
+        self.inner.release_held(pools)
+    }
 }

@@ -171,6 +171,7 @@ impl Side {
             sync: structure.sync(),
             driver: DriverSpec::AfPacket {
                 iface: MEASURED_IFACE.into(),
+                access: shmnet_io::spec::Access::Packet,
                 give_up_after_s: 10.0,
                 impair: None,
             },

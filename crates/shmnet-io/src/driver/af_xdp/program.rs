@@ -1,0 +1,463 @@
+//! The XDP program that steers shmnet's frames to its AF_XDP socket, and the three `bpf(2)`
+//! objects behind it: an `XSKMAP` (queue index → socket), the program, and the link that
+//! attaches it to the interface.
+//!
+//! # The program
+//!
+//! Twenty-five instruction slots, assembled here ([`steering`]). For each frame:
+//!
+//! - an IPv4 packet (EtherType 0x0800, at least 34 bytes) whose destination is shmnet's
+//!   address, or an ARP packet (0x0806, at least 42 bytes) whose target protocol address is
+//!   shmnet's, is redirected to the socket in `XSKMAP[rx_queue_index]`
+//!   (`bpf_redirect_map`, with `XDP_PASS` as the action when that slot is empty — a queue
+//!   shmnet does not serve, or a socket not bound yet);
+//! - everything else — the kernel's own address, IPv6, other EtherTypes, runts — is passed to
+//!   the kernel untouched. So shmnet and the kernel share one interface, each answering for its
+//!   own address (they share its MAC address, as two IP addresses on one NIC do).
+//!
+//! Broadcast and multicast frames go to the kernel (a frame cannot go to both here).
+//!
+//! # Why assembled here, not compiled and loaded with a crate
+//!
+//! The usual way is C compiled by clang to a BPF ELF object, loaded with libbpf, libxdp or
+//! the `aya` crate. Every one of those loads an ELF object: clang (an LLVM with the BPF
+//! backend) would become a build dependency of the whole workspace for two dozen instructions
+//! that never change shape, and libxdp's dispatcher adds a second program and a pinned
+//! directory that outlives a killed driver. The program's one parameter — shmnet's
+//! address — is an immediate here, so there is no map to keep in step with it. What this
+//! module does instead is four `bpf(2)` commands (map create, program load, map update, link
+//! create), each a fixed-layout `union bpf_attr` member, with the verifier's log returned on
+//! a refusal. The link is what makes a `kill -9` safe: it belongs to the driver's fd, so the
+//! kernel detaches the program when the process dies, and the interface is the kernel's
+//! again.
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `bpf(2)` commands used here (`enum bpf_cmd`).
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+
+/// `BPF_MAP_TYPE_XSKMAP`.
+const MAP_TYPE_XSKMAP: u32 = 17;
+/// `BPF_PROG_TYPE_XDP`.
+const PROG_TYPE_XDP: u32 = 6;
+/// `BPF_XDP`, the link's attach type.
+const ATTACH_XDP: u32 = 37;
+/// `XDP_FLAGS_SKB_MODE`: generic XDP, in the kernel's receive path after the skb is built.
+const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+/// `XDP_FLAGS_DRV_MODE`: native XDP, in the device driver's receive path.
+const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+/// `XDP_PASS`.
+const XDP_PASS: i32 = 2;
+/// `BPF_FUNC_redirect_map`.
+const HELPER_REDIRECT_MAP: i32 = 51;
+/// `BPF_PSEUDO_MAP_FD`: a 64-bit immediate load whose value is a map's fd.
+const PSEUDO_MAP_FD: u8 = 1;
+
+/// One BPF instruction (`struct bpf_insn`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Insn {
+    code: u8,
+    /// `dst_reg` in the low nibble, `src_reg` in the high one.
+    regs: u8,
+    off: i16,
+    imm: i32,
+}
+
+/// The opcodes the program uses (class | mode/op | size/source, as in `linux/bpf.h`).
+mod op {
+    /// `BPF_LDX | BPF_MEM | BPF_W`.
+    pub const LDX_W: u8 = 0x61;
+    /// `BPF_LDX | BPF_MEM | BPF_H`.
+    pub const LDX_H: u8 = 0x69;
+    /// `BPF_ALU64 | BPF_MOV | BPF_X`.
+    pub const MOV64_REG: u8 = 0xbf;
+    /// `BPF_ALU64 | BPF_MOV | BPF_K`.
+    pub const MOV64_IMM: u8 = 0xb7;
+    /// `BPF_ALU64 | BPF_ADD | BPF_K`.
+    pub const ADD64_IMM: u8 = 0x07;
+    /// `BPF_JMP | BPF_JGT | BPF_X`.
+    pub const JGT_REG: u8 = 0x2d;
+    /// `BPF_JMP32 | BPF_JEQ | BPF_K`: compares the low 32 bits.
+    pub const JEQ32_IMM: u8 = 0x16;
+    /// `BPF_JMP | BPF_JA`.
+    pub const JA: u8 = 0x05;
+    /// `BPF_LD | BPF_IMM | BPF_DW`: two instruction slots.
+    pub const LD_IMM64: u8 = 0x18;
+    /// `BPF_JMP | BPF_CALL`.
+    pub const CALL: u8 = 0x85;
+    /// `BPF_JMP | BPF_EXIT`.
+    pub const EXIT: u8 = 0x95;
+}
+
+fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn {
+        code,
+        regs: (dst & 0xf) | (src << 4),
+        off,
+        imm,
+    }
+}
+
+/// A 16-bit network-order field as the program's little-endian load sees it.
+fn le16(be: u16) -> i32 {
+    i32::from(u16::from_le_bytes(be.to_be_bytes()))
+}
+
+/// The steering program for shmnet's address `ip`, redirecting to the sockets of `xsk_map`
+/// (an fd). See [the module docs](self).
+///
+/// Registers: r1 the `xdp_md` context on entry, r6 a copy of it, r2/r3 the frame's start and
+/// end, r4 scratch for bounds, r5 the loaded field.
+pub fn steering(ip: Ipv4Addr, xsk_map: RawFd) -> Vec<Insn> {
+    // The address as the program's 32-bit little-endian load of network-order bytes sees it.
+    let ip_le = i32::from_le_bytes(ip.octets());
+    // Offsets inside the frame: EtherType, IPv4 destination, ARP target protocol address.
+    const ETHERTYPE: i16 = 12;
+    const IPV4_DST: i16 = 14 + 16;
+    const ARP_TPA: i16 = 14 + 24;
+    const IPV4_MIN: i32 = 14 + 20;
+    const ARP_MIN: i32 = 14 + 28;
+    // Labels are instruction indexes; jumps are relative to the next instruction.
+    const PASS: i16 = 17;
+    const REDIRECT: i16 = 19;
+    let jump = |from: i16, to: i16| to - from - 1;
+    vec![
+        /* 0 */ insn(op::MOV64_REG, 6, 1, 0, 0),
+        /* 1 */ insn(op::LDX_W, 2, 1, 0, 0), // r2 = ctx->data
+        /* 2 */ insn(op::LDX_W, 3, 1, 4, 0), // r3 = ctx->data_end
+        /* 3 */ insn(op::MOV64_REG, 4, 2, 0, 0),
+        /* 4 */ insn(op::ADD64_IMM, 4, 0, 0, IPV4_MIN),
+        /* 5 */
+        insn(op::JGT_REG, 4, 3, jump(5, PASS), 0), // shorter than IPv4's minimum
+        /* 6 */ insn(op::LDX_H, 5, 2, ETHERTYPE, 0),
+        /* 7 */ insn(op::JEQ32_IMM, 5, 0, jump(7, 10), le16(0x0800)),
+        /* 8 */ insn(op::JEQ32_IMM, 5, 0, jump(8, 12), le16(0x0806)),
+        /* 9 */ insn(op::JA, 0, 0, jump(9, PASS), 0),
+        // IPv4: the destination address.
+        /* 10 */
+        insn(op::LDX_W, 5, 2, IPV4_DST, 0),
+        /* 11 */ insn(op::JA, 0, 0, jump(11, 16), 0),
+        // ARP: the whole packet, then its target protocol address.
+        /* 12 */
+        insn(op::MOV64_REG, 4, 2, 0, 0),
+        /* 13 */ insn(op::ADD64_IMM, 4, 0, 0, ARP_MIN),
+        /* 14 */ insn(op::JGT_REG, 4, 3, jump(14, PASS), 0),
+        /* 15 */ insn(op::LDX_W, 5, 2, ARP_TPA, 0),
+        // Ours? Then to XSKMAP[ctx->rx_queue_index], or to the kernel if that slot is empty.
+        /* 16 */
+        insn(op::JEQ32_IMM, 5, 0, jump(16, REDIRECT), ip_le),
+        /* 17 PASS */ insn(op::MOV64_IMM, 0, 0, 0, XDP_PASS),
+        /* 18 */ insn(op::EXIT, 0, 0, 0, 0),
+        /* 19 REDIRECT */ insn(op::LDX_W, 2, 6, 16, 0), // r2 = ctx->rx_queue_index
+        /* 20 */ insn(op::LD_IMM64, 1, PSEUDO_MAP_FD, 0, xsk_map),
+        /* 21 */ insn(0, 0, 0, 0, 0),
+        /* 22 */ insn(op::MOV64_IMM, 3, 0, 0, XDP_PASS),
+        /* 23 */ insn(op::CALL, 0, 0, 0, HELPER_REDIRECT_MAP),
+        /* 24 */ insn(op::EXIT, 0, 0, 0, 0),
+    ]
+}
+
+/// How the program runs on the interface.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum XdpMode {
+    /// In the device driver (`XDP_FLAGS_DRV_MODE`): before the kernel builds an skb.
+    Native,
+    /// In the kernel's generic receive path (`XDP_FLAGS_SKB_MODE`): any interface, slower.
+    Generic,
+}
+
+/// Why the program could not be made or attached.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramError {
+    /// `bpf(2)` is refused: not root, or BPF is disabled.
+    #[error(
+        "{what}: the kernel refused bpf(2) ({source}): AF_XDP needs root (or CAP_BPF and \
+         CAP_NET_ADMIN), and a kernel with BPF enabled"
+    )]
+    NotPermitted {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The kernel has no XSKMAP (built without `CONFIG_XDP_SOCKETS`).
+    #[error(
+        "this kernel cannot make an XSKMAP ({0}): it was built without AF_XDP \
+         (CONFIG_XDP_SOCKETS); use --driver af_packet:IFACE"
+    )]
+    NoXskMap(std::io::Error),
+    /// The verifier refused the program (a bug here: its log says why).
+    #[error("the kernel's verifier refused the steering program ({source}):\n{log}")]
+    Refused {
+        /// The error.
+        source: std::io::Error,
+        /// The verifier's log.
+        log: String,
+    },
+    /// The interface already has an XDP program.
+    #[error(
+        "interface {iface} already has an XDP program: see `ip link show {iface}`, remove it \
+         with `ip link set {iface} xdp off` (or stop the shmnet driver that holds it)"
+    )]
+    Busy {
+        /// The interface.
+        iface: String,
+    },
+    /// Neither mode could attach.
+    #[error("attaching XDP to {iface} failed in native ({native}) and generic ({generic}) mode")]
+    Attach {
+        /// The interface.
+        iface: String,
+        /// Native mode's error.
+        native: std::io::Error,
+        /// Generic mode's error.
+        generic: std::io::Error,
+    },
+    /// Another `bpf(2)` call failed.
+    #[error("{what} failed: {source}")]
+    Sys {
+        /// What was being done.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// `union bpf_attr`, as large as any command here uses (zeroed past what a command sets,
+/// which the kernel requires).
+#[repr(C, align(8))]
+struct Attr([u8; 128]);
+
+impl Attr {
+    fn new() -> Self {
+        Self([0; 128])
+    }
+    fn put_u32(&mut self, at: usize, v: u32) -> &mut Self {
+        self.0[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn put_u64(&mut self, at: usize, v: u64) -> &mut Self {
+        self.0[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+}
+
+/// Runs `bpf(cmd, attr)`.
+fn bpf(cmd: libc::c_long, attr: &mut Attr) -> std::io::Result<libc::c_long> {
+    // SAFETY: `attr` is a zero-padded `union bpf_attr` of 128 bytes whose pointers (set by the
+    // callers) point at live buffers of the lengths they give; the kernel reads at most
+    // `size` bytes of it and writes only into those buffers.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr.0.as_mut_ptr(),
+            std::mem::size_of::<Attr>() as libc::c_uint,
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// Takes ownership of the fd a `bpf(2)` command returned.
+fn owned(fd: libc::c_long) -> OwnedFd {
+    // SAFETY: the kernel just returned this fd to us, and nothing else owns it.
+    unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
+}
+
+fn refused_for_privilege(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+}
+
+/// The program attached to an interface, with its map. Dropping it detaches the program
+/// (the link is the only thing holding it there) and frees the map.
+#[derive(Debug)]
+pub struct Steering {
+    map: OwnedFd,
+    _prog: OwnedFd,
+    _link: OwnedFd,
+    mode: XdpMode,
+    queues: u32,
+}
+
+impl Steering {
+    /// Makes the map (for queues `0..queues`), loads the program for `ip`, and attaches it
+    /// to the interface with index `ifindex` (named `iface`, for messages): in native mode if
+    /// the device can, else in generic mode.
+    pub fn attach(
+        iface: &str,
+        ifindex: u32,
+        ip: Ipv4Addr,
+        queues: u32,
+    ) -> Result<Steering, ProgramError> {
+        let map = create_xskmap(queues)?;
+        let prog = load(&steering(ip, map.as_raw_fd()))?;
+        let (link, mode) = link(iface, ifindex, &prog)?;
+        Ok(Steering {
+            map,
+            _prog: prog,
+            _link: link,
+            mode,
+            queues,
+        })
+    }
+
+    /// Which mode the program runs in.
+    pub fn mode(&self) -> XdpMode {
+        self.mode
+    }
+
+    /// Points queue `queue`'s frames at the AF_XDP socket `xsk`.
+    pub fn steer_queue(&self, queue: u32, xsk: RawFd) -> Result<(), ProgramError> {
+        if queue >= self.queues {
+            return Err(ProgramError::Sys {
+                what: "steering a queue past the map",
+                source: std::io::Error::from_raw_os_error(libc::E2BIG),
+            });
+        }
+        let key = queue;
+        let value = xsk as u32;
+        let mut a = Attr::new();
+        a.put_u32(0, self.map.as_raw_fd() as u32)
+            .put_u64(8, &key as *const u32 as u64)
+            .put_u64(16, &value as *const u32 as u64)
+            .put_u64(24, 0);
+        bpf(BPF_MAP_UPDATE_ELEM, &mut a)
+            .map(drop)
+            .map_err(|source| ProgramError::Sys {
+                what: "putting the AF_XDP socket in the XSKMAP",
+                source,
+            })
+    }
+}
+
+fn create_xskmap(entries: u32) -> Result<OwnedFd, ProgramError> {
+    let mut a = Attr::new();
+    a.put_u32(0, MAP_TYPE_XSKMAP)
+        .put_u32(4, 4)
+        .put_u32(8, 4)
+        .put_u32(12, entries.max(1));
+    // map_name at 28 (after map_type, key_size, value_size, max_entries, map_flags,
+    // inner_map_fd, numa_node).
+    a.0[28..28 + 11].copy_from_slice(b"shmnet_xsks");
+    match bpf(BPF_MAP_CREATE, &mut a) {
+        Ok(fd) => Ok(owned(fd)),
+        Err(e) if refused_for_privilege(&e) => Err(ProgramError::NotPermitted {
+            what: "making the XSKMAP",
+            source: e,
+        }),
+        Err(e) => Err(ProgramError::NoXskMap(e)),
+    }
+}
+
+fn load(insns: &[Insn]) -> Result<OwnedFd, ProgramError> {
+    let license = c"GPL";
+    let mut log = vec![0u8; 64 * 1024];
+    let try_load = |log_level: u32, log: &mut [u8]| {
+        let mut a = Attr::new();
+        a.put_u32(0, PROG_TYPE_XDP)
+            .put_u32(4, insns.len() as u32)
+            .put_u64(8, insns.as_ptr() as u64)
+            .put_u64(16, license.as_ptr() as u64)
+            .put_u32(24, log_level)
+            .put_u32(28, if log_level > 0 { log.len() as u32 } else { 0 })
+            .put_u64(
+                32,
+                if log_level > 0 {
+                    log.as_mut_ptr() as u64
+                } else {
+                    0
+                },
+            );
+        // prog_name at 48 (after kern_version at 40 and prog_flags at 44).
+        a.0[48..48 + 12].copy_from_slice(b"shmnet_steer");
+        bpf(BPF_PROG_LOAD, &mut a)
+    };
+    match try_load(0, &mut log) {
+        Ok(fd) => Ok(owned(fd)),
+        Err(e) if refused_for_privilege(&e) => Err(ProgramError::NotPermitted {
+            what: "loading the XDP program",
+            source: e,
+        }),
+        Err(_) => {
+            // Again with the verifier's log, to say why.
+            let source = match try_load(1, &mut log) {
+                Ok(fd) => return Ok(owned(fd)),
+                Err(e) => e,
+            };
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            Err(ProgramError::Refused {
+                source,
+                log: String::from_utf8_lossy(&log[..end]).into_owned(),
+            })
+        }
+    }
+}
+
+fn link_in(ifindex: u32, prog: &OwnedFd, flags: u32) -> std::io::Result<OwnedFd> {
+    let mut a = Attr::new();
+    a.put_u32(0, prog.as_raw_fd() as u32)
+        .put_u32(4, ifindex)
+        .put_u32(8, ATTACH_XDP)
+        .put_u32(12, flags);
+    bpf(BPF_LINK_CREATE, &mut a).map(owned)
+}
+
+fn link(iface: &str, ifindex: u32, prog: &OwnedFd) -> Result<(OwnedFd, XdpMode), ProgramError> {
+    let busy = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EEXIST));
+    let native = match link_in(ifindex, prog, XDP_FLAGS_DRV_MODE) {
+        Ok(l) => return Ok((l, XdpMode::Native)),
+        Err(e) if busy(&e) => {
+            return Err(ProgramError::Busy {
+                iface: iface.to_string(),
+            });
+        }
+        Err(e) => e,
+    };
+    match link_in(ifindex, prog, XDP_FLAGS_SKB_MODE) {
+        Ok(l) => Ok((l, XdpMode::Generic)),
+        Err(e) if busy(&e) => Err(ProgramError::Busy {
+            iface: iface.to_string(),
+        }),
+        Err(generic) => Err(ProgramError::Attach {
+            iface: iface.to_string(),
+            native,
+            generic,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_jump_lands_inside_the_program_and_it_ends_in_exits() {
+        let p = steering(Ipv4Addr::new(10, 0, 0, 200), 3);
+        assert_eq!(p.len(), 25);
+        for (i, x) in p.iter().enumerate() {
+            let is_jump = matches!(x.code, op::JGT_REG | op::JEQ32_IMM | op::JA);
+            if is_jump {
+                let to = i as i64 + 1 + i64::from(x.off);
+                assert!((0..p.len() as i64).contains(&to), "insn {i} jumps to {to}");
+                // Never into the second half of the 64-bit immediate load.
+                assert_ne!(to, 21, "insn {i}");
+            }
+        }
+        assert_eq!(p[18].code, op::EXIT);
+        assert_eq!(p[24].code, op::EXIT);
+        // The address compare sees the octets in memory order, high bit and all.
+        assert_eq!(p[16].imm as u32, u32::from_le_bytes([10, 0, 0, 200]));
+        assert_eq!(p[7].imm, 0x0008);
+        assert_eq!(p[8].imm, 0x0608);
+    }
+}
