@@ -22,9 +22,9 @@
 //!   chunk address plus its offset, and its length) goes on TX, and the buffer is released
 //!   when its completion comes back — not before, so a zero-copy device never reads a buffer
 //!   that was reused. In copy mode the kernel copies the frame when it is kicked: only a
-//!   `sendto` (or a `poll`) sends, and the ring's `XDP_RING_NEED_WAKEUP` flag is never raised
-//!   there, so the driver kicks after every burst that left frames on TX; a zero-copy device
-//!   is kicked only when its ring asks.
+//!   `sendto` (or a `poll`) sends, so the driver kicks after every burst that left frames on
+//!   TX (receive bursts included), without relying on the ring's `XDP_RING_NEED_WAKEUP`; a
+//!   zero-copy device is kicked only when its ring asks.
 //!
 //! # Steering
 //!
@@ -38,8 +38,11 @@
 //!
 //! Unlike af_packet, this driver holds pool buffers between calls: those on the fill ring
 //! (`fill_level`, at most [`AfXdpOptions::fill`]) and those sent but not completed
-//! (`completions_outstanding`). [`AfXdp::release_held`] hands every one back; the server
-//! calls it when the driver stops. A driver killed with the process that holds the pools loses
+//! (`completions_outstanding`). [`Driver::release_held`] hands every one back, and the
+//! structures call it when they stop the driver: first the rings are unmapped and the socket
+//! closed, then the kernel's deferred teardown of the queue is waited out (a probe binds to
+//! the queue again), and only then are the buffers released, so neither the kernel nor a
+//! zero-copy device can write into a buffer the pool has reused. A driver killed with the process that holds the pools loses
 //! nothing (the pools go with it); the kernel frees the UMEM when the socket closes.
 //!
 //! # Checked input
@@ -241,7 +244,7 @@ struct Bound {
     /// Per buffer: 1 while on the fill ring (or in RX, not yet taken), else 0.
     on_fill: Vec<bool>,
     /// Per buffer: how many of its sends are not completed.
-    in_flight: Vec<u16>,
+    in_flight: Vec<u32>,
     fill_level: u32,
     outstanding: u32,
 }
@@ -313,6 +316,25 @@ fn interface(fd: BorrowedFd<'_>, name: &str) -> Result<(u32, [u8; 6], u32), AfXd
     // SAFETY: SIOCGIFMTU filled the `ifru_mtu` member.
     let mtu = unsafe { ifr.ifr_ifru.ifru_mtu }.max(0) as u32;
     Ok((ifindex, mac, mtu))
+}
+
+/// Hands back to `pools` the buffers a released socket held: those on the fill ring (or
+/// received and not taken), and those sent and not completed. Returns how many.
+fn give_back(pools: &mut DriverPools, on_fill: &[bool], in_flight: &[u32]) -> u32 {
+    let mut n = 0;
+    for (idx, &on) in on_fill.iter().enumerate() {
+        if on {
+            pools.release(idx as u32);
+            n += 1;
+        }
+    }
+    for (idx, &c) in in_flight.iter().enumerate() {
+        for _ in 0..c {
+            pools.release(idx as u32);
+            n += 1;
+        }
+    }
+    n
 }
 
 /// Binds `fd` to `addr`, again for up to 2 s while the queue is busy: a socket closed a
@@ -571,7 +593,10 @@ impl AfXdp {
         for _ in 0..n {
             let addr = b.comp.pop();
             let idx = addr / u64::from(b.chunk);
-            match b.in_flight.get_mut(idx as usize) {
+            let slot = (idx < u64::from(b.total))
+                .then(|| b.in_flight.get_mut(idx as usize))
+                .flatten();
+            match slot {
                 Some(c) if *c > 0 => {
                     *c -= 1;
                     b.outstanding -= 1;
@@ -615,27 +640,6 @@ impl AfXdp {
         }
     }
 
-    /// Hands every buffer the driver holds back to `pools`: those on the fill ring, those
-    /// received and not taken, those sent and not completed. The socket is unusable after
-    /// it (it is unbound from the pools); returns how many buffers went back.
-    fn give_back(&mut self, pools: &mut DriverPools) -> u32 {
-        let Some(b) = self.bound.take() else { return 0 };
-        let mut n = 0;
-        for (idx, &on) in b.on_fill.iter().enumerate() {
-            if on {
-                pools.release(idx as u32);
-                n += 1;
-            }
-        }
-        for (idx, &c) in b.in_flight.iter().enumerate() {
-            for _ in 0..c {
-                pools.release(idx as u32);
-                n += 1;
-            }
-        }
-        n
-    }
-
     /// The XDP side's counters.
     pub fn xdp_stats(&self) -> XdpStats {
         let k = match self.last_kernel {
@@ -657,22 +661,27 @@ impl AfXdp {
         }
     }
 
-    /// Kicks the kernel to send what is on TX. A kick sends at most a batch (32 frames in copy mode), so it is repeated while frames
-    /// wait and the kernel says "again".
+    /// Kicks the kernel to send what is on TX. A kick sends at most a batch (32 frames in
+    /// copy mode), so it is repeated while frames wait and each kick moves some.
     fn kick(&mut self) -> std::io::Result<()> {
         let Some(b) = &mut self.bound else {
             return Ok(());
         };
         for _ in 0..(self.opts.ring / 32 + 1) {
             // Copy mode sends only inside `sendto` (or a `poll`, which an epoll sleeper does
-            // not make), and never raises the ring's flag: it is kicked whenever frames
-            // wait. A zero-copy device says when it needs it.
+            // not make): it is kicked whenever frames wait, without relying on the ring's
+            // flag. A zero-copy device says when it needs it.
             if b.tx.outstanding() == 0 || (self.zero_copy && !b.tx.needs_wakeup()) {
                 return Ok(());
             }
-            match rustix::net::send(&self.xsk, &[], rustix::net::SendFlags::DONTWAIT) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::BUSY) => {}
+            let waiting = b.tx.outstanding();
+            let sent = rustix::net::send(&self.xsk, &[], rustix::net::SendFlags::DONTWAIT);
+            // A kick that moved nothing (the device busy, the completion ring full) is not
+            // repeated: the frames wait for the next burst.
+            let moved = b.tx.outstanding() < waiting;
+            match sent {
+                Ok(_) | Err(rustix::io::Errno::AGAIN | rustix::io::Errno::BUSY) if moved => {}
+                Ok(_) | Err(rustix::io::Errno::AGAIN | rustix::io::Errno::BUSY) => return Ok(()),
                 // No room in the device's queue: the frames stay on TX for the next kick.
                 Err(rustix::io::Errno::NOBUFS) => return Ok(()),
                 Err(e @ (rustix::io::Errno::NETDOWN | rustix::io::Errno::NXIO)) => {
@@ -720,7 +729,10 @@ impl Driver for AfXdp {
             let fits = off
                 .checked_add(d.len)
                 .is_some_and(|end| end <= b.chunk && d.options == XdpDescOptions::empty());
-            match b.on_fill.get_mut(idx as usize) {
+            let slot = (idx < u64::from(b.total))
+                .then(|| b.on_fill.get_mut(idx as usize))
+                .flatten();
+            match slot {
                 Some(on) if *on => {
                     *on = false;
                     b.fill_level -= 1;
@@ -792,6 +804,11 @@ impl Driver for AfXdp {
         if let Some(single) = pools.single() {
             self.refill(single);
         }
+        // Frames a kick could not move (the device was busy) go at the next burst of either
+        // kind, not only at the next send.
+        if self.bound.as_mut().is_some_and(|b| b.tx.outstanding() > 0) {
+            self.kick()?;
+        }
         Ok(appended)
     }
 
@@ -848,8 +865,8 @@ impl Driver for AfXdp {
     }
 
     fn tx_room(&self) -> Option<usize> {
-        // Free TX entries, as last seen (refreshed on every burst).
-        None
+        // Free TX entries now: a sender held back by it waits instead of losing frames.
+        self.bound.as_ref().map(|b| b.tx.room() as usize)
     }
 
     fn rx_fd(&self) -> Option<BorrowedFd<'_>> {
@@ -870,15 +887,32 @@ impl Driver for AfXdp {
     }
 
     fn release_held(&mut self, pools: &mut DriverPools) -> u32 {
-        // The completions that came are ordinary releases; the rest are handed back as held.
         if self.released {
             return 0;
         }
+        // The completions that came are ordinary releases; the rest are handed back as held.
         self.reap(pools);
         self.last_kernel = sockopt::xdp_statistics(&self.xsk).ok();
-        // First the socket is closed (replaced by a fresh, unbound one): closing unbinds it
-        // from the device before it returns, so the kernel never writes into a buffer after
-        // the buffer went back. Only then are the buffers handed back.
+        self.released = true;
+        let Some(b) = self.bound.take() else {
+            return 0;
+        };
+        let Bound {
+            fill,
+            comp,
+            rx,
+            tx,
+            on_fill,
+            in_flight,
+            ..
+        } = b;
+        // The kernel may write into a fill buffer, or a device read a sent one, until the
+        // socket is gone and its queue let go. The ring mappings hold the socket's file too,
+        // so they go first; then the socket itself (replaced by a fresh, unbound one); then
+        // the kernel's deferred teardown of the queue is waited out — until a probe binds to
+        // the queue again. Only then are the buffers handed back. If any step cannot be
+        // had, the buffers are kept: lost to the pool, never written behind its back.
+        drop((fill, comp, rx, tx));
         match rustix::net::socket_with(
             AddressFamily::XDP,
             SocketType::RAW,
@@ -886,11 +920,11 @@ impl Driver for AfXdp {
             None,
         ) {
             Ok(fresh) => self.xsk = fresh,
-            // No socket to swap in: keep the buffers rather than risk the kernel writing to
-            // them (they are lost, not corrupted).
             Err(_) => return 0,
         }
-        self.released = true;
-        self.give_back(pools)
+        if probe_bind(&self.iface, self.ifindex, &self.opts).is_err() {
+            return 0;
+        }
+        give_back(pools, &on_fill, &in_flight)
     }
 }

@@ -31,6 +31,11 @@
 //! kernel detaches the program when the process dies, and the interface is the kernel's
 //! again.
 
+// The instruction encoding (register nibbles) and the immediates below are laid out for a
+// little-endian host, as BPF on x86-64 and arm64 is.
+#[cfg(target_endian = "big")]
+compile_error!("the XDP steering program is assembled for little-endian hosts");
+
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 

@@ -121,6 +121,17 @@ impl<T: Copy> Ring<T> {
         self.size - self.cached_prod.wrapping_sub(self.cached_cons)
     }
 
+    /// Free room now, read without changing the cached view (for a caller with `&self`).
+    pub(super) fn room(&self) -> u32 {
+        let cons = self.consumer().load(Ordering::Acquire);
+        let used = self.cached_prod.wrapping_sub(cons);
+        if used <= self.size {
+            self.size - used
+        } else {
+            self.size - self.cached_prod.wrapping_sub(self.cached_cons)
+        }
+    }
+
     /// Entries produced but not yet consumed by the kernel (refreshing its index).
     pub(super) fn outstanding(&mut self) -> u32 {
         let cons = self.consumer().load(Ordering::Acquire);
