@@ -116,6 +116,17 @@ impl Bed {
         String::from_utf8_lossy(&out.stdout).contains("prog/xdp")
     }
 
+    /// Waits (10 s at most) until `to` answers one ping: a server that just said it started
+    /// binds its socket at its first burst, and until then the steering program passes
+    /// frames for it to the kernel (an instant, or as long as the kernel takes to let go of
+    /// the queue a killed server held).
+    fn wait_answers(&self, to: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.ping(to, 1).is_err() {
+            assert!(Instant::now() < deadline, "{to} never answered a ping");
+        }
+    }
+
     /// Pings `to` from B `n` times; whether every echo was answered.
     fn ping(&self, to: &str, n: u32) -> Result<(), String> {
         let out = self
@@ -261,6 +272,7 @@ fn af_xdp_carries_ping_udp_and_tcp_beside_the_kernels_own_address() {
             &mut bed.shmnet(&["app", "echo", "--port", "7", "--socket", &sock_s], &rt),
         );
         echo.wait_for("bound");
+        bed.wait_answers(&bed.shm());
         bed.ping(&bed.shm(), 5)
             .unwrap_or_else(|e| panic!("{placement}: ping shmnet: {e}"));
         bed.ping(&bed.kernel(), 3)
@@ -408,7 +420,7 @@ fn af_xdp_carries_ping_udp_and_tcp_beside_the_kernels_own_address() {
 
 /// The inline structure through AF_XDP: ping and a TCP echo checked byte for byte, every pool
 /// buffer back at the end (the fill ring's included); a `kill -9` leaves the interface to
-/// the kernel, and a new server takes it again at once.
+/// the kernel, and a new server takes it again.
 #[test]
 fn af_xdp_inline_gives_every_buffer_back_and_a_killed_server_leaves_the_interface() {
     const TEST: &str =
@@ -429,6 +441,7 @@ fn af_xdp_inline_gives_every_buffer_back_and_a_killed_server_leaves_the_interfac
     let mut server = Party::spawn(&mut bed.shmnet(&serve, &rt));
     server.wait_for("Ctrl-C to stop");
     assert!(server.err().contains("(af_xdp)"), "{}", server.err());
+    bed.wait_answers(&bed.shm());
     bed.ping(&bed.shm(), 3).expect("ping shmnet");
     let py = r#"
 import socket, os, sys, threading, hashlib
@@ -480,8 +493,9 @@ print("ok" if hashlib.sha256(got).digest() == hashlib.sha256(data).digest() else
         .expect("the kernel keeps its address");
     let mut again = Party::spawn(&mut bed.shmnet(&serve, &rt));
     again.wait_for("Ctrl-C to stop");
+    bed.wait_answers(&bed.shm());
     bed.ping(&bed.shm(), 2)
-        .expect("a new server answers at once");
+        .expect("a new server answers every echo");
     let (status, _) = stop(again);
     assert!(status.success());
     let _ = std::fs::remove_dir_all(&rt);
