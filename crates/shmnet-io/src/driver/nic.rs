@@ -104,14 +104,6 @@ impl Nic {
         }
     }
 
-    /// The `AF_PACKET` driver, if that is how the interface was opened.
-    pub fn af_packet(&self) -> Option<&AfPacket> {
-        match self {
-            Nic::Packet(p) => Some(p),
-            Nic::Xdp(_) => None,
-        }
-    }
-
     /// Its name, as `--driver` takes it.
     pub fn kind(&self) -> &'static str {
         match self {
