@@ -312,7 +312,8 @@ pub enum DriverSpec {
     AfPacket {
         /// The interface's name.
         iface: String,
-        /// How it is opened: `af_packet:IFACE`, `af_xdp:IFACE[:QUEUE]` or `auto:IFACE`.
+        /// How it is opened: `af_packet:IFACE`, `af_xdp:IFACE[:QUEUE]` or
+        /// `auto:IFACE[:QUEUE]`.
         #[serde(default)]
         access: Access,
         /// Seconds the interface may stay down or missing before the driver gives up and
@@ -333,16 +334,17 @@ pub enum Access {
     /// An `AF_PACKET` socket with memory-mapped rings ([`crate::driver::af_packet`]).
     #[default]
     Packet,
-    /// An `AF_XDP` socket on one device queue, the pool as its UMEM
+    /// `AF_XDP` sockets on the device's queues, the pool as their UMEM
     /// ([`crate::driver::af_xdp`]).
     Xdp {
-        /// The device queue.
-        queue: u32,
+        /// The one device queue to serve (`af_xdp:IFACE:QUEUE`); `None`, every receive queue
+        /// the device has (`af_xdp:IFACE`).
+        queue: Option<u32>,
     },
     /// `AF_XDP` where the kernel and the interface can, else `AF_PACKET` (saying why).
     Auto {
-        /// The device queue, for `AF_XDP`.
-        queue: u32,
+        /// The device queue, for `AF_XDP`, as for [`Access::Xdp`].
+        queue: Option<u32>,
     },
 }
 
@@ -380,9 +382,9 @@ impl DriverSpec {
         let (access, rest) = if let Some(rest) = driver.strip_prefix("af_packet:") {
             (Access::Packet, rest)
         } else if let Some(rest) = driver.strip_prefix("af_xdp:") {
-            (Access::Xdp { queue: 0 }, rest)
+            (Access::Xdp { queue: None }, rest)
         } else if let Some(rest) = driver.strip_prefix("auto:") {
-            (Access::Auto { queue: 0 }, rest)
+            (Access::Auto { queue: None }, rest)
         } else {
             return Err(SpecError::UnknownDriver(driver.to_string()));
         };
@@ -391,9 +393,10 @@ impl DriverSpec {
         let (iface, access) = match (access, rest.rsplit_once(':')) {
             (Access::Packet, _) | (_, None) => (rest, access),
             (_, Some((iface, q))) => {
-                let queue = q
-                    .parse()
-                    .map_err(|_| SpecError::UnknownDriver(driver.to_string()))?;
+                let queue = Some(
+                    q.parse()
+                        .map_err(|_| SpecError::UnknownDriver(driver.to_string()))?,
+                );
                 let access = match access {
                     Access::Xdp { .. } => Access::Xdp { queue },
                     _ => Access::Auto { queue },
@@ -444,24 +447,24 @@ impl DriverSpec {
             } => format!("af_packet:{iface}"),
             Self::AfPacket {
                 iface,
-                access: Access::Xdp { queue: 0 },
+                access: Access::Xdp { queue: None },
                 ..
             } => format!("af_xdp:{iface}"),
             Self::AfPacket {
                 iface,
-                access: Access::Xdp { queue },
+                access: Access::Xdp { queue: Some(q) },
                 ..
-            } => format!("af_xdp:{iface}:{queue}"),
+            } => format!("af_xdp:{iface}:{q}"),
             Self::AfPacket {
                 iface,
-                access: Access::Auto { queue: 0 },
+                access: Access::Auto { queue: None },
                 ..
             } => format!("auto:{iface}"),
             Self::AfPacket {
                 iface,
-                access: Access::Auto { queue },
+                access: Access::Auto { queue: Some(q) },
                 ..
-            } => format!("auto:{iface}:{queue}"),
+            } => format!("auto:{iface}:{q}"),
         }
     }
 
@@ -914,10 +917,11 @@ mod tests {
             Err(SpecError::MacWithAfPacket)
         );
         for (name, access, back) in [
-            ("af_xdp:v0", Access::Xdp { queue: 0 }, "af_xdp:v0"),
-            ("af_xdp:v0:3", Access::Xdp { queue: 3 }, "af_xdp:v0:3"),
-            ("auto:v0", Access::Auto { queue: 0 }, "auto:v0"),
-            ("auto:v0:0", Access::Auto { queue: 0 }, "auto:v0"),
+            ("af_xdp:v0", Access::Xdp { queue: None }, "af_xdp:v0"),
+            ("af_xdp:v0:3", Access::Xdp { queue: Some(3) }, "af_xdp:v0:3"),
+            ("af_xdp:v0:0", Access::Xdp { queue: Some(0) }, "af_xdp:v0:0"),
+            ("auto:v0", Access::Auto { queue: None }, "auto:v0"),
+            ("auto:v0:1", Access::Auto { queue: Some(1) }, "auto:v0:1"),
         ] {
             let d = DriverSpec::parse(name, s.clone(), None).unwrap();
             assert!(

@@ -395,6 +395,27 @@ impl Metrics {
             "Frames the kernel refused to send through AF_XDP.",
             x.tx_invalid_descs,
         );
+        let by_queue = |f: fn(&shmnet_io::driver::af_xdp::XdpQueueStats) -> u64| {
+            x.queues
+                .iter()
+                .map(|q| (vec![("queue", q.queue.to_string())], f(q)))
+                .collect::<Vec<_>>()
+        };
+        self.counters(
+            "xdp_queue_rx_frames",
+            "Frames taken off a device queue's AF_XDP RX ring.",
+            by_queue(|q| q.rx_frames),
+        );
+        self.gauges(
+            "xdp_queue_fill_level",
+            "Buffers on a device queue's AF_XDP fill ring.",
+            by_queue(|q| u64::from(q.fill_level)),
+        );
+        self.counters(
+            "xdp_queue_rx_device_drops",
+            "Frames the kernel dropped before a device queue's AF_XDP socket.",
+            by_queue(|q| q.rx_device_drops),
+        );
     }
 
     fn window(&mut self, st: &ServerStats) {

@@ -59,14 +59,15 @@ pub struct DriverArgs {
     /// `loopback` (a wire that hands every frame back, as Linux's `lo`: the server's
     /// applications reach each other at --ip, e.g. two programs under `shmnet run`),
     /// `af_packet:IFACE` (a real interface; needs root or CAP_NET_RAW), `af_xdp:IFACE[:QUEUE]`
-    /// (a real interface through AF_XDP: frames land in shmnet's own buffers, an XDP program
-    /// steers only --ip's frames to shmnet and the kernel keeps the rest; needs root;
-    /// docs/xdp.md), or `auto:IFACE` (af_xdp where it can be had, else af_packet).
+    /// (a real interface through AF_XDP, every receive queue or the one named: frames land in
+    /// shmnet's own buffers, an XDP program steers only --ip's frames to shmnet and the
+    /// kernel keeps the rest; needs root; docs/xdp.md), or `auto:IFACE[:QUEUE]` (af_xdp where
+    /// it can be had, else af_packet).
     #[arg(long, default_value = "softnic")]
     driver: String,
-    /// af_packet: seconds the interface may stay down or missing (the driver reopens it
-    /// every 250 ms meanwhile) before the driver gives up and the server exits non-zero;
-    /// 0 never gives up.
+    /// af_packet and af_xdp: seconds the interface may stay down or missing (the driver
+    /// reopens it every 250 ms meanwhile) before the driver gives up and the server exits
+    /// non-zero; 0 never gives up.
     #[arg(long, default_value_t = shmnet_io::spec::DEFAULT_GIVE_UP_S, value_name = "SECONDS")]
     give_up_after: f64,
     /// softnic: UDP payload bytes per message.

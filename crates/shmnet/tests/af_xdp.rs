@@ -46,7 +46,8 @@ struct Bed {
 }
 
 impl Bed {
-    fn new(tag: &str) -> Option<Bed> {
+    /// A bed whose veth pair has `queues` receive and transmit queues on each end.
+    fn new(tag: &str, queues: u32) -> Option<Bed> {
         let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
         let pid = std::process::id();
         let subnet = (pid % 200 + 20) as u8;
@@ -62,21 +63,59 @@ impl Bed {
                 return None;
             }
         }
-        let ok = ip(&[
-            "link", "add", "v0", "netns", &bed.a, "type", "veth", "peer", "name", "v1", "netns",
-            &bed.b,
-        ]) && ip(&["-n", &bed.a, "addr", "add", &bed.kernel_cidr(), "dev", "v0"])
-            && ip(&["-n", &bed.b, "addr", "add", &bed.linux_cidr(), "dev", "v1"])
-            && ip(&["-n", &bed.a, "link", "set", "v0", "up"])
-            && ip(&["-n", &bed.b, "link", "set", "v1", "up"])
-            && ip(&["-n", &bed.a, "link", "set", "lo", "up"])
-            && bed
-                .cmd(&bed.b, "ethtool")
+        bed.link(queues).then_some(bed)
+    }
+
+    /// Makes the veth pair (`queues` queues each way on both ends), addresses it, and
+    /// turns the peer's checksum offload off; whether all of it worked.
+    fn link(&self, queues: u32) -> bool {
+        let q = queues.to_string();
+        ip(&[
+            "link",
+            "add",
+            "v0",
+            "netns",
+            &self.a,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "v1",
+            "netns",
+            &self.b,
+            "numrxqueues",
+            &q,
+            "numtxqueues",
+            &q,
+        ]) && ip(&[
+            "-n",
+            &self.a,
+            "addr",
+            "add",
+            &self.kernel_cidr(),
+            "dev",
+            "v0",
+        ]) && ip(&[
+            "-n",
+            &self.b,
+            "addr",
+            "add",
+            &self.linux_cidr(),
+            "dev",
+            "v1",
+        ]) && ip(&["-n", &self.a, "link", "set", "v0", "up"])
+            && ip(&["-n", &self.b, "link", "set", "v1", "up"])
+            && ip(&["-n", &self.a, "link", "set", "lo", "up"])
+            && self
+                .cmd(&self.b, "ethtool")
                 .args(["-K", "v1", "tx", "off"])
                 .stdout(Stdio::null())
                 .status()
-                .is_ok_and(|s| s.success());
-        ok.then_some(bed)
+                .is_ok_and(|s| s.success())
     }
 
     fn shm(&self) -> String {
@@ -152,6 +191,10 @@ impl Drop for Bed {
 }
 
 fn require(test: &str) -> Option<Bed> {
+    require_queues(test, 1)
+}
+
+fn require_queues(test: &str, queues: u32) -> Option<Bed> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         shmnet_testkit::skip(test, "needs root (network namespaces, AF_XDP)");
@@ -174,7 +217,7 @@ fn require(test: &str) -> Option<Bed> {
             return None;
         }
     }
-    let bed = Bed::new(test.get(..12).unwrap_or(test));
+    let bed = Bed::new(test.get(..12).unwrap_or(test), queues);
     if bed.is_none() {
         shmnet_testkit::skip(test, "cannot make two network namespaces with a veth pair");
     }
@@ -499,6 +542,260 @@ print("ok" if hashlib.sha256(got).digest() == hashlib.sha256(data).digest() else
     let (status, _) = stop(again);
     assert!(status.success());
     let _ = std::fs::remove_dir_all(&rt);
+}
+
+/// On an interface with four queues, `af_xdp:v0` serves every one: the peer's flows,
+/// spread over the queues by its transmit hash (veth's RSS), are all answered, and each
+/// queue's frames are counted on its own. `af_xdp:v0:2` serves that queue alone, and the
+/// frames for shmnet that arrive on the others go to the kernel, which drops them.
+#[test]
+fn af_xdp_serves_every_queue_of_a_multiqueue_interface() {
+    const TEST: &str = "af_xdp_serves_every_queue_of_a_multiqueue_interface";
+    const QUEUES: u32 = 4;
+    const FLOWS: usize = 32;
+    let Some(bed) = require_queues(TEST, QUEUES) else {
+        return;
+    };
+    let rt = runtime("queues");
+    let cidr = format!("{}/24", bed.shm());
+    let mut server = Party::spawn(&mut bed.shmnet(
+        &[
+            "serve",
+            "--driver",
+            "af_xdp:v0",
+            "--ip",
+            &cidr,
+            "--echo",
+            "7",
+            "--tcp-echo",
+            "8",
+            "--json",
+        ],
+        &rt,
+    ));
+    server.wait_for("Ctrl-C to stop");
+    bed.wait_answers(&bed.shm());
+    // Each flow is its own socket (its own source port, so its own hash and queue); each
+    // sends until its echo comes back, and says how many tries that took.
+    let py = r#"
+import socket, sys
+flows = int(sys.argv[2])
+answered = 0
+for f in range(flows):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(1)
+    msg = b'flow-%d' % f
+    for _ in range(5):
+        s.sendto(msg, (sys.argv[1], 7))
+        try:
+            if s.recv(100) == msg:
+                answered += 1
+                break
+        except socket.timeout:
+            pass
+print(answered)
+"#;
+    let mut c = bed.cmd(&bed.b, "python3");
+    c.args(["-c", py, &bed.shm(), &FLOWS.to_string()]);
+    let answered: usize = run_ok(c, "UDP echoes from many flows", LIMIT)
+        .trim()
+        .parse()
+        .expect("a count");
+    assert_eq!(answered, FLOWS, "every flow's echo came back");
+    // And a TCP stream, checked byte for byte, on whichever queue its hash picks.
+    let py = r#"
+import socket, os, sys, threading, hashlib
+data = os.urandom(4 << 20)
+s = socket.create_connection((sys.argv[1], 8), timeout=30)
+got = bytearray()
+def reader():
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        got.extend(b)
+t = threading.Thread(target=reader); t.start()
+s.sendall(data); s.shutdown(socket.SHUT_WR); t.join()
+print("ok" if hashlib.sha256(got).digest() == hashlib.sha256(data).digest() else f"differs {len(got)}")
+"#;
+    let mut c = bed.cmd(&bed.b, "python3");
+    c.args(["-c", py, &bed.shm()]);
+    assert_eq!(run_ok(c, "TCP echo", LIMIT).trim(), "ok");
+    let (status, out) = stop(server);
+    assert!(status.success(), "exit {status}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).expect("report");
+    let xdp = &report["driver_stats"]["xdp"];
+    let queues = xdp["queues"].as_array().unwrap_or_else(|| panic!("{xdp}"));
+    assert_eq!(
+        queues.iter().map(|q| u(q, &["queue"])).collect::<Vec<_>>(),
+        (0..u64::from(QUEUES)).collect::<Vec<_>>(),
+        "every queue is served: {xdp}"
+    );
+    eprintln!("every queue served: {}", xdp["queues"]);
+    let busy = queues.iter().filter(|q| u(q, &["rx_frames"]) > 0).count();
+    // 32 flows all hashed onto one of four queues: a chance of 4 × 4^-32.
+    assert!(busy >= 2, "the flows arrived on several queues: {xdp}");
+    let pools = &report["window"]["pools"]["pools"];
+    let (free, total) = pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
+        (f + u(p, &["free"]), t + u(p, &["buffers"]))
+    });
+    assert_eq!(free, total, "every fill ring's buffers are back: {pools}");
+
+    // One queue only: flows hashed elsewhere are the kernel's (which does not hold the
+    // address), so fewer are answered, and only queue 2 is counted.
+    let mut server = Party::spawn(&mut bed.shmnet(
+        &[
+            "serve",
+            "--driver",
+            "af_xdp:v0:2",
+            "--ip",
+            &cidr,
+            "--echo",
+            "7",
+            "--json",
+        ],
+        &rt,
+    ));
+    server.wait_for("Ctrl-C to stop");
+    let py_one = py_flows_once();
+    let mut c = bed.cmd(&bed.b, "python3");
+    c.args(["-c", &py_one, &bed.shm(), &FLOWS.to_string()]);
+    let answered: usize = run_ok(c, "UDP echoes to one queue", LIMIT)
+        .trim()
+        .parse()
+        .expect("a count");
+    let (status, out) = stop(server);
+    assert!(status.success(), "exit {status}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).expect("report");
+    let xdp = &report["driver_stats"]["xdp"];
+    let queues = xdp["queues"].as_array().unwrap_or_else(|| panic!("{xdp}"));
+    eprintln!(
+        "queue 2 alone: {answered} of {FLOWS} flows answered; {}",
+        xdp["queues"]
+    );
+    assert_eq!(queues.len(), 1, "{xdp}");
+    assert_eq!(u(&queues[0], &["queue"]), 2, "{xdp}");
+    assert!(
+        answered < FLOWS,
+        "with one queue of four served, some flows went unanswered ({answered} of {FLOWS})"
+    );
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
+/// The interface set down and up, then deleted and made again: the server rides both out
+/// (reopening the new interface, saying so on stderr), answers again after each, and ends
+/// with every buffer back; with `--give-up-after 1` and the interface gone for good it
+/// gives up and exits non-zero, saying why.
+#[test]
+fn af_xdp_rides_out_a_link_set_down_and_an_interface_deleted_and_made_again() {
+    const TEST: &str = "af_xdp_rides_out_a_link_set_down_and_an_interface_deleted_and_made_again";
+    let Some(bed) = require(TEST) else { return };
+    let rt = runtime("reopen");
+    let cidr = format!("{}/24", bed.shm());
+    let mut server = Party::spawn(&mut bed.shmnet(
+        &[
+            "serve",
+            "--driver",
+            "af_xdp:v0",
+            "--ip",
+            &cidr,
+            "--echo",
+            "7",
+            "--json",
+        ],
+        &rt,
+    ));
+    server.wait_for("Ctrl-C to stop");
+    bed.wait_answers(&bed.shm());
+
+    assert!(ip(&["-n", &bed.a, "link", "set", "v0", "down"]));
+    assert!(bed.ping(&bed.shm(), 1).is_err(), "answered while down");
+    assert!(ip(&["-n", &bed.a, "link", "set", "v0", "up"]));
+    bed.wait_answers(&bed.shm());
+    udp_echo(&bed);
+
+    assert!(ip(&["-n", &bed.a, "link", "del", "v0"]));
+    server.wait_for("the interface went away");
+    assert!(bed.link(1), "make the pair again");
+    server.wait_for("the interface is back");
+    bed.wait_answers(&bed.shm());
+    udp_echo(&bed);
+    assert!(bed.xdp_attached(), "the program is on the new interface");
+
+    let (status, out) = stop(server);
+    assert!(status.success(), "exit {status}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).expect("report");
+    let d = &report["driver_stats"];
+    assert_eq!(d["link"], "up", "{d}");
+    assert_eq!(u(d, &["reopens"]), 1, "{d}");
+    assert!(u(d, &["link_down_events"]) >= 2, "set down, then gone: {d}");
+    let pools = &report["window"]["pools"]["pools"];
+    let (free, total) = pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
+        (f + u(p, &["free"]), t + u(p, &["buffers"]))
+    });
+    assert_eq!(
+        free, total,
+        "every buffer is back across the reopen: {pools}"
+    );
+
+    // Gone for good: the driver gives up after --give-up-after. (The server before kept the
+    // first interface's MAC; this one answers with the new interface's, which the peer
+    // must learn afresh.)
+    assert!(ip(&["-n", &bed.b, "neigh", "flush", "dev", "v1"]));
+    let mut server = Party::spawn(&mut bed.shmnet(
+        &[
+            "serve",
+            "--driver",
+            "af_xdp:v0",
+            "--ip",
+            &cidr,
+            "--echo",
+            "7",
+            "--give-up-after",
+            "1",
+        ],
+        &rt,
+    ));
+    server.wait_for("Ctrl-C to stop");
+    bed.wait_answers(&bed.shm());
+    assert!(ip(&["-n", &bed.a, "link", "del", "v0"]));
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(s) = server.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the server never gave up");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!status.success(), "exit {status}");
+    assert!(server.err().contains("giving up after"), "{}", server.err());
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
+/// A Python program that sends one datagram on each of `argv[2]` flows to `argv[1]`:7 (ARP
+/// resolved first by a flow that retries), and prints how many were answered.
+fn py_flows_once() -> String {
+    r#"
+import socket, sys
+flows = int(sys.argv[2])
+answered = 0
+for f in range(flows):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(0.3)
+    msg = b'one-%d' % f
+    s.sendto(msg, (sys.argv[1], 7))
+    try:
+        if s.recv(100) == msg:
+            answered += 1
+    except socket.timeout:
+        pass
+print(answered)
+"#
+    .to_owned()
 }
 
 /// What a user gets wrong is refused at start, in one line that says what to do.

@@ -167,7 +167,7 @@
 
 mod gso;
 pub(crate) mod link;
-mod netns;
+pub(crate) mod netns;
 pub(crate) mod wake;
 
 pub use link::DownReason;

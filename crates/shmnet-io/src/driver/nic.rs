@@ -22,7 +22,7 @@ pub struct NicSpec<'a> {
     pub ip: Ipv4Addr,
     /// The largest IP packet.
     pub mtu: u32,
-    /// `AF_PACKET`: give up after the interface has been gone this long (`None`: never).
+    /// Give up after the interface has been gone this long (`None`: never).
     pub give_up_after: Option<Duration>,
     /// Whether the server takes IPv6 too (which `AF_XDP` does not steer yet).
     pub ipv6: bool,
@@ -83,6 +83,7 @@ impl Nic {
             let opts = AfXdpOptions {
                 queue,
                 mtu: spec.mtu,
+                give_up_after: spec.give_up_after,
                 ..AfXdpOptions::default()
             };
             AfXdp::open(spec.iface, spec.ip, opts)

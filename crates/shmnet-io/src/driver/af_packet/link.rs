@@ -46,14 +46,14 @@ fn coarse_now() -> Duration {
 
 /// When to look at a device that is up. See the [module docs](self).
 #[derive(Debug, Default)]
-pub(super) struct Pace {
+pub(crate) struct Pace {
     calls: u32,
     next: Duration,
 }
 
 impl Pace {
     /// Whether a look is due now; `idle` says the call found nothing to do.
-    pub(super) fn due(&mut self, idle: bool) -> bool {
+    pub(crate) fn due(&mut self, idle: bool) -> bool {
         self.calls = self.calls.wrapping_add(1);
         if !idle && self.calls % BUSY_CALLS != 0 {
             return false;
@@ -150,7 +150,7 @@ pub(super) fn probe(fd: BorrowedFd<'_>, name: &str, ifindex: i32) -> Result<(), 
 }
 
 /// Looks the interface up by name: gone, replaced, set down, or fine.
-pub(super) fn explain(fd: BorrowedFd<'_>, name: &str, ifindex: i32) -> Result<(), DownReason> {
+pub(crate) fn explain(fd: BorrowedFd<'_>, name: &str, ifindex: i32) -> Result<(), DownReason> {
     let mut ifr = ifreq(name);
     match ioctl(fd, libc::SIOCGIFINDEX, &mut ifr) {
         Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Err(DownReason::Gone),
@@ -176,7 +176,7 @@ pub(super) fn explain(fd: BorrowedFd<'_>, name: &str, ifindex: i32) -> Result<()
 }
 
 /// A duration for a log line: "250 ms", "1.3 s", "60 s".
-pub(super) fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{} ms", d.as_millis())
     } else if d.subsec_millis() == 0 || d >= Duration::from_secs(10) {
@@ -187,7 +187,7 @@ pub(super) fn human(d: Duration) -> String {
 }
 
 /// A MAC address as `02:00:00:00:00:01`.
-pub(super) fn mac_str(m: [u8; 6]) -> String {
+pub(crate) fn mac_str(m: [u8; 6]) -> String {
     m.map(|b| format!("{b:02x}")).join(":")
 }
 

@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 /// The calling thread's network namespace at [`Home::here`]. See the [module docs](self).
-pub(super) struct Home(Option<OwnedFd>);
+pub(crate) struct Home(Option<OwnedFd>);
 
 const THREAD_NS: &str = "/proc/thread-self/ns/net";
 
@@ -33,14 +33,14 @@ fn setns(fd: &OwnedFd) -> io::Result<()> {
 impl Home {
     /// The calling thread's namespace; if `/proc` cannot say, reopens happen wherever the
     /// calling thread is.
-    pub(super) fn here() -> Home {
+    pub(crate) fn here() -> Home {
         Home(open_ns().ok())
     }
 
     /// Runs `f` in the home namespace: directly if the calling thread is there (the usual
     /// case), else after moving the thread there, and back afterwards (which needs
     /// `CAP_SYS_ADMIN`). `Err` if the thread could not move there.
-    pub(super) fn run<T>(&self, f: impl FnOnce() -> T) -> io::Result<T> {
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> io::Result<T> {
         let Some(home) = &self.0 else {
             return Ok(f());
         };
@@ -52,7 +52,7 @@ impl Home {
         let r = f();
         if let Err(e) = setns(&cur) {
             eprintln!(
-                "shmnet: af_packet: could not move the driver's thread back to its network \
+                "shmnet: could not move the driver's thread back to its network \
                  namespace after a reopen: {e}"
             );
         }

@@ -60,7 +60,7 @@ impl Wake {
     }
 
     /// Removes the packet socket (before it is closed).
-    pub(super) fn unwatch(&self, sock: BorrowedFd<'_>) {
+    pub(crate) fn unwatch(&self, sock: BorrowedFd<'_>) {
         // Closing the socket would remove it too; failing here changes nothing.
         let _ = epoll::delete(&self.ep, sock);
     }
