@@ -517,6 +517,9 @@ pub struct DriverSetup {
     /// several servers gives each family to the one server that asked for it).
     #[serde(default)]
     pub families: crate::driver::Families,
+    /// The server's IPv6 address, if it takes IPv6 (what an `AF_XDP` driver steers to it).
+    #[serde(default)]
+    pub ip6: Option<std::net::Ipv6Addr>,
 }
 
 /// An Ethernet MTU.
@@ -822,6 +825,7 @@ impl ServeSpec {
             mtu: self.mtu,
             sync: self.sync,
             families: self.families,
+            ip6: self.ip6.map(|(ip, _)| ip),
         }
     }
 

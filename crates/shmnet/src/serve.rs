@@ -277,10 +277,10 @@ pub fn run_driver(a: DriverProcessArgs) -> Result<()> {
             open_nic(&NicSpec {
                 iface,
                 access: *access,
-                ip: setup.ip,
+                ip: setup.families.ipv4.then_some(setup.ip),
+                ip6: setup.ip6.filter(|_| setup.families.ipv6),
                 mtu: setup.mtu as u32,
                 give_up_after: give_up(*give_up_after_s),
-                ipv6: setup.families.ipv6,
             }),
             impair,
         ),
@@ -301,10 +301,10 @@ fn run_shared_driver(a: &DriverProcessArgs, listen: &Path) -> Result<()> {
     let nic = open_nic(&NicSpec {
         iface,
         access: shmnet_io::spec::Access::Packet,
-        ip: std::net::Ipv4Addr::UNSPECIFIED,
+        ip: None,
+        ip6: None,
         mtu: a.mtu as u32,
         give_up_after: give_up(a.give_up_after),
-        ipv6: true,
     })?;
     let shared = SharedDriver::listen(listen, mac)
         .with_context(|| format!("listening at {}", listen.display()))?
@@ -706,10 +706,10 @@ pub fn run(spec: ServeSpec) -> Result<()> {
             let nic = open_nic(&NicSpec {
                 iface,
                 access: *access,
-                ip: spec.ip,
+                ip: spec.families.ipv4.then_some(spec.ip),
+                ip6: spec.ip6.map(|(ip, _)| ip).filter(|_| spec.families.ipv6),
                 mtu: spec.mtu as u32,
                 give_up_after: give_up(*give_up_after_s),
-                ipv6: spec.families.ipv6,
             })?;
             let banner = format!(
                 "shmnet inline on {iface} ({}) as {}/{}: answering ARP and ping; {}; Ctrl-C to stop",
@@ -999,10 +999,10 @@ fn run_server(a: &ServeSpec) -> Result<()> {
                 open_nic(&NicSpec {
                     iface,
                     access: *access,
-                    ip: a.ip,
+                    ip: a.families.ipv4.then_some(a.ip),
+                    ip6: a.ip6.map(|(ip, _)| ip).filter(|_| a.families.ipv6),
                     mtu: a.mtu as u32,
                     give_up_after: give_up(*give_up_after_s),
-                    ipv6: a.families.ipv6,
                 })?,
                 impair,
                 &opts,

@@ -1,8 +1,10 @@
 //! `--driver af_xdp:IFACE` against the Linux kernel over a veth pair, the kernel keeping its
-//! own address on shmnet's interface: ping, UDP echo and TCP both ways through AF_XDP in the
-//! inline structure and in the server structure (driver polled and as a process of its
-//! own); the steering program gone from the interface when shmnet stops and when it is
-//! killed; the errors a user meets in one line.
+//! own addresses on shmnet's interface: ping, UDP echo and TCP both ways through AF_XDP in
+//! the inline structure and in the server structure (driver polled and as a process of its
+//! own); `ping -6` to a dual-stack server; every queue of a four-queue pair served; a link
+//! set down and an interface deleted and made again ridden out; the steering program gone
+//! from the interface when shmnet stops and when it is killed; the errors a user meets in
+//! one line.
 //!
 //! ```text
 //!   namespace A                               namespace B
@@ -798,6 +800,90 @@ print(answered)
     .to_owned()
 }
 
+/// A dual-stack server through AF_XDP: `ping -6` from Linux reaches shmnet's IPv6 address
+/// (the neighbour solicitation for it steered to shmnet, answered by its IPv6 side) while
+/// the kernel keeps answering on its own IPv6 address on the same interface, and IPv4 goes
+/// on beside both.
+#[test]
+fn af_xdp_carries_ipv6_beside_the_kernels_own_ipv6_address() {
+    const TEST: &str = "af_xdp_carries_ipv6_beside_the_kernels_own_ipv6_address";
+    let Some(bed) = require(TEST) else { return };
+    let v6 = |host: u8| format!("fd00:97:{}::{host}", bed.subnet);
+    assert!(ip(&[
+        "-n",
+        &bed.a,
+        "addr",
+        "add",
+        &format!("{}/64", v6(3)),
+        "dev",
+        "v0",
+        "nodad"
+    ]));
+    assert!(ip(&[
+        "-n",
+        &bed.b,
+        "addr",
+        "add",
+        &format!("{}/64", v6(2)),
+        "dev",
+        "v1",
+        "nodad"
+    ]));
+    let rt = runtime("ipv6");
+    let cidr = format!("{}/24", bed.shm());
+    let cidr6 = format!("{}/64", v6(1));
+    let mut server = Party::spawn(&mut bed.shmnet(
+        &[
+            "serve",
+            "--driver",
+            "af_xdp:v0",
+            "--ip",
+            &cidr,
+            "--ip6",
+            &cidr6,
+            "--echo",
+            "7",
+            "--json",
+        ],
+        &rt,
+    ));
+    server.wait_for("Ctrl-C to stop");
+    bed.wait_answers(&bed.shm());
+    let ping6 = |to: &str, n: u32| {
+        let out = bed
+            .cmd(&bed.b, "ping")
+            .args(["-6", "-n", "-c", &n.to_string(), "-i", "0.2", "-W", "2", to])
+            .output()
+            .expect("run ping -6");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains(&format!("{n} packets transmitted, {n} received"))
+            .then_some(())
+            .ok_or(text)
+    };
+    // The first echo may go before the neighbour entry is made.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ping6(&v6(1), 1).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "shmnet's IPv6 address never answered"
+        );
+    }
+    ping6(&v6(1), 5).unwrap_or_else(|e| panic!("ping -6 shmnet: {e}"));
+    ping6(&v6(3), 3).unwrap_or_else(|e| panic!("ping -6 the kernel's own address: {e}"));
+    bed.ping(&bed.shm(), 3).expect("IPv4 beside it");
+    udp_echo(&bed);
+    let (status, out) = stop(server);
+    assert!(status.success(), "exit {status}");
+    let report: serde_json::Value =
+        serde_json::from_str(out.lines().last().unwrap_or_default()).expect("report");
+    let pools = &report["window"]["pools"]["pools"];
+    let (free, total) = pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
+        (f + u(p, &["free"]), t + u(p, &["buffers"]))
+    });
+    assert_eq!(free, total, "every buffer is back: {pools}");
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
 /// What a user gets wrong is refused at start, in one line that says what to do.
 #[test]
 fn af_xdp_refusals_say_what_to_do() {
@@ -806,13 +892,12 @@ fn af_xdp_refusals_say_what_to_do() {
     let rt = runtime("refusals");
     let cidr = format!("{}/24", bed.shm());
     for (driver, extra, says) in [
-        ("af_xdp:nosuch0", &[][..], "no interface named \"nosuch0\""),
-        ("af_xdp:v0:7", &[][..], "has no receive queue 7"),
         (
-            "af_xdp:v0",
-            &["--ip6", "fd00::1/64"][..],
-            "af_xdp steers IPv4 and ARP only",
+            "af_xdp:nosuch0",
+            &[][..] as &[&str],
+            "no interface named \"nosuch0\"",
         ),
+        ("af_xdp:v0:7", &[][..], "has no receive queue 7"),
         ("xdp:v0", &[][..], "unknown driver"),
     ] {
         let mut c = bed.shmnet(

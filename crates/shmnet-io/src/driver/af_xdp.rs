@@ -36,9 +36,10 @@
 //!
 //! # Steering
 //!
-//! An XDP program ([`program`]) on the interface redirects to the socket only the frames for
-//! shmnet's IPv4 address (and ARP for it), and passes everything else to the kernel, which
-//! keeps answering on its own address on the same interface. The program is attached with a
+//! An XDP program ([`program`]) on the interface redirects to the sockets only the frames for
+//! shmnet's addresses (IPv4 and ARP for it; IPv6 and the neighbour solicitations for it), and
+//! passes everything else to the kernel, which keeps answering on its own addresses on the
+//! same interface. The program is attached with a
 //! `bpf` link owned by this driver: when the driver exits, or is killed, the kernel detaches
 //! it. Native mode is tried first, generic mode second ([`XdpMode`]).
 //!
@@ -80,8 +81,8 @@
 //!
 //! # What it does not do yet
 //!
-//! One driver for all the queues (not a driver per queue on cores of their own); IPv4 only
-//! (an IPv6 server uses af_packet); no jumbo frames (UMEM chunks are at most a page in
+//! One driver for all the queues (not a driver per queue on cores of their own); no jumbo
+//! frames (UMEM chunks are at most a page in
 //! aligned mode, so the largest frame is 4,096 − 256 bytes); one server per driver (not
 //! behind `shmnet driver --listen`).
 
@@ -101,7 +102,6 @@ use rustix::net::xdp::{
 };
 use rustix::net::{AddressFamily, SocketFlags, SocketType, sockopt};
 use shmnet_chan::{Buffers, DriverPools};
-use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
@@ -325,7 +325,8 @@ struct Umem {
 /// The driver. See the [module docs](self).
 pub struct AfXdp {
     iface: String,
-    ip: Ipv4Addr,
+    /// The addresses steered to shmnet.
+    addrs: program::Addresses,
     /// The MAC the stack answers with: the interface's at the first open.
     mac: [u8; 6],
     opts: AfXdpOptions,
@@ -601,14 +602,14 @@ impl XdpStats {
 }
 
 impl Live {
-    /// Opens interface `iface` for shmnet's address `ip`: makes an AF_XDP socket for each
+    /// Opens interface `iface` for shmnet's addresses `addrs`: makes an AF_XDP socket for each
     /// queue served (`opts.queue`, or every receive queue) and attaches the steering
     /// program. Returns it with the interface's MAC address. The UMEM is registered, and the
     /// sockets bound to their queues, at the first burst, when the pools are known (the
     /// program passes every frame to the kernel until then).
     fn open(
         iface: &str,
-        ip: Ipv4Addr,
+        addrs: program::Addresses,
         opts: &AfXdpOptions,
         ioctl_fd: BorrowedFd<'_>,
     ) -> Result<(Live, [u8; 6]), AfXdpError> {
@@ -659,7 +660,7 @@ impl Live {
             });
         }
         let map_entries = ids.iter().max().map_or(1, |m| m + 1);
-        let steering = program::Steering::attach(iface, ifindex, ip, map_entries)?;
+        let steering = program::Steering::attach(iface, ifindex, addrs, map_entries)?;
         let live = Live {
             ifindex,
             steering,
@@ -988,12 +989,16 @@ impl Live {
 }
 
 impl AfXdp {
-    /// Opens interface `iface` for shmnet's address `ip`: makes an AF_XDP socket for each
+    /// Opens interface `iface` for shmnet's addresses `addrs`: makes an AF_XDP socket for each
     /// queue served (`opts.queue`, or every receive queue) and attaches the steering
     /// program. The UMEM is registered, and the sockets bound to their queues, on the first
     /// burst, when the pools are known (the program passes every frame to the kernel until
     /// then).
-    pub fn open(iface: &str, ip: Ipv4Addr, opts: AfXdpOptions) -> Result<AfXdp, AfXdpError> {
+    pub fn open(
+        iface: &str,
+        addrs: program::Addresses,
+        opts: AfXdpOptions,
+    ) -> Result<AfXdp, AfXdpError> {
         // The interface ioctls want an INET socket (an AF_XDP one says EOPNOTSUPP).
         let ioctl_fd = rustix::net::socket_with(
             AddressFamily::INET,
@@ -1002,7 +1007,7 @@ impl AfXdp {
             None,
         )
         .map_err(sys("socket(AF_INET) for the interface ioctls"))?;
-        let (live, mac) = Live::open(iface, ip, &opts, ioctl_fd.as_fd())?;
+        let (live, mac) = Live::open(iface, addrs, &opts, ioctl_fd.as_fd())?;
         let wake = Wake::new().map_err(|source| AfXdpError::Sys {
             what: "making the driver's wake-up descriptor (epoll and timerfd)",
             source,
@@ -1016,7 +1021,7 @@ impl AfXdp {
         }
         Ok(AfXdp {
             iface: iface.to_owned(),
-            ip,
+            addrs,
             mac,
             opts,
             ioctl_fd,
@@ -1162,10 +1167,10 @@ impl AfXdp {
         if now < o.next_try {
             return Ok(());
         }
-        let (iface, ip, opts, fd) = (&self.iface, self.ip, &self.opts, self.ioctl_fd.as_fd());
+        let (iface, addrs, opts, fd) = (&self.iface, self.addrs, &self.opts, self.ioctl_fd.as_fd());
         let opened = self
             .home
-            .run(|| Live::open(iface, ip, opts, fd))
+            .run(|| Live::open(iface, addrs, opts, fd))
             .map_err(|source| AfXdpError::Sys {
                 what: "setns into the driver's network namespace (needs CAP_SYS_ADMIN)",
                 source,

@@ -3,11 +3,12 @@
 //! the same code.
 
 use super::af_packet::{AfPacket, AfPacketError, AfPacketOptions};
+use super::af_xdp::program::Addresses;
 use super::af_xdp::{AfXdp, AfXdpError, AfXdpOptions};
 use super::{Driver, DriverStats, RxFrame, RxPools};
 use crate::spec::Access;
 use shmnet_chan::DriverPools;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
@@ -18,14 +19,16 @@ pub struct NicSpec<'a> {
     pub iface: &'a str,
     /// How.
     pub access: Access,
-    /// shmnet's IPv4 address (what `AF_XDP`'s steering program redirects).
-    pub ip: Ipv4Addr,
+    /// shmnet's IPv4 address, if the server takes IPv4 (what `AF_XDP`'s steering program
+    /// redirects, with ARP for it).
+    pub ip: Option<Ipv4Addr>,
+    /// shmnet's IPv6 address, if the server takes IPv6 (redirected with the neighbour
+    /// solicitations for it).
+    pub ip6: Option<Ipv6Addr>,
     /// The largest IP packet.
     pub mtu: u32,
     /// Give up after the interface has been gone this long (`None`: never).
     pub give_up_after: Option<Duration>,
-    /// Whether the server takes IPv6 too (which `AF_XDP` does not steer yet).
-    pub ipv6: bool,
 }
 
 /// Why the interface could not be opened.
@@ -47,12 +50,6 @@ pub enum NicError {
         /// Why (in the message, so not also a `source`).
         source: AfXdpError,
     },
-    /// `AF_XDP` asked for an IPv6 server.
-    #[error(
-        "af_xdp steers IPv4 and ARP only for now: an IPv6 server on {0} needs \
-         --driver af_packet:{0}"
-    )]
-    XdpIpv6(String),
 }
 
 /// The interface, opened.
@@ -86,7 +83,11 @@ impl Nic {
                 give_up_after: spec.give_up_after,
                 ..AfXdpOptions::default()
             };
-            AfXdp::open(spec.iface, spec.ip, opts)
+            let addrs = Addresses {
+                v4: spec.ip,
+                v6: spec.ip6,
+            };
+            AfXdp::open(spec.iface, addrs, opts)
                 .map(Nic::Xdp)
                 .map_err(|source| NicError::Xdp {
                     iface: spec.iface.to_owned(),
@@ -95,9 +96,7 @@ impl Nic {
         };
         match spec.access {
             Access::Packet => packet(),
-            Access::Xdp { .. } if spec.ipv6 => Err(NicError::XdpIpv6(spec.iface.to_owned())),
             Access::Xdp { queue } => xdp(queue),
-            Access::Auto { .. } if spec.ipv6 => packet(),
             Access::Auto { queue } => xdp(queue).or_else(|e| {
                 eprintln!("shmnet: {e}; using AF_PACKET instead");
                 packet()

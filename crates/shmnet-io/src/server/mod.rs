@@ -456,6 +456,7 @@ impl Server {
                 mtu: opts.serve.mtu,
                 sync: opts.sync,
                 families: opts.serve.families,
+                ip6: opts.serve.ipv6.map(|(ip, _)| ip),
             };
             control::send(&ctl, &Response::Driver(Box::new(setup)))?;
             send_window(&ctl, &data).map_err(ControlError::Io)?;
