@@ -61,9 +61,11 @@
 //! the sockets stay bound (the kernel keeps them, and they work again when the interface is
 //! set up); the link is reported down and what is given to send meanwhile is dropped and
 //! counted (`link_drops`), frames on TX wait. **Gone** (deleted, or replaced by another
-//! interface of the name, or a send answered `ENXIO`): the sockets and the program go, every
-//! buffer they held is handed back at once (the kernel unbinds a gone device's sockets and
-//! stops its queues before it lets the name go, so nothing writes into them after), and the
+//! interface of the name, or a send answered `ENXIO`): the sockets and the program go, and
+//! every buffer they held is handed back — at once if the old device is gone (the kernel
+//! closes a device, stopping its queues, before it unregisters it, and closing a socket
+//! unbinds it and waits out readers, so nothing writes into them after), or once a probe
+//! binds to its queues again if it still exists under another name — and the
 //! driver tries to open the interface again every [`AfXdpOptions::reopen_every`], in the
 //! network namespace of the first open, with the checks of the first open; it binds the new
 //! sockets to the same pools at the next burst. The stack keeps the first interface's MAC
@@ -180,6 +182,32 @@ pub enum AfXdpError {
         queue: u32,
         /// The kernel's error.
         source: std::io::Error,
+    },
+    /// The kernel cannot share one UMEM between sockets on several queues (before 5.10).
+    #[error(
+        "{iface} has several receive queues, and this kernel cannot share one UMEM between \
+         them ({source}; Linux 5.10 or later can): serve one queue with af_xdp:{iface}:0 (and \
+         `ethtool -L {iface} combined 1`), or use --driver af_packet:{iface}"
+    )]
+    NoSharedUmem {
+        /// The interface.
+        iface: String,
+        /// The kernel's error.
+        source: std::io::Error,
+    },
+    /// More queues than the pool can give fill buffers to.
+    #[error(
+        "{iface} has {queues} receive queues: too many for a pool of {buffers} buffers (each \
+         queue's fill ring needs 16 at least, and all of them a quarter of the pool at most); \
+         serve one queue with af_xdp:{iface}:Q, or fewer with `ethtool -L {iface} combined N`"
+    )]
+    TooManyQueues {
+        /// The interface.
+        iface: String,
+        /// Its receive queues.
+        queues: u32,
+        /// The pool's buffers.
+        buffers: u32,
     },
     /// The pool's buffers cannot be UMEM chunks.
     #[error(
@@ -362,6 +390,8 @@ pub struct AfXdp {
 struct Live {
     ifindex: u32,
     steering: program::Steering,
+    /// With an IPv6 address: the membership in its solicited-node group.
+    _solicited_node: Option<OwnedFd>,
     /// The queues served, each with its own socket; the first registered the UMEM and sends,
     /// the others share its UMEM (`XDP_SHARED_UMEM`). Never empty.
     queues: Vec<Queue>,
@@ -434,6 +464,57 @@ fn interface(fd: BorrowedFd<'_>, name: &str) -> Result<(u32, [u8; 6], u32), AfXd
     Ok((ifindex, mac, mtu))
 }
 
+/// Joins the Ethernet multicast group of `ip6`'s solicited-node address (`33:33:ff:` and
+/// its last three bytes) on interface `ifindex`, so that a NIC that filters multicast lets
+/// the neighbour solicitations for shmnet's address through to the steering program (the
+/// kernel joins only the groups of its own addresses). Held by the returned `AF_PACKET`
+/// socket, which receives nothing (protocol 0): the kernel leaves the group when it closes,
+/// as it does when the process dies.
+fn join_solicited_node(ifindex: u32, ip6: std::net::Ipv6Addr) -> Result<OwnedFd, AfXdpError> {
+    let fd = rustix::net::socket_with(
+        AddressFamily::PACKET,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .map_err(sys("socket(AF_PACKET) for the solicited-node group"))?;
+    let o = ip6.octets();
+    let mreq = libc::packet_mreq {
+        mr_ifindex: ifindex as libc::c_int,
+        mr_type: libc::PACKET_MR_MULTICAST as libc::c_ushort,
+        mr_alen: 6,
+        mr_address: [0x33, 0x33, 0xff, o[13], o[14], o[15], 0, 0],
+    };
+    // SAFETY: `mreq` is a live `struct packet_mreq` of the length given; the kernel only
+    // reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_PACKET,
+            libc::PACKET_ADD_MEMBERSHIP,
+            (&mreq as *const libc::packet_mreq).cast(),
+            std::mem::size_of::<libc::packet_mreq>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(AfXdpError::Sys {
+            what: "PACKET_ADD_MEMBERSHIP (joining the solicited-node group)",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(fd)
+}
+
+/// Whether an interface with index `ifindex` exists in `fd`'s network namespace.
+fn index_exists(fd: BorrowedFd<'_>, ifindex: u32) -> bool {
+    // SAFETY: `ifreq` is a plain C struct (and union) for which all-zero bytes are valid.
+    let mut ifr: libc::ifreq = unsafe { std::mem::zeroed() };
+    ifr.ifr_ifru.ifru_ifindex = ifindex as libc::c_int;
+    // SAFETY: SIOCGIFNAME reads `ifru_ifindex` and writes the name into `ifr`, live and ours.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFNAME, &mut ifr) };
+    r == 0
+}
+
 /// Hands back to `pools` the buffers released sockets held: those on a fill ring (or
 /// received and not taken), and those sent and not completed. Returns how many.
 fn give_back(pools: &mut DriverPools, umem: &Umem) -> u32 {
@@ -501,19 +582,30 @@ fn rx_queues(fd: BorrowedFd<'_>, name: &str) -> u32 {
     if r != 0 {
         return 1;
     }
-    (ch.combined_count + ch.rx_count).max(1)
+    ch.combined_count
+        .saturating_add(ch.rx_count)
+        .clamp(1, MAX_QUEUES)
 }
 
-/// Binds a throwaway AF_XDP socket, on a private UMEM of a few pages, to `queue` of the
-/// interface: the checks the real bind would make, made at open (and, after a release, the
-/// proof that the kernel let go of the queue).
-fn probe_bind(iface: &str, ifindex: u32, queue: u32, force_copy: bool) -> Result<(), AfXdpError> {
+/// The most queues one driver serves (a `u16` slot per buffer names the queue holding it).
+const MAX_QUEUES: u32 = 4096;
+
+/// Binds throwaway AF_XDP sockets, on a private UMEM of a few pages, to `queues` of the
+/// interface — the first registering the UMEM, the others sharing it, as the real bind
+/// does: the checks the real bind would make, made at open (and, after a release, the proof
+/// that the kernel let go of the queues).
+fn probe_bind(
+    iface: &str,
+    ifindex: u32,
+    queues: &[u32],
+    force_copy: bool,
+) -> Result<(), AfXdpError> {
     use rustix::mm::{MapFlags, ProtFlags, mmap_anonymous, munmap};
     const CHUNKS: usize = 16;
     let page = rustix::param::page_size();
     let len = CHUNKS * page;
     // SAFETY: a fresh private anonymous mapping; nothing else refers to it, and it is
-    // unmapped below after the socket that registered it is closed.
+    // unmapped below after the sockets that registered it are closed.
     let mem = unsafe {
         mmap_anonymous(
             std::ptr::null_mut(),
@@ -523,36 +615,76 @@ fn probe_bind(iface: &str, ifindex: u32, queue: u32, force_copy: bool) -> Result
         )
     }
     .map_err(sys("mapping a probe UMEM"))?;
+    let mut sockets: Vec<OwnedFd> = Vec::with_capacity(queues.len());
     let result = (|| {
-        let xsk = rustix::net::socket_with(
-            AddressFamily::XDP,
-            SocketType::RAW,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(|e| AfXdpError::NoAfXdp(e.into()))?;
-        let fd = xsk.as_fd();
-        let reg = XdpUmemReg {
-            addr: mem as u64,
-            len: len as u64,
-            chunk_size: page as u32,
-            headroom: 0,
-            flags: XdpUmemRegFlags::empty(),
-            tx_metadata_len: 0,
-        };
-        sockopt::set_xdp_umem_reg(fd, reg).map_err(sys("XDP_UMEM_REG (a probe UMEM)"))?;
-        sockopt::set_xdp_umem_fill_ring_size(fd, 16).map_err(sys("XDP_UMEM_FILL_RING"))?;
-        sockopt::set_xdp_umem_completion_ring_size(fd, 16)
-            .map_err(sys("XDP_UMEM_COMPLETION_RING"))?;
-        sockopt::set_xdp_rx_ring_size(fd, 16).map_err(sys("XDP_RX_RING"))?;
-        let mut flags = SocketAddrXdpFlags::empty();
-        if force_copy {
-            flags |= SocketAddrXdpFlags::XDP_COPY;
+        for &queue in queues {
+            let xsk = rustix::net::socket_with(
+                AddressFamily::XDP,
+                SocketType::RAW,
+                SocketFlags::CLOEXEC,
+                None,
+            )
+            .map_err(|e| AfXdpError::NoAfXdp(e.into()))?;
+            let fd = xsk.as_fd();
+            let first = sockets.first().map(|f| f.as_fd());
+            if first.is_none() {
+                let reg = XdpUmemReg {
+                    addr: mem as u64,
+                    len: len as u64,
+                    chunk_size: page as u32,
+                    headroom: 0,
+                    flags: XdpUmemRegFlags::empty(),
+                    tx_metadata_len: 0,
+                };
+                sockopt::set_xdp_umem_reg(fd, reg).map_err(sys("XDP_UMEM_REG (a probe UMEM)"))?;
+            }
+            let shared = |e: rustix::io::Errno| match first {
+                Some(_) => AfXdpError::NoSharedUmem {
+                    iface: iface.to_owned(),
+                    source: e.into(),
+                },
+                None => sys("XDP_UMEM_FILL_RING")(e),
+            };
+            sockopt::set_xdp_umem_fill_ring_size(fd, 16).map_err(shared)?;
+            sockopt::set_xdp_umem_completion_ring_size(fd, 16)
+                .map_err(sys("XDP_UMEM_COMPLETION_RING"))?;
+            sockopt::set_xdp_rx_ring_size(fd, 16).map_err(sys("XDP_RX_RING"))?;
+            let bound = match first {
+                Some(shared_umem_fd) => {
+                    let addr = rustix::net::xdp::SocketAddrXdpWithSharedUmem {
+                        addr: SocketAddrXdp::new(
+                            SocketAddrXdpFlags::XDP_SHARED_UMEM,
+                            ifindex,
+                            queue,
+                        ),
+                        shared_umem_fd,
+                    };
+                    // The queue exists (the device counted it): a refusal here is the
+                    // kernel's, which cannot share a UMEM across queues before 5.10.
+                    bind_retrying(fd, &addr).map_err(|e| match e {
+                        rustix::io::Errno::INVAL => AfXdpError::NoSharedUmem {
+                            iface: iface.to_owned(),
+                            source: e.into(),
+                        },
+                        e => bind_error(iface, queue, e),
+                    })
+                }
+                None => {
+                    let mut flags = SocketAddrXdpFlags::empty();
+                    if force_copy {
+                        flags |= SocketAddrXdpFlags::XDP_COPY;
+                    }
+                    bind_retrying(fd, &SocketAddrXdp::new(flags, ifindex, queue))
+                        .map_err(|e| bind_error(iface, queue, e))
+                }
+            };
+            bound?;
+            sockets.push(xsk);
         }
-        let addr = SocketAddrXdp::new(flags, ifindex, queue);
-        bind_retrying(fd, &addr).map_err(|e| bind_error(iface, queue, e))
+        Ok(())
     })();
-    // SAFETY: our mapping of `len` bytes; the socket that registered it is closed.
+    drop(sockets);
+    // SAFETY: our mapping of `len` bytes; the sockets that registered it are closed.
     let _ = unsafe { munmap(mem, len) };
     result
 }
@@ -641,9 +773,7 @@ impl Live {
         // The queues, AF_XDP itself and the copy or zero-copy mode are checked now, with a
         // throwaway socket on a small private UMEM: the real bind waits for the pools (the
         // first burst), and a mistake must be refused at start, not then.
-        for &q in &ids {
-            probe_bind(iface, ifindex, q, opts.force_copy)?;
-        }
+        probe_bind(iface, ifindex, &ids, opts.force_copy)?;
         let mut queues = Vec::with_capacity(ids.len());
         let mut first = Some(first);
         for &id in &ids {
@@ -661,9 +791,14 @@ impl Live {
         }
         let map_entries = ids.iter().max().map_or(1, |m| m + 1);
         let steering = program::Steering::attach(iface, ifindex, addrs, map_entries)?;
+        let solicited_node = addrs
+            .v6
+            .map(|ip6| join_solicited_node(ifindex, ip6))
+            .transpose()?;
         let live = Live {
             ifindex,
             steering,
+            _solicited_node: solicited_node,
             queues,
             umem: None,
             zero_copy: false,
@@ -702,6 +837,14 @@ impl Live {
             });
         }
         let total = geo.total();
+        let nq = self.queues.len() as u32;
+        if total / 4 / nq < 16 {
+            return Err(AfXdpError::TooManyQueues {
+                iface: iface.to_owned(),
+                queues: nq,
+                buffers: total,
+            });
+        }
         let n = opts.ring;
         let map_err = |what| move |e: std::io::Error| AfXdpError::Sys { what, source: e };
         for slot in 0..self.queues.len() {
@@ -1107,10 +1250,11 @@ impl AfXdp {
     /// The interface is gone: closes the sockets, lets the program go, hands every buffer
     /// the sockets held back to `pools`, and schedules the first reopen.
     ///
-    /// The buffers go back at once, without the proof [`Driver::release_held`] waits for (a
-    /// probe binding to the queue again): the device is unregistered, and the kernel unbinds
-    /// its sockets and stops its queues before it does, so nothing can write into a buffer
-    /// after this.
+    /// For a device that is gone the buffers go back at once, without the proof
+    /// [`Driver::release_held`] waits for (a probe binding to the queues again): the kernel
+    /// closed the device (stopping its queues) before unregistering it, and closing a socket
+    /// unbinds it and waits out the readers. A device that still exists (renamed) gets the
+    /// proof.
     fn go_down(&mut self, pools: &mut DriverPools, why: DownReason) {
         let Some(mut live) = self.live.take() else {
             return;
@@ -1121,9 +1265,25 @@ impl AfXdp {
             self.wake.unwatch(q.xsk.as_fd());
         }
         let umem = live.umem.take();
+        let (old, ids): (u32, Vec<u32>) =
+            (live.ifindex, live.queues.iter().map(|q| q.id).collect());
         drop(live);
-        if let Some(u) = umem {
-            give_back(pools, &u);
+        // A device that is only renamed (its name now another's, or no one's) still exists,
+        // and its queues are let go in the kernel's deferred work: the buffers go back once
+        // a probe binds to them again, as at a release; if it cannot, they are kept (lost to
+        // the pool, never written behind its back).
+        let safe = !index_exists(self.ioctl_fd.as_fd(), old)
+            || probe_bind(&self.iface, old, &ids, self.opts.force_copy).is_ok();
+        match umem {
+            Some(u) if safe => {
+                give_back(pools, &u);
+            }
+            Some(_) => eprintln!(
+                "shmnet: af_xdp {}: the old interface (index {old}) still holds its queues; \
+                 the buffers it held are kept from the pool",
+                self.iface
+            ),
+            None => {}
         }
         for q in &mut self.past.queues {
             q.fill_level = 0;
@@ -1463,6 +1623,9 @@ impl Driver for AfXdp {
             return 0;
         }
         self.released = true;
+        // No reopen is tried after this (nor a timer left to wake a caller forever).
+        self.wake.arm(None);
+        self.outage = None;
         let Some(mut live) = self.live.take() else {
             // Gone: what the sockets held went back when they closed.
             return 0;
@@ -1485,10 +1648,8 @@ impl Driver for AfXdp {
         let ids: Vec<u32> = live.queues.iter().map(|q| q.id).collect();
         let ifindex = live.ifindex;
         drop(live);
-        for q in ids {
-            if probe_bind(&self.iface, ifindex, q, self.opts.force_copy).is_err() {
-                return 0;
-            }
+        if probe_bind(&self.iface, ifindex, &ids, self.opts.force_copy).is_err() {
+            return 0;
         }
         for q in &mut self.past.queues {
             q.fill_level = 0;
