@@ -846,7 +846,7 @@ fn serve<D: Driver>(
                 // server costs no CPU. 50 ms bounds how late Ctrl-C and --duration are seen.
                 server.idle(Duration::from_millis(50));
                 // A driver that gave up for good (it said why on stderr) ends the run.
-                if server.driver().stats().link == shmnet_io::driver::LinkState::Failed {
+                if server.driver().link() == shmnet_io::driver::LinkState::Failed {
                     bail!(
                         "the driver {} stopped: see the message above",
                         a.driver.name()

@@ -1388,6 +1388,10 @@ impl Driver for AfPacket {
         s
     }
 
+    fn link(&self) -> LinkState {
+        self.stats.link
+    }
+
     fn mac(&self) -> [u8; 6] {
         self.mac
     }

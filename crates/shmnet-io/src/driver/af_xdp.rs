@@ -330,6 +330,9 @@ struct Queue {
     /// Buffers on this queue's fill ring (or in its RX ring, not yet taken).
     fill_level: u32,
     rx_frames: u64,
+    /// The kernel's `XDP_STATISTICS` as last read (at each look at the interface, every
+    /// 100 ms at most, and before the socket closes): `stats` makes no system call.
+    kernel: Option<rustix::net::xdp::XdpStatistics>,
 }
 
 /// The UMEM (the pools' data region) and who holds each of its chunks, once bound.
@@ -787,6 +790,7 @@ impl Live {
                 rings: None,
                 fill_level: 0,
                 rx_frames: 0,
+                kernel: None,
             });
         }
         let map_entries = ids.iter().max().map_or(1, |m| m + 1);
@@ -1099,7 +1103,16 @@ impl Live {
             .sum()
     }
 
-    /// This socket set's figures.
+    /// Reads the kernel's counters of every socket (a system call each).
+    fn refresh_kernel(&mut self) {
+        for q in &mut self.queues {
+            if let Ok(k) = sockopt::xdp_statistics(&q.xsk) {
+                q.kernel = Some(k);
+            }
+        }
+    }
+
+    /// This socket set's figures (the kernel's as last read).
     fn stats(&self, bad_completions: u64) -> XdpStats {
         let mut x = XdpStats {
             mode: Some(self.steering.mode()),
@@ -1109,7 +1122,7 @@ impl Live {
             ..XdpStats::default()
         };
         for q in &self.queues {
-            let k = sockopt::xdp_statistics(&q.xsk).ok();
+            let k = q.kernel;
             let dropped = k.map_or(0, |k| k.rx_dropped);
             let ring_full = k.and_then(|k| k.rx_ring_full).unwrap_or(0);
             let fill_empty = k.and_then(|k| k.rx_fill_ring_empty_descs).unwrap_or(0);
@@ -1222,6 +1235,7 @@ impl AfXdp {
     /// Looks at the interface (three system calls): set down, set up again, or gone.
     fn look(&mut self, pools: &mut DriverPools) {
         let Some(live) = &mut self.live else { return };
+        live.refresh_kernel();
         match link::explain(self.ioctl_fd.as_fd(), &self.iface, live.ifindex as i32) {
             Ok(()) if live.set_down => {
                 live.set_down = false;
@@ -1260,6 +1274,7 @@ impl AfXdp {
             return;
         };
         self.stats.link_drops += live.pending();
+        live.refresh_kernel();
         self.past.carry(&live.stats(self.bad_completions));
         for q in &live.queues {
             self.wake.unwatch(q.xsk.as_fd());
@@ -1614,6 +1629,10 @@ impl Driver for AfXdp {
         }
     }
 
+    fn link(&self) -> LinkState {
+        self.stats.link
+    }
+
     fn mac(&self) -> [u8; 6] {
         self.mac
     }
@@ -1632,6 +1651,7 @@ impl Driver for AfXdp {
         };
         // The completions that came are ordinary releases; the rest are handed back as held.
         live.reap(pools, &mut self.bad_completions);
+        live.refresh_kernel();
         self.past.carry(&live.stats(self.bad_completions));
         for q in &live.queues {
             self.wake.unwatch(q.xsk.as_fd());

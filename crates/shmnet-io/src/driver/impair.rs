@@ -1075,6 +1075,10 @@ impl<D: Driver> Driver for Impaired<D> {
         }
     }
 
+    fn link(&self) -> super::LinkState {
+        self.inner.link()
+    }
+
     fn mac(&self) -> [u8; 6] {
         self.inner.mac()
     }

@@ -346,6 +346,12 @@ pub trait Driver: Send {
     /// The driver's counters.
     fn stats(&self) -> DriverStats;
 
+    /// The device's state, as [`DriverStats::link`] says, without gathering the rest: for a
+    /// caller that looks after every idle round.
+    fn link(&self) -> LinkState {
+        self.stats().link
+    }
+
     /// The device's MAC address.
     fn mac(&self) -> [u8; 6];
 

@@ -170,6 +170,13 @@ impl Driver for Nic {
         }
     }
 
+    fn link(&self) -> super::LinkState {
+        match self {
+            Nic::Packet(d) => d.link(),
+            Nic::Xdp(d) => d.link(),
+        }
+    }
+
     fn mac(&self) -> [u8; 6] {
         match self {
             Nic::Packet(d) => d.mac(),

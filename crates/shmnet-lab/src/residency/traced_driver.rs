@@ -95,6 +95,10 @@ impl<D: Driver> Driver for TracedDriver<D> {
         self.inner.stats()
     }
 
+    fn link(&self) -> shmnet_io::driver::LinkState {
+        self.inner.link()
+    }
+
     fn mac(&self) -> [u8; 6] {
         self.inner.mac()
     }
