@@ -688,9 +688,28 @@ pub fn listen(path: &Path) -> Result<OwnedFd, ControlError> {
         None,
     )
     .map_err(std::io::Error::from)?;
-    let addr = SocketAddrUnix::new(path).map_err(std::io::Error::from)?;
+    // The socket appears at `path` already listening: it is bound under a temporary name
+    // beside it, set listening, then renamed into place. Bound at `path` itself, a client
+    // that saw the file appear (a script waiting for it, as after `shmnet serve &`) could
+    // connect between the bind and the listen and be refused.
+    let tmp = path.with_file_name(format!(
+        ".{}.{}",
+        path.file_name().map_or_else(
+            || std::borrow::Cow::Borrowed("shmnet"),
+            |n| n.to_string_lossy()
+        ),
+        std::process::id()
+    ));
+    let staged = SocketAddrUnix::new(&tmp).is_ok();
+    let at = if staged { tmp.as_path() } else { path };
+    let addr = SocketAddrUnix::new(at).map_err(std::io::Error::from)?;
+    let _ = std::fs::remove_file(&tmp);
     rustix::net::bind(&fd, &addr).map_err(std::io::Error::from)?;
     rustix::net::listen(&fd, 64).map_err(std::io::Error::from)?;
+    if staged && let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
+    }
     Ok(fd)
 }
 
