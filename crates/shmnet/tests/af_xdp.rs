@@ -268,6 +268,29 @@ fn udp_echo(bed: &Bed) {
     assert_eq!(out.trim(), "xdp-echo", "the echo came back");
 }
 
+/// B sends `bytes` random bytes to shmnet's TCP echo on port 8 and reads them back at
+/// once; they came back whole.
+fn tcp_echo(bed: &Bed, bytes: usize) {
+    let py = r#"
+import socket, os, sys, threading, hashlib
+data = os.urandom(int(sys.argv[2]))
+s = socket.create_connection((sys.argv[1], 8), timeout=30)
+got = bytearray()
+def reader():
+    while True:
+        b = s.recv(1 << 20)
+        if not b:
+            break
+        got.extend(b)
+t = threading.Thread(target=reader); t.start()
+s.sendall(data); s.shutdown(socket.SHUT_WR); t.join()
+print("ok" if hashlib.sha256(got).digest() == hashlib.sha256(data).digest() else f"differs {len(got)}")
+"#;
+    let mut c = bed.cmd(&bed.b, "python3");
+    c.args(["-c", py, &bed.shm(), &bytes.to_string()]);
+    assert_eq!(run_ok(c, "TCP echo", LIMIT).trim(), "ok");
+}
+
 /// Linux's `nc` sends `file` to shmnet's port `port` (until it connects).
 fn nc_send(bed: &Bed, file: &std::path::Path, port: u16) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -283,6 +306,13 @@ fn nc_send(bed: &Bed, file: &std::path::Path, port: u16) {
         assert!(Instant::now() < deadline, "nc never connected");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Free and total buffers over the pools of a report's `window.pools.pools`.
+fn free_and_total(pools: &serde_json::Value) -> (u64, u64) {
+    pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
+        (f + u(p, &["free"]), t + u(p, &["buffers"]))
+    })
 }
 
 fn u(v: &serde_json::Value, path: &[&str]) -> u64 {
@@ -502,32 +532,13 @@ fn af_xdp_inline_gives_every_buffer_back_and_a_killed_server_leaves_the_interfac
     assert!(server.err().contains("(af_xdp)"), "{}", server.err());
     bed.wait_answers(&bed.shm());
     bed.ping(&bed.shm(), 3).expect("ping shmnet");
-    let py = r#"
-import socket, os, sys, threading, hashlib
-data = os.urandom(8 << 20)
-s = socket.create_connection((sys.argv[1], 8), timeout=30)
-got = bytearray()
-def reader():
-    while True:
-        b = s.recv(1 << 20)
-        if not b:
-            break
-        got.extend(b)
-t = threading.Thread(target=reader); t.start()
-s.sendall(data); s.shutdown(socket.SHUT_WR); t.join()
-print("ok" if hashlib.sha256(got).digest() == hashlib.sha256(data).digest() else f"differs {len(got)}")
-"#;
-    let mut c = bed.cmd(&bed.b, "python3");
-    c.args(["-c", py, &bed.shm()]);
-    assert_eq!(run_ok(c, "TCP echo", LIMIT).trim(), "ok");
+    tcp_echo(&bed, 8 << 20);
     let (status, out) = stop(server);
     assert!(status.success(), "exit {status}");
     let report: serde_json::Value =
         serde_json::from_str(out.lines().last().unwrap_or_default()).expect("report");
     let pools = &report["window"]["pools"]["pools"];
-    let (free, total) = pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
-        (f + u(p, &["free"]), t + u(p, &["buffers"]))
-    });
+    let (free, total) = free_and_total(pools);
     assert_eq!(
         free, total,
         "every buffer is back, the fill ring's too: {pools}"
@@ -620,24 +631,7 @@ print(answered)
         .expect("a count");
     assert_eq!(answered, FLOWS, "every flow's echo came back");
     // And a TCP stream, checked byte for byte, on whichever queue its hash picks.
-    let py = r#"
-import socket, os, sys, threading, hashlib
-data = os.urandom(4 << 20)
-s = socket.create_connection((sys.argv[1], 8), timeout=30)
-got = bytearray()
-def reader():
-    while True:
-        b = s.recv(1 << 20)
-        if not b:
-            break
-        got.extend(b)
-t = threading.Thread(target=reader); t.start()
-s.sendall(data); s.shutdown(socket.SHUT_WR); t.join()
-print("ok" if hashlib.sha256(got).digest() == hashlib.sha256(data).digest() else f"differs {len(got)}")
-"#;
-    let mut c = bed.cmd(&bed.b, "python3");
-    c.args(["-c", py, &bed.shm()]);
-    assert_eq!(run_ok(c, "TCP echo", LIMIT).trim(), "ok");
+    tcp_echo(&bed, 4 << 20);
     let (status, out) = stop(server);
     assert!(status.success(), "exit {status}");
     let report: serde_json::Value =
@@ -654,9 +648,7 @@ print("ok" if hashlib.sha256(got).digest() == hashlib.sha256(data).digest() else
     // 32 flows all hashed onto one of four queues: a chance of 4 × 4^-32.
     assert!(busy >= 2, "the flows arrived on several queues: {xdp}");
     let pools = &report["window"]["pools"]["pools"];
-    let (free, total) = pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
-        (f + u(p, &["free"]), t + u(p, &["buffers"]))
-    });
+    let (free, total) = free_and_total(pools);
     assert_eq!(free, total, "every fill ring's buffers are back: {pools}");
 
     // One queue only: flows hashed elsewhere are the kernel's (which does not hold the
@@ -758,9 +750,7 @@ fn af_xdp_rides_out_a_link_set_down_and_an_interface_deleted_and_made_again() {
     assert_eq!(u(d, &["reopens"]), 1, "{d}");
     assert!(u(d, &["link_down_events"]) >= 2, "set down, then gone: {d}");
     let pools = &report["window"]["pools"]["pools"];
-    let (free, total) = pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
-        (f + u(p, &["free"]), t + u(p, &["buffers"]))
-    });
+    let (free, total) = free_and_total(pools);
     assert_eq!(
         free, total,
         "every buffer is back across the reopen: {pools}"
@@ -900,9 +890,7 @@ fn af_xdp_carries_ipv6_beside_the_kernels_own_ipv6_address() {
     let report: serde_json::Value =
         serde_json::from_str(out.lines().last().unwrap_or_default()).expect("report");
     let pools = &report["window"]["pools"]["pools"];
-    let (free, total) = pools.as_array().unwrap().iter().fold((0, 0), |(f, t), p| {
-        (f + u(p, &["free"]), t + u(p, &["buffers"]))
-    });
+    let (free, total) = free_and_total(pools);
     assert_eq!(free, total, "every buffer is back: {pools}");
     let _ = std::fs::remove_dir_all(&rt);
 }

@@ -719,6 +719,16 @@ fn xdp_socket() -> Result<OwnedFd, AfXdpError> {
 }
 
 impl XdpStats {
+    /// Zeroes the gauges of what sockets hold: after they closed and their buffers went
+    /// back, nothing is on a fill ring or in flight.
+    fn nothing_held(&mut self) {
+        for q in &mut self.queues {
+            q.fill_level = 0;
+        }
+        self.fill_level = 0;
+        self.completions_outstanding = 0;
+    }
+
     /// Adds `later`'s counters to these (the gauges and the per-queue figures are
     /// `later`'s): the totals of a socket set closed at a reopen, carried forward.
     fn carry(&mut self, later: &XdpStats) {
@@ -1274,11 +1284,7 @@ impl AfXdp {
             return;
         };
         self.stats.link_drops += live.pending();
-        live.refresh_kernel();
-        self.past.carry(&live.stats(self.bad_completions));
-        for q in &live.queues {
-            self.wake.unwatch(q.xsk.as_fd());
-        }
+        self.retire(&mut live);
         let umem = live.umem.take();
         let (old, ids): (u32, Vec<u32>) =
             (live.ifindex, live.queues.iter().map(|q| q.id).collect());
@@ -1300,11 +1306,7 @@ impl AfXdp {
             ),
             None => {}
         }
-        for q in &mut self.past.queues {
-            q.fill_level = 0;
-        }
-        self.past.fill_level = 0;
-        self.past.completions_outstanding = 0;
+        self.past.nothing_held();
         self.stats.link = LinkState::Down;
         self.stats.link_down_events += 1;
         let now = link::now();
@@ -1409,6 +1411,16 @@ impl AfXdp {
                 self.wake.arm(Some(o.next_try));
                 Ok(())
             }
+        }
+    }
+
+    /// Before `live`'s sockets close: their kernel counters carried into the totals, and
+    /// the sockets no longer watched.
+    fn retire(&mut self, live: &mut Live) {
+        live.refresh_kernel();
+        self.past.carry(&live.stats(self.bad_completions));
+        for q in &live.queues {
+            self.wake.unwatch(q.xsk.as_fd());
         }
     }
 
@@ -1651,11 +1663,7 @@ impl Driver for AfXdp {
         };
         // The completions that came are ordinary releases; the rest are handed back as held.
         live.reap(pools, &mut self.bad_completions);
-        live.refresh_kernel();
-        self.past.carry(&live.stats(self.bad_completions));
-        for q in &live.queues {
-            self.wake.unwatch(q.xsk.as_fd());
-        }
+        self.retire(&mut live);
         let Some(umem) = live.umem.take() else {
             return 0;
         };
@@ -1671,11 +1679,7 @@ impl Driver for AfXdp {
         if probe_bind(&self.iface, ifindex, &ids, self.opts.force_copy).is_err() {
             return 0;
         }
-        for q in &mut self.past.queues {
-            q.fill_level = 0;
-        }
-        self.past.fill_level = 0;
-        self.past.completions_outstanding = 0;
+        self.past.nothing_held();
         give_back(pools, &umem)
     }
 }
