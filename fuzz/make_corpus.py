@@ -18,9 +18,9 @@ def ip(payload, proto=17, ident=1, off=0, more=False, dst=OUR_IP):
     h[10:12] = struct.pack("!H", csum(bytes(h)))
     return OUR_MAC + PEER_MAC + b"\x08\x00" + bytes(h) + payload
 
-def udp(sport, dport, data):
+def udp(sport, dport, data, dst=OUR_IP):
     u = bytearray(struct.pack("!HHHH", sport, dport, 8 + len(data), 0) + data)
-    pseudo = PEER_IP + OUR_IP + struct.pack("!BBH", 0, 17, len(u))
+    pseudo = PEER_IP + dst + struct.pack("!BBH", 0, 17, len(u))
     c = csum(pseudo + bytes(u)) or 0xffff
     u[6:8] = struct.pack("!H", c)
     return bytes(u)
@@ -49,6 +49,17 @@ def tcp(sport, dport, seq, ack, flags, data=b"", opts=b""):
     t[16:18] = struct.pack("!H", csum(pseudo + bytes(t)))
     return bytes(t)
 
+GROUP = bytes([239, 1, 2, 3]); ALL_SYSTEMS = bytes([224, 0, 0, 1])
+
+def to_group(frame, group):
+    """`frame` with its Ethernet destination the group's (01:00:5e and the low 23 bits)."""
+    return bytes([1, 0, 0x5e, group[1] & 0x7f, group[2], group[3]]) + frame[6:]
+
+igmp_query = bytearray(struct.pack("!BBH4s", 0x11, 100, 0, b"\0" * 4))
+igmp_query[2:4] = struct.pack("!H", csum(bytes(igmp_query)))
+igmp_v3_query = bytearray(struct.pack("!BBH4sBBH", 0x11, 100, 0, GROUP, 2, 125, 0))
+igmp_v3_query[2:4] = struct.pack("!H", csum(bytes(igmp_v3_query)))
+
 SYN, ACK, FIN, RST, PSH = 0x02, 0x10, 0x01, 0x04, 0x08
 syn_opts = struct.pack("!BBH", 2, 4, 1460) + b"\x01\x03\x03\x07"
 
@@ -70,6 +81,9 @@ corpus = {
     "frags_reversed_dup": b"".join(rec(f) for f in reversed(frags(dg, 1024, 8) + frags(dg, 1024, 8)[:1])) + b"\xf8",
     "frags_overlap_timeout": b"".join(rec(f) for f in frags(dg, 1480, 9)[:2] + frags(dg, 1024, 9)[1:2]) + b"\xf0\xff\xf0\xff",
     "send_and_arp": b"\xfd\x40" + rec(arp) + b"\xfc\x10",
+    "multicast_udp_and_loop": rec(to_group(ip(udp(5000, 7, b"to the group", GROUP), dst=GROUP), GROUP)) + b"\xff\x02\xf8",
+    "igmp_queries": rec(to_group(ip(bytes(igmp_query), proto=2, dst=ALL_SYSTEMS), ALL_SYSTEMS))
+        + rec(to_group(ip(bytes(igmp_v3_query), proto=2, dst=GROUP), GROUP)) + b"\xf0\x70",
 }
 here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "stack_rx")
 os.makedirs(here, exist_ok=True)

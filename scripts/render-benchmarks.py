@@ -518,6 +518,36 @@ per cell in one run:
     return s
 
 
+def multicast(runs, quick):
+    r0 = runs[0]
+    names = {"kernel-unicast": "Linux, to its address", "kernel-multicast": f"Linux, to {r0['group']}",
+             "server-unicast": "shmnet server, to its address",
+             "server-multicast": f"shmnet server, to {r0['group']}"}
+    def cell(run, name):
+        return next(c for c in run["cells"] if c["cell"] == name)
+    rows = [[names[n], fig([cell(r, n)["p50_us"] for r in runs], 1),
+             fig([cell(r, n)["p99_us"] for r in runs], 1),
+             fig([cell(r, n)["per_s"] for r in runs], "k")]
+            for n in ["kernel-unicast", "kernel-multicast", "server-unicast", "server-multicast"]]
+    s = f"""## IPv4 multicast (`shmnet bench multicast`)
+
+Command: `shmnet bench multicast{' --quick' if quick else ''} --json` ([stack.md](stack.md#ipv4-multicast)). Debian's
+`sockperf ping-pong` ({r0['size']} B, full round trips) from a peer namespace over a veth pair
+to Debian's `sockperf server` on the measured side — on Linux's sockets, or unmodified under
+`shmnet run` on `shmnet serve --structure server` (af_packet) — to the group {r0['group']} (both
+ends joined, sockperf's server answering to the group: every message each way multicast)
+and, as the baseline beside it, to the measured side's address. Each figure the median of
+{r0['rounds']} round(s) of {r0['seconds']} s per cell in one run:
+
+"""
+    s += table(["measured side", "p50 µs", "p99 µs", "round trips/s"], rows)
+    s += ("\nRatios of p50s, each round against its own cells: server ÷ kernel, multicast "
+          f"{fig([r['server_over_kernel_multicast_p50'] for r in runs], 2)}, unicast "
+          f"{fig([r['server_over_kernel_unicast_p50'] for r in runs], 2)}; the server's multicast ÷ its "
+          f"unicast {fig([r['server_multicast_over_unicast_p50'] for r in runs], 2)} (what a group costs it).\n")
+    return s
+
+
 def capture(runs, quick):
     r0 = runs[0]
     dp = []
@@ -1274,7 +1304,7 @@ def main():
     parts = [header(meta, seconds)] + [
         render(load_runs(d, name), quick)
         for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
-                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("shared", shared), ("capture", capture), ("labhandles", labhandles), ("labbuffers", labbuffers), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
+                             ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("shared", shared), ("multicast", multicast), ("capture", capture), ("labhandles", labhandles), ("labbuffers", labbuffers), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
                              ("lab", lab), ("validate", validate), ("simbench", simbench)]
     ]
     parts.insert(-3, seed002(load_runs(d, "seed002one"), load_runs(d, "seed002two")))

@@ -37,6 +37,8 @@ use shmnet_chan::handles::{Perms, Region, RegionId};
 use shmnet_chan::handoff::recv_window;
 use shmnet_chan::{Consumer, Desc, Producer, ServerPools, Window};
 use shmnet_stack::{BufIdx, NoHook, RecvHook};
+/// The multicast changes a UDP socket takes ([`UdpSocket::multicast`]), and why one is refused.
+pub use shmnet_stack::{MulticastError, MulticastOp};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -92,6 +94,9 @@ pub enum ClientError {
     /// A TCP connection failed: refused, reset, or timed out.
     #[error("the connection {0}")]
     Connection(windows::TcpFailure),
+    /// The server refused a multicast change ([`UdpSocket::multicast`]).
+    #[error("multicast: {0}")]
+    Multicast(shmnet_stack::MulticastError),
 }
 
 impl From<ControlError> for ClientError {
@@ -1647,6 +1652,27 @@ impl UdpSocket {
             }
         }
         Err(ClientError::TimedOut)
+    }
+
+    /// Changes its multicast state on the server: joins or leaves a group (the server's
+    /// IGMP reports it on the link), or sets the TTL and loop-back of what it sends to
+    /// groups. A datagram to a group the server belongs to is delivered to the socket bound
+    /// to its port, whichever socket joined (Linux's `IP_MULTICAST_ALL`).
+    pub fn multicast(&self, op: shmnet_stack::MulticastOp) -> Result<(), ClientError> {
+        let mut i = self.inner.borrow_mut();
+        match i.call(Request::Multicast {
+            socket: u32::from(self.id),
+            op,
+        })? {
+            Response::Multicast { refused: None, .. } => Ok(()),
+            Response::Multicast {
+                refused: Some(why), ..
+            } => Err(ClientError::Multicast(why)),
+            Response::Error(e) => Err(ClientError::Refused(e)),
+            other => Err(ClientError::Protocol(format!(
+                "expected Multicast, got {other:?}"
+            ))),
+        }
     }
 
     /// Its number on the server. Numbers are reused: a socket opened after this one is

@@ -35,7 +35,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// The control protocol's version. Both sides must agree.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The largest control message, in bytes (JSON text). Big enough for every request and for a
 /// server's counters; a larger message is refused whole ([`ControlError::TooLarge`]), never
@@ -193,6 +193,14 @@ pub enum Request {
         /// The socket.
         socket: u32,
     },
+    /// Change a UDP socket's multicast state (join or leave a group, its multicast TTL or
+    /// loop-back). Answered by `Multicast`.
+    Multicast {
+        /// The socket.
+        socket: u32,
+        /// The change.
+        op: shmnet_stack::MulticastOp,
+    },
     /// Listen for TCP connections on a port (0: a free ephemeral port). Accepted
     /// connections are announced on the listener's socket (`windows::TcpEvent::Accepted`).
     TcpListen {
@@ -345,6 +353,13 @@ pub enum Response {
         socket: u32,
         /// Its local port.
         port: u16,
+    },
+    /// The answer to `Multicast`.
+    Multicast {
+        /// The socket.
+        socket: u32,
+        /// Why the change was refused (nothing changed); `None`: done.
+        refused: Option<shmnet_stack::MulticastError>,
     },
     /// A socket was closed.
     Closed {

@@ -195,6 +195,7 @@ fn decode_opts(s: &str) -> Option<Opts> {
         rcvtimeo: dur(rcvtimeo)?,
         sndtimeo: dur(sndtimeo)?,
         linger: parse_opt(linger)?,
+        multicast: Default::default(),
     })
 }
 

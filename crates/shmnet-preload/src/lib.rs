@@ -16,7 +16,8 @@
 //! - [`wait`]: one way to wait — for shmnet sockets and kernel descriptors together, with
 //!   the client free for the program's other threads meanwhile;
 //! - `sockets`, `io`, `opts`, `polling`: the calls a program makes, each an `extern "C"`
-//!   function of the C library's name and signature; [`udp`] what they do on a UDP socket.
+//!   function of the C library's name and signature; [`udp`] what they do on a UDP socket,
+//!   [`multicast`] its IPv4 multicast options.
 //!
 //! - `fork` and [`exec`]: the sockets a forked child or an `exec`ed program inherits;
 //! - [`api`]: the library's own two calls, `shmnet_present` and `shmnet_fd_carried`,
@@ -33,6 +34,7 @@ mod fork;
 mod fortify;
 mod io;
 mod mmsg;
+mod multicast;
 mod net;
 mod opts;
 mod polling;

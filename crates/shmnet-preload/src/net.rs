@@ -1,7 +1,7 @@
 //! Socket addresses across the C boundary, and what each client error means to a program.
 
 use libc::{c_int, sockaddr, sockaddr_in, sockaddr_in6, socklen_t};
-use shmnet_io::client::ClientError;
+use shmnet_io::client::{ClientError, MulticastError};
 use shmnet_io::windows::TcpFailure;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4};
 
@@ -153,5 +153,13 @@ pub(crate) fn errno_of(e: &ClientError, call: Call) -> c_int {
         ClientError::UntrustedServer { .. } => libc::EACCES,
         ClientError::Protocol(_) => libc::EPROTO,
         ClientError::Control(_) => libc::EIO,
+        // Linux's answers to the same `setsockopt`s.
+        ClientError::Multicast(m) => match m {
+            MulticastError::InvalidHandle => libc::EBADF,
+            MulticastError::NotMulticast => libc::EINVAL,
+            MulticastError::AlreadyJoined => libc::EADDRINUSE,
+            MulticastError::NotJoined => libc::EADDRNOTAVAIL,
+            MulticastError::TooMany => libc::ENOBUFS,
+        },
     }
 }

@@ -7,7 +7,8 @@
 //! connection); options that only tune the kernel's own behaviour (`SO_REUSEADDR`,
 //! `SO_REUSEPORT`, `TCP_KEEPIDLE`…) are accepted and noted in the debug log; `getsockopt`
 //! answers from what was set (`SO_TYPE` `SOCK_STREAM`); `SO_ERROR` is a connection's failure
-//! or a UDP socket's pending ICMP error, and clears the latter.
+//! or a UDP socket's pending ICMP error, and clears the latter. A UDP socket's IPv4 multicast
+//! options (joins, TTL, loop-back) are carried by [`crate::multicast`].
 
 use libc::{c_int, c_ulong, c_void, socklen_t};
 use std::time::Duration;
@@ -122,6 +123,30 @@ pub unsafe extern "C" fn setsockopt(
     len: socklen_t,
 ) -> c_int {
     let mark = table::marked(fd);
+    if matches!(mark, Mark::Undecided | Mark::Shmnet)
+        && crate::multicast::is_multicast_option(level, name)
+        && !table::orphaned(fd)
+    {
+        // A UDP socket's multicast options: the server's (or noted while undecided).
+        let handled = crate::caught(
+            || {
+                let mut st = table::lock();
+                if !st.sock(fd).is_some_and(|s| s.opts().udp) {
+                    return None;
+                }
+                // SAFETY: the caller's contract covers `val` for `len` bytes.
+                let r = unsafe { crate::multicast::set(&mut st, fd, level, name, val, len) };
+                st.note_moves();
+                Some(r)
+            },
+            || Some(Err(libc::EIO)),
+        );
+        match handled {
+            Some(Ok(())) => return 0,
+            Some(Err(e)) => return fail(e),
+            None => {}
+        }
+    }
     if mark != Mark::Shmnet {
         // SAFETY: the caller's arguments, passed on.
         let r = unsafe { real::setsockopt(fd, level, name, val, len) };
@@ -201,7 +226,25 @@ pub unsafe extern "C" fn getsockopt(
     val: *mut c_void,
     len: *mut socklen_t,
 ) -> c_int {
-    if table::marked(fd) != Mark::Shmnet {
+    let mark = table::marked(fd);
+    if mark == Mark::Undecided && !val.is_null() && !len.is_null() {
+        // Multicast options noted on an undecided UDP socket are answered from the notes.
+        let noted = crate::caught(
+            || {
+                let st = table::lock();
+                st.sock(fd)
+                    .filter(|s| s.opts().udp)
+                    .and_then(|s| crate::multicast::get(&s.opts().multicast, level, name))
+            },
+            || None,
+        );
+        if let Some(v) = noted {
+            // SAFETY: `val` and `len` checked non-null; `val` holds `*len` bytes.
+            unsafe { put(val, len, v) };
+            return 0;
+        }
+    }
+    if mark != Mark::Shmnet {
         // SAFETY: the caller's arguments, passed on.
         return unsafe { real::getsockopt(fd, level, name, val, len) };
     }
@@ -273,6 +316,11 @@ pub unsafe extern "C" fn getsockopt(
                 Sock::Listener { opts, .. } => (*opts, 1),
                 other => (*other.opts(), 0),
             };
+            if o.udp
+                && let Some(v) = crate::multicast::get(&o.multicast, level, name)
+            {
+                return Ok(Some(v));
+            }
             Ok(Some(match (level, name) {
                 (libc::SOL_SOCKET, libc::SO_TYPE) if o.udp => libc::SOCK_DGRAM,
                 (libc::SOL_SOCKET, libc::SO_TYPE) => libc::SOCK_STREAM,

@@ -89,12 +89,16 @@ pub unsafe extern "C" fn bind(fd: c_int, addr: *const sockaddr, len: socklen_t) 
     guarded(|| {
         let mut st = table::lock();
         let v6only = st.sock(fd).is_some_and(|s| s.opts().v6_only());
+        let udp = st.sock(fd).is_some_and(|s| s.opts().udp);
+        // A UDP socket bound to a group hears that group on the server's interface.
         let ours = at.filter(|a| {
             !v6only
-                && (a.ip().is_unspecified() || st.server_address().is_some_and(|s| s == *a.ip()))
+                && (a.ip().is_unspecified()
+                    || st.server_address().is_some_and(|s| s == *a.ip())
+                    || (udp && a.ip().is_multicast()))
         });
         let Some(a) = ours else {
-            st.release(fd);
+            st.hand_to_kernel(fd);
             drop(st);
             debug!("bind({fd}, {at:?}): the kernel's");
             // SAFETY: the caller's arguments, passed on.
@@ -328,7 +332,7 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
         let mut st = table::lock();
         let v6only = st.sock(fd).is_some_and(|s| s.opts().v6_only());
         let Some(to) = to.filter(|a| !v6only && !net::kernels(*a.ip(), st.server_address())) else {
-            st.release(fd);
+            st.hand_to_kernel(fd);
             drop(st);
             debug!("connect({fd}, {to:?}): the kernel's");
             // SAFETY: the caller's arguments, passed on.
@@ -464,7 +468,7 @@ pub(crate) fn forget(fd: c_int) {
                         }
                         Some(Sock::Stream { s, .. }) => drop(s.close()),
                         Some(Sock::Listener { l, .. }) => drop(l.close()),
-                        Some(Sock::Udp(u)) => crate::udp::leave(&mut st, fd, u.port),
+                        Some(Sock::Udp(u)) => crate::udp::leave(&mut st, fd, &u),
                         _ => {}
                     }
                     st.note_moves();

@@ -135,6 +135,8 @@ pub(crate) struct Opts {
     /// dropped, as Linux's abortive close); `Some(seconds)` closes in order (see
     /// docs/preload.md: `close` does not wait for the acknowledgement).
     pub(crate) linger: Option<u32>,
+    /// IPv4 multicast: groups joined, and how the socket sends to groups.
+    pub(crate) multicast: crate::multicast::Multicast,
 }
 
 /// One of the program's sockets that this library looks after.
@@ -486,6 +488,14 @@ impl State {
             watches.retain(|w| w.fd != fd);
         }
         self.socks.remove(&fd)
+    }
+
+    /// An undecided socket stays the kernel's ([`State::release`]): the multicast options
+    /// noted for it go to the kernel socket now.
+    pub(crate) fn hand_to_kernel(&mut self, fd: libc::c_int) {
+        if let Some(Sock::Undecided { opts, .. }) = self.release(fd) {
+            crate::multicast::apply_to_kernel(fd, &opts.multicast);
+        }
     }
 
     /// Records `sock` as the server's under `fd` (whose number an eventfd now holds). The

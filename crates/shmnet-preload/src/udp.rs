@@ -77,6 +77,9 @@ pub(crate) struct UdpPort {
     pub(crate) u: UdpSocket,
     /// The descriptors (the keys of `State::socks`) of the sockets on this port.
     pub(crate) members: Vec<c_int>,
+    /// The groups the server socket joined, each with how many members joined it
+    /// ([`crate::multicast`]; never zero).
+    pub(crate) groups: Vec<(Ipv4Addr, u32)>,
 }
 
 /// What one receive found: bytes copied, the datagram's whole length, its sender.
@@ -152,9 +155,11 @@ fn take(st: &mut State, fd: c_int, at: SocketAddrV4) -> Result<(), c_int> {
             UdpPort {
                 u,
                 members: vec![fd],
+                groups: Vec::new(),
             },
         );
         install(st, fd, port, *at.ip(), opts);
+        crate::multicast::adopt(st, fd, port, opts.multicast);
         return Ok(());
     }
     crate::sockets::take_number(fd, opts.nonblock)?;
@@ -162,6 +167,7 @@ fn take(st: &mut State, fd: c_int, at: SocketAddrV4) -> Result<(), c_int> {
         p.members.push(fd);
     }
     install(st, fd, port, *at.ip(), opts);
+    crate::multicast::adopt(st, fd, port, opts.multicast);
     Ok(())
 }
 
@@ -181,9 +187,11 @@ fn install(st: &mut State, fd: c_int, port: u16, ip: Ipv4Addr, opts: Opts) {
     );
 }
 
-/// `fd`'s socket (key `key`) is closed: it leaves its port, whose server socket closes
-/// with its last member.
-pub(crate) fn leave(st: &mut State, key: c_int, port: u16) {
+/// `fd`'s socket (key `key`, `u`) is closed: it leaves its port (and its groups), whose
+/// server socket closes with its last member.
+pub(crate) fn leave(st: &mut State, key: c_int, u: &UdpSock) {
+    let port = u.port;
+    crate::multicast::depart(st, port, &u.opts.multicast);
     let last = st.udp_ports.get_mut(&port).is_some_and(|p| {
         p.members.retain(|&m| m != key);
         p.members.is_empty()
@@ -586,7 +594,7 @@ pub(crate) fn decide_by_send(fd: c_int, to: Option<SocketAddrV4>) -> bool {
         let Some(to) =
             to.filter(|a| !net::kernels(*a.ip(), st.server_address()) && !a.ip().is_unspecified())
         else {
-            st.release(fd);
+            st.hand_to_kernel(fd);
             debug!("sendto({fd}, {to:?}): UDP, the kernel's");
             return 0;
         };
@@ -597,7 +605,7 @@ pub(crate) fn decide_by_send(fd: c_int, to: Option<SocketAddrV4>) -> bool {
             }
             Err(e) => {
                 debug!("sendto({fd}, {to}): the server refused a port ({e}); the kernel's");
-                st.release(fd);
+                st.hand_to_kernel(fd);
                 0
             }
         }

@@ -7,7 +7,8 @@
 //! * `0xf0..=0xf7`: advance time by the next byte × 100 ms, then `poll`;
 //! * `0xf8..=0xfb`: `udp_recv` on socket `op & 1`; then TCP: accept what port 7's listener
 //!   established, read from every connection, and (for `op & 2`) echo what was read;
-//! * `0xfc..=0xff`: `udp_send_to` of the next byte × 64 bytes to 10.0.0.(2 + op & 3).
+//! * `0xfc..=0xff`: `udp_send_to` of the next byte × 64 bytes to 10.0.0.(2 + op & 3)
+//!   (`op & 3 == 3`: to socket 7's group [`GROUP`], which loops back to it).
 //!
 //! Asserts no panic and buffer conservation at the end, after a poll past every timeout,
 //! draining the sockets, and clearing the interface (TCP connections that are still open
@@ -24,6 +25,9 @@ const HEADROOM: usize = 32;
 /// The interface's IPv6 address, so that the fuzzer reaches neighbour discovery and ICMPv6
 /// echo (its MAC is 02:00:00:00:00:01, its IPv4 address 10.0.0.1/24).
 pub const IPV6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1);
+
+/// The IPv4 group socket 7 joins (its frames go to 01:00:5e:01:02:03).
+pub const GROUP: Ipv4Addr = Ipv4Addr::new(239, 1, 2, 3);
 
 /// Run one fuzz input (format above) and return the interface's counters. Panics only if a
 /// bug breaks buffer conservation (or the stack itself panics).
@@ -55,6 +59,9 @@ fn run(data: &[u8], pool: &mut HeapPool, user: &mut [u8]) -> Stats {
         ifc.udp_bind_port(7).expect("bind 7"),
         ifc.udp_bind_port(8).expect("bind 8"),
     ];
+    // Socket 7 is in group 239.1.2.3, so the fuzzer reaches multicast delivery and IGMP.
+    ifc.udp_multicast(socks[0], crate::MulticastOp::Join(GROUP), Instant::ZERO)
+        .expect("join");
     ifc.add_neighbor(
         Ipv4Addr::new(10, 0, 0, 3),
         EthernetAddress([0x02, 0, 0, 0, 0, 3]),
@@ -103,7 +110,10 @@ fn run(data: &[u8], pool: &mut HeapPool, user: &mut [u8]) -> Stats {
             0xfc..=0xff => {
                 let n = data.get(i).copied().unwrap_or(0) as usize * 64;
                 i += 1;
-                let dst = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2 + (op & 3)), 9);
+                let dst = match op & 3 {
+                    3 => SocketAddrV4::new(GROUP, 7),
+                    k => SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 2 + k), 9),
+                };
                 let _ = ifc.udp_send_to(
                     pool,
                     socks[0],

@@ -30,10 +30,13 @@ use crate::{Instant, eth};
 
 mod ipv6;
 mod local_udp;
+mod multicast;
 mod tcp;
 
 pub(crate) use local_udp::LocalInbound;
 pub use local_udp::UDP_LOCAL_HOLD;
+pub(crate) use multicast::SocketMulticast;
+pub use multicast::{MulticastError, MulticastOp};
 
 /// Where transmitted frames go. Each frame is handed over as the head of a buffer chain
 /// whose bytes are the whole Ethernet frame (this stack always emits single-buffer
@@ -271,6 +274,8 @@ pub struct Interface {
     /// ICMP errors the UDP sockets keep, over all of them (invariant: the sum of their
     /// `errors` lengths).
     udp_errors_kept: usize,
+    /// The IPv4 multicast groups the sockets joined, and the IGMP reports owed.
+    groups: crate::igmp::Groups,
 }
 
 /// Pool buffers a socket's queue may hold while the pool is scarce (less than an eighth
@@ -301,6 +306,11 @@ fn subnet_broadcast(ip: Ipv4Addr, prefix_len: u8) -> Ipv4Addr {
         p => u32::MAX << (32 - p),
     };
     Ipv4Addr::from(u32::from(ip) | !mask)
+}
+
+/// A seed from a MAC address (IGMP's report delays differ between hosts).
+fn mac_seed(mac: EthernetAddress) -> u64 {
+    mac.0.iter().fold(0u64, |a, &b| a << 8 | u64::from(b))
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -343,6 +353,7 @@ impl Interface {
             maintenance: (!cfg.buffers.is_none())
                 .then(|| Box::new(Maintenance::new(cfg.buffers, cfg.cache))),
             udp_errors_kept: 0,
+            groups: crate::igmp::Groups::new(mac_seed(cfg.mac)),
             cfg,
         }
     }
@@ -451,7 +462,11 @@ impl Interface {
             pool.free(frame);
             return;
         };
-        if eh.dst != self.cfg.mac && !eh.dst.is_broadcast() && !self.ipv6_multicast(&eh) {
+        if eh.dst != self.cfg.mac
+            && !eh.dst.is_broadcast()
+            && !self.ipv6_multicast(&eh)
+            && !self.ipv4_multicast(&eh)
+        {
             self.stats.not_for_us += 1;
             pool.free(frame);
             return;
@@ -474,6 +489,16 @@ impl Interface {
         self.cfg.ipv6.is_some()
             && eh.ethertype == EthernetProtocol::Ipv6
             && crate::ipv6::is_multicast_mac(eh.dst)
+    }
+
+    /// Whether a frame to a multicast Ethernet address may be ours: an IPv4 frame to
+    /// 01:00:5e:xx:xx:xx while a socket is in a group (its IPv4 destination decides, in
+    /// `rx_ipv4`).
+    #[inline]
+    fn ipv4_multicast(&self, eh: &eth::EthHeader) -> bool {
+        !self.groups.is_empty()
+            && eh.ethertype == EthernetProtocol::Ipv4
+            && eh.dst.0[..3] == [0x01, 0x00, 0x5e]
     }
 
     #[inline(never)]
@@ -559,7 +584,10 @@ impl Interface {
                 return;
             }
         };
-        if h.dst != self.cfg.ipv4 && !self.is_broadcast(h.dst) {
+        if h.dst != self.cfg.ipv4
+            && !self.is_broadcast(h.dst)
+            && !(h.dst.is_multicast() && self.groups.contains(h.dst))
+        {
             self.stats.not_for_us += 1;
             pool.free(frame);
             return;
@@ -643,7 +671,17 @@ impl Interface {
         match dg.proto {
             IpProtocol::Udp => self.rx_udp(pool, dg, now, tx),
             IpProtocol::Icmp => self.rx_icmp(pool, dg, now, tx),
-            IpProtocol::Tcp => self.rx_tcp(pool, dg, now, tx),
+            // TCP is between two addresses: a segment to a broadcast or group address is
+            // nobody's.
+            IpProtocol::Tcp if dg.dst == self.cfg.ipv4 => self.rx_tcp(pool, dg, now, tx),
+            IpProtocol::Tcp => {
+                self.stats.not_for_us += 1;
+                pool.free_chain(dg.head);
+            }
+            // A query may come to our own address too (RFC 3376 §4.1.12).
+            IpProtocol::Igmp if dg.dst.is_multicast() || dg.dst == self.cfg.ipv4 => {
+                self.rx_igmp(pool, dg, now)
+            }
             _ => {
                 self.stats.unknown_protocol += 1;
                 pool.free_chain(dg.head);
@@ -952,6 +990,7 @@ impl Interface {
             self.send_arp_request(pool, ip, tx);
         }
         self.neighbors.expire(now);
+        self.send_igmp_due(pool, now, tx);
         self.tcp_poll(pool, now, tx);
     }
 
@@ -963,7 +1002,10 @@ impl Interface {
             nanos(self.cfg.arp_pending_timeout),
             nanos(self.cfg.arp_retry),
         );
-        [reasm, arp, self.tcp.poll_at()].into_iter().flatten().min()
+        [reasm, arp, self.tcp.poll_at(), self.groups.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Free every buffer the interface holds (reassembly, ARP queue, socket queues) and
@@ -980,6 +1022,7 @@ impl Interface {
             }
         }
         self.demux.clear();
+        self.groups = crate::igmp::Groups::new(mac_seed(self.cfg.mac));
     }
 
     // ------------------------------------------------------------------ send path
@@ -1088,6 +1131,7 @@ impl Interface {
             Some(m) => (Some(m), dst),
             None if self.cfg.loopback && dst == self.cfg.ipv4 => (Some(self.cfg.mac), dst),
             None if self.is_broadcast(dst) => (Some(EthernetAddress::BROADCAST), dst),
+            None if dst.is_multicast() => (Some(crate::igmp::group_mac(dst)), dst),
             None => {
                 let hop = if self.on_link(dst) {
                     dst
@@ -1257,6 +1301,8 @@ impl Interface {
             .ok_or(RecvError::InvalidHandle)?;
         self.demux.remove(&demux_key(*s.local.ip(), s.local.port()));
         self.udp_errors_kept -= s.errors.len();
+        // Its groups' leaves are due at once: at the next `poll`, whatever its time.
+        self.leave_all(&s.multicast.groups, Instant::ZERO);
         for m in s.queue {
             pool.free_chain(m.head);
         }
@@ -1416,7 +1462,6 @@ impl Interface {
             .port();
         if dst.ip().is_unspecified()
             || dst.port() == 0
-            || dst.ip().is_multicast()
             || (*dst.ip() == self.cfg.ipv4 && !self.cfg.loopback)
         {
             return Err(SendError::Unaddressable);
@@ -1438,9 +1483,22 @@ impl Interface {
             .cfg
             .udp_tx_checksum
             .then(|| udp::pseudo(self.cfg.ipv4, *dst.ip(), ulen));
-        let hdr = self.emit_header(*dst.ip(), IpProtocol::Udp);
-        self.send_ip(pool, &hdr, &hbytes, parts, pseudo, None, now, tx)?;
+        let mut hdr = self.emit_header(*dst.ip(), IpProtocol::Udp);
+        let (mut looped, mut wire) = (false, true);
+        if dst.ip().is_multicast() {
+            let (ttl, on) = self.multicast_of(h);
+            hdr.ttl = ttl;
+            looped = on && !self.cfg.loopback && self.groups.contains(*dst.ip());
+            // TTL 0: this host's sockets only, as on Linux.
+            wire = ttl > 0;
+        }
+        if wire {
+            self.send_ip(pool, &hdr, &hbytes, parts, pseudo, None, now, tx)?;
+        }
         self.stats.udp_sent += 1;
+        if looped {
+            self.loop_multicast(pool, parts, src_port, dst, now);
+        }
         self.note_local_send(dst, now);
         Ok(())
     }

@@ -58,6 +58,7 @@ pub mod frag;
 pub mod fuzzing;
 pub mod icmp;
 pub mod iface;
+pub mod igmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod reasm;
@@ -79,7 +80,9 @@ pub mod wire {
 }
 
 pub use buf::{BufIdx, BufferPool, DEFAULT_BUF_CAPACITY, HeapPool};
-pub use iface::{BindError, Config, Interface, RecvError, SendError, TxSink};
+pub use iface::{
+    BindError, Config, Interface, MulticastError, MulticastOp, RecvError, SendError, TxSink,
+};
 pub use smoltcp::wire::EthernetAddress;
 pub use socket::{Message, NoHook, RecvHook, RecvInfo, SocketHandle};
 pub use stats::Stats;

@@ -103,6 +103,8 @@ pub struct UdpSocket {
     /// Whether its owner reads its ICMP errors
     /// ([`crate::Interface::udp_keep_errors`]); off, they are counted and forgotten.
     pub(crate) keeps_errors: bool,
+    /// Its groups, and how it sends to groups.
+    pub(crate) multicast: crate::iface::SocketMulticast,
 }
 
 /// An ICMP destination-unreachable about a datagram a UDP socket sent: what could not be
@@ -131,6 +133,7 @@ impl UdpSocket {
             from_host: Default::default(),
             errors: VecDeque::new(),
             keeps_errors: false,
+            multicast: Default::default(),
         }
     }
 

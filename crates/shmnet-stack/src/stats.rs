@@ -73,6 +73,19 @@ stats! {
     udp_icmp_errors,
     /// Of those, the ones that pushed out an older error nobody had read.
     udp_icmp_errors_dropped,
+    /// IPv4 multicast groups joined by a socket.
+    igmp_joins,
+    /// IPv4 multicast groups left by a socket (closing sockets leave theirs).
+    igmp_leaves,
+    /// IGMP membership reports (and IGMPv2 leaves) sent.
+    igmp_reports_sent,
+    /// IGMP membership queries heard.
+    igmp_queries,
+    /// Other hosts' IGMP reports and leaves, and IGMP messages a host ignores.
+    igmp_other,
+    /// Datagrams a socket sent to a group we belong to, delivered to our own socket on
+    /// their port too (multicast loop-back).
+    multicast_looped,
     /// ICMP echo replies sent.
     icmp_echo_replies,
     /// ICMP port-unreachable messages sent.
@@ -168,6 +181,9 @@ stats! {
     pool_drops,
     /// ICMP checksum wrong.
     icmp_bad_checksum,
+    /// IGMP message malformed (short, wrong checksum, a query about a unicast address, in
+    /// fragments).
+    igmp_bad,
     /// ICMP message we do not answer (anything but echo request).
     icmp_ignored,
     /// ICMP error suppressed by the rate limiter.

@@ -283,3 +283,22 @@ fn fuzz_corpus_replays() {
     assert!(n >= 5, "corpus has {n} files");
     assert!(delivered >= 3, "the seeds reach the sockets");
 }
+
+/// The multicast seeds reach what they are for: a datagram to the joined group and the
+/// loop-back of one sent to it; IGMP queries of both versions, answered.
+#[test]
+fn the_multicast_seeds_reach_the_group_and_igmp() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/stack_rx");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    let st = shmnet_stack::fuzzing::stack_rx(&read("multicast_udp_and_loop"));
+    assert_eq!(
+        (st.udp_delivered, st.multicast_looped, st.not_for_us),
+        (2, 1, 0)
+    );
+    let st = shmnet_stack::fuzzing::stack_rx(&read("igmp_queries"));
+    assert_eq!((st.igmp_queries, st.igmp_bad), (2, 0));
+    assert!(
+        st.igmp_reports_sent >= 3,
+        "the join twice, then an answer: {st:?}"
+    );
+}

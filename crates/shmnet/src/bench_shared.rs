@@ -21,12 +21,12 @@
 //! two servers share the driver's loop, not their queues or pools).
 
 use crate::running::Running;
+use crate::sockperf::{self, Pingpong, median, path, spawn, wait_for};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use shmnet_lab::servers::bed::{Bed, MEASURED_IFACE, MEASURED_IP, PREFIX};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 /// The UDP port sockperf talks to.
 const PORT: u16 = 11_111;
@@ -66,17 +66,6 @@ impl Cell {
             Cell::SharedBusy => "shared-busy",
         }
     }
-}
-
-/// One sockperf run's figures.
-#[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Pingpong {
-    /// Median round trip, µs.
-    pub p50_us: f64,
-    /// 99th percentile round trip, µs.
-    pub p99_us: f64,
-    /// Round trips per second over sockperf's valid duration.
-    pub per_s: f64,
 }
 
 /// A cell's figures: the median over the rounds of each.
@@ -126,90 +115,11 @@ pub struct SharedDriverArgs {
     json: bool,
 }
 
-/// Starts `cmd`, its standard error into `log` (shown if it fails to come up).
-fn spawn(cmd: &mut Command, what: &str, log: &Path) -> Result<Running> {
-    let err = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err)
-        .spawn()
-        .map(Running)
-        .with_context(|| format!("starting {what}"))
-}
-
 /// `shmnet` itself, with `args`, in the measured namespace.
 fn shmnet(bed: &Bed, args: &[&str]) -> Result<Command> {
     let mut c = bed.measured(std::env::current_exe().context("finding this program")?);
     c.args(args);
     Ok(c)
-}
-
-/// Waits until `path` exists (a party's socket: it is up), 10 s at most; else says what
-/// the party wrote to `log`.
-fn wait_for(path: &Path, what: &str, log: &Path) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !path.exists() {
-        if Instant::now() > deadline {
-            let said = std::fs::read_to_string(log).unwrap_or_default();
-            bail!("{what} did not start: {}", said.trim());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
-}
-
-/// The numbers in sockperf's report.
-fn parse_sockperf(out: &str) -> Option<Pingpong> {
-    let pct = |p: &str| {
-        out.lines()
-            .find(|l| l.contains(&format!("percentile {p} =")))
-            .and_then(|l| l.rsplit('=').next())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-    };
-    let valid = out.lines().find(|l| l.contains("[Valid Duration]"))?;
-    let field = |name: &str| {
-        valid
-            .split([';', ' '])
-            .find_map(|w| w.strip_prefix(name))
-            .and_then(|v| v.trim_end_matches("sec").parse::<f64>().ok())
-    };
-    let (secs, received) = (field("RunTime=")?, field("ReceivedMessages=")?);
-    Some(Pingpong {
-        p50_us: pct("50.000")?,
-        p99_us: pct("99.000")?,
-        per_s: received / secs.max(1e-9),
-    })
-}
-
-/// sockperf ping-pong from the peer to the measured side for `secs`; retried for 10 s
-/// while the responder is not up yet.
-fn pingpong(bed: &Bed, secs: u64) -> Result<Pingpong> {
-    let (ip, port, t, m) = (
-        MEASURED_IP.to_string(),
-        PORT.to_string(),
-        secs.to_string(),
-        SIZE.to_string(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let out = bed
-            .peer("sockperf")
-            .args(["ping-pong", "-i", &ip, "-p", &port, "-t", &t, "-m", &m])
-            .arg("--full-rtt")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .context("running sockperf (is it installed? scripts/setup installs it)")?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        match parse_sockperf(&text) {
-            Some(p) if out.status.success() && p.per_s > 0.0 => return Ok(p),
-            _ if Instant::now() > deadline => bail!(
-                "sockperf ping-pong to {ip} measured nothing: {}",
-                text.lines().last().unwrap_or_default()
-            ),
-            _ => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
 }
 
 /// Everything one cell starts on the measured side, stopped when dropped (in reverse).
@@ -288,10 +198,6 @@ fn measured_side(bed: &Bed, cell: Cell, dir: &Path) -> Result<Parties> {
     Ok(parties)
 }
 
-fn path(p: &Path) -> Result<&str> {
-    p.to_str().context("a temporary path that is not UTF-8")
-}
-
 /// The peer's `ping -6 -f -l 32` at the IPv6 neighbour, for `secs` (+1: it outlasts sockperf).
 fn flood(bed: &Bed, secs: u64) -> Result<Child> {
     bed.peer("ping")
@@ -334,15 +240,6 @@ fn flood_rate(out: &str) -> Option<f64> {
     Some(received / (ms / 1e3).max(1e-9))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Runs the benchmark; `progress` is told each step.
 pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<SharedDriverReport> {
     // SAFETY: geteuid has no preconditions.
@@ -378,7 +275,7 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<SharedDriverRe
             let flooding = (cell == Cell::SharedBusy)
                 .then(|| flood(&bed, secs))
                 .transpose()?;
-            let figures = pingpong(&bed, secs);
+            let figures = sockperf::pingpong(&bed, &MEASURED_IP.to_string(), PORT, SIZE, &[], secs);
             if let Some(f) = flooding {
                 let out = f.wait_with_output().context("waiting for ping -6 -f")?;
                 neighbour.push(flood_rate(&String::from_utf8_lossy(&out.stdout)).unwrap_or(0.0));
@@ -391,19 +288,16 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<SharedDriverRe
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    let ratio = |a: Cell, b: Cell| {
-        let (a, b) = (&got[a as usize], &got[b as usize]);
-        median(a.iter().zip(b).map(|(x, y)| x.p50_us / y.p50_us).collect())
-    };
+    let ratio = |a: Cell, b: Cell| sockperf::p50_ratio(&got[a as usize], &got[b as usize]);
     let cells = Cell::ALL
         .into_iter()
         .map(|cell| {
-            let v = &got[cell as usize];
+            let s = sockperf::summary(&got[cell as usize]);
             CellFigures {
                 cell,
-                p50_us: median(v.iter().map(|p| p.p50_us).collect()),
-                p99_us: median(v.iter().map(|p| p.p99_us).collect()),
-                per_s: median(v.iter().map(|p| p.per_s).collect()),
+                p50_us: s.p50_us,
+                p99_us: s.p99_us,
+                per_s: s.per_s,
                 neighbour_echoes_per_s: (cell == Cell::SharedBusy)
                     .then(|| median(neighbour.clone())),
             }
@@ -471,10 +365,10 @@ mod tests {
         let sp = "sockperf: [Valid Duration] RunTime=0.548 sec; SentMessages=25844; ReceivedMessages=25844\n\
                   sockperf: ---> percentile 99.000 =   28.562\n\
                   sockperf: ---> percentile 50.000 =   15.492\n";
-        let p = parse_sockperf(sp).unwrap();
+        let p = sockperf::parse(sp).unwrap();
         assert_eq!((p.p50_us, p.p99_us), (15.492, 28.562));
         assert!((p.per_s - 25844.0 / 0.548).abs() < 1e-6);
-        assert!(parse_sockperf("sockperf: nothing measured").is_none());
+        assert!(sockperf::parse("sockperf: nothing measured").is_none());
         let ping = "--- fd96::1 ping statistics ---\n\
                     5000 packets transmitted, 4990 received, 0.2% packet loss, time 2000ms\n";
         assert_eq!(flood_rate(ping), Some(2495.0));

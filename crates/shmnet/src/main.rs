@@ -7,6 +7,7 @@ use std::path::PathBuf;
 mod app;
 mod app_file;
 mod bench_capture;
+mod bench_multicast;
 mod bench_shared;
 mod capture;
 mod iface_lock;
@@ -20,6 +21,7 @@ mod running;
 mod serve;
 mod sim;
 mod sockets;
+mod sockperf;
 mod top;
 
 #[derive(Parser)]
@@ -284,6 +286,11 @@ enum Bench {
     /// same while an IPv6 server beside it on that driver is flooded with ping -6 -f.
     /// Needs root and sockperf.
     SharedDriver(bench_shared::SharedDriverArgs),
+    /// IPv4 multicast against Linux's: sockperf ping-pong from a peer namespace over veth
+    /// to a group (both ends joined, every message multicast) and, beside it, to the
+    /// measured side's address — Linux's sockperf server against the same server
+    /// unmodified under `shmnet run`. Needs root and sockperf.
+    Multicast(bench_multicast::MulticastArgs),
     /// What `shmnet capture` costs the traffic it watches: UDP ttcp cells of the server
     /// structure (10 B and 14,792 B, receive and transmit) with no capture, with a capture
     /// whose filter matches nothing, and with one keeping every frame; each round's
@@ -539,6 +546,7 @@ fn dispatch() -> Result<()> {
         Command::Bench(Bench::Programs(a)) => programs::bench(a),
         Command::Bench(Bench::InterposeProbe) => programs::interpose_probe(),
         Command::Bench(Bench::SharedDriver(a)) => bench_shared::bench(a),
+        Command::Bench(Bench::Multicast(a)) => bench_multicast::bench(a),
         Command::Bench(Bench::Capture(a)) => bench_capture::bench(a),
         Command::Serve(a) => serve::run(a.to_spec()?),
         Command::App(c) => app::run(c),

@@ -36,8 +36,13 @@ fn listing(sock: &str) -> Vec<serde_json::Value> {
 }
 
 /// Polls `f` every 20 ms for 10 s at most, until it gives a value.
-fn until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(10);
+fn until<T>(what: &str, f: impl FnMut() -> Option<T>) -> T {
+    until_within(what, Duration::from_secs(10), f)
+}
+
+/// Polls `f` every 20 ms for `patience` at most, until it gives a value.
+fn until_within<T>(what: &str, patience: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + patience;
     loop {
         if let Some(v) = f() {
             return v;
@@ -682,7 +687,9 @@ fn shmnet_top_shows_the_traffic_and_quits_on_q() {
     std::thread::sleep(Duration::from_millis(500));
     let mut iperf_c = under_shmnet(&sock, "iperf3");
     iperf_c
-        .args(["-c", "10.99.0.1", "-t", "8"])
+        // Longer than the test needs (it is killed at the end): on a loaded machine the
+        // screen may take a while to show it, and must find it still streaming.
+        .args(["-c", "10.99.0.1", "-t", "60"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let client = Killed(iperf_c.spawn().expect("iperf3 -c"));
@@ -703,13 +710,17 @@ fn shmnet_top_shows_the_traffic_and_quits_on_q() {
         }
     }
     let _guard = Session(session.clone());
-    let shown = until("top shows the stream and the client", || {
-        let s = screen(&session);
-        let streaming = s
-            .lines()
-            .any(|l| l.contains("│rx ") && !l.contains("│rx 0 frames/s"));
-        (s.contains("shmnet top") && streaming && s.contains(&format!("│{cpid} "))).then_some(s)
-    });
+    let shown = until_within(
+        "top shows the stream and the client",
+        Duration::from_secs(40),
+        || {
+            let s = screen(&session);
+            let streaming = s
+                .lines()
+                .any(|l| l.contains("│rx ") && !l.contains("│rx 0 frames/s"));
+            (s.contains("shmnet top") && streaming && s.contains(&format!("│{cpid} "))).then_some(s)
+        },
+    );
     assert!(shown.contains(" applications "), "{shown}");
     assert!(shown.contains("drops by reason"), "{shown}");
     let q = Command::new("tmux")

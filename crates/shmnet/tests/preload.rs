@@ -52,6 +52,30 @@ fn bed(test: &str, tag: &str) -> Option<(Netns, Server, String)> {
     Some((ns, server, sock))
 }
 
+/// Starts the Python program `peer` in the namespace with `args` and waits for its
+/// `ready`, then runs the Python program `probe` (on `python3`, which `probe_cmd` starts:
+/// in the namespace on the kernel, or under `shmnet run`) with the same `args`; returns
+/// what the probe printed. The peer is stopped after.
+fn peer_then_probe(
+    ns: &Netns,
+    peer: &str,
+    probe_cmd: Command,
+    probe: &str,
+    args: &[&str],
+    what: &str,
+) -> String {
+    let mut p = ns.cmd("python3");
+    p.args(["-c", peer]).args(args);
+    let (p, ready) = started(p, "the Linux peer");
+    let p = Killed(p);
+    assert_eq!(ready.trim(), "ready");
+    let mut probe_cmd = probe_cmd;
+    probe_cmd.args(["-c", probe]).args(args);
+    let out = run_ok(probe_cmd, what, Duration::from_secs(60));
+    drop(p);
+    out
+}
+
 /// Runs `make()` until it succeeds (a listener may not be up yet), for 10 s at most;
 /// returns its standard output.
 fn until_it_connects(what: &str, mut make: impl FnMut() -> Command) -> String {
@@ -1748,16 +1772,8 @@ except OSError as e:
     print("nothing came back:", e)
 "#;
     let run = |probe: Command, port: u16| {
-        let mut peer = ns.cmd("python3");
-        peer.args(["-c", PEER, "10.93.0.255", &port.to_string()]);
-        let (peer, ready) = started(peer, "the Linux peer");
-        let peer = Killed(peer);
-        assert_eq!(ready.trim(), "ready");
-        let mut probe = probe;
-        probe.args(["-c", PROBE, "10.93.0.255", &port.to_string()]);
-        let out = run_ok(probe, "python3 broadcasting", Duration::from_secs(60));
-        drop(peer);
-        out
+        let args = ["10.93.0.255", &port.to_string()];
+        peer_then_probe(&ns, PEER, probe, PROBE, &args, "python3 broadcasting")
     };
     let on_kernel = run(ns.cmd("python3"), 7100);
     assert_eq!(
@@ -1768,4 +1784,223 @@ except OSError as e:
     );
     let on_shmnet = run(under_shmnet(&sock, "python3"), 7200);
     assert_eq!(on_shmnet, on_kernel, "under shmnet run, then on the kernel");
+}
+
+/// IPv4 multicast under `shmnet run`: a Python socket joins a group, hears a Linux peer's
+/// datagram to it, answers the group with `IP_MULTICAST_TTL` 3 and hears its own datagram
+/// come back (`IP_MULTICAST_LOOP`), its refusals the kernel's — the same lines as on the
+/// kernel. On the wire (tshark on the Linux end): the server's IGMPv3 join and leave, the
+/// answer at TTL 3 to the group's MAC; and a socket that joins before it binds (noted, then
+/// the server's), whose group is reported again, in IGMPv2, when Linux sends an IGMPv2
+/// query.
+#[test]
+fn udp_multicast_under_shmnet_run_joins_hears_and_answers_as_on_linux() {
+    const TEST: &str = "udp_multicast_under_shmnet_run_joins_hears_and_answers_as_on_linux";
+    if !all_installed(TEST, &["tshark", "dumpcap", "python3"]) {
+        return;
+    }
+    let Some((ns, _server, sock)) = bed(TEST, "mcast") else {
+        return;
+    };
+    // The kernel's run joins with no interface named: it needs a route to the groups.
+    assert!(netns::ip(&[
+        "-n",
+        &ns.0,
+        "route",
+        "add",
+        "224.0.0.0/4",
+        "dev",
+        "v1"
+    ]));
+    const PEER: &str = r#"
+import socket, sys, time
+grp, port = sys.argv[1], int(sys.argv[2])
+r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+r.bind(("0.0.0.0", port + 1))
+r.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+             socket.inet_aton(grp) + socket.inet_aton("10.93.0.2"))
+print("ready", flush=True)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("10.93.0.2"))
+r.settimeout(0.5)
+deadline = time.time() + 30
+while time.time() < deadline:
+    s.sendto(b"hello, group", (grp, port))
+    try:
+        r.recvfrom(100)
+        break
+    except socket.timeout:
+        pass
+"#;
+    const PROBE: &str = r#"
+import errno, socket, struct, sys
+grp, port = sys.argv[1], int(sys.argv[2])
+def attempt(what, f):
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode.get(e.errno, e.errno))
+mreq = socket.inet_aton(grp) + socket.inet_aton("0.0.0.0")
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", port))
+attempt("join", lambda: s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq))
+attempt("join again", lambda: s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreq))
+attempt("join a host", lambda: s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+        socket.inet_aton("10.93.0.7") + socket.inet_aton("0.0.0.0")))
+attempt("drop a group not joined", lambda: s.setsockopt(socket.IPPROTO_IP,
+        socket.IP_DROP_MEMBERSHIP, socket.inet_aton("239.9.9.9") + socket.inet_aton("0.0.0.0")))
+attempt("drop a host", lambda: s.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP,
+        socket.inet_aton("10.93.0.7") + socket.inet_aton("0.0.0.0")))
+allsys = socket.inet_aton("224.0.0.1") + socket.inet_aton("0.0.0.0")
+attempt("join all-systems", lambda: s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, allsys))
+attempt("drop all-systems", lambda: s.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, allsys))
+attempt("IP_MULTICAST_ALL 2", lambda: s.setsockopt(socket.IPPROTO_IP, 49, 2))
+def group_req(g):
+    # struct group_req: the interface index, then (aligned to 8) a sockaddr_storage.
+    sin = struct.pack("=H2s4s", socket.AF_INET, bytes(2), socket.inet_aton(g))
+    return struct.pack("=I4x", 0) + sin + bytes(128 - len(sin))
+attempt("MCAST_JOIN_GROUP", lambda: s.setsockopt(socket.IPPROTO_IP, 42, group_req("239.4.4.4")))
+attempt("MCAST_LEAVE_GROUP", lambda: s.setsockopt(socket.IPPROTO_IP, 45, group_req("239.4.4.4")))
+others = [socket.inet_aton("239.3.0.%d" % i) + socket.inet_aton("0.0.0.0") for i in range(1, 21)]
+for i, m in enumerate(others):
+    attempt("group %d" % (i + 2), lambda: s.setsockopt(socket.IPPROTO_IP,
+            socket.IP_ADD_MEMBERSHIP, m))
+for m in others[:19]:
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, m)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 3)
+print("ttl", s.getsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL),
+      "loop", s.getsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP))
+s.settimeout(30)
+d, a = s.recvfrom(100)
+print(d.decode(), "from", a[0])
+s.sendto(b"heard " + d, (grp, port + 1))
+s.sendto(b"to myself", (grp, port))
+while d == b"hello, group":
+    d, a = s.recvfrom(100)
+print(d.decode())
+attempt("drop", lambda: s.setsockopt(socket.IPPROTO_IP, socket.IP_DROP_MEMBERSHIP, mreq))
+"#;
+    let run = |probe: Command, port: u16| {
+        let args = ["239.1.2.3", &port.to_string()];
+        peer_then_probe(&ns, PEER, probe, PROBE, &args, "python3 in a group")
+    };
+    let on_kernel = run(ns.cmd("python3"), 7300);
+    assert_eq!(
+        on_kernel,
+        format!(
+            "join ok\njoin again EADDRINUSE\njoin a host EINVAL\n\
+             drop a group not joined EADDRNOTAVAIL\ndrop a host EADDRNOTAVAIL\n\
+             join all-systems ok\ndrop all-systems ok\nIP_MULTICAST_ALL 2 EINVAL\n\
+             MCAST_JOIN_GROUP ok\nMCAST_LEAVE_GROUP ok\n\
+             {}group 21 ENOBUFS\nttl 3 loop 1\n\
+             hello, group from 10.93.0.2\nto myself\ndrop ok\n",
+            (2..=20)
+                .map(|i| format!("group {i} ok\n"))
+                .collect::<String>()
+        ),
+        "on the kernel"
+    );
+    let pcap = std::env::temp_dir().join(format!("shmnet-mcast-{}.pcap", std::process::id()));
+    let mut cap = ns
+        .cmd("dumpcap")
+        .args(["-q", "-i", "v1", "-f", "igmp or udp", "-w"])
+        .arg(&pcap)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dumpcap");
+    // dumpcap writes its file's header once it captures (then a moment more to be sure).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) == 0 {
+        assert!(Instant::now() < deadline, "dumpcap did not start capturing");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let on_shmnet = run(under_shmnet(&sock, "python3"), 7400);
+    assert_eq!(on_shmnet, on_kernel, "under shmnet run, then on the kernel");
+
+    // Joined before its bind; then an IGMPv2 general query from Linux (1 s to answer).
+    const HOLD: &str = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP,
+             socket.inet_aton("239.5.5.5") + socket.inet_aton("0.0.0.0"))
+s.bind(("0.0.0.0", 7500))
+print("joined", flush=True)
+time.sleep(4)
+"#;
+    const QUERY: &str = r#"
+import socket, struct
+q = bytearray(struct.pack("!BBH4s", 0x11, 10, 0, bytes(4)))
+s = sum(struct.unpack("!4H", bytes(q)))
+s = (s >> 16) + (s & 0xffff)
+struct.pack_into("!H", q, 2, ~(s + (s >> 16)) & 0xffff)
+r = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
+r.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton("10.93.0.2"))
+r.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+r.sendto(bytes(q), ("224.0.0.1", 0))
+"#;
+    let mut hold = under_shmnet(&sock, "python3");
+    hold.args(["-c", HOLD]);
+    let (hold, joined) = started(hold, "python3 holding a group");
+    let mut hold = Killed(hold);
+    assert_eq!(joined.trim(), "joined");
+    let mut query = ns.cmd("python3");
+    query.args(["-c", QUERY]);
+    run_ok(query, "an IGMPv2 query", Duration::from_secs(20));
+    let _ = hold.0.wait();
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: kill has no memory preconditions; the pid is our child's.
+    unsafe { libc::kill(cap.id() as i32, libc::SIGINT) };
+    let _ = cap.wait();
+    let frames = |filter: &str| -> Vec<String> {
+        let out = Command::new("tshark")
+            .args(["-n", "-r"])
+            .arg(&pcap)
+            .args(["-Y", filter, "-T", "fields", "-e", "frame.number"])
+            .output()
+            .expect("run tshark");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    let ours = "ip.src == 10.93.0.1";
+    let joins = frames(&format!(
+        "{ours} && igmp.type == 0x22 && igmp.record_type == 4 && igmp.maddr == 239.1.2.3"
+    ));
+    // Reported twice, unless the leave came before the repetition (it replaces it).
+    assert!(!joins.is_empty(), "the IGMPv3 join");
+    let leaves = frames(&format!(
+        "{ours} && igmp.type == 0x22 && igmp.record_type == 3 && igmp.maddr == 239.1.2.3"
+    ));
+    assert!(!leaves.is_empty(), "the IGMPv3 leave");
+    let answer = frames(&format!(
+        "{ours} && ip.dst == 239.1.2.3 && ip.ttl == 3 && eth.dst == 01:00:5e:01:02:03 \
+         && udp.dstport == 7401"
+    ));
+    assert_eq!(answer.len(), 1, "the answer to the group, TTL 3");
+    assert_eq!(
+        frames(&format!("{ours} && ip.ttl == 3 && udp.dstport == 7400")).len(),
+        1,
+        "the datagram to itself goes on the wire too"
+    );
+    let v2_report = frames(&format!(
+        "{ours} && igmp.type == 0x16 && igmp.maddr == 239.5.5.5 && ip.dst == 239.5.5.5"
+    ));
+    // IGMPv2 only after the query: the answer (and the join's repetition, if still due).
+    assert!(
+        !v2_report.is_empty(),
+        "the IGMPv2 report answering the query"
+    );
+    assert!(
+        !frames(&format!(
+            "{ours} && igmp.type == 0x17 && igmp.maddr == 239.5.5.5"
+        ))
+        .is_empty(),
+        "the IGMPv2 leave when the holder exits"
+    );
+    assert!(frames("_ws.malformed").is_empty(), "malformed frames");
+    let _ = std::fs::remove_file(&pcap);
 }

@@ -66,8 +66,9 @@
 //!   frames (`sll_pkttype == PACKET_OUTGOING`, for kernels without the socket option) and
 //!   frames the kernel received with a VLAN tag (`TP_STATUS_VLAN_VALID`; we serve no VLAN)
 //!   are `rx_filtered`; frames whose destination is not our MAC or broadcast are
-//!   `rx_filtered` (multicast is filtered too unless [`AfPacketOptions::multicast`] is set;
-//!   the stack has no multicast groups); [`classify`] sheds runts and unknown EtherTypes
+//!   `rx_filtered` (other multicast is filtered too unless [`AfPacketOptions::multicast`] is
+//!   set, but IPv4 groups' `01:00:5e:…` and IPv6's `33:33:…` are kept: the stack knows
+//!   which groups it is in); [`classify`] sheds runts and unknown EtherTypes
 //!   (`rx_runts`, `rx_unknown_type`); a frame the kernel truncated (`tp_snaplen < tp_len`) or
 //!   longer than a pool buffer is `rx_oversize`; a frame that finds no pool buffer is
 //!   `rx_no_buffer`. The rest is copied into a buffer (`off = 0`, `len` = frame length) and
@@ -649,9 +650,12 @@ impl RxRing {
             let dst: [u8; 6] = frame[..6].try_into().expect("six bytes");
             // IPv6 multicast (33:33:…) is how neighbour discovery reaches us: kept for
             // the server that takes IPv6 (shed as unserved if none does).
+            // IPv4 groups' frames (01:00:5e:…) are kept too: the stack knows which groups
+            // its sockets joined, and drops the rest (`not_for_us`).
             let ok = dst == self.mac
                 || dst == [0xff; 6]
                 || dst[..2] == [0x33, 0x33]
+                || dst[..3] == [0x01, 0x00, 0x5e]
                 || (self.multicast && dst[0] & 1 != 0);
             if !ok {
                 stats.rx_filtered += 1;
@@ -1660,7 +1664,7 @@ mod tests {
                 libc::TP_STATUS_USER | libc::TP_STATUS_VLAN_VALID,
                 60,
             )
-            .ours(&eth([0x01, 0, 0x5e, 0, 0, 1], 0x0800, 60)) // multicast
+            .ours(&eth([0x01, 0x80, 0xc2, 0, 0, 0], 0x0800, 60)) // multicast, no IPv4 group's
             .ours(&eth(OURS, 0x86dd, 80)) // IPv6: these pools take IPv4 and ARP only
             .ours(&eth(OURS, 0x0800, 20)) // runt
             .ours(&eth(OURS, 0x0800, 3000)) // longer than a buffer
@@ -1700,6 +1704,12 @@ mod tests {
         assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 5);
         assert_eq!(k.status(0), libc::TP_STATUS_KERNEL);
         assert_eq!(stats.rx_bad_ring, 0);
+
+        // An IPv4 group's frame is kept: the stack knows which groups it is in.
+        out.clear();
+        k.ours(&eth([0x01, 0, 0x5e, 1, 2, 3], 0x0800, 60));
+        assert_eq!(rx.burst(&k.map, &mut stats, &mut dp, &mut out, 64), 1);
+        assert_eq!(out[0].family, super::super::Family::Ipv4);
     }
 
     #[test]

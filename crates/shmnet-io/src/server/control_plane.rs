@@ -91,6 +91,13 @@ pub(crate) enum Command {
         port: u16,
         reply: mpsc::SyncSender<Response>,
     },
+    /// Change an application's UDP socket's multicast state.
+    Multicast {
+        id: u64,
+        socket: u32,
+        op: shmnet_stack::MulticastOp,
+        reply: mpsc::SyncSender<Response>,
+    },
     /// Listen on a TCP port for an application.
     TcpListen {
         id: u64,
@@ -995,6 +1002,17 @@ impl ControlPlane {
                     .ask(&self.stop, |reply| Command::TcpConnect { id, to, reply })
                     .unwrap_or_else(gone),
             ),
+            Request::Multicast { socket, op } if attached => Some(
+                self.spec
+                    .outbox
+                    .ask(&self.stop, |reply| Command::Multicast {
+                        id,
+                        socket,
+                        op,
+                        reply,
+                    })
+                    .unwrap_or_else(gone),
+            ),
             Request::Close { socket } if attached => Some(
                 self.spec
                     .outbox
@@ -1043,6 +1061,7 @@ impl ControlPlane {
             Request::Capture(_) => unreachable!("served by `capture`"),
             Request::Bind { .. }
             | Request::Close { .. }
+            | Request::Multicast { .. }
             | Request::Unregister { .. }
             | Request::TcpListen { .. }
             | Request::TcpConnect { .. }

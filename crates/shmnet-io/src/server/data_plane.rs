@@ -525,6 +525,15 @@ impl DataPlane {
                     let resp = self.bind(id, port);
                     let _ = reply.send(resp);
                 }
+                Command::Multicast {
+                    id,
+                    socket,
+                    op,
+                    reply,
+                } => {
+                    let resp = self.multicast(id, socket, op);
+                    let _ = reply.send(resp);
+                }
                 Command::TcpListen {
                     id,
                     port,
@@ -817,6 +826,19 @@ impl DataPlane {
                     .set_dormant(sock, |a, n| forks.dormant(sock, a, n));
             }
         }
+    }
+
+    /// A UDP socket's multicast change (its IGMP report goes at the next poll).
+    fn multicast(&mut self, id: u64, socket: u32, op: shmnet_stack::MulticastOp) -> Response {
+        let now = self.now();
+        let Some(app) = self.apps.iter().find(|a| a.id == id) else {
+            return Response::Error("say Hello first".into());
+        };
+        let refused = match app.sockets.get(socket as usize) {
+            Some(AppSocket::Udp(h)) => self.iface.udp_multicast(h, op, now).err(),
+            _ => Some(shmnet_stack::MulticastError::InvalidHandle),
+        };
+        Response::Multicast { socket, refused }
     }
 
     fn close(&mut self, id: u64, socket: u32) -> Response {
