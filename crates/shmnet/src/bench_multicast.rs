@@ -76,12 +76,9 @@ impl Cell {
 pub struct CellFigures {
     /// Which.
     pub cell: Cell,
-    /// Median of the rounds' medians.
-    pub p50_us: f64,
-    /// Median of the rounds' 99th percentiles.
-    pub p99_us: f64,
-    /// Median of the rounds' rates.
-    pub per_s: f64,
+    /// Each figure's median over the rounds.
+    #[serde(flatten)]
+    pub figures: Pingpong,
 }
 
 /// The report.
@@ -196,14 +193,9 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<MulticastRepor
     let ratio = |a: Cell, b: Cell| sockperf::p50_ratio(&got[a as usize], &got[b as usize]);
     let cells = Cell::ALL
         .into_iter()
-        .map(|cell| {
-            let s = sockperf::summary(&got[cell as usize]);
-            CellFigures {
-                cell,
-                p50_us: s.p50_us,
-                p99_us: s.p99_us,
-                per_s: s.per_s,
-            }
+        .map(|cell| CellFigures {
+            cell,
+            figures: sockperf::summary(&got[cell as usize]),
         })
         .collect();
     Ok(MulticastReport {
@@ -236,9 +228,9 @@ impl std::fmt::Display for MulticastReport {
                 f,
                 "{:<17} {:>9.1} {:>9.1} {:>14.0}",
                 c.cell.name(),
-                c.p50_us,
-                c.p99_us,
-                c.per_s
+                c.figures.p50_us,
+                c.figures.p99_us,
+                c.figures.per_s
             )?;
         }
         writeln!(

@@ -73,12 +73,9 @@ impl Cell {
 pub struct CellFigures {
     /// Which.
     pub cell: Cell,
-    /// Median of the rounds' medians.
-    pub p50_us: f64,
-    /// Median of the rounds' 99th percentiles.
-    pub p99_us: f64,
-    /// Median of the rounds' rates.
-    pub per_s: f64,
+    /// Each figure's median over the rounds.
+    #[serde(flatten)]
+    pub figures: Pingpong,
     /// `shared-busy` only: the neighbour's flood, ICMPv6 echoes answered per second.
     pub neighbour_echoes_per_s: Option<f64>,
 }
@@ -291,16 +288,10 @@ pub fn run(quick: bool, progress: &mut dyn FnMut(&str)) -> Result<SharedDriverRe
     let ratio = |a: Cell, b: Cell| sockperf::p50_ratio(&got[a as usize], &got[b as usize]);
     let cells = Cell::ALL
         .into_iter()
-        .map(|cell| {
-            let s = sockperf::summary(&got[cell as usize]);
-            CellFigures {
-                cell,
-                p50_us: s.p50_us,
-                p99_us: s.p99_us,
-                per_s: s.per_s,
-                neighbour_echoes_per_s: (cell == Cell::SharedBusy)
-                    .then(|| median(neighbour.clone())),
-            }
+        .map(|cell| CellFigures {
+            cell,
+            figures: sockperf::summary(&got[cell as usize]),
+            neighbour_echoes_per_s: (cell == Cell::SharedBusy).then(|| median(neighbour.clone())),
         })
         .collect();
     Ok(SharedDriverReport {
@@ -332,9 +323,9 @@ impl std::fmt::Display for SharedDriverReport {
                 f,
                 "{:<12} {:>9.1} {:>9.1} {:>12.0}",
                 c.cell.name(),
-                c.p50_us,
-                c.p99_us,
-                c.per_s
+                c.figures.p50_us,
+                c.figures.p99_us,
+                c.figures.per_s
             )?;
             match c.neighbour_echoes_per_s {
                 Some(n) => writeln!(f, "   (IPv6 neighbour answering {n:.0} pings/s)")?,

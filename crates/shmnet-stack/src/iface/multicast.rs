@@ -15,11 +15,12 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use super::{Interface, TxSink};
-use crate::buf::{BufIdx, BufferPool};
+use crate::buf::BufferPool;
 use crate::igmp::{self, Message as IgmpMessage};
 use crate::ipv4::Datagram;
 use crate::socket::{Message, SocketHandle};
 use crate::tcp::memory::PoolLevel;
+use crate::tcp::queue::ChainQueue;
 use crate::{Instant, eth};
 
 /// A change to a UDP socket's multicast state.
@@ -251,14 +252,30 @@ impl Interface {
             self.stats.pool_drops += 1;
             return;
         }
-        let Some(head) = copy_into_chain(pool, parts, cap) else {
-            self.stats.no_buffers += 1;
-            return;
-        };
+        // The bytes into fresh buffers as TCP's send queue takes them (an empty datagram:
+        // one empty buffer).
+        let mut copy = ChainQueue::default();
+        for part in parts {
+            if copy.write(pool, part, u32::MAX, 0) < part.len() {
+                copy.clear(pool);
+                self.stats.no_buffers += 1;
+                return;
+            }
+        }
+        if copy.is_empty() {
+            let Some(b) = pool.alloc() else {
+                self.stats.no_buffers += 1;
+                return;
+            };
+            pool.set_off_len(b, 0, 0);
+            pool.set_next(b, None);
+            copy.link(pool, b, b, 0, 1);
+        }
+        let Some(head) = copy.head() else { return };
         let msg = Message {
             head,
             len,
-            bufs,
+            bufs: copy.bufs() as usize,
             src: SocketAddrV4::new(self.cfg.ipv4, src_port),
         };
         let Some(s) = self.sockets.get_mut(si).and_then(Option::as_mut) else {
@@ -276,41 +293,4 @@ impl Interface {
             }
         }
     }
-}
-
-/// Copies the concatenation of `parts` into a chain of fresh pool buffers of `cap` bytes
-/// each (one buffer when empty); `None` (nothing kept) when the pool runs out.
-fn copy_into_chain<P: BufferPool + ?Sized>(
-    pool: &mut P,
-    parts: &[&[u8]],
-    cap: usize,
-) -> Option<BufIdx> {
-    let first = pool.alloc()?;
-    pool.set_off_len(first, 0, 0);
-    let (mut cur, mut used) = (first, 0usize);
-    for part in parts {
-        let mut rest = *part;
-        while !rest.is_empty() {
-            if used == cap {
-                let Some(next) = pool.alloc() else {
-                    pool.free_chain(first);
-                    return None;
-                };
-                pool.set_off_len(next, 0, 0);
-                pool.set_next(cur, Some(next));
-                (cur, used) = (next, 0);
-            }
-            let n = rest.len().min(cap - used);
-            let Some(room) = pool.data_mut(cur).get_mut(used..used + n) else {
-                // A buffer shorter than the pool says (never, from a sound pool).
-                pool.free_chain(first);
-                return None;
-            };
-            room.copy_from_slice(&rest[..n]);
-            used += n;
-            pool.set_len(cur, used as u16);
-            rest = &rest[n..];
-        }
-    }
-    Some(first)
 }
