@@ -1,5 +1,6 @@
 //! This machine's caches as the kernel describes them (`/sys/devices/system/cpu/cpu0/cache`),
-//! so that working sets can be sized to them and the simulator can rebuild them.
+//! or as cpuid does where the kernel is silent ([`crate::cpuid`]), so that working sets can
+//! be sized to them and the simulator can rebuild them.
 
 /// One cache of CPU 0.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -46,6 +47,68 @@ pub fn caches() -> Vec<CacheInfo> {
     }
     out.sort_by_key(|c| (c.level, c.kind != "data"));
     out
+}
+
+/// Where a list of caches came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheSource {
+    /// `/sys/devices/system/cpu/cpu0/cache`.
+    Sysfs,
+    /// The cpuid instruction (leaf 4, or 0x8000_001D / 0x8000_0005-6 on AMD).
+    Cpuid,
+    /// Neither describes any cache.
+    #[default]
+    None,
+}
+
+/// The caches of CPU 0 from the kernel, or from cpuid ([`crate::cpuid::read`], asked only
+/// then) when the kernel lists none.
+pub fn caches_or_cpuid() -> Vec<CacheInfo> {
+    let sysfs = caches();
+    if sysfs.is_empty() {
+        crate::cpuid::read().caches
+    } else {
+        sysfs
+    }
+}
+
+/// The kernel's caches `sysfs` if it lists any, else cpuid's; with where they came from.
+pub fn choose(sysfs: Vec<CacheInfo>, cpuid: &[CacheInfo]) -> (Vec<CacheInfo>, CacheSource) {
+    if !sysfs.is_empty() {
+        (sysfs, CacheSource::Sysfs)
+    } else if !cpuid.is_empty() {
+        (cpuid.to_vec(), CacheSource::Cpuid)
+    } else {
+        (Vec::new(), CacheSource::None)
+    }
+}
+
+/// Where the kernel and cpuid describe a cache differently, one line each (`L2 unified:
+/// kernel 2048 KiB 16-way, cpuid 1024 KiB 8-way`); caches only one of them lists are not
+/// compared (a VM may hide either).
+pub fn disagreements(sysfs: &[CacheInfo], cpuid: &[CacheInfo]) -> Vec<String> {
+    let show = |c: &CacheInfo| format!("{} KiB {}-way", c.size_bytes >> 10, c.ways);
+    sysfs
+        .iter()
+        .filter_map(|k| {
+            let c = cpuid
+                .iter()
+                .find(|c| c.level == k.level && c.kind == k.kind)?;
+            let differ = k.size_bytes != c.size_bytes
+                || k.line_bytes != c.line_bytes
+                || (k.ways != c.ways && k.ways != 0 && c.ways != 0);
+            differ.then(|| {
+                format!(
+                    "L{} {}: kernel {}, cpuid {}",
+                    k.level,
+                    k.kind,
+                    show(k),
+                    show(c)
+                )
+            })
+        })
+        .collect()
 }
 
 /// Parses the kernel's cache sizes: `32K`, `1024K`, `32768K`, `2M`.
@@ -100,9 +163,9 @@ impl Sizes {
         }
     }
 
-    /// This machine's.
+    /// This machine's (the kernel's caches, or cpuid's where it lists none).
     pub fn this() -> Self {
-        Self::from_caches(&caches())
+        Self::from_caches(&caches_or_cpuid())
     }
 }
 
@@ -119,7 +182,7 @@ pub fn l2_ways(caches: &[CacheInfo]) -> usize {
 /// This machine's caches as the stack's cache maintenance sizes its regions
 /// ([`shmnet_chan::coherence::Maintenance`]).
 pub fn geometry() -> shmnet_chan::coherence::CacheGeometry {
-    let caches = caches();
+    let caches = caches_or_cpuid();
     let sizes = Sizes::from_caches(&caches);
     shmnet_chan::coherence::CacheGeometry {
         l1d: sizes.l1d as usize,
@@ -160,8 +223,34 @@ mod tests {
             size_bytes: 2 << 20,
             ..one.clone()
         };
-        let s = Sizes::from_caches(&[one, l2]);
+        let s = Sizes::from_caches(&[one.clone(), l2.clone()]);
         assert_eq!((s.l1d, s.l2, s.llc), (48 << 10, 2 << 20, 2 << 20));
         assert!(!s.guessed);
+    }
+
+    #[test]
+    fn cpuid_stands_in_for_a_silent_kernel_and_disagreements_are_said() {
+        let one = CacheInfo {
+            level: 1,
+            kind: "data".into(),
+            size_bytes: 48 << 10,
+            line_bytes: 64,
+            ways: 12,
+        };
+        let (list, from) = choose(Vec::new(), std::slice::from_ref(&one));
+        assert_eq!((list.len(), from), (1, CacheSource::Cpuid));
+        let (_, from) = choose(vec![one.clone()], &[]);
+        assert_eq!(from, CacheSource::Sysfs);
+        assert_eq!(choose(Vec::new(), &[]).1, CacheSource::None);
+        let other = CacheInfo {
+            size_bytes: 32 << 10,
+            ways: 8,
+            ..one.clone()
+        };
+        assert_eq!(
+            disagreements(std::slice::from_ref(&one), &[other]),
+            ["L1 data: kernel 48 KiB 12-way, cpuid 32 KiB 8-way"]
+        );
+        assert!(disagreements(std::slice::from_ref(&one), std::slice::from_ref(&one)).is_empty());
     }
 }

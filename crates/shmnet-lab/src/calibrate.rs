@@ -30,7 +30,8 @@
 //!   full of clean or of dirty lines. Their differences from hot are the marks the residency
 //!   histograms are read against.
 
-use crate::cacheinfo::{self, CacheInfo, Sizes};
+use crate::cacheinfo::{self, CacheInfo, CacheSource, Sizes};
+use crate::cpuid::{self, TlbInfo};
 use crate::machine::Machine;
 use crate::mem::{self, LINE, Paging, Region};
 use crate::tsc::{self, Calibration};
@@ -288,6 +289,17 @@ pub struct TlbMethod {
     pub huge_backed: bool,
 }
 
+/// The CPU as cpuid names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Cpu {
+    /// `GenuineIntel`, `AuthenticAMD`, … (empty without cpuid).
+    #[serde(default)]
+    pub vendor: String,
+    /// The brand string.
+    #[serde(default)]
+    pub brand: String,
+}
+
 /// This machine's Table 1.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Table1 {
@@ -315,8 +327,16 @@ pub struct Table1 {
     pub marks: Marks,
     /// Why the marks cannot classify buffers on this machine (null: they can).
     pub degenerate: Option<Degeneracy>,
-    /// The caches, as the kernel describes them.
+    /// The CPU, from cpuid.
+    pub cpu: Cpu,
+    /// The caches, as the kernel describes them (cpuid's where it lists none).
     pub caches: Vec<CacheInfo>,
+    /// Where `caches` came from: `sysfs`, `cpuid` or `none`.
+    pub cache_source: CacheSource,
+    /// The TLBs as cpuid describes them (Intel leaf 0x18; AMD 0x8000_0005/6/19); empty
+    /// where it does not (a VM may hide the leaf). Geometry only: what a miss costs is
+    /// `tlb_miss_ticks`.
+    pub tlbs: Vec<TlbInfo>,
     /// Anything the reader should know (guessed sizes, no huge pages, …).
     pub notes: Vec<String>,
 }
@@ -352,9 +372,31 @@ impl Drop for Pinned {
 pub fn run(effort: Effort, progress: &mut dyn FnMut(&str)) -> Result<Table1, mem::MapError> {
     let machine = Machine::this();
     let _pin = Pinned::here(None);
-    let caches = cacheinfo::caches();
+    let geometry = cpuid::read();
+    let sysfs = cacheinfo::caches();
+    let mut notes: Vec<String> = cacheinfo::disagreements(&sysfs, &geometry.caches)
+        .into_iter()
+        .map(|d| {
+            format!("the kernel and cpuid describe a cache differently ({d}); the kernel's is used")
+        })
+        .collect();
+    let (caches, cache_source) = cacheinfo::choose(sysfs, &geometry.caches);
+    match cache_source {
+        CacheSource::Cpuid => notes.push("the kernel lists no caches (/sys/devices/system/cpu/cpu0/cache): the caches are cpuid's".into()),
+        CacheSource::None => notes.push("neither the kernel nor cpuid describes the caches".into()),
+        CacheSource::Sysfs => {}
+    }
+    if geometry.tlbs.is_empty() {
+        notes.push(format!(
+            "cpuid describes no TLB ({}): the simulator will assume AMD Zen 4's TLB geometry for this calibration",
+            if geometry.vendor == "GenuineIntel" {
+                "leaf 0x18 absent or all zero, as a hypervisor may make it"
+            } else {
+                "no TLB leaf answered"
+            }
+        ));
+    }
     let sizes = Sizes::from_caches(&caches);
-    let mut notes = Vec::new();
     if sizes.guessed {
         notes.push(format!(
             "the kernel did not describe every cache: planned with L1d {} KiB, L2 {} KiB, last level {} MiB",
@@ -450,7 +492,13 @@ pub fn run(effort: Effort, progress: &mut dyn FnMut(&str)) -> Result<Table1, mem
         buffer,
         marks,
         degenerate,
+        cpu: Cpu {
+            vendor: geometry.vendor,
+            brand: geometry.brand,
+        },
         caches,
+        cache_source,
+        tlbs: geometry.tlbs,
         notes,
     })
 }
@@ -810,6 +858,49 @@ impl std::fmt::Display for Table1 {
                 "refused"
             }
         )?;
+        let source = match self.cache_source {
+            CacheSource::Sysfs => "the kernel",
+            CacheSource::Cpuid => "cpuid",
+            CacheSource::None => "nowhere",
+        };
+        let caches: Vec<String> = self
+            .caches
+            .iter()
+            .map(|c| {
+                let kind = match c.kind.as_str() {
+                    "data" => "D",
+                    "instruction" => "I",
+                    _ => "",
+                };
+                format!(
+                    "L{}{kind} {} KiB {}-way",
+                    c.level,
+                    c.size_bytes >> 10,
+                    c.ways
+                )
+            })
+            .collect();
+        writeln!(
+            f,
+            "cpu: {} ({}); caches from {source}: {}",
+            if self.cpu.brand.is_empty() {
+                "?"
+            } else {
+                &self.cpu.brand
+            },
+            if self.cpu.vendor.is_empty() {
+                "no cpuid"
+            } else {
+                &self.cpu.vendor
+            },
+            caches.join(", ")
+        )?;
+        if self.tlbs.is_empty() {
+            writeln!(f, "TLBs: cpuid describes none")?;
+        }
+        for t in &self.tlbs {
+            writeln!(f, "TLB (cpuid): {}", t.describe())?;
+        }
         let e = &self.effective_llc;
         if e.bytes > 0 {
             let curve: Vec<String> = e

@@ -15,6 +15,7 @@ pub mod bench;
 pub mod buffers;
 pub mod cacheinfo;
 pub mod calibrate;
+pub mod cpuid;
 /// Grouped bar charts normalised to the fastest bar of each group, as PNG.
 pub mod handles;
 pub mod machine;

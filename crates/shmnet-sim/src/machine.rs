@@ -10,8 +10,11 @@ use serde_json::Value;
 
 use crate::config::{
     ByteSize, CacheConfig, ConfigError, Machine, MaintenanceConfig, MemoryConfig, Replacement,
-    Side, TlbConfig, TlbLevelConfig, Ways, WritePolicy,
+    Side, Ways, WritePolicy,
 };
+
+mod tlbs;
+use tlbs::TlbSource;
 
 /// The preset names, with their embedded text.
 pub const PRESETS: [(&str, &str); 4] = [
@@ -73,8 +76,8 @@ const DEFAULT_LOAD: [(&str, f64); 5] = [
     ("dram_dirty", 320.0),
 ];
 
-/// Ticks assumed for a first-level TLB miss that hits the second level (Zen 4: about 7
-/// cycles; an assumption, as a calibration does not measure it).
+/// Ticks assumed for a first-level TLB miss that hits the second level, whatever the CPU
+/// (Zen 4: about 7 cycles; an assumption, as a calibration does not measure it).
 pub const L2_TLB_HIT_TICKS: f64 = 7.0;
 
 impl Machine {
@@ -83,8 +86,9 @@ impl Machine {
         let text = PRESETS.iter().find(|(n, _)| *n == name)?.1;
         let m = if name == "this-machine" {
             let mut m = Machine::from_calibration_json(text).ok()?;
+            m.description = "the example calibration shipped with shmnet-sim: AMD Zen 4 caches and latencies, TLB geometry assumed (AMD Zen 4: 72-entry fully associative L1 DTLB, 3,072-entry 12-way L2 DTLB, 4 KiB and 2 MiB pages); not this machine's figures".into();
             m.notes.push(
-                "built from the example calibration shipped with shmnet-sim (Zen 4 figures); for this machine's own, run `shmnet calibrate --json > cal.json` and pass --machine cal.json"
+                "built from the example calibration shipped with shmnet-sim (AMD Zen 4 figures, not this machine's: it lists no TLBs, so Zen 4's are assumed); for this machine's own caches, TLBs (from cpuid) and latencies, run `shmnet calibrate --json > cal.json` and pass --machine cal.json"
                     .into(),
             );
             m
@@ -135,17 +139,23 @@ impl Machine {
     /// Builds a machine from the JSON `shmnet calibrate --json` prints: the hierarchy from
     /// `"caches"` (Zen 4 defaults when absent, with a note saying so), latencies from
     /// `"line_load_ticks"` (`l1`, `l2`, `l3` per level, `dram` and `dram_dirty` for memory),
-    /// TLB miss costs from `"tlb_miss_ticks"` (`4k`, `2m`).
+    /// TLB miss costs from `"tlb_miss_ticks"` (`4k`, `2m`), and the TLB geometry from
+    /// `"tlbs"` (what cpuid told the calibrator: level, type, page_bytes, entries, ways)
+    /// when it is present and not empty — see [`tlbs`] for what the simulator can express of
+    /// it — else AMD Zen 4's: a data TLB of 72 entries fully associative, then 3,072 entries
+    /// 12-way, for 4 KiB pages and again for 2 MiB pages, an instruction TLB of 64 then 512
+    /// 8-way entries. A TLB level cpuid does not describe is Zen 4's, with a note.
     ///
-    /// Assumed, and editable in the printed TOML: every cache write-back LRU; a data TLB of
-    /// 72 entries fully associative, then 3,072 entries 12-way, for 4 KiB pages and again for
-    /// 2 MiB pages (AMD Zen 4), an instruction TLB of 64 then 512 8-way entries; a first-level
-    /// TLB miss that hits the second level costs [`L2_TLB_HIT_TICKS`]. A geometry whose set
-    /// count is not a power of two is shrunk to the power of two below, with a note.
+    /// Assumed, and editable in the printed TOML: every cache write-back LRU; every TLB LRU;
+    /// a first-level TLB miss that hits the second level costs [`L2_TLB_HIT_TICKS`]. A
+    /// geometry whose set count is not a power of two is shrunk to the power of two below,
+    /// with a note. The notes say, group by group, what was read (and from where), what was
+    /// measured and what was assumed; the description names Zen 4 only where it is assumed.
     pub fn from_calibration_json(text: &str) -> Result<Machine, ConfigError> {
         let v: Value = serde_json::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
         let mut notes = Vec::new();
         let load = v.get("line_load_ticks");
+        let mut caches_assumed = false;
         let raw_caches: Vec<(u32, String, u64, u64, u64)> = match v
             .get("caches")
             .and_then(Value::as_array)
@@ -167,6 +177,7 @@ impl Machine {
                 })
                 .collect::<Result<_, ConfigError>>()?,
             _ => {
+                caches_assumed = true;
                 notes.push(
                         "the calibration lists no caches; assumed AMD Zen 4's: 32 KiB 8-way L1 I and D, 1 MiB 8-way L2, 32 MiB 16-way L3, 64-byte lines"
                             .into(),
@@ -177,6 +188,12 @@ impl Machine {
                     .collect()
             }
         };
+        let cache_list: Vec<String> = raw_caches
+            .iter()
+            .map(|(level, kind, size, _, ways)| {
+                format!("L{level} {kind} {} KiB {ways}-way", size >> 10)
+            })
+            .collect();
         let mut caches = Vec::new();
         for (level, kind, size, line, ways) in raw_caches {
             let side = match kind.as_str() {
@@ -249,39 +266,65 @@ impl Machine {
         let tlb = v.get("tlb_miss_ticks");
         let miss_4k = tlb_tick(tlb, "4k", 30.0, &mut notes);
         let miss_2m = tlb_tick(tlb, "2m", miss_4k, &mut notes);
-        let level = |entries: u64, ways: Ways, hit_ticks: f64| TlbLevelConfig {
-            entries,
-            ways,
-            hit_ticks,
-            replacement: Replacement::Lru,
+        let listed = tlbs::parse(v.get("tlbs"))?;
+        let (tlbs, tlb_source) = tlbs::build(&listed, miss_4k, miss_2m, &mut notes);
+        let cpu = v.get("cpu");
+        let field = |k: &str| {
+            cpu.and_then(|c| c.get(k))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
         };
-        let dtlb = |name: &str, page: u64, miss: f64| TlbConfig {
-            name: name.into(),
-            side: Side::Data,
-            page: ByteSize(page),
-            levels: vec![
-                level(72, Ways::FULL, 0.0),
-                level(3072, Ways::N(12), L2_TLB_HIT_TICKS),
-            ],
-            miss_ticks: miss,
+        let on = match (field("brand"), field("vendor")) {
+            (Some(b), _) | (None, Some(b)) => format!(" on {b}"),
+            (None, None) => String::new(),
         };
-        let tlbs = vec![
-            dtlb("DTLB", 4096, miss_4k),
-            dtlb("DTLB2M", 2 << 20, miss_2m),
-            TlbConfig {
-                name: "ITLB".into(),
-                side: Side::Instruction,
-                page: ByteSize(4096),
-                levels: vec![
-                    level(64, Ways::FULL, 0.0),
-                    level(512, Ways::N(8), L2_TLB_HIT_TICKS),
-                ],
-                miss_ticks: miss_4k,
-            },
-        ];
+        let cache_from = match (
+            caches_assumed,
+            v.get("cache_source").and_then(Value::as_str),
+        ) {
+            (true, _) => "assumed (AMD Zen 4)".to_string(),
+            (false, Some("sysfs")) => "read from the kernel (sysfs)".to_string(),
+            (false, Some("cpuid")) => "read from cpuid".to_string(),
+            (false, _) => "from the calibration's \"caches\" (source not recorded)".to_string(),
+        };
+        notes.push(format!("caches {cache_from}: {}", cache_list.join(", ")));
+        let measured: Vec<String> = ["l1", "l2", "l3", "dram", "dram_dirty"]
+            .iter()
+            .filter_map(|k| {
+                let x = load.and_then(|l| l.get(*k)).and_then(Value::as_f64)?;
+                Some(format!("{k} {x:.1}"))
+            })
+            .chain(["4k", "2m"].iter().filter_map(|k| {
+                let x = tlb.and_then(|t| t.get(*k)).and_then(Value::as_f64)?;
+                Some(format!("page walk {k} {x:.1}"))
+            }))
+            .collect();
+        if !measured.is_empty() {
+            notes.push(format!(
+                "measured by the calibration (ticks): {} (line_load_ticks: cache hit and memory costs; tlb_miss_ticks: a TLB miss's page walk)",
+                measured.join(", ")
+            ));
+        }
+        notes.push(format!(
+            "assumed, not measured: a first-level TLB miss that hits the second level costs {L2_TLB_HIT_TICKS} ticks; LRU replacement in every cache and TLB; write-back, write-allocate caches; caches and TLBs filled at every level that missed (non-inclusive)"
+        ));
+        let tlb_words = match tlb_source {
+            TlbSource::Cpuid => "TLBs from cpuid".to_string(),
+            TlbSource::Mixed => {
+                "TLBs from cpuid, the levels it did not describe assumed from AMD Zen 4".to_string()
+            }
+            TlbSource::Zen4 => "TLB geometry assumed (AMD Zen 4: 72-entry fully associative L1 DTLB, 3,072-entry 12-way L2 DTLB, 4 KiB and 2 MiB pages)".to_string(),
+        };
+        let cache_words = if caches_assumed {
+            "caches assumed (AMD Zen 4)".to_string()
+        } else {
+            format!("caches {}", cache_from.trim_start_matches("read "))
+        };
         let m = Machine {
             name: "this-machine".into(),
-            description: "built from `shmnet calibrate --json`; TLB geometry assumed (AMD Zen 4: 72-entry fully associative L1 DTLB, 3,072-entry 12-way L2 DTLB, 4 KiB pages)".into(),
+            description: format!(
+                "built from `shmnet calibrate --json`{on}: {cache_words}; {tlb_words}; latencies measured (the notes say what is assumed)"
+            ),
             tick_unit: "TSC ticks".into(),
             caches,
             tlbs,
@@ -371,6 +414,159 @@ mod tests {
         assert!(m.caches.iter().any(|c| c.name == "L1I"), "twin made");
         assert!(m.notes.iter().any(|n| n.contains("no level-1 instruction")));
         crate::Simulator::new(&m).unwrap();
+    }
+
+    /// What `shmnet calibrate --json` prints on an Intel Core i7-12700K (leaf 0x18 as
+    /// shmnet-lab's cpuid tests decode it), less the figures these tests do not need.
+    const ALDER_LAKE: &str = r#"{"line_load_ticks": {"l1": 5, "l2": 16, "l3": 60, "dram": 350, "dram_dirty": 360},
+        "tlb_miss_ticks": {"4k": 25, "2m": 3},
+        "cpu": {"vendor": "GenuineIntel", "brand": "12th Gen Intel(R) Core(TM) i7-12700K"},
+        "cache_source": "sysfs",
+        "caches": [{"level": 1, "type": "data", "size_bytes": 49152, "line_bytes": 64, "ways": 12},
+                   {"level": 1, "type": "instruction", "size_bytes": 32768, "line_bytes": 64, "ways": 8},
+                   {"level": 2, "type": "unified", "size_bytes": 1310720, "line_bytes": 64, "ways": 10}],
+        "tlbs": [{"level": 1, "type": "instruction", "page_bytes": 4096, "entries": 256, "ways": 8},
+                 {"level": 1, "type": "load", "page_bytes": 4096, "entries": 64, "ways": 4},
+                 {"level": 1, "type": "store", "page_bytes": 4096, "entries": 16, "ways": 0},
+                 {"level": 1, "type": "instruction", "page_bytes": 2097152, "entries": 32, "ways": 8},
+                 {"level": 1, "type": "load", "page_bytes": 2097152, "entries": 32, "ways": 4},
+                 {"level": 1, "type": "store", "page_bytes": 2097152, "entries": 16, "ways": 0},
+                 {"level": 1, "type": "load", "page_bytes": 1073741824, "entries": 8, "ways": 0},
+                 {"level": 2, "type": "unified", "page_bytes": 4096, "entries": 1024, "ways": 8},
+                 {"level": 2, "type": "unified", "page_bytes": 4096, "entries": 1024, "ways": 8},
+                 {"level": 2, "type": "unified", "page_bytes": 2097152, "entries": 1024, "ways": 8},
+                 {"level": 2, "type": "unified", "page_bytes": 1073741824, "entries": 1024, "ways": 8}]}"#;
+
+    fn geometry(m: &Machine, name: &str) -> Vec<(u64, Ways, f64)> {
+        let t = m
+            .tlbs
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        t.levels
+            .iter()
+            .map(|l| (l.entries, l.ways, l.hit_ticks))
+            .collect()
+    }
+
+    #[test]
+    fn calibration_with_intel_tlbs_builds_them() {
+        let m = Machine::from_calibration_json(ALDER_LAKE).unwrap();
+        let h = L2_TLB_HIT_TICKS;
+        // The load TLB, then both STLB halves merged (2 × 1,024, 8-way).
+        assert_eq!(
+            geometry(&m, "DTLB"),
+            [(64, Ways::N(4), 0.0), (2048, Ways::N(8), h)]
+        );
+        assert_eq!(
+            geometry(&m, "DTLB2M"),
+            [(32, Ways::N(4), 0.0), (1024, Ways::N(8), h)]
+        );
+        // The unified STLB serves instruction fetches too.
+        assert_eq!(
+            geometry(&m, "ITLB"),
+            [(256, Ways::N(8), 0.0), (2048, Ways::N(8), h)]
+        );
+        assert_eq!(
+            geometry(&m, "ITLB2M"),
+            [(32, Ways::N(8), 0.0), (1024, Ways::N(8), h)]
+        );
+        let dtlb2m = m.tlbs.iter().find(|t| t.name == "DTLB2M").unwrap();
+        assert_eq!((dtlb2m.page.0, dtlb2m.miss_ticks), (2 << 20, 3.0));
+        assert!(!m.description.contains("Zen"), "{}", m.description);
+        assert!(m.description.contains("i7-12700K") && m.description.contains("TLBs from cpuid"));
+        let has = |s: &str| m.notes.iter().any(|n| n.contains(s));
+        assert!(has("TLB geometry read from cpuid"), "{:#?}", m.notes);
+        assert!(has("caches read from the kernel (sysfs)"));
+        assert!(has("measured by the calibration") && has("page walk 4k 25.0"));
+        assert!(has("assumed, not measured") && has("LRU"));
+        assert!(has("store-only") && has("unified TLB") && has("1 GiB"));
+        assert!(
+            !m.notes.iter().any(|n| n.contains("Zen 4")),
+            "{:#?}",
+            m.notes
+        );
+        crate::Simulator::new(&m).unwrap();
+        let again = Machine::from_toml_str(&m.to_toml_string()).unwrap();
+        assert_eq!(again.tlbs, m.tlbs);
+    }
+
+    #[test]
+    fn calibration_without_tlbs_assumes_zen4_and_says_so() {
+        let m = Machine::from_calibration_json(
+            r#"{"line_load_ticks": {"l1": 4, "l2": 14, "l3": 50, "dram": 300, "dram_dirty": 320},
+                "tlb_miss_ticks": {"4k": 30, "2m": 1}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            geometry(&m, "DTLB"),
+            [(72, Ways::FULL, 0.0), (3072, Ways::N(12), L2_TLB_HIT_TICKS)]
+        );
+        assert_eq!(
+            geometry(&m, "ITLB"),
+            [(64, Ways::FULL, 0.0), (512, Ways::N(8), L2_TLB_HIT_TICKS)]
+        );
+        assert_eq!(m.tlbs.len(), 3, "no 2 MiB instruction TLB, as before");
+        assert!(m.description.contains("TLB geometry assumed (AMD Zen 4"));
+        assert!(
+            m.notes
+                .iter()
+                .any(|n| n.contains("lists no TLBs") && n.contains("assumed AMD Zen 4")),
+            "{:#?}",
+            m.notes
+        );
+        // An empty list is the same as none.
+        let empty = Machine::from_calibration_json(
+            r#"{"tlb_miss_ticks": {"4k": 30, "2m": 1}, "tlbs": []}"#,
+        )
+        .unwrap();
+        assert_eq!(empty.tlbs, m.tlbs);
+    }
+
+    #[test]
+    fn tlb_levels_cpuid_does_not_describe_are_assumed_level_by_level() {
+        let m = Machine::from_calibration_json(
+            r#"{"line_load_ticks": {"l1": 4},
+                "tlbs": [{"level": 1, "type": "data", "page_bytes": 4096, "entries": 48, "ways": 0},
+                         {"level": 2, "type": "data", "page_bytes": 4096, "entries": 1536, "ways": 6}]}"#,
+        )
+        .unwrap();
+        // 1,536 / 6 = 256 sets: kept.
+        assert_eq!(
+            geometry(&m, "DTLB"),
+            [(48, Ways::FULL, 0.0), (1536, Ways::N(6), L2_TLB_HIT_TICKS)]
+        );
+        assert_eq!(geometry(&m, "DTLB2M")[0], (72, Ways::FULL, 0.0));
+        assert!(
+            m.description
+                .contains("levels it did not describe assumed from AMD Zen 4")
+        );
+        assert!(
+            m.notes
+                .iter()
+                .any(|n| n.contains("DTLB2M: cpuid describes no level-1 data TLB for 2 MiB"))
+        );
+        crate::Simulator::new(&m).unwrap();
+    }
+
+    #[test]
+    fn odd_tlb_geometry_is_made_simulable_and_bad_entries_refused() {
+        let m = Machine::from_calibration_json(
+            r#"{"tlbs": [{"level": 1, "type": "data", "page_bytes": 4096, "entries": 96, "ways": 6},
+                         {"level": 2, "type": "unified", "page_bytes": 4096, "entries": 3072, "ways": 8}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            geometry(&m, "DTLB"),
+            [(96, Ways::N(6), 0.0), (2048, Ways::N(8), L2_TLB_HIT_TICKS)]
+        );
+        assert!(m.notes.iter().any(|n| n.contains("not a power of two")));
+        crate::Simulator::new(&m).unwrap();
+        let e = Machine::from_calibration_json(
+            r#"{"tlbs": [{"level": 1, "type": "data", "entries": 8, "ways": 0}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("page_bytes"), "{e}");
     }
 
     #[test]
