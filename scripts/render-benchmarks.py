@@ -1139,34 +1139,209 @@ taking {fig([r['seconds'] for r in runs], 0)} s. Method and findings:
     return s
 
 
+SEED001_ROWS = {  # seed 001's validation table: simulated µs, real µs, error %
+    "tcp-send-cksum-off": (76.63, 78.58, -2.48), "tcp-send-cksum-on": (147.84, 146.66, 0.81),
+    "udp-send-cksum-off": (18.43, 15.97, 15.40), "udp-send-cksum-on": (71.99, 70.30, 2.41),
+    "tcp-recv-cksum-off": (58.06, 62.65, -7.33), "tcp-recv-cksum-on": (190.47, 198.39, -3.99),
+    "udp-recv-cksum-off": (33.80, 32.84, 2.95), "udp-recv-cksum-on": (161.78, 158.84, 1.85),
+}
+
+
+def row_name(r):
+    return f"{r['protocol']}-{r['direction']}-cksum-{'on' if r['checksum'] else 'off'}"
+
+
 def validate(runs, quick):
-    r0 = runs[0]
-    names = [row["setting"] for row in r0["rows"]]
+    q = " --quick" if quick else ""
+    s = f"""## Validating the simulator (`shmnet sim validate`)
+
+### Seed 001's eight rows
+
+Command: `shmnet sim validate{q} --json` (the `rows`): each row's {runs[0]['rows'][0]['bytes']:,}-byte message through
+shmnet's stack, timed natively (median of {runs[0]['steps']['measured']:,} messages) and traced under valgrind's
+lackey ({runs[0]['steps']['traced']} messages), the trace simulated on `this-machine` calibrated in the same run.
+*Simulated* is the out-of-order model (ticks = a × instructions + b × ticks beyond the L1),
+each row predicted from a fit on the other seven; *in order* is the seed's model (every
+reference at its level's latency). Method: [sim.md](sim.md#seed-001s-eight-rows). The seed's
+own table (R4400, µs) beside.
+
+"""
+    rows = []
+    for r0 in runs[0]["rows"]:
+        name = row_name(r0)
+        rs = [x for r in runs for x in r["rows"] if row_name(x) == name]
+        seed = SEED001_ROWS[name]
+        rows.append([name, fig([x["measured"] for x in rs], 0), fig([x["simulated"] for x in rs], 0),
+                     fig([x["error_pct"] for x in rs], 1) + " %",
+                     fig([x["in_order"] for x in rs], 0), fig([x["in_order_error_pct"] for x in rs], 0) + " %",
+                     fig([x["instructions"] for x in rs], 0), fig([x["stall_ticks"] for x in rs], 1),
+                     f"{seed[1]} / {seed[0]} ({seed[2]:+} %)"])
+    s += table(["row", "measured ticks", "simulated", "error", "in order", "in-order error",
+                "instructions", "ticks beyond L1", "seed 001: real / simulated µs (error)"], rows)
+    ipc = [r["all_rows_ipc"] for r in runs if r.get("all_rows_ipc")]
+    s += (f"\nMean |error| {fig([r['mean_abs_error_pct'] for r in runs], 2)} % (seed 001: 4.65 %); "
+          f"in-order model {fig([r['in_order_mean_abs_error_pct'] for r in runs], 0)} %. "
+          f"Fit on all eight rows: {fig([r['all_rows_ticks_per_instruction'] for r in runs], 3)} ticks per instruction"
+          f" + {fig([r['all_rows_stall_share'] for r in runs], 2)} × the ticks beyond the L1"
+          + (f" ({fig(ipc, 1)} instructions per core cycle, the core clock measured against the TSC in the run)" if ipc else "")
+          + ".\n")
+    res = [r["residency"] for r in runs if r.get("residency")]
+    if not res:
+        return s
+    names = [row["setting"] for row in res[0]["rows"]]
     rows = []
     for name in names:
-        rs = [x for r in runs for x in r["rows"] if x["setting"] == name]
+        rs = [x for r in res for x in r["rows"] if x["setting"] == name]
         rows.append([
             name,
             f"{fig([x['measured_load_ticks'] for x in rs], 0)} / {fig([x['predicted_load_ticks'] for x in rs], 0)}",
             fig([x["load_rel_error"] * 100 for x in rs], 0) + " %",
             f"{fig([x['measured']['fully_cached_pct'] for x in rs], 1)} / {fig([x['predicted']['fully_cached_pct'] for x in rs], 1)}",
         ])
-    s = f"""## Validating the simulator against the lab (`shmnet sim validate`)
+    s += f"""
+### The residency lab replayed
 
-Command: `shmnet sim validate{' --quick' if quick else ''} --json`: lab settings recorded and
+Command: `shmnet sim validate{q} --json` (the `residency`): lab settings recorded and
 replayed on `this-machine`, calibrated in the same run. Error measures:
-[sim.md](sim.md). Seed 001 reported a 4.65 % mean error for its latency.
+[sim.md](sim.md).
 
 """
     s += table(["setting", "load ticks measured / predicted", "load error",
                 "% in cache measured / predicted"], rows)
-    bad = sum(1 for r in runs if r.get("degenerate"))
+    bad = sum(1 for r in res if r.get("degenerate"))
     if bad:
-        s += (f"\nIn {bad} of {len(runs)} runs the calibrated marks were degenerate: the "
+        s += (f"\nIn {bad} of {len(res)} runs the calibrated marks were degenerate: the "
               "\"% in cache\" columns of those runs compare nothing.\n")
-    s += (f"\nMean |load error| {fig([r['mean_abs_rel_error_load'] * 100 for r in runs], 1)} %; "
-          f"mean |overhead error| {fig([r['mean_abs_overhead_error_ticks'] for r in runs], 1)} ticks "
-          f"per buffer; mean |% in cache error| {fig([r['mean_abs_error_fully_cached_points'] for r in runs], 1)} points.\n")
+    s += (f"\nMean |load error| {fig([r['mean_abs_rel_error_load'] * 100 for r in res], 1)} %; "
+          f"mean |overhead error| {fig([r['mean_abs_overhead_error_ticks'] for r in res], 1)} ticks "
+          f"per buffer; mean |% in cache error| {fig([r['mean_abs_error_fully_cached_points'] for r in res], 1)} points.\n")
+    return s
+
+
+def signature(runs, quick):
+    q = " --quick" if quick else ""
+    r0 = runs[0]
+    s = f"""## This machine's memory signature (`shmnet sim signature`)
+
+Command: `shmnet sim signature{q} --json`: ticks per 8-byte read by working-set size and
+stride, dependent (chase) and independent (stream), measured, beside the same references
+simulated on `this-machine` calibrated in the same run (every read at its level's latency,
+nothing overlapped). Ratios below 1 are what the prefetchers and the out-of-order core
+hide from the model. Method: [sim.md](sim.md#the-memory-signature).
+
+"""
+    head = ["size"] + [f"stride {t}: chase / stream / simulated" for t in r0["strides"]]
+    rows = []
+    for size in r0["sizes"]:
+        row = [f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"]
+        for t in r0["strides"]:
+            cs = [c for r in runs for c in r["cells"] if c["size_bytes"] == size and c["stride_bytes"] == t]
+            if not cs:
+                row.append("—")
+                continue
+            row.append(f"{fig([c['chase_ticks'] for c in cs], 1)} / {fig([c['stream_ticks'] for c in cs], 1)} / "
+                       f"{fig([c['simulated_ticks'] for c in cs], 1)}")
+        rows.append(row)
+    return s + table(head, rows)
+
+
+def future(runs, quick):
+    q = " --quick" if quick else ""
+    r0 = runs[0]
+    ms = r0["machines"]
+    s = f"""## Seed 001's future machines (`shmnet sim future`)
+
+Command: `shmnet sim future{q} --json`: the eight rows ({r0['bytes']:,}-byte messages) traced once
+and simulated with the seed's in-order model on the seed's 1994 machine, its 1996 and 1998
+projections and a line of machines to this one (presets in `crates/shmnet-sim/presets/`,
+this machine calibrated in the run). Method: [sim.md](sim.md#future-machines).
+
+"""
+    labels = [m["name"] for m in ms]
+    for title, key, digits in [("Latency, µs (this machine measured natively in the last column)", "latency_us", 3),
+                               ("CPI (this machine: TSC ticks per instruction)", "cpi", 1),
+                               ("% of the time waiting for memory (what an ideal cache, every reference a first-level hit, would save)", "memory_pct", 1)]:
+        s += f"\n{title}:\n\n"
+        rows = []
+        for fr in r0["rows"]:
+            name = fr["row"]
+            row = [name]
+            for i, _ in enumerate(ms):
+                vals = [x["on"][i][key] for r in runs for x in r["rows"] if x["row"] == name]
+                row.append(fig(vals, digits))
+            if key == "latency_us":
+                row.append(fig([x["measured_us"] for r in runs for x in r["rows"] if x["row"] == name], 3))
+            rows.append(row)
+        s += table(["row"] + labels + (["measured here"] if key == "latency_us" else []), rows)
+    return s
+
+
+def breakdown(runs, quick):
+    q = " --quick" if quick else ""
+    r0 = runs[0]
+    s = f"""## Seed 001's breakdowns (`shmnet sim breakdown`)
+
+Command: `shmnet sim breakdown{q} --json`: the eight rows ({r0['bytes']:,}-byte messages) traced under
+lackey and simulated on `{r0['machine']}` ({r0['tick_unit']} per message): the baseline beside a perfect
+instruction cache, a perfect data cache and an ideal cache; the time waiting for memory
+(what the ideal cache saves); first-level miss rates in the rows; and the instruction mix,
+each traced instruction decoded from its file. Method: [sim.md](sim.md#breakdowns).
+
+"""
+    rows = []
+    for br in r0["rows"]:
+        name = br["row"]
+        rs = [x for r in runs for x in r["rows"] if x["row"] == name]
+        rows.append([name] + [fig([x[k] for x in rs], 0) for k in
+                              ("ticks", "perfect_icache_ticks", "perfect_dcache_ticks", "ideal_ticks")]
+                    + [fig([x["memory_pct"] for x in rs], 1) + " %",
+                       fig([100 * x["l1i_miss_rate"] for x in rs], 2) + " %",
+                       fig([100 * x["l1d_miss_rate"] for x in rs], 2) + " %"])
+    s += table(["row", "baseline", "perfect I", "perfect D", "ideal", "waiting for memory",
+                "L1I miss rate", "L1D miss rate"], rows)
+    classes = [m["class"] for m in r0["rows"][0]["mix"]]
+    shown = [c for c in classes if c != "unknown" or any(
+        m["pct_instructions"] > 0 for r in runs for x in r["rows"] for m in x["mix"] if m["class"] == c)]
+    s += "\nInstruction mix, % of instructions / % of time:\n\n"
+    rows = []
+    for br in r0["rows"]:
+        name = br["row"]
+        rs = [x for r in runs for x in r["rows"] if x["row"] == name]
+        row = [name]
+        for c in shown:
+            ms = [m for x in rs for m in x["mix"] if m["class"] == c]
+            row.append(f"{fig([m['pct_instructions'] for m in ms], 1)} / {fig([m['pct_ticks'] for m in ms], 1)}")
+        rows.append(row)
+    s += table(["row"] + shown, rows)
+    return s
+
+
+def rowsweep(runs, quick):
+    q = " --quick" if quick else ""
+    r0 = runs[0]
+    s = f"""## Seed 001's sweeps on the eight rows (`shmnet sim row-sweep`)
+
+Command: `shmnet sim row-sweep{q} --json`: each row traced once and simulated on `{r0['machine']}`
+with its first-level caches resized, everything else as the machine has it;
+{r0['tick_unit']} per message, in order. The seed's two figures: latency against the first
+level's size (direct-mapped), and against its associativity (at the seed's 16 KiB).
+Method: [sim.md](sim.md#breakdowns).
+
+"""
+    def cell(name, size, ways):
+        vals = [c["ticks"] for r in runs for x in r["rows"] if x["row"] == name
+                for c in x["cells"] if c["l1_bytes"] == size and c["l1_ways"] == ways]
+        return fig(vals, 0)
+    names = [x["row"] for x in r0["rows"]]
+    kib = lambda b: f"{b >> 10} KiB"
+    if 1 in r0["ways"]:
+        s += "By size, direct-mapped:\n\n"
+        s += table(["row"] + [kib(z) for z in r0["sizes"]],
+                   [[n] + [cell(n, z, 1) for z in r0["sizes"]] for n in names])
+    at = 16 << 10 if (16 << 10) in r0["sizes"] else r0["sizes"][0]
+    s += f"\nBy associativity, {kib(at)}:\n\n"
+    s += table(["row"] + [f"{w}-way" for w in r0["ways"]],
+               [[n] + [cell(n, at, w) for w in r0["ways"]] for n in names])
     return s
 
 
@@ -1305,10 +1480,10 @@ def main():
         render(load_runs(d, name), quick)
         for name, render in [("chan", chan), ("stack", stack), ("handoff", handoff),
                              ("handles", handles), ("tcp", tcp), ("tcpsetup", tcpsetup), ("programs", programs), ("shared", shared), ("multicast", multicast), ("capture", capture), ("labhandles", labhandles), ("labbuffers", labbuffers), ("ttcp", ttcp), ("rr", rr), ("ttcptcp", tcp_stream), ("rrtcp", rrtcp),
-                             ("lab", lab), ("validate", validate), ("simbench", simbench)]
+                             ("lab", lab), ("validate", validate), ("signature", signature), ("future", future), ("breakdown", breakdown), ("rowsweep", rowsweep), ("simbench", simbench)]
     ]
-    parts.insert(-3, seed002(load_runs(d, "seed002one"), load_runs(d, "seed002two")))
-    parts.insert(-3, labservers(load_runs(d, "labservers"), quick))
+    parts.insert(-7, seed002(load_runs(d, "seed002one"), load_runs(d, "seed002two")))
+    parts.insert(-7, labservers(load_runs(d, "labservers"), quick))
     print("\n".join(parts), end="")
 
 

@@ -25,6 +25,7 @@ pub mod plot;
 pub mod residency;
 pub mod scoreboard;
 pub mod servers;
+pub mod signature;
 pub mod softnic_roles;
 pub mod suite;
 pub mod tcp_setup;

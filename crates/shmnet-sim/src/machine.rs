@@ -17,13 +17,23 @@ mod tlbs;
 use tlbs::TlbSource;
 
 /// The preset names, with their embedded text.
-pub const PRESETS: [(&str, &str); 4] = [
+pub const PRESETS: [(&str, &str); 11] = [
     ("hp720-1993", include_str!("../presets/hp720-1993.toml")),
     (
         "sgi-r4400-1994",
         include_str!("../presets/sgi-r4400-1994.toml"),
     ),
+    ("seed001-1996", include_str!("../presets/seed001-1996.toml")),
+    ("seed001-1998", include_str!("../presets/seed001-1998.toml")),
+    (
+        "pentium4-2002",
+        include_str!("../presets/pentium4-2002.toml"),
+    ),
+    ("core2-2006", include_str!("../presets/core2-2006.toml")),
+    ("nehalem-2009", include_str!("../presets/nehalem-2009.toml")),
     ("unity-2010", include_str!("../presets/unity-2010.toml")),
+    ("skylake-2015", include_str!("../presets/skylake-2015.toml")),
+    ("zen4-2022", include_str!("../presets/zen4-2022.toml")),
     ("this-machine", include_str!("../presets/this-machine.json")),
 ];
 

@@ -1,7 +1,12 @@
 //! Seed 001's sweeps: the first-level caches' size × associativity, everything else as the
 //! machine has it, over one pass of the trace (every configuration is fed each batch).
+//!
+//! A sweep's configurations are independent jobs: [`Shard`] `I/N` runs every N-th of them
+//! (the I-th, counting from 1, sizes outer and associativities inner), so N processes — a
+//! Slurm job array, GNU parallel — each read the trace once for a share of the grid, and
+//! [`merge`] puts their reports back together, checking that they are one sweep's shards.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{ByteSize, ConfigError, Machine, Side, Ways};
 use crate::sim::{BATCH, Options, Simulator};
@@ -25,8 +30,70 @@ pub enum SweepError {
     Trace(#[from] TraceError),
 }
 
+/// Which share of a sweep's configurations one job runs: the `index`-th of every `count`
+/// (1-based, as `split -n K/N` counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    /// 1 ..= `count`.
+    pub index: u32,
+    /// How many shards the sweep is cut into.
+    pub count: u32,
+}
+
+/// Why a shard could not be read or shards could not be merged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    /// `--shard` is not `I/N` with 1 ≤ I ≤ N.
+    #[error("{0:?} is not a shard: write I/N with 1 <= I <= N, e.g. 3/8")]
+    Syntax(String),
+    /// Nothing to merge.
+    #[error("no sweep reports to merge")]
+    Empty,
+    /// A report is not a shard (it ran the whole grid).
+    #[error("report {0} is not a shard (run each job with --shard I/N)")]
+    NotAShard(usize),
+    /// Two reports differ in what was swept.
+    #[error("report {index} is not a shard of the same sweep as report 1: its {what} differs")]
+    Mismatch {
+        /// The report (1-based, in the order given).
+        index: usize,
+        /// What differs.
+        what: &'static str,
+    },
+    /// A shard is given twice.
+    #[error("shard {0} is given twice")]
+    Duplicate(u32),
+    /// Shards are missing.
+    #[error("shards {missing:?} of {count} are missing")]
+    Missing {
+        /// Their indexes.
+        missing: Vec<u32>,
+        /// Of how many.
+        count: u32,
+    },
+}
+
+impl Shard {
+    /// Parses `I/N`.
+    pub fn parse(s: &str) -> Result<Shard, ShardError> {
+        let bad = || ShardError::Syntax(s.to_string());
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let index: u32 = i.trim().parse().map_err(|_| bad())?;
+        let count: u32 = n.trim().parse().map_err(|_| bad())?;
+        if index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// Whether configuration `k` (0-based, sizes outer) is this shard's.
+    pub fn takes(&self, k: usize) -> bool {
+        k % self.count as usize == (self.index - 1) as usize
+    }
+}
+
 /// One configuration's results.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SweepCell {
     /// Size of each first-level cache.
     pub l1_bytes: u64,
@@ -46,8 +113,8 @@ pub struct SweepCell {
     pub ticks_per_ref: f64,
 }
 
-/// A whole sweep.
-#[derive(Debug, Clone, Serialize)]
+/// A whole sweep, or one shard of it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SweepReport {
     /// The base machine.
     pub machine: String,
@@ -61,8 +128,11 @@ pub struct SweepReport {
     pub sizes: Vec<u64>,
     /// The associativities swept.
     pub ways: Vec<u32>,
-    /// One per size × associativity, sizes outer.
+    /// One per size × associativity, sizes outer (a shard's only).
     pub cells: Vec<SweepCell>,
+    /// The shard this report holds; `null` for the whole grid.
+    #[serde(default)]
+    pub shard: Option<Shard>,
 }
 
 impl SweepReport {
@@ -85,18 +155,26 @@ pub fn with_l1(m: &Machine, size: u64, ways: u32) -> Result<Machine, ConfigError
     Ok(m)
 }
 
-/// Runs `source` once through every size × associativity of the first level.
+/// Runs `source` once through every size × associativity of the first level (or, with a
+/// shard, through that shard's share of them).
 pub fn sweep(
     base: &Machine,
     sizes: &[u64],
     ways: &[u32],
     options: Options,
+    shard: Option<Shard>,
     source: &mut dyn TraceSource,
     mut progress: impl FnMut(u64),
 ) -> Result<SweepReport, SweepError> {
     let mut sims = Vec::new();
-    for &size in sizes {
-        for &w in ways {
+    let grid = sizes
+        .iter()
+        .flat_map(|&s| ways.iter().map(move |&w| (s, w)));
+    for (k, (size, w)) in grid.enumerate() {
+        if shard.is_some_and(|sh| !sh.takes(k)) {
+            continue;
+        }
+        {
             let m =
                 with_l1(base, size, w).map_err(|err| SweepError::Config { size, ways: w, err })?;
             let sim = Simulator::with_options(&m, options).map_err(|err| SweepError::Config {
@@ -153,6 +231,60 @@ pub fn sweep(
         sizes: sizes.to_vec(),
         ways: ways.to_vec(),
         cells,
+        shard,
+    })
+}
+
+/// Puts the shards of one sweep back together: every report a shard of the same count, of
+/// the same machine, options, sizes and associativities, and of the same trace (the same
+/// references in every cell); every shard once. The cells come back in the grid's order.
+pub fn merge(reports: Vec<SweepReport>) -> Result<SweepReport, ShardError> {
+    let first = reports.first().ok_or(ShardError::Empty)?;
+    let count = first.shard.ok_or(ShardError::NotAShard(1))?.count;
+    // The trace's reference count, from the first report that ran a configuration.
+    let refs = reports.iter().find_map(|r| r.cells.first()).map(|c| c.refs);
+    let mut seen = vec![false; count as usize];
+    for (i, r) in reports.iter().enumerate() {
+        let index = i + 1;
+        let sh = r.shard.ok_or(ShardError::NotAShard(index))?;
+        let mismatch = |what| ShardError::Mismatch { index, what };
+        if sh.count != count {
+            return Err(mismatch("shard count"));
+        }
+        if r.machine != first.machine || r.tick_unit != first.tick_unit {
+            return Err(mismatch("machine"));
+        }
+        if (r.perfect_icache, r.perfect_dcache) != (first.perfect_icache, first.perfect_dcache) {
+            return Err(mismatch("perfect-cache option"));
+        }
+        if r.sizes != first.sizes || r.ways != first.ways {
+            return Err(mismatch("grid of sizes and associativities"));
+        }
+        if r.cells.iter().any(|c| Some(c.refs) != refs) {
+            return Err(mismatch("trace (its reference count)"));
+        }
+        let slot = &mut seen[(sh.index - 1) as usize];
+        if *slot {
+            return Err(ShardError::Duplicate(sh.index));
+        }
+        *slot = true;
+    }
+    let missing: Vec<u32> = (1..=count).filter(|&i| !seen[(i - 1) as usize]).collect();
+    if !missing.is_empty() {
+        return Err(ShardError::Missing { missing, count });
+    }
+    let mut cells = Vec::new();
+    for &size in &first.sizes {
+        for &w in &first.ways {
+            if let Some(c) = reports.iter().find_map(|r| r.cell(size, w)) {
+                cells.push(c.clone());
+            }
+        }
+    }
+    Ok(SweepReport {
+        cells,
+        shard: None,
+        ..first.clone()
     })
 }
 
@@ -223,5 +355,99 @@ impl std::fmt::Display for SweepReport {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Op, Party, Ref};
+
+    /// A source over a fixed list of references.
+    struct Refs(Vec<Ref>, bool);
+
+    impl TraceSource for Refs {
+        fn next_batch(&mut self, out: &mut Vec<Ref>, _max: usize) -> Result<(), TraceError> {
+            out.clear();
+            if !self.1 {
+                out.extend_from_slice(&self.0);
+                self.1 = true;
+            }
+            Ok(())
+        }
+        fn bytes_read(&self) -> u64 {
+            0
+        }
+    }
+
+    fn trace() -> Vec<Ref> {
+        (0..20_000u64)
+            .map(|i| Ref {
+                party: Party::Other,
+                op: if i % 3 == 0 { Op::Ifetch } else { Op::Read },
+                size: 4,
+                addr: 0x1000 + (i * 2_654_435_761) % (256 << 10),
+            })
+            .collect()
+    }
+
+    fn run(shard: Option<Shard>) -> SweepReport {
+        let m = Machine::preset("sgi-r4400-1994").unwrap();
+        sweep(
+            &m,
+            &[8 << 10, 16 << 10, 32 << 10],
+            &[1, 2, 4],
+            Options::default(),
+            shard,
+            &mut Refs(trace(), false),
+            |_| {},
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn shards_merge_into_the_whole_sweep() {
+        let whole = run(None);
+        let parts: Vec<_> = [3, 1, 2, 4]
+            .iter()
+            .map(|&i| run(Some(Shard { index: i, count: 4 })))
+            .collect();
+        assert_eq!(parts.iter().map(|p| p.cells.len()).sum::<usize>(), 9);
+        let merged = merge(parts).unwrap();
+        assert_eq!(merged.cells, whole.cells);
+        assert_eq!(merged.shard, None);
+    }
+
+    #[test]
+    fn merging_refuses_what_is_not_one_sweep() {
+        let sh = |i, n| run(Some(Shard { index: i, count: n }));
+        assert_eq!(
+            merge(vec![sh(1, 2)]).unwrap_err(),
+            ShardError::Missing {
+                missing: vec![2],
+                count: 2
+            }
+        );
+        assert_eq!(
+            merge(vec![sh(1, 2), sh(1, 2)]).unwrap_err(),
+            ShardError::Duplicate(1)
+        );
+        assert!(matches!(
+            merge(vec![sh(1, 2), sh(2, 3)]).unwrap_err(),
+            ShardError::Mismatch { index: 2, .. }
+        ));
+        assert_eq!(
+            merge(vec![run(None)]).unwrap_err(),
+            ShardError::NotAShard(1)
+        );
+        assert_eq!(merge(Vec::new()).unwrap_err(), ShardError::Empty);
+    }
+
+    #[test]
+    fn shard_syntax() {
+        assert_eq!(Shard::parse("3/8"), Ok(Shard { index: 3, count: 8 }));
+        for bad in ["0/8", "9/8", "3", "a/b", "3/0"] {
+            assert!(Shard::parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -267,6 +267,11 @@ impl HeapPool {
         HeapPool::new(count, DEFAULT_BUF_CAPACITY)
     }
 
+    /// How many buffers are allocated.
+    pub fn in_use(&self) -> usize {
+        self.hdr.len() - self.free.len()
+    }
+
     /// Whether a buffer is currently allocated.
     pub fn is_allocated(&self, idx: BufIdx) -> bool {
         self.hdr[idx.as_usize()].in_use

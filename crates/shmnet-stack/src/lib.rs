@@ -62,6 +62,7 @@ pub mod igmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod reasm;
+pub mod rows;
 pub mod socket;
 pub mod stats;
 pub mod tcp;

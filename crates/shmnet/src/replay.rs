@@ -27,7 +27,11 @@ use shmnet_lab::residency::{self, Residency, Settings};
 use shmnet_sim::{Machine, Op, Party, Ref, Simulator, TraceWriter};
 use std::path::PathBuf;
 
+pub mod breakdown;
 mod compare;
+pub mod future;
+pub mod row_sweep;
+pub mod rows;
 
 #[derive(Args)]
 pub struct ValidateArgs {
@@ -40,6 +44,24 @@ pub struct ValidateArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// Leave out seed 001's eight latency rows (which need valgrind).
+    #[arg(long)]
+    skip_rows: bool,
+    /// Leave out the residency replay.
+    #[arg(long)]
+    skip_residency: bool,
+}
+
+/// What `shmnet sim validate --json` prints: the eight rows (top level, as the issue names
+/// them) and the residency replay beside them.
+#[derive(serde::Serialize)]
+struct Output {
+    #[serde(flatten)]
+    rows: Option<rows::RowsReport>,
+    /// The machine the rows were simulated on (latency costs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rows_machine: Option<Machine>,
+    residency: Option<Validation>,
 }
 
 /// One setting's measured and predicted rows.
@@ -242,18 +264,67 @@ fn refs_of(records: &[Record]) -> impl Iterator<Item = Result<Ref>> + '_ {
 }
 
 pub fn validate(a: ValidateArgs) -> Result<()> {
+    if a.skip_rows && a.skip_residency {
+        anyhow::bail!("--skip-rows and --skip-residency leave nothing to validate; drop one");
+    }
     let pb = crate::progress_bar();
     pb.set_message("calibrating");
     let effort = if a.quick { Effort::QUICK } else { Effort::FULL };
     let table = calibrate::run(effort, &mut |m| pb.set_message(format!("calibrating: {m}")))?;
+    let mut out = Output {
+        rows: None,
+        rows_machine: None,
+        residency: None,
+    };
+    if !a.skip_rows {
+        let machine = Machine::from_calibration_json(&serde_json::to_string(&table)?)
+            .map_err(|e| anyhow::anyhow!("building this-machine: {e}"))?;
+        let n = shmnet_stack::rows::ROWS.len();
+        let r = rows::run(
+            &machine,
+            a.quick,
+            table.timer.ticks_per_ns,
+            table.timer.overhead_ticks,
+            &mut |i, m| {
+                pb.set_position((i as f64 / n as f64 * 1000.0) as u64);
+                pb.set_message(m.to_string());
+            },
+        )?;
+        out.rows = Some(r);
+        out.rows_machine = Some(machine);
+    }
+    if !a.skip_residency {
+        out.residency = Some(residency_validation(&a, &table, &pb)?);
+    }
+    pb.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string(&out)?);
+        return Ok(());
+    }
+    if let Some(r) = &out.rows {
+        println!("{r}");
+    }
+    if let Some(v) = &out.residency {
+        print_residency(v);
+    }
+    Ok(())
+}
+
+/// The residency replay: the lab's settings recorded, replayed on this machine's streaming
+/// costs, predicted beside measured.
+fn residency_validation(
+    a: &ValidateArgs,
+    table: &Table1,
+    pb: &indicatif::ProgressBar,
+) -> Result<Validation> {
     let marks = table.buffer.marks();
-    let machine = streaming_machine(&table)?;
+    let machine = streaming_machine(table)?;
     if let Some(dir) = &a.keep {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::write(dir.join("this-machine.toml"), machine.to_toml_string())?;
         std::fs::write(
             dir.join("calibration.json"),
-            serde_json::to_string_pretty(&table)?,
+            serde_json::to_string_pretty(table)?,
         )?;
     }
     let mut rows = Vec::new();
@@ -292,7 +363,6 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
             references: records.len() as u64,
         });
     }
-    pb.finish_and_clear();
     let v = Validation {
         mean_abs_rel_error_load: compare::mean_abs(rows.iter().map(|r| r.load.load_rel_error)),
         mean_abs_rel_error_avg_overhead: compare::mean_abs_all(
@@ -310,10 +380,11 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
         word_bytes: summary::WORD_BYTES,
         rows,
     };
-    if a.json {
-        println!("{}", serde_json::to_string(&v)?);
-        return Ok(());
-    }
+    Ok(v)
+}
+
+/// Prints the residency replay's table.
+fn print_residency(v: &Validation) {
     if let Some(d) = v.degenerate {
         println!("WARNING: {d}; the % in cache columns compare nothing");
     }
@@ -354,7 +425,6 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
     for note in &v.machine.notes {
         println!("note: {note}");
     }
-    Ok(())
 }
 
 /// A fraction as a percentage, or "—" where it is undefined.

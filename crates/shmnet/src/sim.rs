@@ -37,8 +37,18 @@ pub enum SimCmd {
     ///   shmnet sim sweep --machine sgi-r4400-1994 trace.trc
     ///   shmnet sim sweep --machine sgi-r4400-1994 --perfect-icache --plot dcache.png trace.din
     ///   shmnet sim sweep --machine hp720-1993 --l1-size 64K,128K,256K --l1-assoc 1,2 --json t.trc
+    ///   parallel shmnet sim sweep --machine sgi-r4400-1994 --shard {}/4 --json t.trc '>' s{}.json ::: 1 2 3 4
     #[command(verbatim_doc_comment)]
     Sweep(SweepArgs),
+    /// Put the shards of a sweep (`sweep --shard I/N --json`, one file each) back together
+    /// into the whole sweep's tables, JSON or plot; refuses shards of different sweeps,
+    /// shards given twice and missing ones.
+    ///
+    /// Examples:
+    ///   shmnet sim sweep-merge s1.json s2.json s3.json s4.json
+    ///   shmnet sim sweep-merge --plot sweep.png s*.json
+    #[command(verbatim_doc_comment)]
+    SweepMerge(SweepMergeArgs),
     /// Simulation speed: a synthetic trace of packet copies (10^8 references by default)
     /// written in the D and binary formats, each read back and simulated on an L1 + L2
     /// machine; references per second, parsing included.
@@ -48,15 +58,59 @@ pub enum SimCmd {
     ///   shmnet sim bench --refs 10000000 --json
     #[command(verbatim_doc_comment)]
     Bench(BenchArgs),
-    /// Seed 001's validation for shmnet's data path: run the residency experiment with its
-    /// references recorded, replay them on this machine (calibrated in the same run), and
-    /// set the predicted residency beside the measured one, with the mean error.
+    /// Seed 001's validation: its eight latency rows (TCP and UDP, send and receive,
+    /// checksum off and on) through shmnet's stack, timed here and traced under valgrind's
+    /// lackey, simulated beside measured with the error per row and the mean; then the
+    /// residency experiment recorded and replayed on this machine (calibrated in the same
+    /// run), predicted residency beside measured.
     ///
     /// Examples:
     ///   shmnet sim validate --quick
-    ///   shmnet sim validate --keep /tmp/val      also keeps the traces and the machine
+    ///   shmnet sim validate --quick --skip-residency --json     the eight rows only
+    ///   shmnet sim validate --keep /tmp/val      also keeps the residency traces and the machine
     #[command(verbatim_doc_comment)]
     Validate(crate::replay::ValidateArgs),
+    /// This machine's memory signature (seed 001's validation lesson): the time of a read
+    /// by working-set size (4 KiB to 64 MiB) and stride, dependent (a chase) and
+    /// independent (a stream), measured here beside the same references simulated on this
+    /// machine built from a calibration taken in the same run (or on --machine).
+    ///
+    /// Examples:
+    ///   shmnet sim signature --quick
+    ///   shmnet sim signature --json > sig.json
+    #[command(verbatim_doc_comment)]
+    Signature(SignatureArgs),
+    /// Seed 001's future machines: the eight latency rows traced once and simulated on the
+    /// seed's 1994 machine, its 1996 and 1998 projections and a line of machines from then
+    /// to this one (calibrated in the run): latency, CPI and time waiting for memory.
+    ///
+    /// Examples:
+    ///   shmnet sim future --quick
+    ///   shmnet sim future --json > future.json
+    #[command(verbatim_doc_comment)]
+    Future(crate::replay::future::FutureArgs),
+    /// Seed 001's breakdowns of the eight rows on one machine (the seed's SGI by default):
+    /// time waiting for memory, first-level miss rates, perfect instruction cache vs
+    /// perfect data cache vs ideal cache, and the instruction mix (load/store, arithmetic,
+    /// control, other) as a share of instructions and of time.
+    ///
+    /// Examples:
+    ///   shmnet sim breakdown --quick
+    ///   shmnet sim breakdown --machine seed001-1998 --json
+    #[command(verbatim_doc_comment)]
+    Breakdown(crate::replay::breakdown::BreakdownArgs),
+    /// Seed 001's sensitivity sweeps on the eight rows: the first level from 8 KiB to 128 KiB
+    /// at the machine's second level, associativity 1 to 8 — TCP against UDP, cycles per
+    /// message and time waiting for memory.
+    ///
+    /// Examples:
+    ///   shmnet sim row-sweep --quick
+    ///   shmnet sim row-sweep --machine sgi-r4400-1994 --l1-size 16K,64K --l1-assoc 1,2 --json
+    #[command(verbatim_doc_comment)]
+    RowSweep(crate::replay::row_sweep::RowSweepArgs),
+    /// One validation row's workload with marked steps, for lackey (used by `validate`).
+    #[command(hide = true)]
+    RowWorker(crate::replay::rows::RowWorkerArgs),
     /// Seed 000's histogram for a residency trace on any machine: the overhead of every
     /// buffer the application read at copy-out, against the machine's 100 % clean and dirty
     /// miss marks (its lines × its fill costs).
@@ -126,10 +180,33 @@ pub struct SweepArgs {
     #[arg(long)]
     json: bool,
     /// Also draw the sweep into this PNG.
-    #[arg(long, value_name = "FILE.png")]
+    #[arg(long, value_name = "FILE.png", conflicts_with = "shard")]
     plot: Option<PathBuf>,
+    /// Run only the I-th of every N configurations (1-based; sizes outer), for a sweep cut
+    /// into N independent jobs; put their `--json` reports back together with
+    /// `shmnet sim sweep-merge`.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard)]
+    shard: Option<shmnet_sim::sweep::Shard>,
     /// The trace file, or `-` for stdin.
     trace: String,
+}
+
+/// `shmnet sim sweep-merge`.
+#[derive(Args)]
+pub struct SweepMergeArgs {
+    /// Print one JSON object (the whole sweep) instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the merged sweep into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+    /// The shards' `shmnet sim sweep --shard I/N --json` outputs, every shard once, any order.
+    #[arg(required = true)]
+    reports: Vec<PathBuf>,
+}
+
+fn parse_shard(s: &str) -> Result<shmnet_sim::sweep::Shard, String> {
+    shmnet_sim::sweep::Shard::parse(s).map_err(|e| e.to_string())
 }
 
 /// `shmnet sim bench`.
@@ -146,6 +223,54 @@ pub struct BenchArgs {
     json: bool,
 }
 
+/// `shmnet sim signature`.
+#[derive(Args)]
+pub struct SignatureArgs {
+    /// Every other size and fewer samples, a quick calibration.
+    #[arg(long)]
+    quick: bool,
+    /// Simulate on this machine (preset, file or calibration JSON) instead of this one
+    /// calibrated in the run.
+    #[arg(long)]
+    machine: Option<String>,
+    /// Print one JSON object: {"machine", "cells": [{"size_bytes", "stride_bytes",
+    /// "chase_ticks", "stream_ticks", "simulated_ticks"}], ...}.
+    #[arg(long)]
+    json: bool,
+}
+
+fn signature(a: SignatureArgs) -> Result<()> {
+    use shmnet_lab::calibrate::{self, Effort};
+    let pb = crate::progress_bar();
+    pb.set_message("calibrating");
+    let effort = if a.quick { Effort::QUICK } else { Effort::FULL };
+    let table = calibrate::run(effort, &mut |m| pb.set_message(format!("calibrating: {m}")))?;
+    let machine = match &a.machine {
+        Some(m) => Machine::load(m)?,
+        None => Machine::from_calibration_json(&serde_json::to_string(&table)?)
+            .map_err(|e| anyhow::anyhow!("building this-machine: {e}"))?,
+    };
+    let sig = shmnet_lab::signature::run(
+        &machine,
+        a.quick,
+        table.timer.overhead_ticks,
+        &mut |f, m| {
+            pb.set_position((f * 1000.0) as u64);
+            pb.set_message(m.to_string());
+        },
+    )?;
+    pb.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string(&sig)?);
+    } else {
+        print!("{sig}");
+        for n in &machine.notes {
+            println!("note: {n}");
+        }
+    }
+    Ok(())
+}
+
 /// `shmnet sim machine`.
 #[derive(Args)]
 pub struct MachineArgs {
@@ -157,7 +282,7 @@ fn parse_format(s: &str) -> Result<Format, String> {
     s.parse()
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     ByteSize::parse(s)
         .map(|b| b.0)
         .ok_or_else(|| format!("{s:?} is not a size; write e.g. 8K, 16K, 1M"))
@@ -170,6 +295,12 @@ pub fn run(cmd: SimCmd) -> Result<()> {
         SimCmd::Sweep(a) => sweep(a),
         SimCmd::Bench(a) => bench(a),
         SimCmd::Validate(a) => crate::replay::validate(a),
+        SimCmd::RowWorker(a) => crate::replay::rows::row_worker(a),
+        SimCmd::Signature(a) => signature(a),
+        SimCmd::SweepMerge(a) => sweep_merge(a),
+        SimCmd::Future(a) => crate::replay::future::future(a),
+        SimCmd::Breakdown(a) => crate::replay::breakdown::breakdown(a),
+        SimCmd::RowSweep(a) => crate::replay::row_sweep::row_sweep(a),
         SimCmd::Residency(a) => crate::replay::residency_replay(a),
         SimCmd::Machine(a) => {
             let m = Machine::load(&a.machine)?;
@@ -259,12 +390,45 @@ fn sweep(a: SweepArgs) -> Result<()> {
         perfect_dcache: a.perfect_dcache,
     };
     let (_, mut src, bar) = open_trace(&a.trace, a.format)?;
-    let result =
-        shmnet_sim::sweep::sweep(&m, &a.l1_size, &a.l1_assoc, options, src.as_mut(), |b| {
-            bar.set_position(b)
-        });
+    let result = shmnet_sim::sweep::sweep(
+        &m,
+        &a.l1_size,
+        &a.l1_assoc,
+        options,
+        a.shard,
+        src.as_mut(),
+        |b| bar.set_position(b),
+    );
     bar.finish_and_clear();
     let report = result.with_context(|| format!("sweeping {}", a.trace))?;
+    if let Some(path) = &a.plot {
+        shmnet_sim::plot::sweep_png(&report, path)
+            .with_context(|| format!("drawing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+fn sweep_merge(a: SweepMergeArgs) -> Result<()> {
+    let mut reports = Vec::new();
+    for p in &a.reports {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let r: shmnet_sim::sweep::SweepReport =
+            serde_json::from_str(text.trim()).with_context(|| {
+                format!(
+                    "{} is not the JSON of `shmnet sim sweep --shard I/N --json`",
+                    p.display()
+                )
+            })?;
+        reports.push(r);
+    }
+    let report = shmnet_sim::sweep::merge(reports)?;
     if let Some(path) = &a.plot {
         shmnet_sim::plot::sweep_png(&report, path)
             .with_context(|| format!("drawing {}", path.display()))?;

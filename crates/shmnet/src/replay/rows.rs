@@ -1,0 +1,755 @@
+//! Seed 001's validation table for shmnet's own stack: the eight rows (TCP and UDP, send and
+//! receive, checksum off and on — [`shmnet_stack::rows`]), each timed natively and traced
+//! with valgrind's lackey, the trace simulated on this machine, simulated latency beside
+//! measured, the error per row and the mean.
+//!
+//! # How a row is measured
+//!
+//! The row runs in this process: `warmup` untimed messages, then `steps` messages each timed
+//! with the TSC around [`Row::step`] alone (the window's calibrated empty cost subtracted);
+//! the figure is the median.
+//!
+//! # How a row is traced
+//!
+//! The same binary runs the same row under `valgrind --tool=lackey --trace-mem=yes` (the
+//! hidden `shmnet sim row-worker`): every instruction fetch and data reference, from the
+//! first instruction on. Around each traced step the worker loads two marker words whose
+//! addresses it prints first; the references between a begin marker's load and the next end
+//! marker's are the row's (party `stack`), everything else (start-up, warm-up, `prepare` and
+//! `finish`) is simulated too, so that the caches hold what they would, but not counted.
+//!
+//! # The two timing models
+//!
+//! * **In order** (the seed's): the simulator's own — every reference costs the latency of
+//!   the level that served it, an L1 hit included, nothing overlaps. On an R4400 that was the
+//!   truth; on an out-of-order core that retires several instructions a cycle it counts
+//!   most of the work many times over, and the report shows by how much.
+//! * **Out of order**: `ticks = a × instructions + b × stall`, where `stall` is the
+//!   simulator's ticks for the row's references with every first-level hit free (what the
+//!   row waited for beyond the L1: L2/L3/memory fills and TLB walks), `a` the ticks an
+//!   instruction costs when everything hits, and `b` the share of the stall the core does not
+//!   overlap. `a` and `b` are fitted by least squares (with `b ≥ 0`) — for each row on the
+//!   *other seven* (leave-one-out), so no row's prediction has seen its own measurement.
+//!   The error reported per row is that out-of-sample prediction's.
+//!
+//! Both use `this-machine` built from the calibration taken in the same run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use shmnet_lab::tsc;
+use shmnet_sim::{Machine, Op, Party, Ref, Simulator, TraceSource};
+use shmnet_stack::rows::{MESSAGE_BYTES, ROWS, Row, RowSpec};
+
+/// The marker words the worker loads around each traced step. Distinct statics, each on its
+/// own line, read with volatile loads so the compiler keeps every one.
+#[repr(align(64))]
+struct Marker(u64);
+static BEGIN: Marker = Marker(0x5eed_0001);
+static END: Marker = Marker(0x5eed_0002);
+
+#[inline(always)]
+fn touch(m: &'static Marker) {
+    // SAFETY: `m` is a live static; a volatile read of an aligned u64 has no other effect.
+    unsafe {
+        std::ptr::read_volatile(&m.0);
+    }
+}
+
+/// Messages of a row: untimed warm-up, then timed or traced ones.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Steps {
+    /// Untimed messages first.
+    pub warmup: u64,
+    /// Measured (native) messages.
+    pub measured: u64,
+    /// Traced messages (under lackey).
+    pub traced: u64,
+}
+
+impl Steps {
+    /// The counts for a full or quick run.
+    pub fn new(quick: bool) -> Steps {
+        if quick {
+            Steps {
+                warmup: 100,
+                measured: 2_000,
+                traced: 100,
+            }
+        } else {
+            Steps {
+                warmup: 200,
+                measured: 20_000,
+                traced: 400,
+            }
+        }
+    }
+}
+
+/// Which of the eight rows a command runs (`--row NAME`, repeatable; all by default).
+#[derive(Args, Clone, Debug, Default)]
+pub struct RowFilter {
+    /// Run only this row (tcp-send-cksum-off, …, udp-recv-cksum-on); repeat for more.
+    #[arg(long = "row", value_name = "ROW")]
+    rows: Vec<String>,
+}
+
+impl RowFilter {
+    /// The rows chosen, in the seed's order.
+    pub fn selected(&self) -> Result<Vec<RowSpec>> {
+        for name in &self.rows {
+            if RowSpec::parse(name).is_none() {
+                bail!(
+                    "{name:?} is not a row; the rows are {}",
+                    ROWS.map(|r| r.name()).join(", ")
+                );
+            }
+        }
+        Ok(ROWS
+            .into_iter()
+            .filter(|r| self.rows.is_empty() || self.rows.contains(&r.name()))
+            .collect())
+    }
+}
+
+#[derive(Args)]
+pub struct RowWorkerArgs {
+    /// The row, e.g. tcp-send-cksum-off.
+    #[arg(long)]
+    row: String,
+    /// Message bytes.
+    #[arg(long, default_value_t = MESSAGE_BYTES)]
+    size: usize,
+    /// Untimed messages before the marked ones.
+    #[arg(long, default_value_t = 100)]
+    warmup: u64,
+    /// Marked messages.
+    #[arg(long, default_value_t = 100)]
+    steps: u64,
+    /// Copy the process's memory map (`/proc/self/maps`) here before the marked messages, so
+    /// that the trace's instruction addresses can be found in their files and decoded.
+    #[arg(long, value_name = "FILE")]
+    maps: Option<PathBuf>,
+}
+
+/// The marker addresses, as the worker prints them (one JSON line on stdout).
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug)]
+pub struct Markers {
+    /// Loaded just before each marked step.
+    pub begin: u64,
+    /// Loaded just after it.
+    pub end: u64,
+}
+
+/// `shmnet sim row-worker`: runs one row with its traced steps between markers (for lackey).
+pub fn row_worker(a: RowWorkerArgs) -> Result<()> {
+    let spec = RowSpec::parse(&a.row).with_context(|| {
+        format!(
+            "{:?} is not a row; the rows are {}",
+            a.row,
+            ROWS.map(|r| r.name()).join(", ")
+        )
+    })?;
+    let mut row = Row::new(spec, a.size)?;
+    let m = Markers {
+        begin: std::ptr::addr_of!(BEGIN.0) as u64,
+        end: std::ptr::addr_of!(END.0) as u64,
+    };
+    println!("{}", serde_json::to_string(&m)?);
+    std::io::stdout().flush()?;
+    for _ in 0..a.warmup {
+        row.prepare();
+        row.step();
+        row.finish();
+    }
+    if let Some(path) = &a.maps {
+        let maps = std::fs::read("/proc/self/maps").context("reading /proc/self/maps")?;
+        std::fs::write(path, maps).with_context(|| format!("writing {}", path.display()))?;
+    }
+    for _ in 0..a.steps {
+        row.prepare();
+        touch(&BEGIN);
+        row.step();
+        touch(&END);
+        row.finish();
+    }
+    let (steps, done) = row.counts();
+    if steps != done {
+        bail!(
+            "{} of {steps} steps of {} did not complete",
+            steps - done,
+            spec.name()
+        );
+    }
+    Ok(())
+}
+
+/// Times `spec` natively: the median ticks of a step, the empty window subtracted.
+pub fn measure(spec: RowSpec, size: usize, steps: Steps, empty: u64) -> Result<(f64, f64, f64)> {
+    let mut row = Row::new(spec, size)?;
+    for _ in 0..steps.warmup {
+        row.prepare();
+        row.step();
+        row.finish();
+    }
+    let mut t = Vec::with_capacity(steps.measured as usize);
+    for _ in 0..steps.measured {
+        row.prepare();
+        let t0 = tsc::start();
+        let ok = row.step();
+        let t1 = tsc::stop();
+        row.finish();
+        if !ok {
+            bail!("a measured step of {} did not complete", spec.name());
+        }
+        t.push(t1.wrapping_sub(t0).saturating_sub(empty) as f64);
+    }
+    t.sort_by(f64::total_cmp);
+    let q = |p: f64| t[((t.len() - 1) as f64 * p) as usize];
+    Ok((q(0.5), q(0.25), q(0.75)))
+}
+
+/// What the simulator made of one row's trace, per traced message.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Simulated {
+    /// Instructions executed.
+    pub instructions: f64,
+    /// Data references (loads and stores; a modify counts as both).
+    pub data_refs: f64,
+    /// In-order ticks: every reference at its serving level's latency.
+    pub in_order_ticks: f64,
+    /// Ticks beyond the first level: the same references with every L1 hit free (0 where
+    /// the stall was not asked for).
+    pub stall_ticks: f64,
+    /// Ticks with an ideal cache: every reference a first-level hit (so in-order − ideal is
+    /// seed 001's time waiting for memory).
+    pub ideal_ticks: f64,
+    /// First-level instruction misses.
+    pub l1i_misses: f64,
+    /// First-level data misses.
+    pub l1d_misses: f64,
+    /// Marked windows found in the trace (must equal the traced steps).
+    pub windows: u64,
+}
+
+/// `machine` with every first-level hit free (for the stall ticks).
+fn beyond_l1(machine: &Machine) -> Machine {
+    let mut m = machine.clone();
+    for c in m.caches.iter_mut().filter(|c| c.level == 1) {
+        c.hit_ticks = 0.0;
+    }
+    m.name = format!("{} (L1 hits free)", machine.name);
+    m
+}
+
+/// A row's lackey trace on disk (removed when dropped) and the worker's markers.
+pub struct Traced {
+    /// The lackey log.
+    pub log: PathBuf,
+    /// The marker words' addresses.
+    pub markers: Markers,
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Runs `spec` under lackey into `dir`; with `maps`, the worker also copies its memory map
+/// there.
+pub fn trace_row(
+    spec: RowSpec,
+    size: usize,
+    steps: Steps,
+    dir: &Path,
+    maps: Option<&Path>,
+) -> Result<Traced> {
+    // Made first, so that every way out of here removes the log.
+    let mut traced = Traced {
+        log: dir.join(format!("{}.lackey", spec.name())),
+        markers: Markers { begin: 0, end: 0 },
+    };
+    let exe = std::env::current_exe().context("finding shmnet's own binary")?;
+    let mut cmd = Command::new("valgrind");
+    cmd.arg("--tool=lackey")
+        .arg("--trace-mem=yes")
+        .arg(format!("--log-file={}", traced.log.display()))
+        .arg(&exe)
+        .args(["sim", "row-worker", "--row", &spec.name()])
+        .arg(format!("--size={size}"))
+        .arg(format!("--warmup={}", steps.warmup))
+        .arg(format!("--steps={}", steps.traced));
+    if let Some(m) = maps {
+        cmd.arg("--maps").arg(m);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                anyhow::anyhow!(
+                    "valgrind is not installed: install it (`apt-get install valgrind`, or run scripts/setup) or pass --skip-rows"
+                )
+            } else {
+                anyhow::Error::new(e).context("starting valgrind")
+            }
+        })?;
+    let mut first = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut first)?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "the row worker for {} failed under valgrind ({}): {}",
+            spec.name(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let markers: Markers = serde_json::from_str(first.trim())
+        .with_context(|| format!("the row worker printed {first:?}, not its markers"))?;
+    traced.markers = markers;
+    Ok(traced)
+}
+
+/// Runs `spec` under lackey and simulates its trace on every machine of `machines` (with
+/// the stall ticks when `with_stall`).
+pub fn trace_and_simulate(
+    spec: RowSpec,
+    size: usize,
+    steps: Steps,
+    machines: &[Machine],
+    dir: &Path,
+    with_stall: bool,
+) -> Result<Vec<Simulated>> {
+    let t = trace_row(spec, size, steps, dir, None)?;
+    let sims = simulate_lackey(&t.log, t.markers, machines, with_stall)?;
+    if let Some(s) = sims.iter().find(|s| s.windows != steps.traced) {
+        bail!(
+            "{}: the trace holds {} marked windows, not {}",
+            spec.name(),
+            s.windows,
+            steps.traced
+        );
+    }
+    Ok(sims)
+}
+
+/// First-level misses of the simulator's L1 caches: (instruction, data).
+fn l1_misses(sim: &Simulator) -> (u64, u64) {
+    let mut i = 0;
+    let mut d = 0;
+    for c in sim.machine().caches.iter().filter(|c| c.level == 1) {
+        let m = sim.cache_stats(&c.name).map_or(0, |s| s.misses);
+        match c.side {
+            shmnet_sim::Side::Instruction => i += m,
+            shmnet_sim::Side::Data => d += m,
+            shmnet_sim::Side::Unified => d += m,
+        }
+    }
+    (i, d)
+}
+
+/// The two simulators of one machine: as given (in order) and with L1 hits free (stall).
+struct Pair {
+    in_order: Simulator,
+    /// Only where the stall is asked for (the validation's model).
+    stall: Option<Simulator>,
+    ideal: Simulator,
+    l1i: u64,
+    l1d: u64,
+    at_begin: (u64, u64),
+}
+
+/// Simulates a lackey trace whose marked windows are the row's, on every machine (the
+/// stall ticks only `with_stall`: a third simulator per machine).
+fn simulate_lackey(
+    log: &Path,
+    markers: Markers,
+    machines: &[Machine],
+    with_stall: bool,
+) -> Result<Vec<Simulated>> {
+    let file = std::fs::File::open(log).with_context(|| format!("opening {}", log.display()))?;
+    let mut src = shmnet_sim::trace::LackeyReader::new(BufReader::with_capacity(1 << 20, file));
+    let mut pairs = machines
+        .iter()
+        .map(|m| {
+            Ok(Pair {
+                in_order: Simulator::new(m)?,
+                stall: if with_stall {
+                    Some(Simulator::new(&beyond_l1(m))?)
+                } else {
+                    None
+                },
+                ideal: Simulator::with_options(
+                    m,
+                    shmnet_sim::Options {
+                        perfect_icache: true,
+                        perfect_dcache: true,
+                        ..shmnet_sim::Options::default()
+                    },
+                )?,
+                l1i: 0,
+                l1d: 0,
+                at_begin: (0, 0),
+            })
+        })
+        .collect::<Result<Vec<_>, shmnet_sim::ConfigError>>()?;
+    let mut batch = Vec::new();
+    let mut inside = false;
+    let mut windows = 0u64;
+    let (mut instr, mut data) = (0u64, 0u64);
+    loop {
+        src.next_batch(&mut batch, 1 << 16)?;
+        if batch.is_empty() {
+            break;
+        }
+        for r in &batch {
+            if r.op == Op::Read && (r.addr == markers.begin || r.addr == markers.end) {
+                if r.addr == markers.begin {
+                    inside = true;
+                    for p in &mut pairs {
+                        p.at_begin = l1_misses(&p.in_order);
+                    }
+                } else if inside {
+                    inside = false;
+                    windows += 1;
+                    for p in &mut pairs {
+                        let now = l1_misses(&p.in_order);
+                        p.l1i += now.0 - p.at_begin.0;
+                        p.l1d += now.1 - p.at_begin.1;
+                    }
+                }
+                continue;
+            }
+            let r = Ref {
+                party: if inside { Party::Stack } else { Party::Other },
+                ..*r
+            };
+            if inside {
+                if r.op == Op::Ifetch {
+                    instr += 1;
+                } else {
+                    data += 1;
+                }
+            }
+            for p in &mut pairs {
+                p.in_order.access_ref(&r);
+                if let Some(st) = &mut p.stall {
+                    st.access_ref(&r);
+                }
+                p.ideal.access_ref(&r);
+            }
+        }
+    }
+    let stack_ticks = |sim: &Simulator| {
+        sim.report()
+            .parties
+            .iter()
+            .find(|p| p.party == Party::Stack)
+            .map_or(0.0, |p| p.ticks)
+    };
+    let n = windows.max(1) as f64;
+    Ok(pairs
+        .iter()
+        .map(|p| Simulated {
+            instructions: instr as f64 / n,
+            data_refs: data as f64 / n,
+            in_order_ticks: stack_ticks(&p.in_order) / n,
+            stall_ticks: p.stall.as_ref().map_or(0.0, stack_ticks) / n,
+            ideal_ticks: stack_ticks(&p.ideal) / n,
+            l1i_misses: p.l1i as f64 / n,
+            l1d_misses: p.l1d as f64 / n,
+            windows,
+        })
+        .collect())
+}
+
+/// One row of the table.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RowReport {
+    /// `tcp` or `udp`.
+    pub protocol: shmnet_stack::rows::Protocol,
+    /// `send` or `recv`.
+    pub direction: shmnet_stack::rows::Direction,
+    /// Checksum on.
+    pub checksum: bool,
+    /// Message bytes.
+    pub bytes: usize,
+    /// Median measured ticks per message (the row's latency on this machine).
+    pub measured: f64,
+    /// The measured steps' interquartile range, ticks.
+    pub measured_p25: f64,
+    /// See `measured_p25`.
+    pub measured_p75: f64,
+    /// Simulated ticks per message, out-of-order model, leave-one-out (the headline).
+    pub simulated: f64,
+    /// `(simulated − measured) / measured`, percent.
+    pub error_pct: f64,
+    /// Simulated ticks per message, in-order model (the seed's).
+    pub in_order: f64,
+    /// Its error, percent.
+    pub in_order_error_pct: f64,
+    /// The fit used for this row (on the other seven): ticks per instruction.
+    pub fit_ticks_per_instruction: f64,
+    /// And the share of the stall not overlapped.
+    pub fit_stall_share: f64,
+    /// What the simulator counted per message.
+    #[serde(flatten)]
+    pub sim: Simulated,
+    /// Measured ticks per instruction (the row's own, for reference).
+    pub measured_ticks_per_instruction: f64,
+}
+
+/// The table.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RowsReport {
+    /// The rows, in the seed's order.
+    pub rows: Vec<RowReport>,
+    /// Mean |error_pct| of the out-of-order model (seed 001: 4.65 %).
+    pub mean_abs_error_pct: f64,
+    /// Mean |in_order_error_pct|.
+    pub in_order_mean_abs_error_pct: f64,
+    /// The fit on all eight rows: ticks per instruction.
+    pub all_rows_ticks_per_instruction: f64,
+    /// The fit on all eight rows: share of the stall not overlapped.
+    pub all_rows_stall_share: f64,
+    /// Messages per row.
+    pub steps: Steps,
+    /// TSC ticks per nanosecond (to turn ticks into time).
+    pub ticks_per_ns: f64,
+    /// Core cycles per TSC tick, measured in the run ([`tsc::core_cycles_per_tick`]);
+    /// `null` where it cannot be.
+    pub core_cycles_per_tick: Option<f64>,
+    /// Instructions per core cycle of the fit on all eight rows
+    /// (`core_cycles_per_tick`-based; `null` with it).
+    pub all_rows_ipc: Option<f64>,
+}
+
+/// Least squares `y ≈ a·x1 + b·x2` with `b ≥ 0` (and `a` free), over `points`.
+fn fit(points: &[(f64, f64, f64)]) -> (f64, f64) {
+    let (mut s11, mut s12, mut s22, mut s1y, mut s2y) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for &(x1, x2, y) in points {
+        s11 += x1 * x1;
+        s12 += x1 * x2;
+        s22 += x2 * x2;
+        s1y += x1 * y;
+        s2y += x2 * y;
+    }
+    let det = s11 * s22 - s12 * s12;
+    if det.abs() > f64::EPSILON * s11 * s22 && det != 0.0 {
+        let a = (s1y * s22 - s2y * s12) / det;
+        let b = (s11 * s2y - s12 * s1y) / det;
+        if b >= 0.0 {
+            return (a, b);
+        }
+    }
+    // b = 0: y ≈ a·x1.
+    (if s11 > 0.0 { s1y / s11 } else { 0.0 }, 0.0)
+}
+
+fn pct(sim: f64, meas: f64) -> f64 {
+    100.0 * (sim - meas) / meas
+}
+
+/// Runs the eight rows: measured, traced, simulated on `machine`, and fitted.
+pub fn run(
+    machine: &Machine,
+    quick: bool,
+    ticks_per_ns: f64,
+    empty: u64,
+    progress: &mut dyn FnMut(usize, &str),
+) -> Result<RowsReport> {
+    let steps = Steps::new(quick);
+    let dir = tempdir()?;
+    let mut raw = Vec::new();
+    for (i, spec) in ROWS.iter().enumerate() {
+        progress(i, &format!("{}: measuring", spec.name()));
+        let (med, p25, p75) = measure(*spec, MESSAGE_BYTES, steps, empty)?;
+        progress(
+            i,
+            &format!("{}: tracing under valgrind lackey", spec.name()),
+        );
+        let sim = trace_and_simulate(
+            *spec,
+            MESSAGE_BYTES,
+            steps,
+            std::slice::from_ref(machine),
+            &dir,
+            true,
+        )
+        .with_context(|| format!("tracing {}", spec.name()));
+        let sim = match sim {
+            Ok(mut s) => s.remove(0),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        raw.push((*spec, med, p25, p75, sim));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let points: Vec<(f64, f64, f64)> = raw
+        .iter()
+        .map(|r| (r.4.instructions, r.4.stall_ticks, r.1))
+        .collect();
+    let (all_a, all_b) = fit(&points);
+    let rows: Vec<RowReport> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, (spec, med, p25, p75, sim))| {
+            let others: Vec<_> = points
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, p)| *p)
+                .collect();
+            let (a, b) = fit(&others);
+            let simulated = a * sim.instructions + b * sim.stall_ticks;
+            RowReport {
+                protocol: spec.protocol,
+                direction: spec.direction,
+                checksum: spec.checksum,
+                bytes: MESSAGE_BYTES,
+                measured: *med,
+                measured_p25: *p25,
+                measured_p75: *p75,
+                simulated,
+                error_pct: pct(simulated, *med),
+                in_order: sim.in_order_ticks,
+                in_order_error_pct: pct(sim.in_order_ticks, *med),
+                fit_ticks_per_instruction: a,
+                fit_stall_share: b,
+                sim: *sim,
+                measured_ticks_per_instruction: med / sim.instructions.max(1.0),
+            }
+        })
+        .collect();
+    let mean = |f: &dyn Fn(&RowReport) -> f64| {
+        rows.iter().map(|r| f(r).abs()).sum::<f64>() / rows.len().max(1) as f64
+    };
+    let core_cycles_per_tick = tsc::core_cycles_per_tick(21);
+    Ok(RowsReport {
+        core_cycles_per_tick,
+        all_rows_ipc: core_cycles_per_tick
+            .filter(|_| all_a > 0.0)
+            .map(|c| 1.0 / (all_a * c)),
+        mean_abs_error_pct: mean(&|r| r.error_pct),
+        in_order_mean_abs_error_pct: mean(&|r| r.in_order_error_pct),
+        all_rows_ticks_per_instruction: all_a,
+        all_rows_stall_share: all_b,
+        rows,
+        steps,
+        ticks_per_ns,
+    })
+}
+
+/// A private directory for the traces (0700), removed by the caller.
+pub fn tempdir() -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    for n in 0..1000u32 {
+        let d = base.join(format!("shmnet-rows-{}-{n}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context("creating a directory for the traces"));
+            }
+        }
+    }
+    bail!(
+        "no free directory name for the traces under {}",
+        base.display()
+    )
+}
+
+impl std::fmt::Display for RowsReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "Seed 001's validation: {}-byte messages through shmnet's stack, ticks per message (median of {} measured; {} traced under lackey)",
+            self.rows.first().map_or(0, |r| r.bytes),
+            self.steps.measured,
+            self.steps.traced
+        )?;
+        writeln!(
+            f,
+            "{:<22} {:>9} {:>10} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8}",
+            "row",
+            "measured",
+            "simulated",
+            "error",
+            "in order",
+            "error",
+            "instr",
+            "stall",
+            "tick/ins"
+        )?;
+        for r in &self.rows {
+            let spec = RowSpec {
+                protocol: r.protocol,
+                direction: r.direction,
+                checksum: r.checksum,
+            };
+            writeln!(
+                f,
+                "{:<22} {:>9.0} {:>10.0} {:>6.1}% {:>10.0} {:>7.0}% {:>8.0} {:>7.0} {:>8.3}",
+                spec.name(),
+                r.measured,
+                r.simulated,
+                r.error_pct,
+                r.in_order,
+                r.in_order_error_pct,
+                r.sim.instructions,
+                r.sim.stall_ticks,
+                r.measured_ticks_per_instruction
+            )?;
+        }
+        writeln!(
+            f,
+            "mean |error| {:.2} % (out-of-order model, each row predicted from a fit on the other seven; seed 001: 4.65 %); in-order model {:.0} %",
+            self.mean_abs_error_pct, self.in_order_mean_abs_error_pct
+        )?;
+        write!(
+            f,
+            "fit on all eight rows: {:.3} ticks per instruction + {:.2} × the ticks beyond the L1",
+            self.all_rows_ticks_per_instruction, self.all_rows_stall_share
+        )?;
+        match (self.core_cycles_per_tick, self.all_rows_ipc) {
+            (Some(c), Some(ipc)) => writeln!(
+                f,
+                " ({c:.2} core cycles a tick, measured: {ipc:.1} instructions a cycle)"
+            ),
+            _ => writeln!(f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fit_recovers_a_linear_model_and_keeps_the_stall_share_non_negative() {
+        let pts: Vec<_> = [(100.0, 10.0), (200.0, 5.0), (300.0, 40.0), (50.0, 0.0)]
+            .iter()
+            .map(|&(i, s)| (i, s, 0.3 * i + 0.5 * s))
+            .collect();
+        let (a, b) = fit(&pts);
+        assert!((a - 0.3).abs() < 1e-9 && (b - 0.5).abs() < 1e-9, "{a} {b}");
+        // A stall that only lowers the time would need b < 0: refused, a alone is fitted.
+        let pts: Vec<_> = [(100.0, 10.0), (200.0, 50.0)]
+            .iter()
+            .map(|&(i, s)| (i, s, 0.3 * i - 0.5 * s))
+            .collect();
+        let (_, b) = fit(&pts);
+        assert_eq!(b, 0.0);
+    }
+}
