@@ -293,7 +293,7 @@ pub fn trace_row(
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 anyhow::anyhow!(
-                    "valgrind is not installed: install it (`apt-get install valgrind`, or run scripts/setup) or pass --skip-rows"
+                    "valgrind is not installed (the rows are traced with its lackey tool): install it with `apt-get install valgrind` or scripts/setup (`shmnet sim validate --skip-rows` leaves the rows out)"
                 )
             } else {
                 anyhow::Error::new(e).context("starting valgrind")
