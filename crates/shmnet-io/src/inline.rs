@@ -308,19 +308,7 @@ impl<D: Driver> Inline<D> {
         mut on_message: impl FnMut(&mut H, &[u8]),
     ) -> usize {
         let now = self.now();
-        self.rx.clear();
-        // A driver error (e.g. the interface went away) leaves nothing received this round;
-        // it shows in the driver's counters.
-        let mut served = crate::driver::ServedPools {
-            pools: &mut self.dpools,
-            families: self.families,
-        };
-        let _ = self.driver.rx_burst(&mut served, &mut self.rx, BURST);
-        let mut work = self.rx.len();
-        for f in &self.rx {
-            self.iface
-                .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
-        }
+        let mut work = self.receive_burst(now);
         for i in 0..self.sockets.len() {
             let (app, h) = self.sockets[i];
             if matches!(app, App::Caller(_)) {
@@ -369,6 +357,40 @@ impl<D: Driver> Inline<D> {
         }
         self.pool.pools().drain_deferred(64);
         work
+    }
+
+    /// A burst from the driver through the stack onto the sockets' queues. Returns the
+    /// frames received.
+    fn receive_burst(&mut self, now: shmnet_stack::Instant) -> usize {
+        self.rx.clear();
+        // A driver error (e.g. the interface went away) leaves nothing received this round;
+        // it shows in the driver's counters.
+        let mut served = crate::driver::ServedPools {
+            pools: &mut self.dpools,
+            families: self.families,
+        };
+        let _ = self.driver.rx_burst(&mut served, &mut self.rx, BURST);
+        for f in &self.rx {
+            self.iface
+                .receive(&mut self.pool, BufIdx(f.buf), now, &mut self.tx);
+        }
+        self.rx.len()
+    }
+
+    /// What a device interrupt does in a monolithic kernel: a burst from the driver through
+    /// the stack onto the sockets' queues, preempting the application, which is given
+    /// nothing (what the stack answers goes out at the next [`Inline::step`]). For an
+    /// instrument that runs an application's work in pieces and lets frames arrive between
+    /// them, as seed 000's loaded BSD receiver did. Returns the frames received.
+    pub fn interrupt(&mut self) -> usize {
+        let now = self.now();
+        self.receive_burst(now)
+    }
+
+    /// The applications' receive buffer: the last message given to an application by
+    /// [`Inline::step_with`] lies in its first bytes (its `on_message` was told how many).
+    pub fn app_buffer(&self) -> &[u8] {
+        &self.recv_buf
     }
 
     /// The built-in TCP applications' turn: accept, read, echo, close. Returns the

@@ -17,7 +17,7 @@
 //! run, whose end the board decides.
 
 pub use crate::driver::impair::{ImpairSpec, ImpairSpecError};
-use crate::driver::softnic::{Dma, SoftnicConfig};
+use crate::driver::softnic::{Dma, Schedule, SoftnicConfig};
 use crate::inline::{App, ServeConfig};
 use crate::server::{ControlLimits, Placement, ServerOptions, SyncMode};
 use serde::{Deserialize, Serialize};
@@ -233,6 +233,9 @@ pub struct SoftnicSpec {
     pub count: u64,
     /// Microseconds between messages (0: back to back).
     pub gap_us: f64,
+    /// When, with a gap, each message is due.
+    #[serde(default)]
+    pub schedule: Schedule,
     /// How frames reach the buffers.
     #[serde(serialize_with = "dma_name", deserialize_with = "by_name")]
     pub dma: Dma,
@@ -257,6 +260,7 @@ impl Default for SoftnicSpec {
             port: 5001,
             count: 100_000,
             gap_us: 0.0,
+            schedule: Schedule::AfterPrevious,
             dma: Dma::Cached,
             mac: None,
             bench: None,
@@ -292,6 +296,7 @@ impl SoftnicSpec {
             size: self.size,
             count: Some(self.count),
             gap: Duration::from_secs_f64(self.gap_us.max(0.0) / 1e6),
+            schedule: self.schedule,
             checksum,
             dma: self.dma,
             loopback: self.loopback,

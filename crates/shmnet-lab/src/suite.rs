@@ -50,8 +50,45 @@ pub enum Outcome {
 /// a hundred times this machine's per-message time and keeps the run short).
 pub const LARGE_GAP_US: f64 = 2000.0;
 
+/// The structures of Figures 2–3 and Table 2: a name, the structure, its cores, and how
+/// the device writes. `hpux` is the seed's HP-UX: a monolithic kernel (here `inline`) whose
+/// device writes around the cache (non-temporal stores, as its DMA did).
+const STRUCTURES: [(&str, Structure, Cores, Dma); 5] = [
+    ("inline", Structure::Inline, Cores::Same, Dma::Cached),
+    ("hpux", Structure::Inline, Cores::Same, Dma::NonTemporal),
+    ("server-same", Structure::Server, Cores::Same, Dma::Cached),
+    ("server-split", Structure::Server, Cores::Split, Dma::Cached),
+    (
+        "server-regions",
+        Structure::ServerRegions,
+        Cores::Same,
+        Dma::Cached,
+    ),
+];
+
+/// The loads of Figure 8 and Table 4, as multiples of the knee (the state block at which
+/// the load alone takes the large gap per message): stepped finely around it, as the seed
+/// stepped 23, 24, 25 bytes per word, with a wider step either side for the shape.
+fn load_steps(quick: bool) -> &'static [f64] {
+    if quick {
+        &[0.5, 1.0, 2.0]
+    } else {
+        &[0.25, 0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 2.0]
+    }
+}
+
+/// What the plan depends on that is measured before the cells run.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct PlanInputs {
+    /// The state block (bytes per word) at which walking one message takes the large gap
+    /// ([`crate::residency::load::knee`]).
+    pub knee_load_bytes: usize,
+    /// This machine's second-level cache, bytes: what the busy switch partner writes.
+    pub l2_bytes: usize,
+}
+
 /// The suite's cells, in the order they run.
-pub fn plan(quick: bool) -> Vec<Cell> {
+pub fn plan(quick: bool, inputs: PlanInputs) -> Vec<Cell> {
     let messages = if quick { 60 } else { 1000 };
     let base = Settings {
         messages,
@@ -67,26 +104,24 @@ pub fn plan(quick: bool) -> Vec<Cell> {
             settings: s,
         })
     };
-    let placements = [
-        ("inline", Structure::Inline, Cores::Same),
-        ("server-same", Structure::Server, Cores::Same),
-        ("server-split", Structure::Server, Cores::Split),
-    ];
+    // Figures 2-3, Table 2: every structure at both gaps.
     for (gname, gap) in gaps {
-        for (pname, structure, cores) in placements {
+        for (pname, structure, cores, dma) in STRUCTURES {
             add(
                 "table2",
                 format!("{pname}-{gname}-gap"),
                 Settings {
                     structure,
                     cores,
+                    dma,
                     gap_us: gap,
                     ..base.clone()
                 },
             );
         }
     }
-    // Table 3: the seed's Mach, TLB forced, checksum off and on (server, one CPU).
+    // Figures 4-5, Table 3: the seed's Mach, TLB forced, checksum off and on (server, one
+    // CPU).
     for (gname, gap) in gaps {
         for checksum in [false, true] {
             add(
@@ -105,34 +140,81 @@ pub fn plan(quick: bool) -> Vec<Cell> {
             );
         }
     }
-    // Table 4: the seed's BSD (inline) with a deep queue, and under load.
+    // Section 3.3, Figure 6: HP-UX with the TLB forced (the seed: no significant change)
+    // and with checksumming (the seed: nearly half of the buffers then in cache).
+    let hpux = Settings {
+        dma: Dma::NonTemporal,
+        ..base.clone()
+    };
     add(
-        "table4",
-        "inline-queue-16-small-gap".into(),
+        "hpux",
+        "hpux-tlb-forced-small-gap".into(),
         Settings {
-            queue: 16,
+            tlb_force: true,
             gap_us: 0.0,
-            ..base.clone()
+            ..hpux.clone()
         },
     );
-    let loads: &[usize] = if quick {
-        &[256, 4096]
-    } else {
-        &[64, 256, 1024, 4096]
-    };
-    for &load in loads {
+    for (gname, gap) in gaps {
         add(
-            "table4",
-            format!("inline-queue-16-small-gap-load-{load}"),
+            "hpux",
+            format!("hpux-checksum-{gname}-gap"),
             Settings {
-                load_bytes: load,
+                checksum: true,
+                gap_us: gap,
+                ..hpux.clone()
+            },
+        );
+    }
+    // Section 3.4: BSD with the TLB forced and with checksumming, both gaps.
+    for (what, tlb_force, checksum) in [("tlb-forced", true, false), ("checksum", false, true)] {
+        for (gname, gap) in gaps {
+            add(
+                "bsd",
+                format!("inline-{what}-{gname}-gap"),
+                Settings {
+                    tlb_force,
+                    checksum,
+                    gap_us: gap,
+                    ..base.clone()
+                },
+            );
+        }
+    }
+    // Figure 7: BSD with large socket buffers (the seed's 246,467 bytes: sixteen of its
+    // messages), at a large gap and back to back.
+    for (gname, gap) in gaps {
+        add(
+            "fig7",
+            format!("inline-queue-16-{gname}-gap"),
+            Settings {
                 queue: 16,
-                gap_us: 0.0,
+                gap_us: gap,
                 ..base.clone()
             },
         );
     }
-    // The rules.
+    // Figure 8, Table 4: BSD at a large gap with a queue of one, the load stepped finely
+    // around the knee; the drop rate beside the overhead.
+    let mut loads = vec![0];
+    for f in load_steps(quick) {
+        let b = ((inputs.knee_load_bytes as f64 * f / 8.0).round() as usize * 8).max(8);
+        if !loads.contains(&b) {
+            loads.push(b);
+        }
+    }
+    for load in loads {
+        add(
+            "table4",
+            format!("inline-load-{load}-large-gap"),
+            Settings {
+                load_bytes: load,
+                ..base.clone()
+            },
+        );
+    }
+    // The rules. Rule 3: allocation, many buffers in flight (back to back, a deep queue,
+    // a load).
     for alloc in [AllocPolicy::Lifo, AllocPolicy::Fifo] {
         add(
             "rules",
@@ -146,6 +228,7 @@ pub fn plan(quick: bool) -> Vec<Cell> {
             },
         );
     }
+    // Rule 1: group TLB entries.
     for (pname, pages) in [("4k", PageSize::Small), ("2m", PageSize::Huge)] {
         add(
             "rules",
@@ -157,12 +240,17 @@ pub fn plan(quick: bool) -> Vec<Cell> {
             },
         );
     }
-    for (dname, dma) in [("cached", Dma::Cached), ("nt", Dma::NonTemporal)] {
+    // Rule 2: touch the data late and in one context. The same structure, the data
+    // touched by the stack's checksum; its copy-out follows at once (`inline-checksum-
+    // large-gap`, in `bsd`) or after a switch to another process that writes nothing or
+    // this machine's L2 of its own.
+    for (name, touch_bytes) in [("idle", 0), ("busy", inputs.l2_bytes)] {
         add(
             "rules",
-            format!("dma-{dname}"),
+            format!("inline-checksum-switch-{name}-large-gap"),
             Settings {
-                dma,
+                checksum: true,
+                switch: Some(crate::residency::switch::SwitchSpec { touch_bytes }),
                 ..base.clone()
             },
         );
@@ -174,6 +262,8 @@ pub fn plan(quick: bool) -> Vec<Cell> {
 pub struct SuiteReport {
     /// Table 1.
     pub calibration: Table1,
+    /// What the plan was made from.
+    pub inputs: PlanInputs,
     /// Every cell with its outcome.
     pub cells: Vec<(Cell, Outcome)>,
     /// Where `report.md` is.
@@ -215,7 +305,19 @@ pub fn run(opts: &SuiteOptions, p: &mut dyn SuiteProgress) -> Result<SuiteReport
     let t0 = std::time::Instant::now();
     let runs_dir = opts.out.join("runs");
     std::fs::create_dir_all(&runs_dir).map_err(|e| SuiteError::Write(runs_dir.clone(), e))?;
-    let cells = plan(opts.quick);
+    // The knee first (a fraction of a second), so the plan, and the progress bar's
+    // length, are known before the calibration.
+    let defaults = Settings::default();
+    let inputs = PlanInputs {
+        knee_load_bytes: crate::residency::load::knee(
+            defaults.size,
+            defaults.load_range_bytes,
+            std::time::Duration::from_secs_f64(LARGE_GAP_US / 1e6),
+            1 << 20,
+        )?,
+        l2_bytes: crate::cacheinfo::Sizes::this().l2 as usize,
+    };
+    let cells = plan(opts.quick, inputs);
     let total = cells.len() + 1;
     p.cell(0, total, "calibration (Table 1)");
     let effort = if opts.quick {
@@ -250,10 +352,19 @@ pub fn run(opts: &SuiteOptions, p: &mut dyn SuiteProgress) -> Result<SuiteReport
     let seconds = t0.elapsed().as_secs_f64();
     write(
         &report,
-        &report_md(&calibration, &marks, &done, &figures, opts, seconds),
+        &report_md(
+            &inputs,
+            &calibration,
+            &marks,
+            &done,
+            &figures,
+            opts,
+            seconds,
+        ),
     )?;
     Ok(SuiteReport {
         calibration,
+        inputs,
         cells: done,
         report,
         seconds,
@@ -270,7 +381,7 @@ fn draw_figures(
     done: &[(Cell, Outcome)],
 ) -> Vec<(&'static str, Result<String, String>)> {
     let mut figs = Vec::new();
-    for (table, title) in TABLES {
+    for (table, title, _, _) in TABLES {
         let runs: Vec<(String, &Residency)> = done
             .iter()
             .filter(|(c, _)| c.table == table)
@@ -291,11 +402,86 @@ fn draw_figures(
     figs
 }
 
-const TABLES: [(&str, &str); 4] = [
-    ("table2", "Table 2: structures × inter-message gap"),
-    ("table3", "Table 3: server, TLB forced, checksum off and on"),
-    ("table4", "Table 4: inline with a deep queue and under load"),
-    ("rules", "The rules: allocation, pages, DMA"),
+/// Each table's figure title and report section: (table, figure title, heading, text).
+const TABLES: [(&str, &str, &str, &str); 7] = [
+    (
+        "table2",
+        "Figures 2-3, Table 2: structures × inter-message gap",
+        "## Figures 2–3 and Table 2: structures × inter-message gap",
+        "The seed compared BSD (monolithic), HP-UX (monolithic, its device writing into memory \
+         around the cache) and Mach (a user-level server). Here: `inline` (softnic, stack and \
+         application in one thread: BSD), `hpux` (the same with softnic's frames written by \
+         non-temporal stores, around the cache, as HP-UX's DMA did), `server-same` (the \
+         protocol server and the application as two processes on one CPU, taking turns: \
+         Mach), `server-split` (one CPU each) and `server-regions` (the application isolated: \
+         the server copies each message into its buffer, and that copy is timed). Large gap: \
+         2 ms; small: back to back. The sender is independent of the receiver (message i is \
+         due i gaps after the first), so a receiver that stalls for longer than a gap drops \
+         what piles up, as the seed's did. With a small gap and a one-message queue the \
+         share of messages received is set by construction (the driver takes up to 32 frames, \
+         3.2 messages, per poll and the queue keeps one), not by the structure's speed: \
+         compare the small-gap columns by where the received buffers were (the rows).",
+    ),
+    (
+        "table3",
+        "Figures 4-5, Table 3: server, TLB forced, checksum off and on",
+        "## Figures 4–5 and Table 3: TLB forced, checksum off and on (server, one CPU)",
+        "The seed's Mach with the TLB forced. The checksum makes the server read every byte \
+         before the hand-off; forcing touches each buffer's page first so no TLB miss is \
+         timed.",
+    ),
+    (
+        "hpux",
+        "Section 3.3, Figure 6: HP-UX's analog, TLB forced and with checksumming",
+        "## Section 3.3 and Figure 6: HP-UX's analog",
+        "The seed found HP-UX's excess beyond a dirty miss unchanged by forcing the TLB (so not \
+         TLB misses: delayed line fills), and with checksumming nearly half of its buffers \
+         totally within the cache at a small gap (the checksum loads the data that DMA wrote \
+         around the cache, one scheduling point before the copy-out). Compare with `hpux-*` \
+         in Table 2.",
+    ),
+    (
+        "bsd",
+        "Section 3.4: BSD's analog, TLB forced and with checksumming",
+        "## Section 3.4: BSD's analog, TLB forced and with checksumming",
+        "The seed's BSD went from 70 % (large gap) and 60 % (small) of buffers in cache to 80 % \
+         at both gaps with the TLB forced, and lost a little with checksumming at a large \
+         gap. Compare with `inline-*` in Table 2.",
+    ),
+    (
+        "fig7",
+        "Figure 7: BSD with large socket buffers",
+        "## Figure 7: large socket buffers (inline)",
+        "The seed raised BSD's socket buffer to 246,467 bytes (sixteen of its messages): \
+         buffered instead of dropped, a message waits longer in the cache before its \
+         copy-out. Here a queue of 16 messages, at a large gap and back to back.",
+    ),
+    (
+        "table4",
+        "Figure 8, Table 4: BSD under increasing load",
+        "## Figure 8 and Table 4: increasing load (inline, large gap, queue of one)",
+        "The seed's synthetic application: for each word of a message, read and increment a \
+         random state block of N bytes in a range the size of the cache (here the last-level \
+         cache). The seed stepped N finely (23, 24, 25 bytes per 4-byte word) across the load \
+         at which its receiver began to drop, and found its cache utilisation fall ten-fold \
+         within 10 %. Here N steps across this machine's knee — the block at which the load \
+         alone takes the 2 ms gap per message, measured before the run — and the drop rate \
+         stands beside the overhead. The application walks its load in pieces of 32 words \
+         with the device polled between them, as BSD's interrupts preempted the seed's \
+         application: frames that fall due meanwhile are received onto the queue (and \
+         dropped if it is full), and the rest of the walk can evict them.",
+    ),
+    (
+        "rules",
+        "The rules: allocation, pages, one context",
+        "## The seed's rules",
+        "LIFO vs FIFO buffers (inline, back to back, queue 16, load 256 B/word: many buffers \
+         in flight); 4 KiB vs 2 MiB pages (server, one CPU, large gap); and the data touched \
+         late and in one context: the stack's checksum followed at once by the copy-out \
+         (`inline-checksum-large-gap`, Section 3.4) or by a switch to another process on the \
+         same CPU, which writes nothing (`idle`) or this machine's L2 of its own memory \
+         (`busy`) before handing the CPU back.",
+    ),
 ];
 
 /// Reads one summary row.
@@ -358,6 +544,21 @@ fn summary_table(cells: &[&(Cell, Outcome)]) -> String {
         }
     }
     t.push('\n');
+    t.push_str("| % messages dropped at the queue |");
+    for (_, o) in cells {
+        match o {
+            Outcome::Ran(r) => {
+                let m = &r.messages;
+                let _ = write!(
+                    t,
+                    " {:.1} |",
+                    100.0 * m.queue_full as f64 / m.sent.max(1) as f64
+                );
+            }
+            Outcome::Failed { .. } => t.push_str(" — |"),
+        }
+    }
+    t.push('\n');
     for (c, o) in cells {
         if let Outcome::Failed { error } = o {
             let _ = writeln!(t, "\n`{}` did not run: {error}", c.name);
@@ -375,30 +576,184 @@ fn find<'a>(done: &'a [(Cell, Outcome)], name: &str) -> Option<&'a Residency> {
         })
 }
 
-/// A sentence on whether `better` (the rule's advice) beat `worse`: by average overhead per
-/// word, with a 25 % margin (about the run-to-run spread on a shared 2-CPU VM) below which it is called no clear difference.
-fn verdict(done: &[(Cell, Outcome)], better: &str, worse: &str, rule: &str) -> String {
+/// What a comparison of two runs found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finding {
+    /// The advised run's overhead is below three quarters of the other's.
+    Holds,
+    /// It is above five quarters of the other's.
+    Contradicted,
+    /// Within 25 % either way: about what one run differs from the next on a shared VM.
+    NoClearDifference,
+    /// A run failed.
+    NotMeasured,
+}
+
+/// One of the seed's rules put to the test: the run its advice prefers against the other.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Verdict {
+    /// The rule, in words.
+    pub rule: &'static str,
+    /// The run the rule prefers.
+    pub better: &'static str,
+    /// The run it advises against.
+    pub worse: &'static str,
+    /// What this machine says.
+    pub finding: Finding,
+    /// Average overhead ticks per word of each (`better`, `worse`).
+    pub ticks_per_word: Option<(f64, f64)>,
+    /// % of buffers totally within cache of each.
+    pub cached_pct: Option<(f64, f64)>,
+}
+
+/// Compares `better` (the rule's advice) with `worse` by average overhead per word, with a
+/// 25 % margin (about the run-to-run spread on a shared 2-CPU VM) below which it is called
+/// no clear difference.
+fn verdict(
+    done: &[(Cell, Outcome)],
+    better: &'static str,
+    worse: &'static str,
+    rule: &'static str,
+) -> Verdict {
     let (Some(b), Some(w)) = (find(done, better), find(done, worse)) else {
-        return format!("{rule}: not measured (a run failed; see above).");
+        return Verdict {
+            rule,
+            better,
+            worse,
+            finding: Finding::NotMeasured,
+            ticks_per_word: None,
+            cached_pct: None,
+        };
     };
     let (bo, wo) = (
         b.summary.avg_overhead_ticks_per_word,
         w.summary.avg_overhead_ticks_per_word,
     );
-    let how = if bo < wo * 0.75 {
-        "holds here"
+    let finding = if bo < wo * 0.75 {
+        Finding::Holds
     } else if bo > wo * 1.25 {
-        "is contradicted here"
+        Finding::Contradicted
     } else {
-        "makes no clear difference here (within 25 %, about what one run differs from the next)"
+        Finding::NoClearDifference
     };
-    format!(
-        "{rule} {how}: `{better}` {:.3} ticks/word and {:.1} % of buffers in cache, `{worse}` {:.3} and {:.1} %.",
-        bo, b.summary.fully_cached_pct, wo, w.summary.fully_cached_pct
-    )
+    Verdict {
+        rule,
+        better,
+        worse,
+        finding,
+        ticks_per_word: Some((bo, wo)),
+        cached_pct: Some((b.summary.fully_cached_pct, w.summary.fully_cached_pct)),
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.finding {
+            Finding::Holds => "holds here",
+            Finding::Contradicted => "is contradicted here",
+            Finding::NoClearDifference => {
+                "makes no clear difference here (within 25 %, about what one run differs from the next)"
+            }
+            Finding::NotMeasured => {
+                return write!(f, "{}: not measured (a run failed; see above).", self.rule);
+            }
+        };
+        let ((bo, wo), (bc, wc)) = (
+            self.ticks_per_word.unwrap_or_default(),
+            self.cached_pct.unwrap_or_default(),
+        );
+        write!(
+            f,
+            "{} {how}: `{}` {bo:.3} ticks/word and {bc:.1} % of buffers in cache, `{}` {wo:.3} and {wc:.1} %.",
+            self.rule, self.better, self.worse
+        )
+    }
+}
+
+/// The seed's rules as this run tested them.
+pub fn verdicts(done: &[(Cell, Outcome)]) -> Vec<Verdict> {
+    vec![
+        verdict(
+            done,
+            "alloc-lifo",
+            "alloc-fifo",
+            "Rule 3 (allocate buffers LIFO)",
+        ),
+        verdict(
+            done,
+            "pages-2m",
+            "pages-4k",
+            "Rule 1 (use group TLB entries: 2 MiB pages)",
+        ),
+        verdict(
+            done,
+            "inline-checksum-large-gap",
+            "inline-checksum-switch-busy-large-gap",
+            "Rule 2, touch late and in one context (the copy-out at once after the checksum, against after a switch to a busy process)",
+        ),
+        verdict(
+            done,
+            "inline-small-gap",
+            "server-same-small-gap",
+            "Rule 2, all in the application's context (inline against a separate server)",
+        ),
+        verdict(
+            done,
+            "inline-large-gap",
+            "hpux-large-gap",
+            "Bringing data into the cache on arrival (cached against non-temporal DMA)",
+        ),
+    ]
+}
+
+/// What a switch between the data's last touch and its use cost in residency, against what
+/// the switch itself costs (both calibrated in this run).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SwitchFinding {
+    /// The run with the switch.
+    pub run: &'static str,
+    /// Bytes the partner wrote each time it ran.
+    pub partner_touch_bytes: usize,
+    /// One switch, calibrated before the run (ticks).
+    pub switch_ticks: f64,
+    /// Overhead ticks per message added by the switch: the two runs' mean overhead per word
+    /// apart, times the words of a message.
+    pub residency_ticks_per_message: f64,
+    /// That, as a share of the two switches a message costs.
+    pub share_of_switches_pct: f64,
+}
+
+/// The residency the switches cost beside what they cost themselves.
+pub fn switch_findings(done: &[(Cell, Outcome)]) -> Vec<SwitchFinding> {
+    let Some(base) = find(done, "inline-checksum-large-gap") else {
+        return vec![];
+    };
+    [
+        "inline-checksum-switch-idle-large-gap",
+        "inline-checksum-switch-busy-large-gap",
+    ]
+    .into_iter()
+    .filter_map(|run| {
+        let r = find(done, run)?;
+        let cost = r.switch?;
+        let words = r.settings.size.div_ceil(r.word_bytes) as f64;
+        let per_message = (r.summary.avg_overhead_ticks_per_word
+            - base.summary.avg_overhead_ticks_per_word)
+            * words;
+        Some(SwitchFinding {
+            run,
+            partner_touch_bytes: cost.touch_bytes,
+            switch_ticks: cost.switch_ticks,
+            residency_ticks_per_message: per_message,
+            share_of_switches_pct: 100.0 * per_message / (2.0 * cost.switch_ticks).max(1.0),
+        })
+    })
+    .collect()
 }
 
 fn report_md(
+    inputs: &PlanInputs,
     cal: &Table1,
     marks: &Marks,
     done: &[(Cell, Outcome)],
@@ -441,49 +796,17 @@ fn report_md(
         marks.dirty,
         calibrate::MARK_RULE
     );
-    let sections: [(&str, &str, &str); 4] = [
-        (
-            "table2",
-            "## Table 2: structures × inter-message gap",
-            "The seed's Figures 2–3 and Table 2 compared BSD (monolithic), HP-UX and Mach (a \
-             user-level server). Here: `inline` (softnic, stack and application in one thread), \
-             `server-same` (the protocol server and the application as two processes on one \
-             CPU, taking turns) and `server-split` (one CPU each). Large gap: 2 ms; small: \
-             back to back. With a small gap and a one-message queue the share of messages \
-             received is set by construction, not by the structure's speed: softnic writes \
-             frames as fast as the driver polls, the driver takes up to 32 frames (3.2 \
-             messages of ten fragments) per poll, and the queue keeps one message, so about \
-             one message in three is received in every structure. Compare the small-gap \
-             columns by where the received buffers were (the rows), not by how many arrived.",
-        ),
-        (
-            "table3",
-            "## Table 3: TLB forced, checksum off and on (server, one CPU)",
-            "The seed's Table 3 (Mach, TLB forced). The checksum makes the server read every \
-             byte before the copy-out; forcing touches each buffer's page first so no TLB miss \
-             is timed.",
-        ),
-        (
-            "table4",
-            "## Table 4: a deep queue and the synthetic application (inline)",
-            "The seed's Figures 7–8 and Table 4 (BSD). Load N: for each 8-byte word of a message \
-             the application reads and increments a random N-byte state block in a range the \
-             size of the last-level cache. The loaded runs send back to back into a 16-message \
-             queue, so that the next messages arrive while the application works on one — as \
-             the seed's fragments did, at 10 Mbit/s, while its application ran. (With a large \
-             gap softnic writes each message just before it is read, and no load can evict it.)",
-        ),
-        (
-            "rules",
-            "## The seed's rules",
-            "LIFO vs FIFO buffers (inline, back to back, queue 16, load 256 B/word: many \
-             buffers in flight), 4 KiB vs 2 MiB pages (server, one CPU, large gap), and the \
-             device writing into (`cached`) or around (`nt`) the cache (inline, large gap).",
-        ),
-    ];
-    for (table, head, text) in sections {
+    for (table, _, head, text) in TABLES {
         let cells: Vec<&(Cell, Outcome)> = done.iter().filter(|(c, _)| c.table == table).collect();
         let _ = writeln!(r, "{head}\n\n{text}\n");
+        if table == "table4" {
+            let _ = writeln!(
+                r,
+                "The knee measured before the run: {} bytes per word (the load alone takes the \
+                 2 ms gap per message at that block).\n",
+                inputs.knee_load_bytes
+            );
+        }
         let _ = writeln!(r, "{}", summary_table(&cells));
         match figures.iter().find(|(t, _)| *t == table) {
             Some((_, Ok(file))) => {
@@ -496,39 +819,34 @@ fn report_md(
         }
     }
     let _ = writeln!(r, "## What this machine says about the rules\n");
-    for line in [
-        verdict(
-            done,
-            "alloc-lifo",
-            "alloc-fifo",
-            "Rule 3 (lay buffers out contiguously and allocate them LIFO)",
-        ),
-        verdict(
-            done,
-            "pages-2m",
-            "pages-4k",
-            "Rule 1 (use group TLB entries: 2 MiB pages)",
-        ),
-        verdict(
-            done,
-            "server-split-small-gap",
-            "server-same-small-gap",
-            "Rule 2, one context (here: the server keeping its own CPU instead of taking turns with the application)",
-        ),
-        verdict(
-            done,
-            "inline-small-gap",
-            "server-same-small-gap",
-            "Rule 2, all in the application's context (inline against a separate server)",
-        ),
-        verdict(
-            done,
-            "dma-cached",
-            "dma-nt",
-            "Bringing data into the cache on arrival (cached against non-temporal DMA)",
-        ),
-    ] {
-        let _ = writeln!(r, "- {line}");
+    for v in verdicts(done) {
+        let _ = writeln!(r, "- {v}");
+    }
+    let switches = switch_findings(done);
+    if !switches.is_empty() {
+        let _ = writeln!(
+            r,
+            "\nA switch between the data's last touch and its use, against the switch's own cost \
+             (calibrated with the same partner before each run: the median round trip, halved; \
+             the residency cost is the mean overhead per word above `inline-checksum-large-gap`'s, \
+             times the words of a message):\n"
+        );
+        let _ = writeln!(
+            r,
+            "| run | partner writes | one switch, ticks | residency cost per message, ticks | as % of the message's two switches |"
+        );
+        let _ = writeln!(r, "|---|---:|---:|---:|---:|");
+        for f in &switches {
+            let _ = writeln!(
+                r,
+                "| {} | {} KiB | {:.0} | {:.0} | {:.1} % |",
+                f.run,
+                f.partner_touch_bytes >> 10,
+                f.switch_ticks,
+                f.residency_ticks_per_message,
+                f.share_of_switches_pct
+            );
+        }
     }
     let _ = writeln!(r, "\n## Position in the message\n");
     let _ = writeln!(

@@ -90,6 +90,12 @@ pub struct ResidencyArgs {
     /// The application's CPU (with --cores split the server gets the next one).
     #[arg(long, default_value_t = 0)]
     cpu: usize,
+    /// inline: before each message's copy-out, switch to another process on the
+    /// application's CPU that writes BYTES of its own memory (0: only the switch) and
+    /// switches back — a scheduling point between the stack's last touch of the data (its
+    /// checksum, with --checksum) and its use. The switch's own cost is calibrated first.
+    #[arg(long, value_name = "BYTES")]
+    switch: Option<usize>,
     /// 100 messages instead of 300.
     #[arg(long)]
     quick: bool,
@@ -131,6 +137,9 @@ impl ResidencyArgs {
             pages: self.pages,
             dma: self.dma,
             cpu: self.cpu,
+            switch: self
+                .switch
+                .map(|touch_bytes| shmnet_lab::residency::switch::SwitchSpec { touch_bytes }),
         }
     }
 }
@@ -546,6 +555,7 @@ pub fn lab(a: LabArgs) -> Result<()> {
                         "settings": r.settings,
                         "summary": r.summary,
                         "messages": r.messages,
+                        "switch": r.switch,
                     }),
                     shmnet_lab::suite::Outcome::Failed { error } => {
                         serde_json::json!({"table": c.table, "error": error})
@@ -563,6 +573,9 @@ pub fn lab(a: LabArgs) -> Result<()> {
                 "marks": report.calibration.marks,
                 "degenerate": report.calibration.degenerate,
                 "failed": failed_runs(&report),
+                "knee_load_bytes": report.inputs.knee_load_bytes,
+                "verdicts": shmnet_lab::suite::verdicts(&report.cells),
+                "switches": shmnet_lab::suite::switch_findings(&report.cells),
                 "runs": cells,
             })
         );

@@ -500,17 +500,29 @@ pub(crate) fn emit<R: serde::Serialize + std::fmt::Display>(
 /// The hidden `shmnet party` command: runs the party whose spec is on standard input.
 fn party() -> Result<()> {
     use shmnet_lab::netbench::PartySpec;
-    use std::io::Read;
-    let mut text = String::new();
-    std::io::stdin()
-        .read_to_string(&mut text)
-        .context("reading the party's spec from standard input")?;
-    let spec: PartySpec = serde_json::from_str(&text).context(
-        "reading the party's spec: `shmnet party` takes one JSON PartySpec on standard input (ttcp and rr start it)",
-    )?;
+    // The first JSON object only, not to the end of input: the switch partner reads its
+    // hand-offs from the same input after it (serde_json reads no byte past an object's
+    // closing brace, and what std's buffer holds beyond it stays there for the party).
+    let spec: PartySpec = serde_json::Deserializer::from_reader(std::io::stdin())
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| {
+            Err(serde::de::Error::custom(
+                "standard input ended before a spec",
+            ))
+        })
+        .context(
+            "reading the party's spec: `shmnet party` takes one JSON PartySpec on standard input (ttcp, rr and the lab start it)",
+        )?;
     match spec {
         PartySpec::Serve(s) => serve::run(*s),
         PartySpec::Worker(w) => netbench::run_worker(&w),
+        PartySpec::Switch(s) => shmnet_lab::residency::switch::partner(
+            s,
+            &mut std::io::stdin(),
+            &mut std::io::stdout().lock(),
+        )
+        .context("the residency lab's switch partner"),
     }
 }
 

@@ -511,6 +511,8 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
         in_cache_ticks: vec![],
         unforced: 0,
         unrecorded: 0,
+        switch: None,
+        switches: 0,
         word_bytes: summary::WORD_BYTES,
         seconds: 0.0,
         settings,

@@ -179,6 +179,7 @@ impl DriverArgs {
             port: self.softnic_port,
             count: self.softnic_count,
             gap_us: self.softnic_gap_us,
+            schedule: Default::default(),
             dma: self.softnic_dma,
             mac: None,
             bench,

@@ -201,9 +201,63 @@ fn the_lab_writes_its_report_figures_and_runs() {
     let runs = r["runs"].as_object().expect("runs");
     assert!(runs.len() >= 15, "{r}");
     let report = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
-    for needle in ["Table 1", "Table 2", "Table 3", "Table 4", "rules"] {
+    for needle in [
+        "Table 1",
+        "Table 2",
+        "Table 3",
+        "Section 3.3 and Figure 6",
+        "Section 3.4",
+        "Figure 7",
+        "Figure 8 and Table 4",
+        "rules",
+        "% messages dropped at the queue",
+    ] {
         assert!(report.contains(needle), "report.md lacks {needle}");
     }
+    // Table 4's loads step across the knee measured in the run.
+    let knee = r["knee_load_bytes"].as_u64().expect("knee_load_bytes");
+    assert!(knee >= 8 && knee % 8 == 0, "{knee}");
+    let loads: Vec<u64> = runs
+        .values()
+        .filter(|v| v["table"] == "table4")
+        .filter_map(|v| v["settings"]["load_bytes"].as_u64())
+        .collect();
+    assert!(
+        loads.contains(&0),
+        "Table 4 has its unloaded column: {loads:?}"
+    );
+    assert!(
+        loads.iter().any(|&l| l > 0 && l < knee) && loads.iter().any(|&l| l > knee),
+        "Table 4's loads lie either side of the knee {knee}: {loads:?}"
+    );
+    for (name, touch) in [
+        ("inline-checksum-switch-idle-large-gap", false),
+        ("inline-checksum-switch-busy-large-gap", true),
+    ] {
+        let sw = &runs[name]["switch"];
+        assert!(sw["switch_ticks"].as_f64().unwrap() > 0.0, "{name}: {sw}");
+        assert_eq!(
+            sw["touch_bytes"].as_u64().unwrap() > 0,
+            touch,
+            "{name}: {sw}"
+        );
+    }
+    let verdicts = r["verdicts"].as_array().expect("verdicts");
+    assert_eq!(verdicts.len(), 5, "{verdicts:?}");
+    for v in verdicts {
+        let f = v["finding"].as_str().unwrap();
+        assert!(
+            [
+                "holds",
+                "contradicted",
+                "no_clear_difference",
+                "not_measured"
+            ]
+            .contains(&f),
+            "{v}"
+        );
+    }
+    assert_eq!(r["switches"].as_array().map(Vec::len), Some(2), "{r}");
     assert_eq!(
         report.contains("The marks are degenerate"),
         !r["degenerate"].is_null(),
@@ -216,7 +270,15 @@ fn the_lab_writes_its_report_figures_and_runs() {
             "{name} failed but has no error"
         );
     }
-    for png in ["table2.png", "table3.png", "table4.png", "rules.png"] {
+    for png in [
+        "table2.png",
+        "table3.png",
+        "hpux.png",
+        "bsd.png",
+        "fig7.png",
+        "table4.png",
+        "rules.png",
+    ] {
         let bytes = std::fs::read(dir.join(png)).unwrap_or_default();
         assert!(bytes.starts_with(b"\x89PNG"), "{png} is not a PNG");
     }
@@ -337,6 +399,41 @@ fn settings_that_mean_nothing_are_refused_with_what_to_do() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--queue"));
     let out = run(&["residency", "--calibration=/nonexistent.json"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.json"));
+    let out = run(&["residency", "--structure=server", "--switch=0"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--switch puts a switch into the inline"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `--switch`: one switch to the partner per message received, the switch's cost calibrated
+/// and reported.
+#[test]
+fn a_switch_before_each_copy_out_is_counted_and_its_cost_calibrated() {
+    let r = judged(&[
+        "residency",
+        "--messages=20",
+        "--checksum",
+        "--switch=65536",
+        "--json",
+    ]);
+    check_run(&r, 20);
+    let sw = &r["switch"];
+    assert_eq!(sw["touch_bytes"], 65536, "{sw}");
+    assert_eq!(sw["rounds"], 200, "{sw}");
+    let (rt, one) = (
+        sw["round_trip_ticks"].as_f64().unwrap(),
+        sw["switch_ticks"].as_f64().unwrap(),
+    );
+    assert!(one > 0.0 && (rt - 2.0 * one).abs() < 1e-6, "{sw}");
+    assert_eq!(r["switches"], r["messages"]["received"], "{r}");
+    let without = judged(&["residency", "--messages=20", "--checksum", "--json"]);
+    assert!(
+        without["switch"].is_null() && without["switches"] == 0,
+        "{without}"
+    );
 }
 
 #[test]

@@ -61,6 +61,22 @@ impl std::str::FromStr for Dma {
     }
 }
 
+/// When a paced softnic's next message is due (`gap` above zero).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// One gap after the previous message actually left: a receiver that polls late pushes
+    /// every later message back, so it never finds more than one message due (the device
+    /// slows to the receiver; nothing piles up).
+    #[default]
+    AfterPrevious,
+    /// Message `i` is due `i` gaps after the first, whatever the receiver does: an
+    /// independent sending host, as seed 000's. A receiver that falls behind finds several
+    /// messages due at once and gets them back to back (a burst of the frames that
+    /// arrived while it was busy), so a full socket queue drops them.
+    Fixed,
+}
+
 /// What the software device sends.
 #[derive(Clone, Debug)]
 pub struct SoftnicConfig {
@@ -82,6 +98,8 @@ pub struct SoftnicConfig {
     pub count: Option<u64>,
     /// Gap between the start of one message and the next (0: back to back).
     pub gap: Duration,
+    /// When, with a gap, each message is due.
+    pub schedule: Schedule,
     /// Link MTU (IPv4 packet bytes per frame).
     pub mtu: usize,
     /// Fill in the UDP checksum (else 0, "none").
@@ -222,6 +240,7 @@ impl Default for SoftnicConfig {
             size: 14_792,
             count: None,
             gap: Duration::ZERO,
+            schedule: Schedule::AfterPrevious,
             mtu: 1500,
             checksum: false,
             dma: Dma::Cached,
@@ -670,7 +689,13 @@ impl<P: Pacer> Driver for Softnic<P> {
                     if now < self.due {
                         break;
                     }
-                    self.due = now.max(self.due) + self.cfg.gap;
+                    self.due = match self.cfg.schedule {
+                        Schedule::AfterPrevious => now.max(self.due) + self.cfg.gap,
+                        // Anchored at the first message, not at the device's making (a
+                        // gated device would otherwise start with a burst).
+                        Schedule::Fixed if self.sent == 0 => now + self.cfg.gap,
+                        Schedule::Fixed => self.due + self.cfg.gap,
+                    };
                 }
                 self.patch(self.sent);
             }
@@ -894,6 +919,37 @@ mod tests {
             }
             assert!(nic.done());
             assert_eq!(nic.rx_burst(&mut drv, &mut out, 10).unwrap(), 0);
+        }
+    }
+
+    /// A receiver that polls late gets one message from a device that schedules after the
+    /// previous message, and every message that fell due meanwhile from one on a fixed
+    /// schedule (an independent sender). Bounds only from below and by the count: a slow
+    /// machine sleeps longer, which can only make more messages due.
+    #[test]
+    fn a_fixed_schedule_delivers_what_fell_due_while_the_receiver_was_late() {
+        for schedule in [Schedule::AfterPrevious, Schedule::Fixed] {
+            let mut nic = Softnic::new(SoftnicConfig {
+                size: 100,
+                count: Some(5),
+                gap: Duration::from_millis(20),
+                schedule,
+                ..SoftnicConfig::default()
+            })
+            .unwrap();
+            let (_server, mut drv) = pools();
+            let mut out = Vec::new();
+            assert_eq!(nic.rx_burst(&mut drv, &mut out, 32).unwrap(), 1);
+            std::thread::sleep(Duration::from_millis(70));
+            out.clear();
+            let n = nic.rx_burst(&mut drv, &mut out, 32).unwrap();
+            match schedule {
+                Schedule::AfterPrevious => assert_eq!(n, 1, "one message, late"),
+                Schedule::Fixed => assert!((3..=4).contains(&n), "{n} messages due after 70 ms"),
+            }
+            for f in &out {
+                drv.release(f.buf);
+            }
         }
     }
 

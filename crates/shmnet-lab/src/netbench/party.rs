@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What one party of a cell runs: what the hidden `shmnet party` command reads, as one JSON
-/// object, from its standard input.
+/// object, from its standard input (the first object only: a party may read more after it).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PartySpec {
@@ -20,6 +20,9 @@ pub enum PartySpec {
     Serve(Box<ServeSpec>),
     /// Any other party: a kernel sender or receiver, a shmnet application, the inline thread.
     Worker(WorkerSpec),
+    /// The residency lab's switch partner ([`crate::residency::switch`]): after its spec it
+    /// reads the application's one-byte hand-offs from the same standard input.
+    Switch(crate::residency::switch::SwitchSpec),
 }
 
 /// The hidden command that runs one [`PartySpec`] read from standard input.

@@ -16,6 +16,8 @@ pub struct Load {
     blocks: usize,
     block: usize,
     rng: fastrand::Rng,
+    /// The walk's running value (what each block is incremented by).
+    acc: u64,
     /// Blocks touched so far.
     pub touched: u64,
 }
@@ -31,16 +33,35 @@ impl Load {
             blocks: range / block,
             block,
             rng: fastrand::Rng::with_seed(0x5eed),
+            acc: 0,
             touched: 0,
         })
     }
 
     /// Walks `message` word by word, touching one random block per word; each block is
     /// recorded in `trace`, if given.
-    pub fn on_message(&mut self, message: &[u8], mut trace: Option<&mut super::trace::Tracer>) {
+    pub fn on_message(&mut self, message: &[u8], trace: Option<&mut super::trace::Tracer>) {
+        self.on_words(message, 0..Self::words(message.len()), trace);
+    }
+
+    /// The 8-byte words of a `len`-byte message (the last one may be short).
+    pub fn words(len: usize) -> usize {
+        len.div_ceil(8)
+    }
+
+    /// As [`Load::on_message`], for the message's words in `words` only: a walk done in
+    /// pieces (with the device's interrupts between them) touches what one walk would.
+    pub fn on_words(
+        &mut self,
+        message: &[u8],
+        words: std::ops::Range<usize>,
+        mut trace: Option<&mut super::trace::Tracer>,
+    ) {
         let base = self.state.ptr();
-        let mut acc = 0u64;
-        for w in message.chunks(8) {
+        // Carried from piece to piece of one message, as through one walk.
+        let mut acc = if words.start == 0 { 0 } else { self.acc };
+        let end = words.end.min(Self::words(message.len()));
+        for w in message.chunks(8).take(end).skip(words.start) {
             acc ^= u64::from(w[0]);
             let at = self.rng.usize(..self.blocks) * self.block;
             for off in (at..at + self.block).step_by(8) {
@@ -61,8 +82,50 @@ impl Load {
                 );
             }
         }
+        self.acc = acc;
         std::hint::black_box(acc);
     }
+}
+
+/// The state block at which walking one `size`-byte message takes `budget` on this machine,
+/// measured now (each block size timed over three walks, median; doubling from 8 bytes
+/// until a walk takes the budget, then linear between the last two sizes): the load at which
+/// a receiver given `budget` per message starts to fall behind. At most `max_block`.
+pub fn knee(
+    size: usize,
+    range: usize,
+    budget: std::time::Duration,
+    max_block: usize,
+) -> Result<usize, MapError> {
+    let message = vec![1u8; size];
+    let time = |block: usize| -> Result<f64, MapError> {
+        let mut load = Load::new(block, range)?;
+        load.on_message(&message, None);
+        let mut t: Vec<f64> = (0..3)
+            .map(|_| {
+                let t0 = std::time::Instant::now();
+                load.on_message(&message, None);
+                t0.elapsed().as_secs_f64()
+            })
+            .collect();
+        Ok(crate::tsc::median(&mut t))
+    };
+    let want = budget.as_secs_f64();
+    let (mut lo, mut t_lo) = (8usize, time(8)?);
+    if t_lo >= want {
+        return Ok(8);
+    }
+    while lo < max_block {
+        let hi = (lo * 2).min(max_block);
+        let t_hi = time(hi)?;
+        if t_hi >= want {
+            let f = ((want - t_lo) / (t_hi - t_lo).max(f64::MIN_POSITIVE)).clamp(0.0, 1.0);
+            let at = lo as f64 + f * (hi - lo) as f64;
+            return Ok(((at / 8.0).round() as usize * 8).clamp(8, max_block));
+        }
+        (lo, t_lo) = (hi, t_hi);
+    }
+    Ok(max_block)
 }
 
 #[cfg(test)]
@@ -74,5 +137,43 @@ mod tests {
         let mut l = Load::new(24, 1 << 16).unwrap();
         l.on_message(&[1u8; 100], None);
         assert_eq!(l.touched, 13, "100 bytes are 13 words, the last one short");
+    }
+
+    /// A budget no walk reaches gives the largest block; one every walk exceeds, the
+    /// smallest; one in between, a block in between (whatever this machine's speed).
+    #[test]
+    fn the_knee_lies_where_a_walk_takes_the_budget() {
+        use std::time::Duration;
+        assert_eq!(
+            knee(1000, 1 << 20, Duration::from_secs(60), 4096).unwrap(),
+            4096
+        );
+        assert_eq!(knee(1000, 1 << 20, Duration::ZERO, 4096).unwrap(), 8);
+        let k = knee(1000, 1 << 20, Duration::from_micros(50), 1 << 20).unwrap();
+        assert!((8..=1 << 20).contains(&k) && k % 8 == 0, "{k}");
+    }
+
+    /// A walk in pieces touches the blocks one walk would, in the same order.
+    #[test]
+    fn a_walk_in_pieces_touches_what_one_walk_does() {
+        let msg: Vec<u8> = (0..=255).collect();
+        let (mut whole, mut pieces) = (
+            Load::new(64, 1 << 14).unwrap(),
+            Load::new(64, 1 << 14).unwrap(),
+        );
+        whole.on_message(&msg, None);
+        for r in [0..5, 5..17, 17..40] {
+            pieces.on_words(&msg, r, None);
+        }
+        assert_eq!(pieces.touched, 32);
+        assert_eq!(whole.touched, 32);
+        // SAFETY: both regions are 16 KiB, mapped and ours.
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(whole.state.ptr(), 1 << 14),
+                std::slice::from_raw_parts(pieces.state.ptr(), 1 << 14),
+            )
+        };
+        assert_eq!(a, b, "the same blocks, incremented alike");
     }
 }

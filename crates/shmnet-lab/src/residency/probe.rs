@@ -64,6 +64,11 @@ impl Probe {
         self.messages += 1;
     }
 
+    /// Whether the next buffer is the first of a message.
+    pub fn at_message_start(&self) -> bool {
+        self.position == 0
+    }
+
     /// The samples so far.
     pub fn samples(&self) -> &[Sample] {
         &self.samples

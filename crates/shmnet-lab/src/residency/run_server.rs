@@ -103,6 +103,8 @@ fn serve_spec(s: &Settings, socket: &Path) -> ServeSpec {
             size: s.size,
             count: s.messages,
             gap_us: s.gap_us,
+            // An independent sender, as in the inline structure (run_inline.rs).
+            schedule: shmnet_io::driver::softnic::Schedule::Fixed,
             port: PORT,
             dma: s.dma,
             ..SoftnicSpec::default()
@@ -262,5 +264,6 @@ pub(super) fn run(
         received,
         queue_full,
         lost_elsewhere: sent.saturating_sub(received + queue_full),
+        frames_during_load: 0,
     })
 }
