@@ -1116,8 +1116,9 @@ taking {fig([r['seconds'] for r in runs], 0)} s. Method and findings:
     good = [r for r, d in zip(runs, degenerate) if not d]
     if not good:
         return s + "No run had distinct marks: this machine cannot tell the levels apart.\n"
-    order = ["table2", "table3", "table4", "rules"]
-    names = sorted(r0["runs"], key=lambda n: (order.index(r0["runs"][n].get("table", "rules")), n))
+    order = ["table2", "table3", "hpux", "bsd", "fig7", "table4", "rules"]
+    rank = lambda t: order.index(t) if t in order else len(order)
+    names = sorted(r0["runs"], key=lambda n: (rank(r0["runs"][n].get("table", "rules")), n))
     rows = []
     for name in names:
         outs = [r["runs"].get(name, {}) for r in good]
@@ -1136,6 +1137,36 @@ taking {fig([r['seconds'] for r in runs], 0)} s. Method and findings:
           "receive about one message in three by construction (the driver takes 3.2 messages "
           "per poll): compare where their buffers were, not how many arrived.\n\n")
     s += table(["table", "run"] + [n for n, _, _ in LAB_ROWS] + ["messages"], rows)
+    knees = [r["knee_load_bytes"] for r in good if "knee_load_bytes" in r]
+    if knees:
+        s += (f"\nTable 4's knee (the state block at which the load alone takes the 2 ms gap per "
+              f"message, measured in each run): {fig(knees, 0)} bytes per word; its loads are "
+              f"multiples of it, named by the multiple (`inline-load-0.50x-knee-large-gap`: half the "
+              f"knee).\n")
+    if all("verdicts" in r for r in good):
+        s += "\nThe seed's rules, judged in each run (a 25 % margin on the average overhead per word):\n\n"
+        vrows = []
+        for i, v in enumerate(good[0]["verdicts"]):
+            finds = [r["verdicts"][i]["finding"] for r in good]
+            counts = ", ".join(f"{f.replace('_', ' ')} in {finds.count(f)} of {len(finds)}"
+                               for f in dict.fromkeys(finds))
+            tpw = [r["verdicts"][i]["ticks_per_word"] for r in good if r["verdicts"][i]["ticks_per_word"]]
+            vrows.append([v["rule"], f"`{v['better']}` / `{v['worse']}`",
+                          f"{fig([t[0] for t in tpw], 3)} / {fig([t[1] for t in tpw], 3)}" if tpw else "—",
+                          counts])
+        s += table(["rule", "runs compared", "ticks per word", "finding"], vrows)
+    if all(r.get("switches") for r in good):
+        s += ("\nA switch between the data's last touch (the checksum) and its copy-out, against "
+              "the switch's own cost calibrated with the same partner process:\n\n")
+        srows = []
+        for i, f0 in enumerate(good[0]["switches"]):
+            fs = [r["switches"][i] for r in good if len(r["switches"]) > i]
+            srows.append([f"`{f0['run']}`", f"{f0['partner_touch_bytes'] >> 10} KiB",
+                          fig([f["switch_ticks"] for f in fs], 0),
+                          fig([f["residency_ticks_per_message"] for f in fs], 0),
+                          fig([f["share_of_switches_pct"] for f in fs], 1)])
+        s += table(["run", "partner writes", "one switch, ticks", "residency cost per message, ticks",
+                    "% of the message's two switches"], srows)
     return s
 
 

@@ -575,6 +575,7 @@ pub fn lab(a: LabArgs) -> Result<()> {
                 "failed": failed_runs(&report),
                 "knee_load_bytes": report.inputs.knee_load_bytes,
                 "verdicts": shmnet_lab::suite::verdicts(&report.cells),
+                "comparisons": shmnet_lab::suite::comparisons(&report.cells),
                 "switches": shmnet_lab::suite::switch_findings(&report.cells),
                 "runs": cells,
             })

@@ -258,6 +258,16 @@ fn the_lab_writes_its_report_figures_and_runs() {
         );
     }
     assert_eq!(r["switches"].as_array().map(Vec::len), Some(2), "{r}");
+    // Every comparison names runs of the plan (the two only a full run has aside).
+    for c in r["comparisons"].as_array().expect("comparisons") {
+        for k in ["run", "against"] {
+            let name = c[k].as_str().unwrap();
+            assert!(
+                runs.contains_key(name) || name.contains("0.90x") || name.contains("1.10x"),
+                "comparison {c} names {name}, which is not a run"
+            );
+        }
+    }
     assert_eq!(
         report.contains("The marks are degenerate"),
         !r["degenerate"].is_null(),
