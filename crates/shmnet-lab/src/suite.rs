@@ -391,8 +391,8 @@ fn draw_figures(
             continue;
         }
         let file = format!("{table}.png");
-        let res = residency::figure::histograms(&out.join(&file), title, &runs)
-            .map(|()| file)
+        let res = residency::figure::histograms(&out.join(&file), title, &runs, 'A')
+            .map(|_| file)
             .map_err(|e| e.to_string());
         figs.push((table, res));
     }

@@ -239,6 +239,7 @@ pub fn residency(a: ResidencyArgs) -> Result<()> {
             path,
             "overhead per buffer at copy-out",
             &[(settings.label(), &r)],
+            'A',
         )
         .with_context(|| format!("drawing {}", path.display()))?;
     }

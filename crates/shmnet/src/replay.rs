@@ -506,6 +506,7 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
         summary: summary::summarize(&over, &marks, limit),
         positions: summary::by_position(&over, &marks, limit).0,
         ks: vec![],
+        peaks: hist.peaks(&marks),
         histogram: hist,
         messages: Default::default(),
         in_cache_ticks: vec![],
@@ -523,6 +524,7 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
             p,
             &format!("{} on {}", a.trace.display(), machine.name),
             &[(machine.name.clone(), &result)],
+            'A',
         )?;
     }
     let top = peaks(&result.histogram, 5);

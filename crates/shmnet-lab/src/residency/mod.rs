@@ -15,6 +15,7 @@
 
 pub mod figure;
 pub mod load;
+pub mod peaks;
 pub mod probe;
 mod run_inline;
 mod run_server;
@@ -28,7 +29,7 @@ use probe::{Probe, Sample};
 use shmnet_chan::{AllocPolicy, PageSize};
 use shmnet_io::driver::softnic::Dma;
 use shmnet_stack::{BufIdx, RecvHook};
-use summary::{Histogram, KsPair, Position, Summary};
+use summary::{Histogram, KsPair, Peak, Position, Summary};
 
 /// How the parties are placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -254,6 +255,8 @@ pub struct Residency {
     pub degenerate: Option<Degeneracy>,
     /// The overhead histogram.
     pub histogram: Histogram,
+    /// The histogram's peaks, left to right, read against the marks ([`Histogram::peaks`]).
+    pub peaks: Vec<Peak>,
     /// The seed's summary rows.
     pub summary: Summary,
     /// By position in the message.
@@ -464,6 +467,7 @@ pub fn analyse(
     Residency {
         buffers: samples.len() as u64,
         summary: summary::summarize(&over, &marks, limit),
+        peaks: histogram.peaks(&marks),
         histogram,
         positions,
         ks,
@@ -546,6 +550,14 @@ impl std::fmt::Display for Residency {
             "{:<44} {:>8.3}",
             "average overhead ticks per word (8 B)", r.avg_overhead_ticks_per_word
         )?;
+        if self.peaks.is_empty() {
+            writeln!(f, "\npeaks: none stands out of the noise")?;
+        } else {
+            writeln!(f, "\npeaks (left to right):")?;
+            for p in &self.peaks {
+                writeln!(f, "  {p}")?;
+            }
+        }
         writeln!(f, "\nby position in the message:")?;
         writeln!(
             f,

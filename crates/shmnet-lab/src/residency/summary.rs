@@ -6,6 +6,8 @@ use super::probe::Sample;
 use crate::calibrate::Marks;
 use std::collections::BTreeMap;
 
+pub use super::peaks::{Peak, Reading};
+
 /// Bytes in a word for "overhead ticks per word" (x86-64's; the seed's HP 720 had 4).
 pub const WORD_BYTES: usize = 8;
 
@@ -72,6 +74,14 @@ impl Histogram {
             counts,
             overflow,
         }
+    }
+
+    /// The histogram's peaks, left to right, each read against `marks`: local maxima that
+    /// stand out of the noise by the rule of [`super::peaks`] (valleys below 40 % of the top,
+    /// four Poisson deviations above the higher, at least 2 % of the buffers; the overflow bin is
+    /// never one).
+    pub fn peaks(&self, marks: &Marks) -> Vec<Peak> {
+        super::peaks::find(self, marks)
     }
 
     /// The upper end of the binned range.
