@@ -1,6 +1,7 @@
 //! Channel structures built on the heap instead of in a window: for in-process use, property
 //! tests and loom models (loom's atomics cannot live in a foreign mapping).
 
+use crate::BufferLayout;
 use crate::desc::DescSlot;
 use crate::pool::{
     BufHdr, Buffers, DriverPools, PoolCtl, PoolGeometry, PoolMem, PoolSetShared, ServerPools, Side,
@@ -22,12 +23,25 @@ struct HeapPools {
 }
 
 /// Builds a pool set (and its deferred-free queue) on the heap and returns the server's and
-/// the driver's handles. Every buffer starts free.
+/// the driver's handles. Every buffer starts free, in index order
+/// ([`BufferLayout::Contiguous`]).
 ///
 /// # Panics
 /// If the geometry is invalid (see [`PoolGeometry`]'s field docs).
 pub fn heap_pools(
     geo: PoolGeometry,
+    want_signal: Option<Arc<dyn Signal>>,
+) -> (ServerPools, DriverPools) {
+    heap_pools_laid_out(geo, BufferLayout::Contiguous, want_signal)
+}
+
+/// As [`heap_pools`], each pool's free array starting in `layout`'s order.
+///
+/// # Panics
+/// If the geometry is invalid (see [`PoolGeometry`]'s field docs).
+pub fn heap_pools_laid_out(
+    geo: PoolGeometry,
+    layout: BufferLayout,
     want_signal: Option<Arc<dyn Signal>>,
 ) -> (ServerPools, DriverPools) {
     assert!(geo.pools > 0 && geo.per_pool > 0, "empty pool set");
@@ -47,8 +61,8 @@ pub fn heap_pools(
         slots: (0..deferred_cap).map(|_| DescSlot::default()).collect(),
     });
     for p in 0..geo.pools {
-        for i in 0..geo.per_pool {
-            h.free[(p * geo.free_cap + i) as usize].store(p * geo.per_pool + i, Ordering::Relaxed);
+        for (i, b) in (0..geo.per_pool).zip(layout.order(geo.per_pool)) {
+            h.free[(p * geo.free_cap + i) as usize].store(p * geo.per_pool + b, Ordering::Relaxed);
         }
         h.ctls[p as usize].init_full(geo.per_pool);
     }
@@ -59,6 +73,7 @@ pub fn heap_pools(
         hdrs: NonNull::from(&h.hdrs[0]),
         data: NonNull::from(&h.data[0]).cast(),
         geo,
+        layout,
         keep: h.clone(),
     };
     // SAFETY: the ring's control block and `deferred_cap` slots live in `h`, boxed (never

@@ -6,6 +6,7 @@
 //! only if the table matches exactly and the window is as large as the layout says. From then
 //! on every offset it uses comes from its own computation, never from shared memory.
 
+use crate::buffer_layout::BufferLayout;
 use crate::desc::DescSlot;
 use crate::pool::{AllocPolicy, BufHdr, PoolCtl, PoolGeometry, PoolSetShared};
 use crate::ring::RingShared;
@@ -16,8 +17,8 @@ pub const MAGIC: [u8; 8] = *b"SHMNETW\0";
 /// The layout version this build reads and writes. Bumped on any change to the layout or
 /// to the meaning of its shared words. 2: rings have room wake-ups (the head word's bit 33,
 /// a second eventfd per ring). 3: a pool's counters share its lock's line; the set-wide
-/// counters are one line per side.
-pub const LAYOUT_VERSION: u32 = 3;
+/// counters are one line per side. 4: the header states the pools' buffer layout.
+pub const LAYOUT_VERSION: u32 = 4;
 /// Most rings a window can hold (besides the deferred-free queue).
 pub const MAX_RINGS: usize = 32;
 /// Most regions a header can describe.
@@ -119,6 +120,19 @@ pub struct PoolSpec {
     pub data_size: u32,
     /// Which free buffer an allocation returns.
     pub policy: AllocPolicy,
+    /// The order each pool's free array starts in: which buffers the first allocations
+    /// return.
+    ///
+    /// It is stated in the window's header and an opener takes it from there (checked: an
+    /// unknown code refuses the window), for two reasons. The opener rebuilds the spec from
+    /// the header and accepts the window only if that spec's own header matches it word for
+    /// word, so a spec that left the layout out would describe a different window than the
+    /// one its creator made; and whichever party rebuilds the free arrays
+    /// ([`crate::ServerPools::reclaim_all`]) must refill them in the creator's order, or a
+    /// reclaim would silently turn a scattered window contiguous. Nothing else rests on it:
+    /// every order is a permutation of the pool's own buffers, and every index popped from a
+    /// free array is checked anyway.
+    pub layout: BufferLayout,
 }
 
 impl Default for PoolSpec {
@@ -128,6 +142,7 @@ impl Default for PoolSpec {
             buffers_per_pool: 1024,
             data_size: 2048,
             policy: AllocPolicy::Lifo,
+            layout: BufferLayout::Contiguous,
         }
     }
 }
@@ -362,8 +377,10 @@ impl Layout {
             per_pool: s.pools.buffers_per_pool,
             data_size: s.pools.data_size,
             policy: s.pools.policy.code(),
+            layout: s.pools.layout.code(),
             ring_caps: [0; MAX_RINGS],
             ring_wake: 0,
+            reserved: 0,
             nregions: self.regions.len() as u32,
             regions: [RawRegion::default(); MAX_REGIONS],
         };
@@ -402,6 +419,8 @@ impl Layout {
         let page = PageSize::from_code(h.page).ok_or(format!("unknown page code {}", h.page))?;
         let policy =
             AllocPolicy::from_code(h.policy).ok_or(format!("unknown policy code {}", h.policy))?;
+        let buffer_layout = BufferLayout::from_code(h.layout)
+            .ok_or(format!("unknown buffer layout code {}", h.layout))?;
         if h.nrings as usize > MAX_RINGS {
             return Err(format!("{} rings is more than {MAX_RINGS}", h.nrings));
         }
@@ -417,6 +436,7 @@ impl Layout {
                 buffers_per_pool: h.per_pool,
                 data_size: h.data_size,
                 policy,
+                layout: buffer_layout,
             },
             page,
         };
@@ -448,6 +468,9 @@ fn deferred_capacity(total: u32) -> u32 {
     total.next_power_of_two().max(2)
 }
 
+// Every byte of the header is a field: no padding for a copy to leave undefined.
+const _: () = assert!(size_of::<RawHeader>() == 192 + MAX_REGIONS * size_of::<RawRegion>());
+
 /// A region table entry as it lies in the header.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -473,8 +496,12 @@ pub(crate) struct RawHeader {
     pub(crate) per_pool: u32,
     pub(crate) data_size: u32,
     pub(crate) policy: u32,
+    pub(crate) layout: u32,
     pub(crate) ring_caps: [u32; MAX_RINGS],
     pub(crate) ring_wake: u32,
+    /// Zero; keeps `regions` 8-byte aligned with no padding (every byte of the header is a
+    /// field, so the creator's copy and the opener's compare whole).
+    pub(crate) reserved: u32,
     pub(crate) nregions: u32,
     pub(crate) regions: [RawRegion; MAX_REGIONS],
 }

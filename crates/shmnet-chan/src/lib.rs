@@ -41,6 +41,7 @@
 
 #![warn(missing_docs)]
 
+pub mod buffer_layout;
 pub mod chain;
 pub mod desc;
 pub mod faithful;
@@ -63,6 +64,7 @@ mod mapping;
 #[cfg(not(loom))]
 pub mod window;
 
+pub use buffer_layout::BufferLayout;
 pub use chain::{ChainError, Segment, Segments};
 pub use desc::{BufIdx, Desc, NO_BUF};
 pub use pool::{AllocPolicy, Buffers, DriverPools, PoolGeometry, Releaser, ServerPools};

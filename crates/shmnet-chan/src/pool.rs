@@ -227,6 +227,8 @@ pub(crate) struct PoolMem {
     pub(crate) hdrs: NonNull<BufHdr>,
     pub(crate) data: NonNull<u8>,
     pub(crate) geo: PoolGeometry,
+    /// The order the free arrays are filled in (by `reclaim_all`).
+    pub(crate) layout: crate::BufferLayout,
     /// Held only to keep the memory mapped while a handle exists.
     #[allow(dead_code)]
     pub(crate) keep: crate::ring::KeepAlive,
@@ -1012,7 +1014,8 @@ impl ServerPools {
 
     /// Rebuilds every pool from scratch: each buffer for which `held` is false becomes free
     /// (count 0, no chain), every lock word is cleared, and the deferred-free queue is emptied.
-    /// Returns how many buffers are free afterwards.
+    /// The free buffers go on each free array in the window's [`crate::BufferLayout`] order,
+    /// as when the window was created. Returns how many buffers are free afterwards.
     ///
     /// This is how the window's owner takes back what a dead or misbehaving peer held or
     /// scribbled on. It must only be called while no other party is attached (nothing else
@@ -1024,7 +1027,13 @@ impl ServerPools {
         for p in 0..g.pools {
             let ctl = self.bufs.ctl(p);
             let mut n = 0;
-            for idx in p * g.per_pool..(p + 1) * g.per_pool {
+            for idx in self
+                .bufs
+                .mem
+                .layout
+                .order(g.per_pool)
+                .map(|b| p * g.per_pool + b)
+            {
                 if held(idx) {
                     continue;
                 }

@@ -207,12 +207,13 @@ impl Window {
         let geo = self.layout.pool_geometry();
         let free: NonNull<AtomicU32> = self.map.at(self.region(RegionKind::FreeArrays, 0));
         let ctls: NonNull<PoolCtl> = self.map.at(self.region(RegionKind::PoolCtls, 0));
+        let layout = self.layout.spec.pools.layout;
         for p in 0..geo.pools {
-            for i in 0..geo.per_pool {
+            for (i, b) in (0..geo.per_pool).zip(layout.order(geo.per_pool)) {
                 // SAFETY: `p * free_cap + i < pools * free_cap`, the free-array region's
-                // length in entries.
+                // length in entries (`i < per_pool ≤ free_cap`).
                 let slot = unsafe { &*free.as_ptr().add((p * geo.free_cap + i) as usize) };
-                slot.store(p * geo.per_pool + i, Ordering::Relaxed);
+                slot.store(p * geo.per_pool + b, Ordering::Relaxed);
             }
             // SAFETY: `p < pools` control blocks lie in the PoolCtls region.
             unsafe { (*ctls.as_ptr().add(p as usize)).init_full(geo.per_pool) };
@@ -405,6 +406,7 @@ impl Window {
             hdrs: self.map.at(self.region(RegionKind::BufHdrs, 0)),
             data: self.map.at(self.region(RegionKind::BufData, 0)),
             geo: self.layout.pool_geometry(),
+            layout: self.layout.spec.pools.layout,
             keep: self.map.clone(),
         }
     }

@@ -36,6 +36,7 @@ fn spec() -> ChannelSpec {
             buffers_per_pool: 256,
             data_size: 2048,
             policy: AllocPolicy::Lifo,
+            ..PoolSpec::default()
         },
         page: PageSize::Small,
     }

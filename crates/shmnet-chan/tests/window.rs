@@ -6,7 +6,9 @@ use rustix::fd::OwnedFd;
 use shmnet_chan::handoff::{HandoffError, recv_window, send_window};
 use shmnet_chan::layout::{Layout, LayoutError, RegionKind};
 use shmnet_chan::window::{CreateError, HandleError, OpenError};
-use shmnet_chan::{ChannelSpec, Desc, DescLimits, PageSize, PoolSpec, RingSpec, Window};
+use shmnet_chan::{
+    AllocPolicy, BufferLayout, ChannelSpec, Desc, DescLimits, PageSize, PoolSpec, RingSpec, Window,
+};
 use std::os::unix::net::UnixStream;
 
 fn spec() -> ChannelSpec {
@@ -199,6 +201,7 @@ struct HeaderPrefix {
     per_pool: u32,
     data_size: u32,
     policy: u32,
+    layout: u32,
     ring0: u32,
 }
 
@@ -366,7 +369,7 @@ fn the_default_window_is_documented_size() {
     let hdr = l.region(RegionKind::Header, 0).unwrap();
     eprintln!("default window {} bytes, header {} bytes", l.size, hdr.size);
     // docs/channel.md quotes these.
-    assert_eq!(hdr.size, 1912);
+    assert_eq!(hdr.size, 1920);
     assert!(l.size < 9 << 20 && l.size > 8 << 20, "{}", l.size);
 }
 
@@ -406,4 +409,89 @@ fn a_driver_burst_allocation_takes_every_buffer_once_across_pools() {
     let mut server = win.server_pools().unwrap();
     server.drain_deferred(usize::MAX);
     assert_eq!(win.buffers().free_count(), total as u32);
+}
+
+/// The 4 KiB pages of the buffers a fresh window's driver hands out first, `n` of them, and
+/// the window.
+fn first_pages(layout: BufferLayout, policy: AllocPolicy, n: usize) -> (Vec<usize>, Window) {
+    let mut s = spec();
+    s.pools = PoolSpec {
+        pools: 1,
+        policy,
+        layout,
+        ..PoolSpec::default()
+    };
+    let win = Window::create(&s).unwrap();
+    let mut driver = win.driver_pools().unwrap();
+    let pages = (0..n)
+        .map(|_| {
+            let b = driver.alloc().expect("a buffer");
+            driver.buffers().data_ptr(b).unwrap().as_ptr() as usize / 4096
+        })
+        .collect();
+    (pages, win)
+}
+
+fn distinct(v: &[usize]) -> usize {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v.len()
+}
+
+/// Rule 3's layout: contiguous (the default) hands out neighbours, two 2 KiB buffers to a
+/// page; scattered hands out the first N buffers on N distinct pages, from either end of the
+/// free array (LIFO and FIFO), spread over the whole pool's data.
+#[test]
+fn a_scattered_window_hands_out_its_first_buffers_on_distinct_pages() {
+    let n = 64;
+    for policy in [AllocPolicy::Lifo, AllocPolicy::Fifo] {
+        let (pages, _) = first_pages(BufferLayout::Contiguous, policy, n);
+        assert_eq!(distinct(&pages), n / 2, "{policy:?} contiguous: {pages:?}");
+        let (pages, win) = first_pages(BufferLayout::Scattered, policy, n);
+        assert_eq!(distinct(&pages), n, "{policy:?} scattered: {pages:?}");
+        let data = win.layout().region(RegionKind::BufData, 0).unwrap();
+        let span = pages.iter().max().unwrap() - pages.iter().min().unwrap();
+        assert!(
+            span * 4096 > data.size * 9 / 10,
+            "{policy:?}: {n} buffers span {span} of {} pages",
+            data.size / 4096
+        );
+    }
+    assert_eq!(PoolSpec::default().layout, BufferLayout::Contiguous);
+}
+
+/// The layout travels in the header: an opener sees it, a reclaim refills in its order, and
+/// a code no layout has is refused.
+#[test]
+fn the_layout_is_stated_in_the_header_and_kept_by_a_reclaim() {
+    let mut s = spec();
+    s.pools.layout = BufferLayout::Scattered;
+    let win = Window::create(&s).unwrap();
+    let (memfd, sigs) = dup_fds(&win);
+    let peer = Window::open(memfd, sigs).unwrap();
+    assert_eq!(peer.layout().spec.pools.layout, BufferLayout::Scattered);
+    let first = |w: &Window| {
+        let mut server = w.server_pools().unwrap();
+        let got: Vec<u32> = (0..8).map(|_| server.alloc().unwrap()).collect();
+        (got, server)
+    };
+    let (before, mut server) = first(&peer);
+    for &b in &before {
+        server.release(b);
+    }
+    // Shuffle the free list's top, then rebuild it: the same first buffers come back.
+    let churn: Vec<u32> = (0..100).map(|_| server.alloc().unwrap()).collect();
+    for &b in churn.iter().rev() {
+        server.release(b);
+    }
+    assert_eq!(server.reclaim_all(|_| false), 4 * 1024);
+    let again: Vec<u32> = (0..8).map(|_| server.alloc().unwrap()).collect();
+    assert_eq!(again, before);
+
+    let (memfd, sigs) = dup_fds(&win);
+    let off = std::mem::offset_of!(HeaderPrefix, layout);
+    rustix::io::pwrite(&memfd, &7u32.to_ne_bytes(), off as u64).unwrap();
+    let err = Window::open(memfd, sigs).unwrap_err();
+    assert!(err.to_string().contains("buffer layout"), "{err}");
 }

@@ -21,7 +21,7 @@ use crate::driver::softnic::{Dma, Schedule, SoftnicConfig};
 use crate::inline::{App, ServeConfig};
 use crate::server::{ControlLimits, Placement, ServerOptions, SyncMode};
 use serde::{Deserialize, Serialize};
-use shmnet_chan::{AllocPolicy, PageSize, PoolSpec};
+use shmnet_chan::{AllocPolicy, BufferLayout, PageSize, PoolSpec};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -583,6 +583,10 @@ pub struct ServeSpec {
     /// ([`ServeSpec::alloc_policy`]).
     #[serde(deserialize_with = "opt_by_name")]
     pub alloc: Option<AllocPolicy>,
+    /// The order the pools' free arrays start in (contiguous unless asked; a spec without it
+    /// means contiguous).
+    #[serde(deserialize_with = "by_name")]
+    pub layout: BufferLayout,
     /// server and ipc structures: the control socket.
     pub socket: PathBuf,
     /// server structure: connections the control socket accepts at once.
@@ -655,6 +659,7 @@ impl Default for ServeSpec {
             cache: Default::default(),
             page: PageSize::default(),
             alloc: None,
+            layout: BufferLayout::Contiguous,
             socket: crate::control::default_socket(),
             max_connections: ControlLimits::default().max_connections,
             hello_timeout_s: ControlLimits::default().hello_timeout.as_secs_f64(),
@@ -680,6 +685,7 @@ impl ServeSpec {
     pub fn pools(&self) -> PoolSpec {
         PoolSpec {
             policy: self.alloc_policy(),
+            layout: self.layout,
             data_size: crate::inline::frame_buffer_size(self.mtu),
             ..PoolSpec::default()
         }
@@ -845,7 +851,8 @@ impl ServeSpec {
 fn by_name<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
-    T: std::str::FromStr<Err = String>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
 {
     let s = String::deserialize(d)?;
     s.parse().map_err(serde::de::Error::custom)
@@ -890,13 +897,21 @@ mod tests {
             }),
             page: PageSize::Thp,
             alloc: Some(AllocPolicy::Fifo),
+            layout: BufferLayout::Scattered,
             duration_s: Some(1.5),
             ..ServeSpec::default()
         };
         let text = serde_json::to_string(&spec).unwrap();
         assert!(text.contains("\"nt\""), "{text}");
+        assert!(text.contains(r#""layout":"scattered""#), "{text}");
         let back: ServeSpec = serde_json::from_str(&text).unwrap();
         assert_eq!(back, spec);
+        assert_eq!(back.pools().layout, BufferLayout::Scattered);
+        // A spec from before the layout was carried lays its buffers out contiguously; a
+        // layout of no name is refused.
+        let old: ServeSpec = serde_json::from_str(r#"{"alloc":"fifo"}"#).unwrap();
+        assert_eq!(old.pools().layout, BufferLayout::Contiguous);
+        assert!(serde_json::from_str::<ServeSpec>(r#"{"layout":"diagonal"}"#).is_err());
         assert!(back.driver.loopback());
         assert!(back.serve_config(Vec::new()).loopback);
     }

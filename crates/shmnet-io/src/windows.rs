@@ -57,6 +57,7 @@ pub fn app_window_spec() -> ChannelSpec {
             buffers_per_pool: 256,
             data_size: 2048,
             policy: AllocPolicy::Lifo,
+            ..PoolSpec::default()
         },
         page: PageSize::Small,
     }
@@ -204,6 +205,7 @@ pub fn region_window_spec() -> ChannelSpec {
             buffers_per_pool: 1,
             data_size: 64,
             policy: AllocPolicy::Lifo,
+            ..PoolSpec::default()
         },
         page: PageSize::Small,
     }

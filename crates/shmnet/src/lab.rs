@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use shmnet_chan::{AllocPolicy, PageSize};
+use shmnet_chan::{AllocPolicy, BufferLayout, PageSize};
 use shmnet_io::driver::softnic::Dma;
 use shmnet_lab::calibrate::{self, Degeneracy, Effort, Marks};
 use shmnet_lab::residency::{self, Cores, Settings, Structure};
@@ -79,6 +79,16 @@ pub struct ResidencyArgs {
     /// Buffer allocation: `lifo` (most recently freed), `fifo` or `random`.
     #[arg(long, default_value = "lifo", value_name = "lifo|fifo|random")]
     alloc: AllocPolicy,
+    /// Where the first buffers lie: `contiguous` (each pool's free list starts in index
+    /// order, so the first buffers handed out are neighbours in memory: the seed's rule 3) or
+    /// `scattered` (a fixed golden-ratio stride through each pool: consecutive buffers on
+    /// different pages, spread over the whole pool).
+    #[arg(
+        long,
+        default_value = "contiguous",
+        value_name = "contiguous|scattered"
+    )]
+    layout: BufferLayout,
     /// Pages of the buffer window: `4k` or `2m` (reserved huge pages: as root,
     /// echo 16 > /proc/sys/vm/nr_hugepages).
     #[arg(long, default_value = "4k", value_name = "4k|2m")]
@@ -134,6 +144,7 @@ impl ResidencyArgs {
             load_bytes: self.load,
             load_range_bytes: self.load_range.unwrap_or(d.load_range_bytes),
             alloc: self.alloc,
+            layout: self.layout,
             pages: self.pages,
             dma: self.dma,
             cpu: self.cpu,

@@ -546,6 +546,8 @@ impl ServeArgs {
             udp_local_hold_ms: self.udp_local_hold,
             page: self.page,
             alloc: self.alloc,
+            // Not a `shmnet serve` option (yet): the residency lab's knob.
+            layout: shmnet_chan::BufferLayout::Contiguous,
             socket: self.socket.clone(),
             max_connections: self.max_connections,
             hello_timeout_s: self.hello_timeout,

@@ -150,6 +150,50 @@ fn the_isolated_server_structure_times_the_servers_copy() {
     assert_eq!(r["settings"]["structure"], "server-regions");
 }
 
+/// `--layout scattered` reaches the settings (and the server structure's pools); the peaks
+/// are reported, each within the histogram and with a reading.
+#[test]
+fn the_buffer_layout_is_a_knob_and_the_peaks_are_reported() {
+    for structure in ["inline", "server"] {
+        let r = judged(&[
+            "residency",
+            "--structure",
+            structure,
+            "--layout",
+            "scattered",
+            "--messages",
+            "20",
+            "--gap",
+            "0",
+            "--json",
+        ]);
+        check_run(&r, 20);
+        assert_eq!(r["settings"]["layout"], "scattered", "{structure}");
+        let limit = r["histogram"]["bin_ticks"].as_f64().unwrap()
+            * r["histogram"]["counts"].as_array().unwrap().len() as f64;
+        for p in r["peaks"].as_array().expect("peaks") {
+            assert!(
+                f(p, "lo_ticks") < f(p, "hi_ticks") && f(p, "hi_ticks") <= limit,
+                "{p}"
+            );
+            assert!(
+                (f(p, "lo_ticks")..=f(p, "hi_ticks")).contains(&f(p, "top_ticks")),
+                "{p}"
+            );
+            assert!(
+                u(p, "buffers") <= u(&r, "buffers") && f(p, "share_pct") >= 2.0,
+                "{p}"
+            );
+            assert!(p["reading"].is_string(), "{p}");
+        }
+    }
+    let r = judged(&["residency", "--messages", "20", "--json"]);
+    assert_eq!(r["settings"]["layout"], "contiguous");
+    let out = run(&["residency", "--layout", "diagonal"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("contiguous"));
+}
+
 #[test]
 fn calibrate_json_has_the_fields_the_issue_names() {
     let t = json(&["calibrate", "--quick", "--json"]);

@@ -208,6 +208,7 @@ fn shmnet_ring(wakeups: bool) -> (shmnet_chan::Producer, shmnet_chan::Consumer) 
             buffers_per_pool: 1,
             data_size: 64,
             policy: AllocPolicy::Lifo,
+            ..PoolSpec::default()
         },
         page: PageSize::Small,
     };
@@ -637,6 +638,7 @@ fn pool_once(policy: AllocPolicy, driver: bool, pairs: u64) -> (u64, f64) {
             buffers_per_pool: 1024,
             data_size: 2048,
             policy,
+            ..PoolSpec::default()
         },
         page: PageSize::Small,
     };

@@ -10,8 +10,9 @@
 //! protocol server read all the data early), TLB forcing, receive queue size, a synthetic
 //! application load ([`load`]), and beyond the seed: the structure (`inline`: one thread;
 //! `server`: the protocol server with its driver thread in one process, the application in
-//! this one), the cores they run on, the pool's allocation policy, the page size of the buffer
-//! window and whether the "device" writes into or around the cache.
+//! this one), the cores they run on, the pool's allocation policy and buffer layout (the
+//! seed's rule 3), the page size of the buffer window and whether the "device" writes into or
+//! around the cache.
 
 pub mod figure;
 pub mod load;
@@ -26,7 +27,7 @@ mod traced_driver;
 
 use crate::calibrate::{Degeneracy, Marks};
 use probe::{Probe, Sample};
-use shmnet_chan::{AllocPolicy, PageSize};
+use shmnet_chan::{AllocPolicy, BufferLayout, PageSize};
 use shmnet_io::driver::softnic::Dma;
 use shmnet_stack::{BufIdx, RecvHook};
 use summary::{Histogram, KsPair, Peak, Position, Summary};
@@ -108,6 +109,9 @@ pub struct Settings {
     pub load_range_bytes: usize,
     /// The pool's allocation policy.
     pub alloc: AllocPolicy,
+    /// The order the pools' free arrays start in: whether the first buffers handed out are
+    /// neighbours in memory (the seed's rule 3) or scattered over the pool.
+    pub layout: BufferLayout,
     /// The buffer window's pages.
     pub pages: PageSize,
     /// How softnic writes frames into the buffers.
@@ -133,6 +137,7 @@ impl Default for Settings {
             load_bytes: 0,
             load_range_bytes: crate::cacheinfo::Sizes::this().llc as usize,
             alloc: AllocPolicy::Lifo,
+            layout: BufferLayout::Contiguous,
             pages: PageSize::Small,
             dma: Dma::Cached,
             cpu: 0,
@@ -491,7 +496,7 @@ impl std::fmt::Display for Residency {
         let m = &self.messages;
         writeln!(
             f,
-            "residency: {} gap {} µs, checksum {}, TLB {}, queue {}, load {} B/word, {} alloc, {:?} pages, {:?} DMA",
+            "residency: {} gap {} µs, checksum {}, TLB {}, queue {}, load {} B/word, {} alloc, {} layout, {:?} pages, {:?} DMA",
             s.label(),
             s.gap_us,
             if s.checksum { "on" } else { "off" },
@@ -499,6 +504,7 @@ impl std::fmt::Display for Residency {
             s.queue,
             s.load_bytes,
             format!("{:?}", s.alloc).to_lowercase(),
+            s.layout,
             s.pages,
             s.dma
         )?;

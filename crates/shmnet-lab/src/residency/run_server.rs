@@ -112,6 +112,7 @@ fn serve_spec(s: &Settings, socket: &Path) -> ServeSpec {
         rx_queue: s.queue,
         page: s.pages,
         alloc: Some(s.alloc),
+        layout: s.layout,
         socket: socket.to_path_buf(),
         checksum: s.checksum,
         // `server`: the lab times the application's copy out of the driver's buffers (seed
