@@ -6,7 +6,7 @@
 
 use crate::calibrate::{self, Effort, Marks, Table1};
 use crate::residency::{self, Cores, Residency, Settings, Structure};
-use shmnet_chan::{AllocPolicy, PageSize};
+use shmnet_chan::{AllocPolicy, BufferLayout, PageSize};
 use shmnet_io::driver::softnic::Dma;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -225,6 +225,21 @@ pub fn plan(quick: bool, inputs: PlanInputs) -> Vec<Cell> {
             },
         );
     }
+    // Rule 3's layout: the same many buffers in flight, laid out contiguously or scattered
+    // over the pool (one to a page; LIFO both).
+    for layout in [BufferLayout::Contiguous, BufferLayout::Scattered] {
+        add(
+            "rules",
+            format!("layout-{layout}"),
+            Settings {
+                layout,
+                queue: 16,
+                gap_us: 0.0,
+                load_bytes: 256,
+                ..base.clone()
+            },
+        );
+    }
     // Rule 1: group TLB entries.
     for (pname, pages) in [("4k", PageSize::Small), ("2m", PageSize::Huge)] {
         add(
@@ -372,11 +387,11 @@ fn write(path: &Path, text: &str) -> Result<(), SuiteError> {
     std::fs::write(path, text).map_err(|e| SuiteError::Write(path.to_path_buf(), e))
 }
 
+/// A table's figure: its file name and lettered peaks, or why it was not drawn.
+type Figure = Result<(String, Vec<residency::figure::LetteredPeak>), crate::plot::PlotError>;
+
 /// One PNG per table; returns `(table, file name or error)`.
-fn draw_figures(
-    out: &Path,
-    done: &[(Cell, Outcome)],
-) -> Vec<(&'static str, Result<String, String>)> {
+fn draw_figures(out: &Path, done: &[(Cell, Outcome)]) -> Vec<(&'static str, Figure)> {
     let mut figs = Vec::new();
     for (table, title, _, _) in TABLES {
         let runs: Vec<(String, &Residency)> = done
@@ -391,9 +406,9 @@ fn draw_figures(
             continue;
         }
         let file = format!("{table}.png");
+        // Each figure letters its peaks from A, panel by panel, as the seed's do.
         let res = residency::figure::histograms(&out.join(&file), title, &runs, 'A')
-            .map(|_| file)
-            .map_err(|e| e.to_string());
+            .map(|peaks| (file, peaks));
         figs.push((table, res));
     }
     figs
@@ -472,8 +487,10 @@ const TABLES: [(&str, &str, &str, &str); 7] = [
         "rules",
         "The rules: allocation, pages, one context",
         "## The seed's rules",
-        "LIFO vs FIFO buffers (inline, back to back, queue 16, load 256 B/word: many buffers \
-         in flight); 4 KiB vs 2 MiB pages (server, one CPU, large gap); and the data touched \
+        "LIFO vs FIFO buffers and buffers laid out contiguously vs scattered one to a page over \
+         the pool (inline, back to back, queue 16, load 256 B/word: many buffers in flight; \
+         `layout-contiguous` repeats `alloc-lifo`'s settings, so the two differ by this run's \
+         noise alone); 4 KiB vs 2 MiB pages (server, one CPU, large gap); and the data touched \
          late and in one context: the stack's checksum followed at once by the copy-out \
          (`inline-checksum-large-gap`, Section 3.4) or by a switch to another process on the \
          same CPU, which writes nothing (`idle`) or this machine's L2 of its own memory \
@@ -676,6 +693,12 @@ pub fn verdicts(done: &[(Cell, Outcome)]) -> Vec<Verdict> {
             "alloc-lifo",
             "alloc-fifo",
             "Rule 3 (allocate buffers LIFO)",
+        ),
+        verdict(
+            done,
+            "layout-contiguous",
+            "layout-scattered",
+            "Rule 3 (lay buffers out contiguously)",
         ),
         verdict(
             done,
@@ -917,7 +940,7 @@ fn report_md(
     cal: &Table1,
     marks: &Marks,
     done: &[(Cell, Outcome)],
-    figures: &[(&'static str, Result<String, String>)],
+    figures: &[(&'static str, Figure)],
     opts: &SuiteOptions,
     seconds: f64,
 ) -> String {
@@ -956,7 +979,7 @@ fn report_md(
         marks.dirty,
         calibrate::MARK_RULE
     );
-    for (table, _, head, text) in TABLES {
+    for (table, title, head, text) in TABLES {
         let cells: Vec<&(Cell, Outcome)> = done.iter().filter(|(c, _)| c.table == table).collect();
         let _ = writeln!(r, "{head}\n\n{text}\n");
         if table == "table4" {
@@ -978,8 +1001,15 @@ fn report_md(
         }
         let _ = writeln!(r);
         match figures.iter().find(|(t, _)| *t == table) {
-            Some((_, Ok(file))) => {
-                let _ = writeln!(r, "![{head}]({file})\n");
+            Some((_, Ok((file, peaks)))) => {
+                let _ = writeln!(r, "![{title}]({file})\n");
+                if !peaks.is_empty() {
+                    let _ = writeln!(
+                        r,
+                        "The figure's peaks, lettered as the seed's are, read against the marks:\n\n{}",
+                        residency::figure::peaks_table(peaks)
+                    );
+                }
             }
             Some((_, Err(e))) => {
                 let _ = writeln!(r, "(figure not drawn: {e})\n");

@@ -448,20 +448,6 @@ pub struct ResidencyReplayArgs {
     plot: Option<PathBuf>,
 }
 
-/// The most common overheads, as (ticks at the bin's start, buffers), largest first.
-fn peaks(h: &Histogram, n: usize) -> Vec<(f64, u64)> {
-    let mut bins: Vec<(f64, u64)> = h
-        .counts
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| **c > 0)
-        .map(|(i, &c)| (i as f64 * h.bin_ticks, c))
-        .collect();
-    bins.sort_by_key(|b| std::cmp::Reverse(b.1));
-    bins.truncate(n);
-    bins
-}
-
 pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
     let machine = Machine::load(&a.machine)?;
     let file =
@@ -527,7 +513,6 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
             'A',
         )?;
     }
-    let top = peaks(&result.histogram, 5);
     if a.json {
         println!(
             "{}",
@@ -538,7 +523,7 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
                 "degenerate": result.degenerate,
                 "histogram": result.histogram,
                 "summary": result.summary,
-                "peaks": top,
+                "peaks": result.peaks,
             })
         );
         return Ok(());
@@ -567,8 +552,8 @@ pub fn residency_replay(a: ResidencyReplayArgs) -> Result<()> {
         s.avg_overhead_ticks_per_word
     );
     println!("peaks (bins of {bin:.0}):");
-    for (at, n) in top {
-        println!("  {:>6.0}–{:<6.0} {n} buffers", at, at + bin);
+    for p in &result.peaks {
+        println!("  {p}");
     }
     Ok(())
 }

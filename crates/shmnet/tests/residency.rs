@@ -287,7 +287,7 @@ fn the_lab_writes_its_report_figures_and_runs() {
         );
     }
     let verdicts = r["verdicts"].as_array().expect("verdicts");
-    assert_eq!(verdicts.len(), 5, "{verdicts:?}");
+    assert_eq!(verdicts.len(), 6, "{verdicts:?}");
     for v in verdicts {
         let f = v["finding"].as_str().unwrap();
         assert!(

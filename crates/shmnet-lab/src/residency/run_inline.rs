@@ -107,6 +107,7 @@ fn run_with<D: Sender>(
         rx_queue_limit: s.queue,
         pools: PoolSpec {
             policy: s.alloc,
+            layout: s.layout,
             ..PoolSpec::default()
         },
         apps: vec![App::Sink(PORT)],
