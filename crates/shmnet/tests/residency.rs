@@ -608,7 +608,10 @@ fn validation_sets_predicted_beside_measured() {
     for r in rows {
         assert!(r["setting"].is_string(), "{r}");
         assert!(u(r, "references") > 0, "{r}");
-        assert_eq!(u(r, "buffers"), 1000, "{r}");
+        // Up to 100 messages of ten buffers: the sender keeps its schedule, so a receiver
+        // preempted for longer than a gap (a busy machine) drops one at a full queue.
+        let buffers = u(r, "buffers");
+        assert!(buffers > 0 && buffers <= 1000 && buffers % 10 == 0, "{r}");
         assert_eq!(
             u(r, "predicted_buffers"),
             u(r, "buffers"),
