@@ -548,6 +548,9 @@ fn dispatch() -> Result<()> {
     // SAFETY: restoring a signal's default disposition at the start of `main`, before any
     // thread exists, races with nothing.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    if let Some(a) = replay::rows::worker_args() {
+        return replay::rows::row_worker(a);
+    }
     match Cli::parse().command {
         Command::Bench(Bench::Chan(a)) => bench_chan(a),
         Command::Bench(Bench::Stack(a)) => bench_stack(a),

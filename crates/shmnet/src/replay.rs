@@ -281,16 +281,12 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
     if !a.skip_rows {
         let machine = Machine::from_calibration_json(&serde_json::to_string(&table)?)
             .map_err(|e| anyhow::anyhow!("building this-machine: {e}"))?;
-        let n = shmnet_stack::rows::ROWS.len();
         let r = rows::run(
             &machine,
             a.quick,
             table.timer.ticks_per_ns,
             table.timer.overhead_ticks,
-            &mut |i, m| {
-                pb.set_position((i as f64 / n as f64 * 1000.0) as u64);
-                pb.set_message(m.to_string());
-            },
+            &pb,
         )?;
         out.rows = Some(r);
         out.rows_machine = Some(machine);

@@ -84,15 +84,22 @@ pub enum SimCmd {
     /// seed's 1994 machine, its 1996 and 1998 projections and a line of machines from then
     /// to this one (calibrated in the run): latency, CPI and time waiting for memory.
     ///
+    /// --json prints one object: {"machines": [...], "rows": [{"row", "instructions",
+    /// "measured_us", "on": [{"machine", "latency_us", "cpi", "memory_pct"}]}]}.
+    ///
     /// Examples:
     ///   shmnet sim future --quick
     ///   shmnet sim future --json > future.json
     #[command(verbatim_doc_comment)]
-    Future(crate::replay::future::FutureArgs),
+    Future(crate::replay::rows::RowsArgs),
     /// Seed 001's breakdowns of the eight rows on one machine (the seed's SGI by default):
     /// time waiting for memory, first-level miss rates, perfect instruction cache vs
     /// perfect data cache vs ideal cache, and the instruction mix (load/store, arithmetic,
     /// control, other) as a share of instructions and of time.
+    ///
+    /// --json prints one object: {"machine", "rows": [{"row", "ticks", "perfect_icache_ticks",
+    /// "perfect_dcache_ticks", "ideal_ticks", "memory_pct", "l1i_miss_rate", "l1d_miss_rate",
+    /// "mix": [...]}]}.
     ///
     /// Examples:
     ///   shmnet sim breakdown --quick
@@ -102,6 +109,9 @@ pub enum SimCmd {
     /// Seed 001's sensitivity sweeps on the eight rows: the first level from 8 KiB to 128 KiB
     /// at the machine's second level, associativity 1 to 8 — TCP against UDP, cycles per
     /// message and time waiting for memory.
+    ///
+    /// --json prints one object: {"machine", "sizes", "ways", "rows": [{"row", "cells":
+    /// [{"l1_bytes", "l1_ways", "ticks", "memory_pct"}]}]}.
     ///
     /// Examples:
     ///   shmnet sim row-sweep --quick

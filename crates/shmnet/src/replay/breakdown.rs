@@ -18,31 +18,21 @@
 //! An instruction's time is its fetch and its data references on the machine, in order.
 
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use shmnet_sim::{Machine, Op, Options, Side, Simulator, TraceSource};
-use shmnet_stack::rows::MESSAGE_BYTES;
+use shmnet_sim::{Machine, Op, Options, Side, Simulator};
+use shmnet_stack::rows::{MESSAGE_BYTES, RowSpec};
 
-use super::rows::{self, Markers, Steps};
+use super::rows::{self, Event, Markers, Steps};
 
 #[derive(Args)]
 pub struct BreakdownArgs {
-    /// The machine (preset, file or calibration JSON).
-    #[arg(long, default_value = "sgi-r4400-1994")]
-    machine: String,
     #[command(flatten)]
-    rows: rows::RowFilter,
-    /// Fewer traced messages per row.
-    #[arg(long)]
-    quick: bool,
-    /// Print one JSON object: {"machine", "rows": [{"row", "ticks", "perfect_icache_ticks",
-    /// "perfect_dcache_ticks", "ideal_ticks", "memory_pct", "l1i_miss_rate",
-    /// "l1d_miss_rate", "mix": [...]}]}.
-    #[arg(long)]
-    json: bool,
+    machine: rows::MachineArg,
+    #[command(flatten)]
+    common: rows::RowsArgs,
 }
 
 /// An instruction's class.
@@ -234,6 +224,8 @@ fn l1_counts(sim: &Simulator, side: Side) -> (u64, u64) {
 
 /// Simulates one row's trace on `machine` four ways and classes its instructions.
 fn break_down(
+    spec: RowSpec,
+    steps: Steps,
     log: &Path,
     markers: Markers,
     maps: &[Mapping],
@@ -250,43 +242,30 @@ fn break_down(
         perfect_d: Simulator::with_options(machine, opts(false, true))?,
         ideal: Simulator::with_options(machine, opts(true, true))?,
     };
-    let file = std::fs::File::open(log).with_context(|| format!("opening {}", log.display()))?;
-    let mut src = shmnet_sim::trace::LackeyReader::new(BufReader::with_capacity(1 << 20, file));
-    let mut batch = Vec::new();
-    let mut inside = false;
-    let mut windows = 0u64;
     let mut ticks = [0.0f64; 4];
     let (mut n_instr, mut n_data) = (0u64, 0u64);
     let mut instrs: HashMap<u64, Instr> = HashMap::new();
     let mut current: Option<u64> = None;
     let (mut i_acc, mut i_miss, mut d_acc, mut d_miss) = (0u64, 0u64, 0u64, 0u64);
     let mut at_begin = [(0u64, 0u64); 2];
-    loop {
-        src.next_batch(&mut batch, 1 << 16)?;
-        if batch.is_empty() {
-            break;
+    let windows = rows::walk(log, markers, |e| match e {
+        Event::Begin => {
+            at_begin = [
+                l1_counts(&four.base, Side::Instruction),
+                l1_counts(&four.base, Side::Data),
+            ];
+            current = None;
         }
-        for r in &batch {
-            if r.op == Op::Read && (r.addr == markers.begin || r.addr == markers.end) {
-                if r.addr == markers.begin {
-                    inside = true;
-                    at_begin = [
-                        l1_counts(&four.base, Side::Instruction),
-                        l1_counts(&four.base, Side::Data),
-                    ];
-                } else if inside {
-                    inside = false;
-                    windows += 1;
-                    let (ia, im) = l1_counts(&four.base, Side::Instruction);
-                    let (da, dm) = l1_counts(&four.base, Side::Data);
-                    i_acc += ia - at_begin[0].0;
-                    i_miss += im - at_begin[0].1;
-                    d_acc += da - at_begin[1].0;
-                    d_miss += dm - at_begin[1].1;
-                }
-                current = None;
-                continue;
-            }
+        Event::End => {
+            let (ia, im) = l1_counts(&four.base, Side::Instruction);
+            let (da, dm) = l1_counts(&four.base, Side::Data);
+            i_acc += ia - at_begin[0].0;
+            i_miss += im - at_begin[0].1;
+            d_acc += da - at_begin[1].0;
+            d_miss += dm - at_begin[1].1;
+            current = None;
+        }
+        Event::Ref { r, inside } => {
             let t = [
                 four.base.access(r.op, r.addr, r.size),
                 four.perfect_i.access(r.op, r.addr, r.size),
@@ -294,7 +273,7 @@ fn break_down(
                 four.ideal.access(r.op, r.addr, r.size),
             ];
             if !inside {
-                continue;
+                return;
             }
             for (sum, x) in ticks.iter_mut().zip(t) {
                 *sum += x;
@@ -313,7 +292,8 @@ fn break_down(
                 }
             }
         }
-    }
+    })?;
+    rows::check_windows(spec, windows, steps)?;
     let classes = classify_all(&instrs, maps);
     let mut by_class: HashMap<Class, (u64, f64)> = HashMap::new();
     for (addr, e) in &instrs {
@@ -326,7 +306,7 @@ fn break_down(
     let n = windows.max(1) as f64;
     let pct = |x: f64, of: f64| if of > 0.0 { 100.0 * x / of } else { 0.0 };
     Ok(RowBreakdown {
-        row: String::new(),
+        row: spec.name(),
         instructions: n_instr as f64 / n,
         data_refs: n_data as f64 / n,
         ticks: ticks[0] / n,
@@ -358,33 +338,23 @@ fn break_down(
     })
 }
 
+/// `shmnet sim breakdown`.
 pub fn breakdown(a: BreakdownArgs) -> Result<()> {
-    let chosen = a.rows.selected()?;
-    let machine = Machine::load(&a.machine)?;
-    let steps = Steps::new(a.quick);
+    let chosen = a.common.rows.selected()?;
+    let machine = Machine::load(&a.machine.machine)?;
+    let steps = Steps::new(a.common.quick);
     let pb = crate::progress_bar();
-    let dir = rows::tempdir()?;
-    let mut out = Vec::new();
-    let result = (|| -> Result<()> {
-        for (i, spec) in chosen.iter().enumerate() {
-            pb.set_position((i * 1000 / chosen.len()) as u64);
-            pb.set_message(format!("{}: tracing under valgrind lackey", spec.name()));
-            let maps_path = dir.join(format!("{}.maps", spec.name()));
-            let t = rows::trace_row(*spec, MESSAGE_BYTES, steps, &dir, Some(&maps_path))
-                .with_context(|| format!("tracing {}", spec.name()))?;
-            let maps_text = std::fs::read_to_string(&maps_path)
-                .with_context(|| format!("reading the worker's map {}", maps_path.display()))?;
-            let _ = std::fs::remove_file(&maps_path);
-            let maps = parse_maps(&maps_text);
-            pb.set_message(format!("{}: simulating on {}", spec.name(), machine.name));
-            let mut b = break_down(&t.log, t.markers, &maps, &machine)?;
-            b.row = spec.name();
-            out.push(b);
-        }
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    let out = rows::each_row(&chosen, &pb, |spec, dir| {
+        pb.set_message(format!("{}: tracing under valgrind lackey", spec.name()));
+        let maps_path = dir.join(format!("{}.maps", spec.name()));
+        let t = rows::trace_row(spec, MESSAGE_BYTES, steps, dir, Some(&maps_path))?;
+        let maps_text = std::fs::read_to_string(&maps_path)
+            .with_context(|| format!("reading the worker's map {}", maps_path.display()))?;
+        let _ = std::fs::remove_file(&maps_path);
+        let maps = parse_maps(&maps_text);
+        pb.set_message(format!("{}: simulating on {}", spec.name(), machine.name));
+        break_down(spec, steps, &t.log, t.markers, &maps, &machine)
+    })?;
     pb.finish_and_clear();
     let r = Breakdown {
         machine: machine.name.clone(),
@@ -393,7 +363,7 @@ pub fn breakdown(a: BreakdownArgs) -> Result<()> {
         bytes: MESSAGE_BYTES,
         steps,
     };
-    if a.json {
+    if a.common.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         print!("{r}");

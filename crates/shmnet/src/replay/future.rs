@@ -12,7 +12,6 @@
 //! a first-level hit) would save.
 
 use anyhow::{Context, Result};
-use clap::Args;
 use shmnet_lab::calibrate::{self, Effort};
 use shmnet_sim::Machine;
 use shmnet_stack::rows::MESSAGE_BYTES;
@@ -30,19 +29,6 @@ pub const LINE: [(&str, u32, f64); 8] = [
     ("skylake-2015", 2015, 4000.0),
     ("zen4-2022", 2022, 4500.0),
 ];
-
-#[derive(Args)]
-pub struct FutureArgs {
-    #[command(flatten)]
-    rows: rows::RowFilter,
-    /// Fewer messages per row and a quick calibration.
-    #[arg(long)]
-    quick: bool,
-    /// Print one JSON object: {"machines": [...], "rows": [{"row", "instructions",
-    /// "measured_us", "on": [{"machine", "latency_us", "cpi", "memory_pct"}]}]}.
-    #[arg(long)]
-    json: bool,
-}
 
 /// One machine of the line.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -115,7 +101,8 @@ fn on(m: &LineMachine, s: &Simulated) -> OnMachine {
     }
 }
 
-pub fn future(a: FutureArgs) -> Result<()> {
+/// `shmnet sim future`.
+pub fn future(a: rows::RowsArgs) -> Result<()> {
     let chosen = a.rows.selected()?;
     let pb = crate::progress_bar();
     pb.set_message("calibrating");
@@ -146,34 +133,23 @@ pub fn future(a: FutureArgs) -> Result<()> {
     });
     machines.push(here);
     let steps = Steps::new(a.quick);
-    let dir = rows::tempdir()?;
-    let mut out = Vec::new();
-    let result = (|| -> Result<()> {
-        for (i, spec) in chosen.iter().enumerate() {
-            pb.set_position((i * 1000 / chosen.len()) as u64);
-            pb.set_message(format!("{}: measuring", spec.name()));
-            let (med, _, _) =
-                rows::measure(*spec, MESSAGE_BYTES, steps, table.timer.overhead_ticks)?;
-            pb.set_message(format!(
-                "{}: tracing, simulating on {} machines",
-                spec.name(),
-                machines.len()
-            ));
-            let sims =
-                rows::trace_and_simulate(*spec, MESSAGE_BYTES, steps, &machines, &dir, false)
-                    .with_context(|| format!("tracing {}", spec.name()))?;
-            out.push(FutureRow {
-                row: spec.name(),
-                instructions: sims[0].instructions,
-                data_refs: sims[0].data_refs,
-                measured_us: med / (table.timer.ticks_per_ns * 1000.0),
-                on: line.iter().zip(&sims).map(|(m, s)| on(m, s)).collect(),
-            });
-        }
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    let out = rows::each_row(&chosen, &pb, |spec, dir| {
+        pb.set_message(format!("{}: measuring", spec.name()));
+        let (med, _, _) = rows::measure(spec, MESSAGE_BYTES, steps, table.timer.overhead_ticks)?;
+        pb.set_message(format!(
+            "{}: tracing, simulating on {} machines",
+            spec.name(),
+            machines.len()
+        ));
+        let sims = rows::trace_and_simulate(spec, MESSAGE_BYTES, steps, &machines, dir, false)?;
+        Ok(FutureRow {
+            row: spec.name(),
+            instructions: sims[0].instructions,
+            data_refs: sims[0].data_refs,
+            measured_us: med / (table.timer.ticks_per_ns * 1000.0),
+            on: line.iter().zip(&sims).map(|(m, s)| on(m, s)).collect(),
+        })
+    })?;
     pb.finish_and_clear();
     let f = Future {
         machines: line,

@@ -12,9 +12,9 @@ use super::rows::{self, Steps};
 
 #[derive(Args)]
 pub struct RowSweepArgs {
-    /// The base machine (preset, file or calibration JSON).
-    #[arg(long, default_value = "sgi-r4400-1994")]
-    machine: String,
+    // The base machine: its first level is swept.
+    #[command(flatten)]
+    machine: rows::MachineArg,
     /// First-level sizes.
     #[arg(long, value_delimiter = ',', value_parser = crate::sim::parse_size, default_value = "8K,16K,32K,64K,128K")]
     l1_size: Vec<u64>,
@@ -22,14 +22,7 @@ pub struct RowSweepArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     l1_assoc: Vec<u32>,
     #[command(flatten)]
-    rows: rows::RowFilter,
-    /// Fewer traced messages per row.
-    #[arg(long)]
-    quick: bool,
-    /// Print one JSON object: {"machine", "sizes", "ways", "rows": [{"row", "cells":
-    /// [{"l1_bytes", "l1_ways", "ticks", "memory_pct"}]}]}.
-    #[arg(long)]
-    json: bool,
+    common: rows::RowsArgs,
 }
 
 /// One configuration of one row.
@@ -71,12 +64,13 @@ pub struct RowSweep {
     pub steps: Steps,
 }
 
+/// `shmnet sim row-sweep`.
 pub fn row_sweep(a: RowSweepArgs) -> Result<()> {
-    let chosen = a.rows.selected()?;
+    let chosen = a.common.rows.selected()?;
     if a.l1_size.is_empty() || a.l1_assoc.is_empty() {
         anyhow::bail!("give at least one --l1-size and one --l1-assoc");
     }
-    let base = Machine::load(&a.machine)?;
+    let base = Machine::load(&a.machine.machine)?;
     let mut grid = Vec::new();
     let mut machines = Vec::new();
     for &size in &a.l1_size {
@@ -88,43 +82,33 @@ pub fn row_sweep(a: RowSweepArgs) -> Result<()> {
             grid.push((size, w));
         }
     }
-    let steps = Steps::new(a.quick);
+    let steps = Steps::new(a.common.quick);
     let pb = crate::progress_bar();
-    let dir = rows::tempdir()?;
-    let mut out = Vec::new();
-    let result = (|| -> Result<()> {
-        for (i, spec) in chosen.iter().enumerate() {
-            pb.set_position((i * 1000 / chosen.len()) as u64);
-            pb.set_message(format!(
-                "{}: tracing, simulating {} configurations",
-                spec.name(),
-                machines.len()
-            ));
-            let sims =
-                rows::trace_and_simulate(*spec, MESSAGE_BYTES, steps, &machines, &dir, false)
-                    .with_context(|| format!("tracing {}", spec.name()))?;
-            out.push(RowCells {
-                row: spec.name(),
-                cells: grid
-                    .iter()
-                    .zip(&sims)
-                    .map(|(&(l1_bytes, l1_ways), s)| Cell {
-                        l1_bytes,
-                        l1_ways,
-                        ticks: s.in_order_ticks,
-                        memory_pct: if s.in_order_ticks > 0.0 {
-                            100.0 * (s.in_order_ticks - s.ideal_ticks) / s.in_order_ticks
-                        } else {
-                            0.0
-                        },
-                    })
-                    .collect(),
-            });
-        }
-        Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result?;
+    let out = rows::each_row(&chosen, &pb, |spec, dir| {
+        pb.set_message(format!(
+            "{}: tracing, simulating {} configurations",
+            spec.name(),
+            machines.len()
+        ));
+        let sims = rows::trace_and_simulate(spec, MESSAGE_BYTES, steps, &machines, dir, false)?;
+        Ok(RowCells {
+            row: spec.name(),
+            cells: grid
+                .iter()
+                .zip(&sims)
+                .map(|(&(l1_bytes, l1_ways), s)| Cell {
+                    l1_bytes,
+                    l1_ways,
+                    ticks: s.in_order_ticks,
+                    memory_pct: if s.in_order_ticks > 0.0 {
+                        100.0 * (s.in_order_ticks - s.ideal_ticks) / s.in_order_ticks
+                    } else {
+                        0.0
+                    },
+                })
+                .collect(),
+        })
+    })?;
     pb.finish_and_clear();
     let r = RowSweep {
         machine: base.name.clone(),
@@ -134,7 +118,7 @@ pub fn row_sweep(a: RowSweepArgs) -> Result<()> {
         rows: out,
         steps,
     };
-    if a.json {
+    if a.common.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         print!("{r}");

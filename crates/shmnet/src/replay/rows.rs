@@ -13,10 +13,14 @@
 //!
 //! The same binary runs the same row under `valgrind --tool=lackey --trace-mem=yes` (the
 //! hidden `shmnet sim row-worker`): every instruction fetch and data reference, from the
-//! first instruction on. Around each traced step the worker loads two marker words whose
-//! addresses it prints first; the references between a begin marker's load and the next end
-//! marker's are the row's (party `stack`), everything else (start-up, warm-up, `prepare` and
-//! `finish`) is simulated too, so that the caches hold what they would, but not counted.
+//! first instruction on. The worker prints the addresses of three marker words first, then
+//! loads the start marker once, just before it sets the row up, and the begin and end
+//! markers around each traced step. The references between a begin marker's load and the
+//! next end marker's are the row's (party `stack`). Those before the start marker — the
+//! loader, the runtime, parsing the arguments: most of a quick trace — are read and
+//! dropped ([`walk`]); everything after it that is not the row's (setting the row up, its
+//! warm-up steps, `prepare` and `finish`) is simulated too, so that the caches hold what
+//! they would, but not counted.
 //!
 //! # The two timing models
 //!
@@ -44,10 +48,12 @@ use shmnet_lab::tsc;
 use shmnet_sim::{Machine, Op, Party, Ref, Simulator, TraceSource};
 use shmnet_stack::rows::{MESSAGE_BYTES, ROWS, Row, RowSpec};
 
-/// The marker words the worker loads around each traced step. Distinct statics, each on its
-/// own line, read with volatile loads so the compiler keeps every one.
+/// The marker words the worker loads: once before the row is set up, and around each
+/// traced step. Distinct statics, each on its own line, read with volatile loads so the
+/// compiler keeps every one.
 #[repr(align(64))]
 struct Marker(u64);
+static START: Marker = Marker(0x5eed_0000);
 static BEGIN: Marker = Marker(0x5eed_0001);
 static END: Marker = Marker(0x5eed_0002);
 
@@ -115,6 +121,60 @@ impl RowFilter {
     }
 }
 
+/// What every command on the rows takes: which rows, `--quick`, `--json`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct RowsArgs {
+    #[command(flatten)]
+    pub rows: RowFilter,
+    /// Fewer messages per row (and a quick calibration where the command calibrates).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print one JSON object instead of the table (its fields: the command's help).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The machine of a command on the rows (`--machine`, the seed's SGI by default).
+#[derive(Args, Clone, Debug)]
+pub struct MachineArg {
+    /// The machine (preset, file or calibration JSON).
+    #[arg(long, default_value = "sgi-r4400-1994")]
+    pub machine: String,
+}
+
+/// Runs `f` on each of `chosen` in turn, with a private directory for its trace (removed
+/// afterwards, whatever `f` returned) and the bar's position at the row; an error names the
+/// row. The results are in `chosen`'s order.
+pub fn each_row<T>(
+    chosen: &[RowSpec],
+    pb: &indicatif::ProgressBar,
+    mut f: impl FnMut(RowSpec, &Path) -> Result<T>,
+) -> Result<Vec<T>> {
+    let dir = tempdir()?;
+    let out = chosen
+        .iter()
+        .enumerate()
+        .map(|(i, &spec)| {
+            pb.set_position((i * 1000 / chosen.len()) as u64);
+            f(spec, &dir).with_context(|| format!("tracing {}", spec.name()))
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// Fails unless the trace of `spec` held one window per traced step.
+pub fn check_windows(spec: RowSpec, windows: u64, steps: Steps) -> Result<()> {
+    if windows != steps.traced {
+        bail!(
+            "{}: the trace holds {windows} marked windows, not {}",
+            spec.name(),
+            steps.traced
+        );
+    }
+    Ok(())
+}
+
 #[derive(Args)]
 pub struct RowWorkerArgs {
     /// The row, e.g. tcp-send-cksum-off.
@@ -135,9 +195,34 @@ pub struct RowWorkerArgs {
     maps: Option<PathBuf>,
 }
 
+/// `shmnet sim row-worker`'s arguments, parsed on their own when the command line starts
+/// with `sim row-worker` (else `None`: the whole command line's parser takes it).
+///
+/// The worker runs under lackey, which writes a line (a system call) for every reference:
+/// building the parser of all of shmnet's commands would cost about 1.9 million of them,
+/// more than the row's warm-up and traced steps together. Help and errors are as clap
+/// prints them, under the name `shmnet sim row-worker`.
+pub fn worker_args() -> Option<RowWorkerArgs> {
+    use clap::Parser;
+    #[derive(Parser)]
+    #[command(name = "shmnet sim row-worker")]
+    struct Worker {
+        #[command(flatten)]
+        args: RowWorkerArgs,
+    }
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != "sim" || args.next()? != "row-worker" {
+        return None;
+    }
+    let name = std::ffi::OsString::from("shmnet sim row-worker");
+    Some(Worker::parse_from(std::iter::once(name).chain(args)).args)
+}
+
 /// The marker addresses, as the worker prints them (one JSON line on stdout).
-#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug)]
+#[derive(serde::Serialize, serde::Deserialize, Clone, Copy, Debug, Default)]
 pub struct Markers {
+    /// Loaded once, before the row is set up: what comes before it is not simulated.
+    pub start: u64,
     /// Loaded just before each marked step.
     pub begin: u64,
     /// Loaded just after it.
@@ -153,13 +238,15 @@ pub fn row_worker(a: RowWorkerArgs) -> Result<()> {
             ROWS.map(|r| r.name()).join(", ")
         )
     })?;
-    let mut row = Row::new(spec, a.size)?;
     let m = Markers {
+        start: std::ptr::addr_of!(START.0) as u64,
         begin: std::ptr::addr_of!(BEGIN.0) as u64,
         end: std::ptr::addr_of!(END.0) as u64,
     };
     println!("{}", serde_json::to_string(&m)?);
     std::io::stdout().flush()?;
+    touch(&START);
+    let mut row = Row::new(spec, a.size)?;
     for _ in 0..a.warmup {
         row.prepare();
         row.step();
@@ -271,7 +358,7 @@ pub fn trace_row(
     // Made first, so that every way out of here removes the log.
     let mut traced = Traced {
         log: dir.join(format!("{}.lackey", spec.name())),
-        markers: Markers { begin: 0, end: 0 },
+        markers: Markers::default(),
     };
     let exe = std::env::current_exe().context("finding shmnet's own binary")?;
     let mut cmd = Command::new("valgrind");
@@ -330,13 +417,8 @@ pub fn trace_and_simulate(
 ) -> Result<Vec<Simulated>> {
     let t = trace_row(spec, size, steps, dir, None)?;
     let sims = simulate_lackey(&t.log, t.markers, machines, with_stall)?;
-    if let Some(s) = sims.iter().find(|s| s.windows != steps.traced) {
-        bail!(
-            "{}: the trace holds {} marked windows, not {}",
-            spec.name(),
-            s.windows,
-            steps.traced
-        );
+    for s in &sims {
+        check_windows(spec, s.windows, steps)?;
     }
     Ok(sims)
 }
@@ -367,6 +449,58 @@ struct Pair {
     at_begin: (u64, u64),
 }
 
+/// One event of a row's trace as [`walk`] hands it on, in trace order.
+pub enum Event<'a> {
+    /// A traced step begins: the references up to the next `End` are the row's.
+    Begin,
+    /// It ends: one window more.
+    End,
+    /// A reference after the start marker (not a marker's load); `inside` a window or not.
+    Ref { r: &'a Ref, inside: bool },
+}
+
+/// Walks a row's lackey trace. The references before the start marker's load (the worker's
+/// start-up) are read and dropped; from it on, `f` sees every reference and each window's
+/// begin and end, the marker loads themselves not. A begin inside a window starts it
+/// again; an end outside one is dropped. Returns the windows (begin … end) found: zero if
+/// the trace holds no start marker.
+pub fn walk(log: &Path, markers: Markers, mut f: impl FnMut(Event<'_>)) -> Result<u64> {
+    let file = std::fs::File::open(log).with_context(|| format!("opening {}", log.display()))?;
+    let mut src = shmnet_sim::trace::LackeyReader::new(BufReader::with_capacity(1 << 20, file));
+    let mut batch = Vec::new();
+    let mut started = false;
+    let mut inside = false;
+    let mut windows = 0u64;
+    loop {
+        src.next_batch(&mut batch, 1 << 16)?;
+        if batch.is_empty() {
+            break;
+        }
+        let mut refs = batch.iter();
+        if !started {
+            // The start-up: up to and including the start marker's load.
+            started = refs
+                .by_ref()
+                .any(|r| r.op == Op::Read && r.addr == markers.start);
+        }
+        for r in refs {
+            if r.op == Op::Read && r.addr == markers.begin {
+                inside = true;
+                f(Event::Begin);
+            } else if r.op == Op::Read && r.addr == markers.end {
+                if inside {
+                    inside = false;
+                    windows += 1;
+                    f(Event::End);
+                }
+            } else {
+                f(Event::Ref { r, inside });
+            }
+        }
+    }
+    Ok(windows)
+}
+
 /// Simulates a lackey trace whose marked windows are the row's, on every machine (the
 /// stall ticks only `with_stall`: a third simulator per machine).
 fn simulate_lackey(
@@ -375,8 +509,6 @@ fn simulate_lackey(
     machines: &[Machine],
     with_stall: bool,
 ) -> Result<Vec<Simulated>> {
-    let file = std::fs::File::open(log).with_context(|| format!("opening {}", log.display()))?;
-    let mut src = shmnet_sim::trace::LackeyReader::new(BufReader::with_capacity(1 << 20, file));
     let mut pairs = machines
         .iter()
         .map(|m| {
@@ -401,33 +533,21 @@ fn simulate_lackey(
             })
         })
         .collect::<Result<Vec<_>, shmnet_sim::ConfigError>>()?;
-    let mut batch = Vec::new();
-    let mut inside = false;
-    let mut windows = 0u64;
     let (mut instr, mut data) = (0u64, 0u64);
-    loop {
-        src.next_batch(&mut batch, 1 << 16)?;
-        if batch.is_empty() {
-            break;
-        }
-        for r in &batch {
-            if r.op == Op::Read && (r.addr == markers.begin || r.addr == markers.end) {
-                if r.addr == markers.begin {
-                    inside = true;
-                    for p in &mut pairs {
-                        p.at_begin = l1_misses(&p.in_order);
-                    }
-                } else if inside {
-                    inside = false;
-                    windows += 1;
-                    for p in &mut pairs {
-                        let now = l1_misses(&p.in_order);
-                        p.l1i += now.0 - p.at_begin.0;
-                        p.l1d += now.1 - p.at_begin.1;
-                    }
-                }
-                continue;
+    let windows = walk(log, markers, |e| match e {
+        Event::Begin => {
+            for p in &mut pairs {
+                p.at_begin = l1_misses(&p.in_order);
             }
+        }
+        Event::End => {
+            for p in &mut pairs {
+                let now = l1_misses(&p.in_order);
+                p.l1i += now.0 - p.at_begin.0;
+                p.l1d += now.1 - p.at_begin.1;
+            }
+        }
+        Event::Ref { r, inside } => {
             let r = Ref {
                 party: if inside { Party::Stack } else { Party::Other },
                 ..*r
@@ -447,7 +567,7 @@ fn simulate_lackey(
                 p.ideal.access_ref(&r);
             }
         }
-    }
+    })?;
     let stack_ticks = |sim: &Simulator| {
         sim.report()
             .parties
@@ -564,37 +684,23 @@ pub fn run(
     quick: bool,
     ticks_per_ns: f64,
     empty: u64,
-    progress: &mut dyn FnMut(usize, &str),
+    pb: &indicatif::ProgressBar,
 ) -> Result<RowsReport> {
     let steps = Steps::new(quick);
-    let dir = tempdir()?;
-    let mut raw = Vec::new();
-    for (i, spec) in ROWS.iter().enumerate() {
-        progress(i, &format!("{}: measuring", spec.name()));
-        let (med, p25, p75) = measure(*spec, MESSAGE_BYTES, steps, empty)?;
-        progress(
-            i,
-            &format!("{}: tracing under valgrind lackey", spec.name()),
-        );
-        let sim = trace_and_simulate(
-            *spec,
+    let raw = each_row(&ROWS, pb, |spec, dir| {
+        pb.set_message(format!("{}: measuring", spec.name()));
+        let (med, p25, p75) = measure(spec, MESSAGE_BYTES, steps, empty)?;
+        pb.set_message(format!("{}: tracing under valgrind lackey", spec.name()));
+        let mut sim = trace_and_simulate(
+            spec,
             MESSAGE_BYTES,
             steps,
             std::slice::from_ref(machine),
-            &dir,
+            dir,
             true,
-        )
-        .with_context(|| format!("tracing {}", spec.name()));
-        let sim = match sim {
-            Ok(mut s) => s.remove(0),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                return Err(e);
-            }
-        };
-        raw.push((*spec, med, p25, p75, sim));
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+        )?;
+        Ok((spec, med, p25, p75, sim.remove(0)))
+    })?;
     let points: Vec<(f64, f64, f64)> = raw
         .iter()
         .map(|r| (r.4.instructions, r.4.stall_ticks, r.1))
