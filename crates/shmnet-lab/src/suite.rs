@@ -210,33 +210,34 @@ pub fn plan(quick: bool, inputs: PlanInputs) -> Vec<Cell> {
             },
         );
     }
-    // The rules. Rule 3: allocation, many buffers in flight (back to back, a deep queue,
-    // a load).
+    // The rules. Rule 3: many buffers in flight — a 16-message queue before a receiver
+    // loaded at the knee, which just keeps up on average and falls behind at every stall,
+    // so messages wait in their buffers while the load walks (back to back the interrupts
+    // would flood it instead, dropping nearly everything).
+    let in_flight = Settings {
+        queue: 16,
+        load_bytes: inputs.knee_load_bytes,
+        ..base.clone()
+    };
     for alloc in [AllocPolicy::Lifo, AllocPolicy::Fifo] {
         add(
             "rules",
             format!("alloc-{}", format!("{alloc:?}").to_lowercase()),
             Settings {
                 alloc,
-                queue: 16,
-                gap_us: 0.0,
-                load_bytes: 256,
-                ..base.clone()
+                ..in_flight.clone()
             },
         );
     }
-    // Rule 3's layout: the same many buffers in flight, laid out contiguously or scattered
-    // over the pool (one to a page; LIFO both).
+    // Rule 3's layout: the same, the buffers laid out contiguously or scattered over the
+    // pool (one to a page; LIFO both).
     for layout in [BufferLayout::Contiguous, BufferLayout::Scattered] {
         add(
             "rules",
             format!("layout-{layout}"),
             Settings {
                 layout,
-                queue: 16,
-                gap_us: 0.0,
-                load_bytes: 256,
-                ..base.clone()
+                ..in_flight.clone()
             },
         );
     }
@@ -488,9 +489,9 @@ const TABLES: [(&str, &str, &str, &str); 7] = [
         "The rules: allocation, pages, one context",
         "## The seed's rules",
         "LIFO vs FIFO buffers and buffers laid out contiguously vs scattered one to a page over \
-         the pool (inline, back to back, queue 16, load 256 B/word: many buffers in flight; \
-         `layout-contiguous` repeats `alloc-lifo`'s settings, so the two differ by this run's \
-         noise alone); 4 KiB vs 2 MiB pages (server, one CPU, large gap); and the data touched \
+         the pool (inline, large gap, a 16-message queue, the load at Table 4's knee: many \
+         buffers in flight; `layout-contiguous` repeats `alloc-lifo`'s settings, so the two \
+         differ by this run's noise alone); 4 KiB vs 2 MiB pages (server, one CPU, large gap); and the data touched \
          late and in one context: the stack's checksum followed at once by the copy-out \
          (`inline-checksum-large-gap`, Section 3.4) or by a switch to another process on the \
          same CPU, which writes nothing (`idle`) or this machine's L2 of its own memory \
