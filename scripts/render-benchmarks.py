@@ -1189,7 +1189,9 @@ def validate(runs, quick):
 ### Seed 001's eight rows
 
 Command: `shmnet sim validate{q} --json` (the `rows`): each row's {runs[0]['rows'][0]['bytes']:,}-byte message through
-shmnet's stack, timed natively (median of {runs[0]['steps']['measured']:,} messages) and traced under valgrind's
+shmnet's stack, timed natively — the eight rows together, in rounds of 50 messages each, the
+median over the rounds in which the core was this thread's alone (at least {runs[0]['steps']['measured']:,} messages; a
+throughput probe at both ends of each round tells them, [sim.md](sim.md#seed-001s-eight-rows)) — and traced under valgrind's
 lackey ({runs[0]['steps']['traced']} messages), the trace simulated on `this-machine` calibrated in the same run.
 *Simulated* is the out-of-order model (ticks = a × instructions + b × ticks beyond the L1),
 each row predicted from a fit on the other seven; *in order* is the seed's model (every
@@ -1206,9 +1208,16 @@ own table (R4400, µs) beside.
                      fig([x["error_pct"] for x in rs], 1) + " %",
                      fig([x["in_order"] for x in rs], 0), fig([x["in_order_error_pct"] for x in rs], 0) + " %",
                      fig([x["instructions"] for x in rs], 0), fig([x["stall_ticks"] for x in rs], 1),
+                     fig([x["measured_all_rounds"] for x in rs], 0) if all("measured_all_rounds" in x for x in rs) else "—",
                      f"{seed[1]} / {seed[0]} ({seed[2]:+} %)"])
     s += table(["row", "measured ticks", "simulated", "error", "in order", "in-order error",
-                "instructions", "ticks beyond L1", "seed 001: real / simulated µs (error)"], rows)
+                "instructions", "ticks beyond L1", "measured, every round", "seed 001: real / simulated µs (error)"], rows)
+    cs = [r["contention"] for r in runs if r.get("contention")]
+    if cs:
+        s += (f"\nNative timing: {fig([c['quiet_rounds'] for c in cs], 0)} of {fig([c['rounds'] for c in cs], 0)} rounds quiet "
+              f"(the throughput probe within {cs[0]['quiet_slack']}× of the run's fastest round, "
+              f"{fig([c['probe_fastest_ticks'] for c in cs], 0)} ticks; median round "
+              f"{fig([c['probe_median_ticks'] for c in cs], 0)}). *Measured, every round* is the median with the shared rounds counted too.\n")
     ipc = [r["all_rows_ipc"] for r in runs if r.get("all_rows_ipc")]
     s += (f"\nMean |error| {fig([r['mean_abs_error_pct'] for r in runs], 2)} % (seed 001: 4.65 %); "
           f"in-order model {fig([r['in_order_mean_abs_error_pct'] for r in runs], 0)} %. "

@@ -154,6 +154,51 @@ fn step_of(increases: &[u64]) -> u64 {
     }
 }
 
+/// Register additions in one [`throughput_probe`].
+pub const PROBE_ADDS: u64 = 20_000;
+
+/// Ticks for [`PROBE_ADDS`] register additions in four independent chains: a window bound
+/// by how many instructions the core issues per cycle, not by any latency. A core of its
+/// own runs it at 3–4 additions a cycle; when a sibling hyperthread (on a VM, often another
+/// guest's) is busy on the same core, the issue slots are shared and it takes up to twice
+/// as long, while a dependent chain ([`core_cycles_per_tick`]) does not notice. Compared
+/// with the fastest probe of the same run, it tells the moments when this thread had the
+/// core to itself from those when it did not.
+pub fn throughput_probe() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let (mut a, mut b, mut c, mut d) = (1u64, 2u64, 3u64, 4u64);
+        let t0 = start();
+        for _ in 0..PROBE_ADDS / 8 {
+            // SAFETY: register-only arithmetic; no memory or stack is touched.
+            unsafe {
+                core::arch::asm!(
+                    "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1",
+                    "add {a}, 1", "add {b}, 1", "add {c}, 1", "add {d}, 1",
+                    a = inout(reg) a, b = inout(reg) b, c = inout(reg) c, d = inout(reg) d,
+                    options(nomem, nostack),
+                );
+            }
+        }
+        let t1 = stop();
+        std::hint::black_box((a, b, c, d));
+        t1.wrapping_sub(t0)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let mut x = [1u64, 2, 3, 4];
+        let t0 = start();
+        for _ in 0..PROBE_ADDS / 4 {
+            for v in x.iter_mut() {
+                *v = std::hint::black_box(*v).wrapping_add(1);
+            }
+        }
+        let t1 = stop();
+        std::hint::black_box(x);
+        t1.wrapping_sub(t0)
+    }
+}
+
 /// Core clock cycles per TSC tick, from a chain of dependent 64-bit integer multiplies
 /// (`imul r64, r64`: 3 cycles of latency on every x86-64 core since Intel's Core 2 and AMD's
 /// K8 — the one assumption), the median of `samples` chains of 100,000 multiplies. A VM's

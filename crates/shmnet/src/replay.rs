@@ -30,6 +30,7 @@ use std::path::PathBuf;
 pub mod breakdown;
 mod compare;
 pub mod future;
+pub mod native;
 pub mod row_sweep;
 pub mod rows;
 

@@ -16,6 +16,7 @@ use shmnet_lab::calibrate::{self, Effort};
 use shmnet_sim::Machine;
 use shmnet_stack::rows::MESSAGE_BYTES;
 
+use super::native;
 use super::rows::{self, Simulated, Steps};
 
 /// The line: presets with their year and clock.
@@ -133,9 +134,12 @@ pub fn future(a: rows::RowsArgs) -> Result<()> {
     });
     machines.push(here);
     let steps = Steps::new(a.quick);
+    pb.set_message("timing the rows natively, together in rounds");
+    let (timings, _) =
+        native::measure_rows(&chosen, MESSAGE_BYTES, steps, table.timer.overhead_ticks)?;
+    let mut timed = timings.iter();
     let out = rows::each_row(&chosen, &pb, |spec, dir| {
-        pb.set_message(format!("{}: measuring", spec.name()));
-        let (med, _, _) = rows::measure(spec, MESSAGE_BYTES, steps, table.timer.overhead_ticks)?;
+        let med = timed.next().expect("one timing per row").median;
         pb.set_message(format!(
             "{}: tracing, simulating on {} machines",
             spec.name(),

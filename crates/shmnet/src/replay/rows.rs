@@ -5,9 +5,11 @@
 //!
 //! # How a row is measured
 //!
-//! The row runs in this process: `warmup` untimed messages, then `steps` messages each timed
-//! with the TSC around [`Row::step`] alone (the window's calibrated empty cost subtracted);
-//! the figure is the median.
+//! The eight rows run in this process, together ([`native::measure_rows`]): `warmup` untimed
+//! messages each, then rounds of a few messages of every row in turn, each timed with the
+//! TSC around [`Row::step`] alone (the window's calibrated empty cost subtracted), with a
+//! throughput probe at each end of a round; the figure is the median over the rounds in
+//! which this thread had its core to itself (on a VM a sibling hyperthread can halve it).
 //!
 //! # How a row is traced
 //!
@@ -47,6 +49,8 @@ use clap::Args;
 use shmnet_lab::tsc;
 use shmnet_sim::{Machine, Op, Party, Ref, Simulator, TraceSource};
 use shmnet_stack::rows::{MESSAGE_BYTES, ROWS, Row, RowSpec};
+
+use super::native;
 
 /// The marker words the worker loads: once before the row is set up, and around each
 /// traced step. Distinct statics, each on its own line, read with volatile loads so the
@@ -272,31 +276,6 @@ pub fn row_worker(a: RowWorkerArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Times `spec` natively: the median ticks of a step, the empty window subtracted.
-pub fn measure(spec: RowSpec, size: usize, steps: Steps, empty: u64) -> Result<(f64, f64, f64)> {
-    let mut row = Row::new(spec, size)?;
-    for _ in 0..steps.warmup {
-        row.prepare();
-        row.step();
-        row.finish();
-    }
-    let mut t = Vec::with_capacity(steps.measured as usize);
-    for _ in 0..steps.measured {
-        row.prepare();
-        let t0 = tsc::start();
-        let ok = row.step();
-        let t1 = tsc::stop();
-        row.finish();
-        if !ok {
-            bail!("a measured step of {} did not complete", spec.name());
-        }
-        t.push(t1.wrapping_sub(t0).saturating_sub(empty) as f64);
-    }
-    t.sort_by(f64::total_cmp);
-    let q = |p: f64| t[((t.len() - 1) as f64 * p) as usize];
-    Ok((q(0.5), q(0.25), q(0.75)))
 }
 
 /// What the simulator made of one row's trace, per traced message.
@@ -608,6 +587,9 @@ pub struct RowReport {
     pub measured_p25: f64,
     /// See `measured_p25`.
     pub measured_p75: f64,
+    /// The median over every round, quiet or not ([`native`]): what `measured` would be if
+    /// the moments this thread shared its core counted too.
+    pub measured_all_rounds: f64,
     /// Simulated ticks per message, out-of-order model, leave-one-out (the headline).
     pub simulated: f64,
     /// `(simulated − measured) / measured`, percent.
@@ -642,6 +624,8 @@ pub struct RowsReport {
     pub all_rows_stall_share: f64,
     /// Messages per row.
     pub steps: Steps,
+    /// How much of the native timing this thread had its core to itself ([`native`]).
+    pub contention: native::Contention,
     /// TSC ticks per nanosecond (to turn ticks into time).
     pub ticks_per_ns: f64,
     /// Core cycles per TSC tick, measured in the run ([`tsc::core_cycles_per_tick`]);
@@ -687,9 +671,12 @@ pub fn run(
     pb: &indicatif::ProgressBar,
 ) -> Result<RowsReport> {
     let steps = Steps::new(quick);
+    pb.set_message("timing the eight rows natively, together in rounds");
+    let (timings, contention) = native::measure_rows(&ROWS, MESSAGE_BYTES, steps, empty)?;
+    let mut timed = timings.iter();
     let raw = each_row(&ROWS, pb, |spec, dir| {
-        pb.set_message(format!("{}: measuring", spec.name()));
-        let (med, p25, p75) = measure(spec, MESSAGE_BYTES, steps, empty)?;
+        let t = *timed.next().expect("one timing per row");
+        let (med, p25, p75) = (t.median, t.p25, t.p75);
         pb.set_message(format!("{}: tracing under valgrind lackey", spec.name()));
         let mut sim = trace_and_simulate(
             spec,
@@ -699,7 +686,7 @@ pub fn run(
             dir,
             true,
         )?;
-        Ok((spec, med, p25, p75, sim.remove(0)))
+        Ok((spec, med, p25, p75, sim.remove(0), t.all_rounds_median))
     })?;
     let points: Vec<(f64, f64, f64)> = raw
         .iter()
@@ -709,7 +696,7 @@ pub fn run(
     let rows: Vec<RowReport> = raw
         .iter()
         .enumerate()
-        .map(|(i, (spec, med, p25, p75, sim))| {
+        .map(|(i, (spec, med, p25, p75, sim, all_rounds))| {
             let others: Vec<_> = points
                 .iter()
                 .enumerate()
@@ -726,6 +713,7 @@ pub fn run(
                 measured: *med,
                 measured_p25: *p25,
                 measured_p75: *p75,
+                measured_all_rounds: *all_rounds,
                 simulated,
                 error_pct: pct(simulated, *med),
                 in_order: sim.in_order_ticks,
@@ -752,6 +740,7 @@ pub fn run(
         all_rows_stall_share: all_b,
         rows,
         steps,
+        contention,
         ticks_per_ns,
     })
 }
@@ -780,10 +769,21 @@ impl std::fmt::Display for RowsReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "Seed 001's validation: {}-byte messages through shmnet's stack, ticks per message (median of {} measured; {} traced under lackey)",
+            "Seed 001's validation: {}-byte messages through shmnet's stack, ticks per message (median of {} measured in quiet rounds; {} traced under lackey)",
             self.rows.first().map_or(0, |r| r.bytes),
-            self.steps.measured,
+            self.contention.quiet_steps,
             self.steps.traced
+        )?;
+        let c = &self.contention;
+        writeln!(
+            f,
+            "native timing: {} of {} rounds quiet (throughput probe within {:.2}× of its fastest, {} ticks; median {}): the core was shared {:.0} % of the time",
+            c.quiet_rounds,
+            c.rounds,
+            c.quiet_slack,
+            c.probe_fastest_ticks,
+            c.probe_median_ticks,
+            100.0 * (1.0 - c.quiet_rounds as f64 / c.rounds.max(1) as f64)
         )?;
         writeln!(
             f,

@@ -1,0 +1,225 @@
+//! Timing the rows natively on a core that may not be this thread's alone.
+//!
+//! A virtual CPU is often one hyperthread of a physical core whose sibling runs someone
+//! else's guest. While the sibling is busy the two share the core's issue slots, and code
+//! that retires several instructions a cycle — every row of [`shmnet_stack::rows`] does —
+//! runs up to twice as slowly, with nothing inside the guest to show it: no steal time, no
+//! change of clock (a dependent multiply chain keeps its pace). On the 2-vCPU AMD EPYC VM
+//! of 2026-12-07 one row's median moved by up to 2.2× from one process to the next, and
+//! within one process the rows flipped between two levels every few hundred milliseconds,
+//! in step with [`tsc::throughput_probe`] (about 4,300 ticks with the core to itself,
+//! 8,600–9,900 shared). Timed one after another, each row caught a different mix, so the
+//! rows did not keep their order and no model of them could.
+//!
+//! So the rows are timed together, in rounds. A round takes the probe, times [`CHUNK`]
+//! steps of every row in turn, and takes the probe again; the round's probe is the slower
+//! of the two, and a round is *quiet* when its probe is within [`QUIET_SLACK`] of the
+//! fastest round's (so at least one round is always quiet). A row's
+//! figure is the median of its steps in quiet rounds: the core as this thread has it alone,
+//! the same for every row. Rounds go on until the quiet ones hold the steps asked for, or
+//! [`MAX_ROUNDS_FACTOR`] times the rounds that would have held them; with fewer, the figure
+//! is from the quiet steps there are, and [`Contention`] says how many. The median over
+//! every round is kept beside it (`measured_all_rounds`).
+//!
+//! On a machine whose cores are never shared every round is quiet and this is the plain
+//! median of `steps` timed messages.
+
+use anyhow::{Context, Result, bail};
+use shmnet_lab::tsc;
+use shmnet_stack::rows::{Row, RowSpec};
+
+use super::rows::Steps;
+
+/// Timed steps of each row in one round.
+pub const CHUNK: u64 = 50;
+
+/// A round is quiet when its probes take at most this multiple of the run's fastest probe.
+/// A shared core doubles the probe; 1.25 keeps a quiet round's ordinary jitter (a few per
+/// cent) in and a shared one out.
+pub const QUIET_SLACK: f64 = 1.25;
+
+/// At most this many times the rounds that would hold the steps asked for if every round
+/// were quiet (so a run on a busy host ends: about 0.5 s of rounds with `--quick`, 5 s
+/// without, on the machine above).
+pub const MAX_ROUNDS_FACTOR: u64 = 20;
+
+/// Probes taken at each end of a round (their median is the round's figure at that end).
+const PROBES: usize = 3;
+
+/// One row's native timing, ticks per message (the empty window subtracted).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct RowTiming {
+    /// The median over the quiet rounds' steps.
+    pub median: f64,
+    /// Their 25th percentile.
+    pub p25: f64,
+    /// Their 75th percentile.
+    pub p75: f64,
+    /// The median over every round's steps, quiet or not.
+    pub all_rounds_median: f64,
+}
+
+/// How much of the run this thread had its core to itself.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct Contention {
+    /// Rounds run.
+    pub rounds: u64,
+    /// Rounds whose probe (the slower of its two ends) was within [`QUIET_SLACK`] of the
+    /// fastest round's.
+    pub quiet_rounds: u64,
+    /// Steps per row the figures are from (quiet rounds × [`CHUNK`]).
+    pub quiet_steps: u64,
+    /// The fastest round's probe, ticks for [`tsc::PROBE_ADDS`] additions.
+    pub probe_fastest_ticks: u64,
+    /// The median probe over every round.
+    pub probe_median_ticks: u64,
+    /// [`QUIET_SLACK`].
+    pub quiet_slack: f64,
+}
+
+/// The median of [`PROBES`] probes.
+fn probe() -> u64 {
+    let mut p = [0u64; PROBES];
+    for v in &mut p {
+        *v = tsc::throughput_probe();
+    }
+    p.sort_unstable();
+    p[PROBES / 2]
+}
+
+fn is_quiet(probe: u64, fastest: u64) -> bool {
+    probe as f64 <= fastest as f64 * QUIET_SLACK
+}
+
+/// The `p` quantile of sorted `v` (0 for an empty one).
+fn quantile(v: &[u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v[((v.len() - 1) as f64 * p) as usize] as f64
+}
+
+/// Times `specs` together in rounds (see the module's docs): each row warmed by
+/// `steps.warmup` untimed messages, then rounds of [`CHUNK`] timed messages each. The
+/// figures are in `specs`' order. Fails if a row cannot be built or a timed step does not
+/// complete.
+pub fn measure_rows(
+    specs: &[RowSpec],
+    size: usize,
+    steps: Steps,
+    empty: u64,
+) -> Result<(Vec<RowTiming>, Contention)> {
+    let mut rows = specs
+        .iter()
+        .map(|&s| Row::new(s, size).with_context(|| format!("setting up {}", s.name())))
+        .collect::<Result<Vec<Row>>>()?;
+    for row in &mut rows {
+        for _ in 0..steps.warmup {
+            row.prepare();
+            row.step();
+            row.finish();
+        }
+    }
+    let wanted = steps.measured.div_ceil(CHUNK).max(1);
+    let max_rounds = wanted * MAX_ROUNDS_FACTOR;
+    // probes[r] = the slower of round r's two ends; samples[i][r*CHUNK..][..CHUNK] = row i's
+    // steps in round r.
+    let mut probes: Vec<u64> = Vec::with_capacity(max_rounds as usize);
+    let mut samples: Vec<Vec<u64>> = (0..rows.len())
+        .map(|_| Vec::with_capacity((max_rounds * CHUNK) as usize))
+        .collect();
+    let mut fastest = u64::MAX;
+    while (probes.len() as u64) < max_rounds {
+        let before = probe();
+        for (row, out) in rows.iter_mut().zip(&mut samples) {
+            for _ in 0..CHUNK {
+                row.prepare();
+                let t0 = tsc::start();
+                let ok = row.step();
+                let t1 = tsc::stop();
+                row.finish();
+                if !ok {
+                    bail!("a measured step of {} did not complete", row.spec().name());
+                }
+                out.push(t1.wrapping_sub(t0).saturating_sub(empty));
+            }
+        }
+        let after = probe();
+        let round = before.max(after);
+        fastest = fastest.min(round);
+        probes.push(round);
+        let quiet = probes.iter().filter(|&&p| is_quiet(p, fastest)).count() as u64;
+        if quiet >= wanted {
+            break;
+        }
+    }
+    let quiet: Vec<bool> = probes.iter().map(|&p| is_quiet(p, fastest)).collect();
+    let quiet_rounds = quiet.iter().filter(|&&q| q).count() as u64;
+    let timings = samples
+        .iter()
+        .map(|all| {
+            let mut mine: Vec<u64> = all
+                .chunks(CHUNK as usize)
+                .zip(&quiet)
+                .filter(|(_, q)| **q)
+                .flat_map(|(c, _)| c.iter().copied())
+                .collect();
+            mine.sort_unstable();
+            let mut every = all.clone();
+            every.sort_unstable();
+            RowTiming {
+                median: quantile(&mine, 0.5),
+                p25: quantile(&mine, 0.25),
+                p75: quantile(&mine, 0.75),
+                all_rounds_median: quantile(&every, 0.5),
+            }
+        })
+        .collect();
+    let mut sorted = probes.clone();
+    sorted.sort_unstable();
+    Ok((
+        timings,
+        Contention {
+            rounds: probes.len() as u64,
+            quiet_rounds,
+            quiet_steps: quiet_rounds * CHUNK,
+            probe_fastest_ticks: fastest,
+            probe_median_ticks: quantile(&sorted, 0.5) as u64,
+            quiet_slack: QUIET_SLACK,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shmnet_stack::rows::{MESSAGE_BYTES, ROWS};
+
+    #[test]
+    fn every_row_is_timed_from_at_least_the_steps_of_one_quiet_round() {
+        let steps = Steps {
+            warmup: 5,
+            measured: 2 * CHUNK,
+            traced: 0,
+        };
+        let (t, c) = measure_rows(&ROWS, MESSAGE_BYTES, steps, 0).unwrap();
+        assert_eq!(t.len(), ROWS.len());
+        // The fastest round is quiet by definition, so there is always one.
+        assert!(c.quiet_rounds >= 1 && c.quiet_rounds <= c.rounds);
+        assert_eq!(c.quiet_steps, c.quiet_rounds * CHUNK);
+        assert!(c.rounds <= 2 * MAX_ROUNDS_FACTOR);
+        assert!(c.probe_fastest_ticks > 0 && c.probe_fastest_ticks <= c.probe_median_ticks);
+        for r in &t {
+            assert!(r.median > 0.0, "{r:?}");
+            assert!(r.p25 <= r.median && r.median <= r.p75, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_round_is_quiet_within_the_slack_of_the_fastest() {
+        assert!(is_quiet(100, 100));
+        assert!(is_quiet(125, 100));
+        assert!(!is_quiet(126, 100));
+        assert!(!is_quiet(200, 100));
+    }
+}
