@@ -1190,10 +1190,10 @@ def validate(runs, quick):
 
 Command: `shmnet sim validate{q} --json` (the `rows`): each row's {runs[0]['rows'][0]['bytes']:,}-byte message through
 shmnet's stack, timed natively — the eight rows together, in rounds of 50 messages each, the
-median over the rounds in which the core was this thread's alone (at least {runs[0]['steps']['measured']:,} messages; a
+interquartile mean, less an empty window's, over the rounds in which the core was this thread's alone (at least {runs[0]['steps']['measured']:,} messages; a
 throughput probe at both ends of each round tells them, [sim.md](sim.md#seed-001s-eight-rows)) — and traced under valgrind's
 lackey ({runs[0]['steps']['traced']} messages), the trace simulated on `this-machine` calibrated in the same run.
-*Simulated* is the out-of-order model (ticks = a × instructions + b × ticks beyond the L1),
+*Simulated* is the out-of-order model (ticks = a × instructions + c × stores + b × ticks beyond the L1, none negative),
 each row predicted from a fit on the other seven; *in order* is the seed's model (every
 reference at its level's latency). Method: [sim.md](sim.md#seed-001s-eight-rows). The seed's
 own table (R4400, µs) beside.
@@ -1217,12 +1217,13 @@ own table (R4400, µs) beside.
         s += (f"\nNative timing: {fig([c['quiet_rounds'] for c in cs], 0)} of {fig([c['rounds'] for c in cs], 0)} rounds quiet "
               f"(the throughput probe within {cs[0]['quiet_slack']}× of the run's fastest round, "
               f"{fig([c['probe_fastest_ticks'] for c in cs], 0)} ticks; median round "
-              f"{fig([c['probe_median_ticks'] for c in cs], 0)}). *Measured, every round* is the median with the shared rounds counted too.\n")
+              f"{fig([c['probe_median_ticks'] for c in cs], 0)}). *Measured, every round* is the same estimate with the shared rounds counted too.\n")
     ipc = [r["all_rows_ipc"] for r in runs if r.get("all_rows_ipc")]
     s += (f"\nMean |error| {fig([r['mean_abs_error_pct'] for r in runs], 2)} % (seed 001: 4.65 %); "
           f"in-order model {fig([r['in_order_mean_abs_error_pct'] for r in runs], 0)} %. "
           f"Fit on all eight rows: {fig([r['all_rows_ticks_per_instruction'] for r in runs], 3)} ticks per instruction"
-          f" + {fig([r['all_rows_stall_share'] for r in runs], 2)} × the ticks beyond the L1"
+          + (f" + {fig([r['all_rows_ticks_per_store'] for r in runs], 3)} per store" if all("all_rows_ticks_per_store" in r for r in runs) else "")
+          + f" + {fig([r['all_rows_stall_share'] for r in runs], 2)} × the ticks beyond the L1"
           + (f" ({fig(ipc, 1)} instructions per core cycle, the core clock measured against the TSC in the run)" if ipc else "")
           + ".\n")
     res = [r["residency"] for r in runs if r.get("residency")]

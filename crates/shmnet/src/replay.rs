@@ -282,13 +282,7 @@ pub fn validate(a: ValidateArgs) -> Result<()> {
     if !a.skip_rows {
         let machine = Machine::from_calibration_json(&serde_json::to_string(&table)?)
             .map_err(|e| anyhow::anyhow!("building this-machine: {e}"))?;
-        let r = rows::run(
-            &machine,
-            a.quick,
-            table.timer.ticks_per_ns,
-            table.timer.overhead_ticks,
-            &pb,
-        )?;
+        let r = rows::run(&machine, a.quick, table.timer.ticks_per_ns, &pb)?;
         out.rows = Some(r);
         out.rows_machine = Some(machine);
     }

@@ -734,11 +734,18 @@ fn validation_rows_set_simulated_beside_measured() {
             same(
                 s,
                 f(r, "fit_ticks_per_instruction") * f(r, "instructions")
+                    + f(r, "fit_ticks_per_store") * f(r, "data_writes")
                     + f(r, "fit_stall_share") * f(r, "stall_ticks")
             ),
             "{r}"
         );
-        assert!(f(r, "fit_stall_share") >= 0.0, "{r}");
+        for coef in [
+            "fit_ticks_per_instruction",
+            "fit_ticks_per_store",
+            "fit_stall_share",
+        ] {
+            assert!(f(r, coef) >= 0.0, "{coef}: {r}");
+        }
         assert!(f(r, "stall_ticks") <= f(r, "in_order"), "{r}");
     }
     for proto in ["tcp", "udp"] {
@@ -757,6 +764,17 @@ fn validation_rows_set_simulated_beside_measured() {
             );
         }
     }
+    for r in rows {
+        assert!(f(r, "data_writes") <= f(r, "data_refs"), "{r}");
+    }
+    // The empty window is timed in the rounds, and the probe's rate is reported with the
+    // core clock it needs.
+    assert!(f(&v["contention"], "empty_window_ticks") > 0.0, "{v}");
+    assert_eq!(
+        v["probe_adds_per_cycle"].is_null(),
+        v["core_cycles_per_tick"].is_null(),
+        "{v}"
+    );
     let errs: Vec<f64> = rows.iter().map(|r| f(r, "error_pct")).collect();
     assert!(same(f(&v, "mean_abs_error_pct"), mean_abs(&errs)), "{v}");
 }

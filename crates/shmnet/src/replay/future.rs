@@ -135,11 +135,10 @@ pub fn future(a: rows::RowsArgs) -> Result<()> {
     machines.push(here);
     let steps = Steps::new(a.quick);
     pb.set_message("timing the rows natively, together in rounds");
-    let (timings, _) =
-        native::measure_rows(&chosen, MESSAGE_BYTES, steps, table.timer.overhead_ticks)?;
+    let (timings, _) = native::measure_rows(&chosen, MESSAGE_BYTES, steps)?;
     let mut timed = timings.iter();
     let out = rows::each_row(&chosen, &pb, |spec, dir| {
-        let med = timed.next().expect("one timing per row").median;
+        let med = timed.next().expect("one timing per row").ticks;
         pb.set_message(format!(
             "{}: tracing, simulating on {} machines",
             spec.name(),

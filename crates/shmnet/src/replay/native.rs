@@ -15,14 +15,27 @@
 //! steps of every row in turn, and takes the probe again; the round's probe is the slower
 //! of the two, and a round is *quiet* when its probe is within [`QUIET_SLACK`] of the
 //! fastest round's (so at least one round is always quiet). A row's
-//! figure is the median of its steps in quiet rounds: the core as this thread has it alone,
+//! figure is from its steps in quiet rounds: the core as this thread has it alone,
 //! the same for every row. Rounds go on until the quiet ones hold the steps asked for, or
 //! [`MAX_ROUNDS_FACTOR`] times the rounds that would have held them; with fewer, the figure
-//! is from the quiet steps there are, and [`Contention`] says how many. The median over
-//! every round is kept beside it (`measured_all_rounds`).
+//! is from the quiet steps there are, and [`Contention`] says how many. The same estimate
+//! over every round is kept beside it (`measured_all_rounds`).
 //!
 //! On a machine whose cores are never shared every round is quiet and this is the plain
-//! median of `steps` timed messages.
+//! estimate over `steps` timed messages.
+//!
+//! # The estimate: the interquartile mean, less the empty window's
+//!
+//! A row's figure is the mean of the middle half of its windows (the 25th to the 75th
+//! percentile), less the same estimate of an empty window timed in the same rounds (one
+//! after every eighth step). Not the median: where the counter advances in steps (about
+//! 24.5 ticks on the AMD VM, a 100 MHz counter scaled to 2.45 GHz), every window is a whole
+//! number of steps and so is the median — a row that takes 230 ticks reads 221 or 245, and
+//! on that VM one row's median moved by a step from run to run, 11 % of the smallest rows.
+//! A window starts at a random phase of the counter's step, so the mean over windows is
+//! the true length (the step dithers it); the middle half keeps the median's indifference
+//! to an interrupt or a shared round's tail. Where the counter advances by one tick this is
+//! within a tick of the median.
 
 use anyhow::{Context, Result, bail};
 use shmnet_lab::tsc;
@@ -46,17 +59,17 @@ pub const MAX_ROUNDS_FACTOR: u64 = 20;
 /// Probes taken at each end of a round (their median is the round's figure at that end).
 const PROBES: usize = 3;
 
-/// One row's native timing, ticks per message (the empty window subtracted).
+/// One row's native timing, ticks per message (the empty window's estimate subtracted).
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct RowTiming {
-    /// The median over the quiet rounds' steps.
-    pub median: f64,
+    /// The interquartile mean over the quiet rounds' steps (the module's docs).
+    pub ticks: f64,
     /// Their 25th percentile.
     pub p25: f64,
     /// Their 75th percentile.
     pub p75: f64,
-    /// The median over every round's steps, quiet or not.
-    pub all_rounds_median: f64,
+    /// The interquartile mean over every round's steps, quiet or not.
+    pub all_rounds: f64,
 }
 
 /// How much of the run this thread had its core to itself.
@@ -75,6 +88,9 @@ pub struct Contention {
     pub probe_median_ticks: u64,
     /// [`QUIET_SLACK`].
     pub quiet_slack: f64,
+    /// The empty window's interquartile mean over the quiet rounds, ticks (subtracted from
+    /// every row's).
+    pub empty_window_ticks: f64,
 }
 
 /// The median of [`PROBES`] probes.
@@ -99,15 +115,39 @@ fn quantile(v: &[u64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p) as usize] as f64
 }
 
+/// The mean of the middle half of sorted `v`: the values from the 25th to the 75th
+/// percentile, both ends included (0 for an empty `v`; the one value for a single one).
+fn interquartile_mean(v: &[u64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let lo = (v.len() - 1) / 4;
+    let hi = (v.len() - 1) - lo;
+    let mid = &v[lo..=hi];
+    mid.iter().map(|&x| x as f64).sum::<f64>() / mid.len() as f64
+}
+
+/// The windows of the rounds `quiet` marks (every round with `all`), sorted; `windows`
+/// holds [`CHUNK`] per round.
+fn of_rounds(windows: &[u64], quiet: &[bool], all: bool) -> Vec<u64> {
+    let mut v: Vec<u64> = windows
+        .chunks(CHUNK as usize)
+        .zip(quiet)
+        .filter(|(_, q)| all || **q)
+        .flat_map(|(c, _)| c.iter().copied())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
 /// Times `specs` together in rounds (see the module's docs): each row warmed by
-/// `steps.warmup` untimed messages, then rounds of [`CHUNK`] timed messages each. The
-/// figures are in `specs`' order. Fails if a row cannot be built or a timed step does not
-/// complete.
+/// `steps.warmup` untimed messages, then rounds of [`CHUNK`] timed messages each, with
+/// [`CHUNK`] empty windows a round spread among them. The figures are in `specs`' order.
+/// Fails if a row cannot be built or a timed step does not complete.
 pub fn measure_rows(
     specs: &[RowSpec],
     size: usize,
     steps: Steps,
-    empty: u64,
 ) -> Result<(Vec<RowTiming>, Contention)> {
     let mut rows = specs
         .iter()
@@ -123,16 +163,20 @@ pub fn measure_rows(
     let wanted = steps.measured.div_ceil(CHUNK).max(1);
     let max_rounds = wanted * MAX_ROUNDS_FACTOR;
     // probes[r] = the slower of round r's two ends; samples[i][r*CHUNK..][..CHUNK] = row i's
-    // steps in round r.
+    // windows in round r (the empty window not subtracted); empties[r*CHUNK..][..CHUNK] the
+    // empty windows of round r (one after every rows.len()-th step of the round).
     let mut probes: Vec<u64> = Vec::with_capacity(max_rounds as usize);
     let mut samples: Vec<Vec<u64>> = (0..rows.len())
         .map(|_| Vec::with_capacity((max_rounds * CHUNK) as usize))
         .collect();
+    let mut empties: Vec<u64> = Vec::with_capacity((max_rounds * CHUNK) as usize);
     let mut fastest = u64::MAX;
     while (probes.len() as u64) < max_rounds {
         let before = probe();
-        for (row, out) in rows.iter_mut().zip(&mut samples) {
-            for _ in 0..CHUNK {
+        let n_rows = rows.len() as u64;
+        let mut empties_now = 0;
+        for (i, (row, out)) in rows.iter_mut().zip(&mut samples).enumerate() {
+            for k in 0..CHUNK {
                 row.prepare();
                 let t0 = tsc::start();
                 let ok = row.step();
@@ -141,8 +185,20 @@ pub fn measure_rows(
                 if !ok {
                     bail!("a measured step of {} did not complete", row.spec().name());
                 }
-                out.push(t1.wrapping_sub(t0).saturating_sub(empty));
+                out.push(t1.wrapping_sub(t0));
+                if (i as u64 * CHUNK + k) % n_rows == 0 {
+                    let e0 = tsc::start();
+                    let e1 = tsc::stop();
+                    empties.push(e1.wrapping_sub(e0));
+                    empties_now += 1;
+                }
             }
+        }
+        // Exactly CHUNK a round, so that `of_rounds` can tell the rounds apart.
+        for _ in empties_now..CHUNK {
+            let e0 = tsc::start();
+            let e1 = tsc::stop();
+            empties.push(e1.wrapping_sub(e0));
         }
         let after = probe();
         let round = before.max(after);
@@ -155,23 +211,18 @@ pub fn measure_rows(
     }
     let quiet: Vec<bool> = probes.iter().map(|&p| is_quiet(p, fastest)).collect();
     let quiet_rounds = quiet.iter().filter(|&&q| q).count() as u64;
+    let empty = interquartile_mean(&of_rounds(&empties, &quiet, false));
+    let empty_all = interquartile_mean(&of_rounds(&empties, &quiet, true));
     let timings = samples
         .iter()
-        .map(|all| {
-            let mut mine: Vec<u64> = all
-                .chunks(CHUNK as usize)
-                .zip(&quiet)
-                .filter(|(_, q)| **q)
-                .flat_map(|(c, _)| c.iter().copied())
-                .collect();
-            mine.sort_unstable();
-            let mut every = all.clone();
-            every.sort_unstable();
+        .map(|windows| {
+            let mine = of_rounds(windows, &quiet, false);
+            let every = of_rounds(windows, &quiet, true);
             RowTiming {
-                median: quantile(&mine, 0.5),
-                p25: quantile(&mine, 0.25),
-                p75: quantile(&mine, 0.75),
-                all_rounds_median: quantile(&every, 0.5),
+                ticks: (interquartile_mean(&mine) - empty).max(0.0),
+                p25: (quantile(&mine, 0.25) - empty).max(0.0),
+                p75: (quantile(&mine, 0.75) - empty).max(0.0),
+                all_rounds: (interquartile_mean(&every) - empty_all).max(0.0),
             }
         })
         .collect();
@@ -186,6 +237,7 @@ pub fn measure_rows(
             probe_fastest_ticks: fastest,
             probe_median_ticks: quantile(&sorted, 0.5) as u64,
             quiet_slack: QUIET_SLACK,
+            empty_window_ticks: empty,
         },
     ))
 }
@@ -202,17 +254,37 @@ mod tests {
             measured: 2 * CHUNK,
             traced: 0,
         };
-        let (t, c) = measure_rows(&ROWS, MESSAGE_BYTES, steps, 0).unwrap();
+        let (t, c) = measure_rows(&ROWS, MESSAGE_BYTES, steps).unwrap();
         assert_eq!(t.len(), ROWS.len());
         // The fastest round is quiet by definition, so there is always one.
         assert!(c.quiet_rounds >= 1 && c.quiet_rounds <= c.rounds);
         assert_eq!(c.quiet_steps, c.quiet_rounds * CHUNK);
         assert!(c.rounds <= 2 * MAX_ROUNDS_FACTOR);
         assert!(c.probe_fastest_ticks > 0 && c.probe_fastest_ticks <= c.probe_median_ticks);
+        assert!(c.empty_window_ticks > 0.0);
         for r in &t {
-            assert!(r.median > 0.0, "{r:?}");
-            assert!(r.p25 <= r.median && r.median <= r.p75, "{r:?}");
+            assert!(r.ticks > 0.0, "{r:?}");
+            assert!(r.p25 <= r.ticks && r.ticks <= r.p75, "{r:?}");
         }
+    }
+
+    #[test]
+    fn the_interquartile_mean_sees_between_the_counters_steps_and_past_the_tails() {
+        // A window of 230 ticks on a counter of 24.5-tick steps reads 221 or 245, about
+        // two to one: the median is one of them, the middle half's mean between.
+        let mut v: Vec<u64> = (0..999)
+            .map(|i| if i % 3 == 0 { 245 } else { 221 })
+            .collect();
+        v.sort_unstable();
+        assert_eq!(quantile(&v, 0.5), 221.0);
+        let iqm = interquartile_mean(&v);
+        assert!(iqm > 221.0 && iqm < 245.0, "{iqm}");
+        // An interrupt's tail and a fast outlier do not move it.
+        v.extend([100_000, 100_000, 5]);
+        v.sort_unstable();
+        assert!((interquartile_mean(&v) - iqm).abs() < 1.0);
+        assert_eq!(interquartile_mean(&[]), 0.0);
+        assert_eq!(interquartile_mean(&[7]), 7.0);
     }
 
     #[test]

@@ -7,9 +7,10 @@
 //!
 //! The eight rows run in this process, together ([`native::measure_rows`]): `warmup` untimed
 //! messages each, then rounds of a few messages of every row in turn, each timed with the
-//! TSC around [`Row::step`] alone (the window's calibrated empty cost subtracted), with a
-//! throughput probe at each end of a round; the figure is the median over the rounds in
-//! which this thread had its core to itself (on a VM a sibling hyperthread can halve it).
+//! TSC around [`Row::step`] alone, with a throughput probe at each end of a round; the
+//! figure is the interquartile mean over the rounds in which this thread had its core to
+//! itself (on a VM a sibling hyperthread can halve it), less an empty window's timed in the
+//! same rounds.
 //!
 //! # How a row is traced
 //!
@@ -30,13 +31,20 @@
 //!   the level that served it, an L1 hit included, nothing overlaps. On an R4400 that was the
 //!   truth; on an out-of-order core that retires several instructions a cycle it counts
 //!   most of the work many times over, and the report shows by how much.
-//! * **Out of order**: `ticks = a × instructions + b × stall`, where `stall` is the
-//!   simulator's ticks for the row's references with every first-level hit free (what the
-//!   row waited for beyond the L1: L2/L3/memory fills and TLB walks), `a` the ticks an
-//!   instruction costs when everything hits, and `b` the share of the stall the core does not
-//!   overlap. `a` and `b` are fitted by least squares (with `b ≥ 0`) — for each row on the
-//!   *other seven* (leave-one-out), so no row's prediction has seen its own measurement.
-//!   The error reported per row is that out-of-sample prediction's.
+//! * **Out of order**: `ticks = a × instructions + c × stores + b × stall`, where `stall` is
+//!   the simulator's ticks for the row's references with every first-level hit free (what
+//!   the row waited for beyond the L1: L2/L3/memory fills and TLB walks), `a` the ticks an
+//!   instruction costs to issue when everything hits, `c` what each store adds to that, and
+//!   `b` the share of the stall the core does not overlap. Stores, because every x86 core
+//!   since 2011 retires fewer stores a cycle than loads or ALU operations (two or three
+//!   load ports, one or two store ports): on the AMD VM the checksum rows, mostly additions,
+//!   ran at 0.18 ticks an instruction and the rows that mostly move data at 0.21–0.24, and
+//!   neither one rate nor a rate per data reference (loads and stores alike) followed that,
+//!   while a rate per store did (leave-one-out 2.4–3.6 % against 3.9–5.3 % per reference
+//!   on the same two runs; a separate rate for loads came out 0). The three are fitted by
+//!   least squares with none negative ([`fit`]) — for each row on the *other seven*
+//!   (leave-one-out), so no row's prediction has seen its own measurement. The error
+//!   reported per row is that out-of-sample prediction's.
 //!
 //! Both use `this-machine` built from the calibration taken in the same run.
 
@@ -285,6 +293,8 @@ pub struct Simulated {
     pub instructions: f64,
     /// Data references (loads and stores; a modify counts as both).
     pub data_refs: f64,
+    /// The stores among them.
+    pub data_writes: f64,
     /// In-order ticks: every reference at its serving level's latency.
     pub in_order_ticks: f64,
     /// Ticks beyond the first level: the same references with every L1 hit free (0 where
@@ -512,7 +522,7 @@ fn simulate_lackey(
             })
         })
         .collect::<Result<Vec<_>, shmnet_sim::ConfigError>>()?;
-    let (mut instr, mut data) = (0u64, 0u64);
+    let (mut instr, mut data, mut writes) = (0u64, 0u64, 0u64);
     let windows = walk(log, markers, |e| match e {
         Event::Begin => {
             for p in &mut pairs {
@@ -532,10 +542,13 @@ fn simulate_lackey(
                 ..*r
             };
             if inside {
-                if r.op == Op::Ifetch {
-                    instr += 1;
-                } else {
-                    data += 1;
+                match r.op {
+                    Op::Ifetch => instr += 1,
+                    Op::Write => {
+                        data += 1;
+                        writes += 1;
+                    }
+                    _ => data += 1,
                 }
             }
             for p in &mut pairs {
@@ -560,6 +573,7 @@ fn simulate_lackey(
         .map(|p| Simulated {
             instructions: instr as f64 / n,
             data_refs: data as f64 / n,
+            data_writes: writes as f64 / n,
             in_order_ticks: stack_ticks(&p.in_order) / n,
             stall_ticks: p.stall.as_ref().map_or(0.0, stack_ticks) / n,
             ideal_ticks: stack_ticks(&p.ideal) / n,
@@ -600,6 +614,8 @@ pub struct RowReport {
     pub in_order_error_pct: f64,
     /// The fit used for this row (on the other seven): ticks per instruction.
     pub fit_ticks_per_instruction: f64,
+    /// Ticks each store adds.
+    pub fit_ticks_per_store: f64,
     /// And the share of the stall not overlapped.
     pub fit_stall_share: f64,
     /// What the simulator counted per message.
@@ -620,6 +636,8 @@ pub struct RowsReport {
     pub in_order_mean_abs_error_pct: f64,
     /// The fit on all eight rows: ticks per instruction.
     pub all_rows_ticks_per_instruction: f64,
+    /// The fit on all eight rows: ticks each store adds.
+    pub all_rows_ticks_per_store: f64,
     /// The fit on all eight rows: share of the stall not overlapped.
     pub all_rows_stall_share: f64,
     /// Messages per row.
@@ -631,31 +649,120 @@ pub struct RowsReport {
     /// Core cycles per TSC tick, measured in the run ([`tsc::core_cycles_per_tick`]);
     /// `null` where it cannot be.
     pub core_cycles_per_tick: Option<f64>,
-    /// Instructions per core cycle of the fit on all eight rows
-    /// (`core_cycles_per_tick`-based; `null` with it).
+    /// Instructions per core cycle when everything hits, by the fit on all eight rows: the
+    /// rows' instructions over the core cycles of their issue terms (`a × instructions +
+    /// c × stores`); `null` without `core_cycles_per_tick`.
     pub all_rows_ipc: Option<f64>,
+    /// Additions a core cycle in the run's fastest throughput probe
+    /// (`contention.probe_fastest_ticks` and `core_cycles_per_tick`): 3–4 on a core this
+    /// thread has to itself (four independent chains; every x86-64 core since 2013 has at
+    /// least four ALUs), about half that when a sibling hyperthread was busy for the whole
+    /// run — then even the quiet rounds are a shared core's, and the figures with them.
+    /// `null` without `core_cycles_per_tick`.
+    pub probe_adds_per_cycle: Option<f64>,
 }
 
-/// Least squares `y ≈ a·x1 + b·x2` with `b ≥ 0` (and `a` free), over `points`.
-fn fit(points: &[(f64, f64, f64)]) -> (f64, f64) {
-    let (mut s11, mut s12, mut s22, mut s1y, mut s2y) = (0.0, 0.0, 0.0, 0.0, 0.0);
-    for &(x1, x2, y) in points {
-        s11 += x1 * x1;
-        s12 += x1 * x2;
-        s22 += x2 * x2;
-        s1y += x1 * y;
-        s2y += x2 * y;
+/// Below this many additions a cycle in the fastest probe, the report says the core was
+/// shared for the whole run (halfway between a quiet core's 3.5 and a shared one's 1.75
+/// on the AMD VM).
+const SHARED_THROUGHOUT_ADDS_PER_CYCLE: f64 = 2.5;
+
+/// The terms of the out-of-order model, in [`Fit`]'s order.
+const TERMS: usize = 3;
+
+/// The out-of-order model's coefficients: ticks per instruction, per store, and per tick of
+/// stall beyond the L1. None is negative.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Fit {
+    per_instruction: f64,
+    per_store: f64,
+    stall_share: f64,
+}
+
+impl Fit {
+    fn terms(sim: &Simulated) -> [f64; TERMS] {
+        [sim.instructions, sim.data_writes, sim.stall_ticks]
     }
-    let det = s11 * s22 - s12 * s12;
-    if det.abs() > f64::EPSILON * s11 * s22 && det != 0.0 {
-        let a = (s1y * s22 - s2y * s12) / det;
-        let b = (s11 * s2y - s12 * s1y) / det;
-        if b >= 0.0 {
-            return (a, b);
+
+    fn predict(&self, x: &[f64; TERMS]) -> f64 {
+        self.per_instruction * x[0] + self.per_store * x[1] + self.stall_share * x[2]
+    }
+}
+
+/// Non-negative least squares `y ≈ Σ cₖ·xₖ`, every `cₖ ≥ 0`, over `points`.
+///
+/// With three terms the active set can be enumerated: for each non-empty subset of the
+/// terms, the unconstrained least squares on that subset; the answer is the feasible one (no
+/// negative coefficient) with the least residual. That is exact — the constrained optimum
+/// is the unconstrained optimum on the subset of its positive coefficients, which is
+/// feasible, and every feasible candidate is a point the optimum is no worse than. A
+/// subset whose normal equations are singular (a term that is zero in every point) is
+/// skipped; with none feasible the answer is all zeros.
+fn fit(points: &[([f64; TERMS], f64)]) -> Fit {
+    let mut best: Option<(f64, [f64; TERMS])> = None;
+    for mask in 1u32..(1 << TERMS) {
+        let idx: Vec<usize> = (0..TERMS).filter(|k| mask & (1 << k) != 0).collect();
+        let Some(c) = least_squares(points, &idx) else {
+            continue;
+        };
+        if c.iter().any(|&v| v < 0.0) {
+            continue;
+        }
+        let mut coef = [0.0; TERMS];
+        for (&k, &v) in idx.iter().zip(&c) {
+            coef[k] = v;
+        }
+        let residual: f64 = points
+            .iter()
+            .map(|(x, y)| {
+                let e = x.iter().zip(&coef).map(|(a, b)| a * b).sum::<f64>() - y;
+                e * e
+            })
+            .sum();
+        if best.is_none_or(|(r, _)| residual < r) {
+            best = Some((residual, coef));
         }
     }
-    // b = 0: y ≈ a·x1.
-    (if s11 > 0.0 { s1y / s11 } else { 0.0 }, 0.0)
+    let c = best.map_or([0.0; TERMS], |(_, c)| c);
+    Fit {
+        per_instruction: c[0],
+        per_store: c[1],
+        stall_share: c[2],
+    }
+}
+
+/// Unconstrained least squares on the terms `idx` (normal equations, Gaussian elimination
+/// with partial pivoting); `None` when they are singular.
+fn least_squares(points: &[([f64; TERMS], f64)], idx: &[usize]) -> Option<Vec<f64>> {
+    let n = idx.len();
+    // The augmented normal matrix [XᵀX | Xᵀy].
+    let mut m = vec![vec![0.0; n + 1]; n];
+    for (x, y) in points {
+        for (r, &i) in idx.iter().enumerate() {
+            for (c, &j) in idx.iter().enumerate() {
+                m[r][c] += x[i] * x[j];
+            }
+            m[r][n] += x[i] * y;
+        }
+    }
+    let scale = (0..n).map(|i| m[i][i]).fold(0.0, f64::max);
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+        if m[pivot][col].abs() <= 1e-12 * scale || scale == 0.0 {
+            return None;
+        }
+        m.swap(col, pivot);
+        let pivot_row = m[col].clone();
+        for (r, row) in m.iter_mut().enumerate() {
+            if r != col {
+                let k = row[col] / pivot_row[col];
+                for (v, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *v -= k * p;
+                }
+            }
+        }
+    }
+    Some((0..n).map(|i| m[i][n] / m[i][i]).collect())
 }
 
 fn pct(sim: f64, meas: f64) -> f64 {
@@ -667,16 +774,15 @@ pub fn run(
     machine: &Machine,
     quick: bool,
     ticks_per_ns: f64,
-    empty: u64,
     pb: &indicatif::ProgressBar,
 ) -> Result<RowsReport> {
     let steps = Steps::new(quick);
     pb.set_message("timing the eight rows natively, together in rounds");
-    let (timings, contention) = native::measure_rows(&ROWS, MESSAGE_BYTES, steps, empty)?;
+    let (timings, contention) = native::measure_rows(&ROWS, MESSAGE_BYTES, steps)?;
     let mut timed = timings.iter();
     let raw = each_row(&ROWS, pb, |spec, dir| {
         let t = *timed.next().expect("one timing per row");
-        let (med, p25, p75) = (t.median, t.p25, t.p75);
+        let (med, p25, p75) = (t.ticks, t.p25, t.p75);
         pb.set_message(format!("{}: tracing under valgrind lackey", spec.name()));
         let mut sim = trace_and_simulate(
             spec,
@@ -686,13 +792,10 @@ pub fn run(
             dir,
             true,
         )?;
-        Ok((spec, med, p25, p75, sim.remove(0), t.all_rounds_median))
+        Ok((spec, med, p25, p75, sim.remove(0), t.all_rounds))
     })?;
-    let points: Vec<(f64, f64, f64)> = raw
-        .iter()
-        .map(|r| (r.4.instructions, r.4.stall_ticks, r.1))
-        .collect();
-    let (all_a, all_b) = fit(&points);
+    let points: Vec<([f64; TERMS], f64)> = raw.iter().map(|r| (Fit::terms(&r.4), r.1)).collect();
+    let all = fit(&points);
     let rows: Vec<RowReport> = raw
         .iter()
         .enumerate()
@@ -703,8 +806,8 @@ pub fn run(
                 .filter(|(j, _)| *j != i)
                 .map(|(_, p)| *p)
                 .collect();
-            let (a, b) = fit(&others);
-            let simulated = a * sim.instructions + b * sim.stall_ticks;
+            let f = fit(&others);
+            let simulated = f.predict(&Fit::terms(sim));
             RowReport {
                 protocol: spec.protocol,
                 direction: spec.direction,
@@ -718,8 +821,9 @@ pub fn run(
                 error_pct: pct(simulated, *med),
                 in_order: sim.in_order_ticks,
                 in_order_error_pct: pct(sim.in_order_ticks, *med),
-                fit_ticks_per_instruction: a,
-                fit_stall_share: b,
+                fit_ticks_per_instruction: f.per_instruction,
+                fit_ticks_per_store: f.per_store,
+                fit_stall_share: f.stall_share,
                 sim: *sim,
                 measured_ticks_per_instruction: med / sim.instructions.max(1.0),
             }
@@ -729,15 +833,26 @@ pub fn run(
         rows.iter().map(|r| f(r).abs()).sum::<f64>() / rows.len().max(1) as f64
     };
     let core_cycles_per_tick = tsc::core_cycles_per_tick(21);
+    let probe_adds_per_cycle = core_cycles_per_tick
+        .filter(|_| contention.probe_fastest_ticks > 0)
+        .map(|c| tsc::PROBE_ADDS as f64 / (contention.probe_fastest_ticks as f64 * c));
     Ok(RowsReport {
         core_cycles_per_tick,
-        all_rows_ipc: core_cycles_per_tick
-            .filter(|_| all_a > 0.0)
-            .map(|c| 1.0 / (all_a * c)),
+        probe_adds_per_cycle,
+        all_rows_ipc: core_cycles_per_tick.and_then(|c| {
+            let (instr, issue) = raw.iter().fold((0.0, 0.0), |(i, t), r| {
+                (
+                    i + r.4.instructions,
+                    t + all.per_instruction * r.4.instructions + all.per_store * r.4.data_writes,
+                )
+            });
+            (issue > 0.0).then(|| instr / (issue * c))
+        }),
         mean_abs_error_pct: mean(&|r| r.error_pct),
         in_order_mean_abs_error_pct: mean(&|r| r.in_order_error_pct),
-        all_rows_ticks_per_instruction: all_a,
-        all_rows_stall_share: all_b,
+        all_rows_ticks_per_instruction: all.per_instruction,
+        all_rows_ticks_per_store: all.per_store,
+        all_rows_stall_share: all.stall_share,
         rows,
         steps,
         contention,
@@ -769,7 +884,7 @@ impl std::fmt::Display for RowsReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "Seed 001's validation: {}-byte messages through shmnet's stack, ticks per message (median of {} measured in quiet rounds; {} traced under lackey)",
+            "Seed 001's validation: {}-byte messages through shmnet's stack, ticks per message (interquartile mean of {} measured in quiet rounds, less an empty window; {} traced under lackey)",
             self.rows.first().map_or(0, |r| r.bytes),
             self.contention.quiet_steps,
             self.steps.traced
@@ -785,6 +900,14 @@ impl std::fmt::Display for RowsReport {
             c.probe_median_ticks,
             100.0 * (1.0 - c.quiet_rounds as f64 / c.rounds.max(1) as f64)
         )?;
+        if let Some(apc) = self.probe_adds_per_cycle {
+            if apc < SHARED_THROUGHOUT_ADDS_PER_CYCLE {
+                writeln!(
+                    f,
+                    "note: the fastest probe ran {apc:.1} additions a cycle (a core of its own runs 3-4): the core was shared for the whole run, and these figures are a shared core's; run again"
+                )?;
+            }
+        }
         writeln!(
             f,
             "{:<22} {:>9} {:>10} {:>7} {:>10} {:>8} {:>8} {:>7} {:>8}",
@@ -825,8 +948,10 @@ impl std::fmt::Display for RowsReport {
         )?;
         write!(
             f,
-            "fit on all eight rows: {:.3} ticks per instruction + {:.2} × the ticks beyond the L1",
-            self.all_rows_ticks_per_instruction, self.all_rows_stall_share
+            "fit on all eight rows: {:.3} ticks per instruction + {:.3} per store + {:.2} × the ticks beyond the L1",
+            self.all_rows_ticks_per_instruction,
+            self.all_rows_ticks_per_store,
+            self.all_rows_stall_share
         )?;
         match (self.core_cycles_per_tick, self.all_rows_ipc) {
             (Some(c), Some(ipc)) => writeln!(
@@ -842,20 +967,64 @@ impl std::fmt::Display for RowsReport {
 mod tests {
     use super::*;
 
+    fn points(coef: [f64; TERMS], xs: &[[f64; TERMS]]) -> Vec<([f64; TERMS], f64)> {
+        xs.iter()
+            .map(|x| (*x, x.iter().zip(&coef).map(|(a, b)| a * b).sum()))
+            .collect()
+    }
+
+    const XS: [[f64; TERMS]; 5] = [
+        [100.0, 40.0, 10.0],
+        [200.0, 60.0, 5.0],
+        [300.0, 150.0, 40.0],
+        [50.0, 30.0, 0.0],
+        [400.0, 90.0, 20.0],
+    ];
+
     #[test]
-    fn the_fit_recovers_a_linear_model_and_keeps_the_stall_share_non_negative() {
-        let pts: Vec<_> = [(100.0, 10.0), (200.0, 5.0), (300.0, 40.0), (50.0, 0.0)]
-            .iter()
-            .map(|&(i, s)| (i, s, 0.3 * i + 0.5 * s))
-            .collect();
-        let (a, b) = fit(&pts);
-        assert!((a - 0.3).abs() < 1e-9 && (b - 0.5).abs() < 1e-9, "{a} {b}");
-        // A stall that only lowers the time would need b < 0: refused, a alone is fitted.
-        let pts: Vec<_> = [(100.0, 10.0), (200.0, 50.0)]
-            .iter()
-            .map(|&(i, s)| (i, s, 0.3 * i - 0.5 * s))
-            .collect();
-        let (_, b) = fit(&pts);
-        assert_eq!(b, 0.0);
+    fn the_fit_recovers_a_linear_model_exactly() {
+        let f = fit(&points([0.12, 0.19, 0.5], &XS));
+        for (got, want) in [
+            (f.per_instruction, 0.12),
+            (f.per_store, 0.19),
+            (f.stall_share, 0.5),
+        ] {
+            assert!((got - want).abs() < 1e-9, "{f:?}");
+        }
+        assert!((f.predict(&[10.0, 20.0, 30.0]) - (1.2 + 3.8 + 15.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_fit_keeps_every_coefficient_non_negative_and_is_the_best_such() {
+        // A term that only lowers the time would need a negative coefficient: it is
+        // dropped, and the others are the least squares without it.
+        let pts = points([0.3, 0.2, -0.5], &XS);
+        let f = fit(&pts);
+        assert_eq!(f.stall_share, 0.0, "{f:?}");
+        assert!(f.per_instruction >= 0.0 && f.per_store >= 0.0, "{f:?}");
+        let residual = |f: &Fit| {
+            pts.iter()
+                .map(|(x, y)| (f.predict(x) - y).powi(2))
+                .sum::<f64>()
+        };
+        // No non-negative point on a grid around it does better.
+        let r = residual(&f);
+        for i in 0..=20 {
+            for j in 0..=20 {
+                for k in 0..=10 {
+                    let g = Fit {
+                        per_instruction: i as f64 * 0.05,
+                        per_store: j as f64 * 0.05,
+                        stall_share: k as f64 * 0.05,
+                    };
+                    assert!(residual(&g) >= r - 1e-9, "{g:?} beats {f:?}");
+                }
+            }
+        }
+        // A term that is zero everywhere cannot be fitted and gets nothing.
+        let zero: Vec<_> = XS.iter().map(|x| [x[0], x[1], 0.0]).collect();
+        let f = fit(&points([0.1, 0.2, 0.7], &zero));
+        assert_eq!(f.stall_share, 0.0);
+        assert!((f.per_instruction - 0.1).abs() < 1e-9, "{f:?}");
     }
 }
