@@ -57,7 +57,7 @@ mod tcp;
 pub use fork::{Adopted, ForkTicket, Reserved, Unread};
 pub use lent::Lent;
 pub use poll::{Interest, PollItem, PollSocket, WakeFds};
-pub use tcp::{Linger, TcpListener, TcpStream};
+pub use tcp::{Linger, LingeringClose, TcpListener, TcpStream};
 
 /// What went wrong, in terms an application can act on.
 #[derive(Debug, thiserror::Error)]

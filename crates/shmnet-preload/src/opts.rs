@@ -4,7 +4,7 @@
 //! refuses is refused) and the ones the server carries are noted for when it takes the
 //! socket. On the server's sockets: `TCP_NODELAY`, `SO_KEEPALIVE`, `SO_SNDBUF`,
 //! `SO_RCVBUF` and `SO_BROADCAST` are carried, and `SO_LINGER` (a linger of zero makes `close` reset the
-//! connection); options that only tune the kernel's own behaviour (`SO_REUSEADDR`,
+//! connection, a time makes it wait for the acknowledgement: `sockets::linger`); options that only tune the kernel's own behaviour (`SO_REUSEADDR`,
 //! `SO_REUSEPORT`, `TCP_KEEPIDLE`…) are accepted and noted in the debug log; `getsockopt`
 //! answers from what was set (`SO_TYPE` `SOCK_STREAM`); `SO_ERROR` is a connection's failure
 //! or a UDP socket's pending ICMP error, and clears the latter. A UDP socket's IPv4 multicast

@@ -3,7 +3,7 @@
 
 use libc::{c_int, sockaddr, socklen_t};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::config::debug;
 use crate::net::{self, Call};
@@ -453,6 +453,7 @@ pub(crate) fn forget(fd: c_int) {
             });
         }
         Mark::Undecided | Mark::Shmnet => {
+            let mut lingering = None;
             guarded(|| {
                 let mut st = table::lock();
                 if st.close_duplicate(fd) {
@@ -466,6 +467,20 @@ pub(crate) fn forget(fd: c_int) {
                         Some(Sock::Stream { s, opts, .. }) if opts.linger == Some(0) => {
                             drop(s.abort())
                         }
+                        // SO_LINGER with a time: waited for below, with the lock let go.
+                        Some(Sock::Stream {
+                            s,
+                            opts:
+                                table::Opts {
+                                    linger: Some(secs), ..
+                                },
+                            ..
+                        }) => {
+                            lingering = s
+                                .start_close_linger()
+                                .ok()
+                                .map(|l| (l, Duration::from_secs(secs.into())));
+                        }
                         Some(Sock::Stream { s, .. }) => drop(s.close()),
                         Some(Sock::Listener { l, .. }) => drop(l.close()),
                         Some(Sock::Udp(u)) => crate::udp::leave(&mut st, fd, &u),
@@ -476,8 +491,48 @@ pub(crate) fn forget(fd: c_int) {
                 debug!("close({fd})");
                 0
             });
+            if let Some((l, time)) = lingering {
+                guarded(|| {
+                    linger(fd, l, time);
+                    0
+                });
+            }
         }
     }
+}
+
+/// How long a lingering close sleeps between looks (the server's release of the socket
+/// wakes nobody in particular: the client's wake-up belongs to whichever thread waits).
+const LINGER_NAP: Duration = Duration::from_millis(1);
+
+/// Waits, at most `time`, for the peer to acknowledge everything written to `fd` and its
+/// end (`SO_LINGER` with a time: Linux's `close` blocks the same way), looking with the
+/// state's lock held and sleeping without it, so the program's other threads go on. A
+/// time that runs out leaves the connection closing in the server; either way `close`
+/// returns 0, as Linux's does.
+fn linger(fd: c_int, mut l: shmnet_io::client::LingeringClose, time: Duration) {
+    let deadline = Instant::now() + time;
+    let outcome = loop {
+        let mut st = table::lock();
+        let looked = l.poll();
+        st.note_moves();
+        match looked {
+            Ok(Some(outcome)) => {
+                drop(l);
+                drop(st);
+                break Some(outcome);
+            }
+            Ok(None) if Instant::now() < deadline => drop(st),
+            Ok(None) | Err(_) => {
+                // The lingering close's books are the client's: drop it under the lock.
+                drop(l);
+                drop(st);
+                break None;
+            }
+        }
+        std::thread::sleep(LINGER_NAP);
+    };
+    debug!("close({fd}): lingered, {outcome:?}");
 }
 
 /// # Safety

@@ -132,8 +132,8 @@ pub(crate) struct Opts {
     /// `SO_SNDTIMEO`: how long a blocking write or send waits.
     pub(crate) sndtimeo: Option<std::time::Duration>,
     /// `SO_LINGER`: `None` off; `Some(0)` makes `close` reset the connection (unsent bytes
-    /// dropped, as Linux's abortive close); `Some(seconds)` closes in order (see
-    /// docs/preload.md: `close` does not wait for the acknowledgement).
+    /// dropped, as Linux's abortive close); `Some(seconds)` closes in order and `close`
+    /// waits at most that long for the peer's acknowledgement (`sockets::linger`).
     pub(crate) linger: Option<u32>,
     /// IPv4 multicast: groups joined, and how the socket sends to groups.
     pub(crate) multicast: crate::multicast::Multicast,

@@ -508,7 +508,7 @@ fn sockperf_under_shmnet_run_against_linux_each_way() {
 /// reset on 6002, a connection back on 6003; UDP echo on 6004 (a datagram starting "other"
 /// answered from 6005). Prints `ready` once all listen.
 const PEER: &str = r#"
-import socket, socketserver, struct, sys, threading
+import socket, socketserver, struct, sys, threading, time
 host = sys.argv[1]
 class Echo(socketserver.BaseRequestHandler):
     def handle(self):
@@ -557,10 +557,23 @@ class Linger(socketserver.BaseRequestHandler):
         except ConnectionResetError:
             said = b"were reset\n"
         self.request.sendall(said)
+class LingerTime(socketserver.BaseRequestHandler):
+    def handle(self):
+        port, delay = map(int, self.request.makefile().readline().split())
+        c = socket.create_connection((self.client_address[0], port), timeout=30)
+        with c:
+            time.sleep(delay)
+            n = 0
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    break
+                n += len(b)
+        self.request.sendall(f"{n}\n".encode())
 class S(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
-for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back), (6006, Linger), (6007, EndThenReset), (6008, FirstRead)]:
+for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back), (6006, Linger), (6007, EndThenReset), (6008, FirstRead), (6009, LingerTime)]:
     s = S((host, port), h)
     threading.Thread(target=s.serve_forever, daemon=True).start()
 def udp_echo():

@@ -384,6 +384,75 @@ pub enum Linger {
     TimedOut,
 }
 
+/// A close with a linger under way ([`TcpStream::start_close_linger`]). Dropped before
+/// [`poll`](Self::poll) said it ended, it stops waiting: the connection goes on closing in
+/// the server, as after [`Linger::TimedOut`].
+pub struct LingeringClose {
+    inner: Rc<RefCell<Inner>>,
+    id: u16,
+    /// Bytes were left unread: the close was a reset.
+    unread: bool,
+    /// The outcome, once the wait has ended.
+    ended: Option<Linger>,
+}
+
+impl LingeringClose {
+    /// Looks once, without blocking: `Some` with the outcome when the server has let the
+    /// socket go (everything acknowledged, or the connection failed; the same outcome on
+    /// every later call), `None` while it is still closing.
+    pub fn poll(&mut self) -> Result<Option<Linger>, ClientError> {
+        if let Some(l) = self.ended {
+            return Ok(Some(l));
+        }
+        let released = self.inner.borrow_mut().released_by(self.id, Instant::now());
+        match released {
+            Ok(false) => Ok(None),
+            other => {
+                let l = self.outcome(other)?;
+                self.ended = Some(l);
+                Ok(Some(l))
+            }
+        }
+    }
+
+    /// What a wait that ended with `released` comes to; stops waiting.
+    fn end(mut self, released: Result<bool, ClientError>) -> Result<Linger, ClientError> {
+        let l = self.outcome(released);
+        // Whatever the outcome, `outcome` has settled the books: nothing for drop to undo.
+        self.ended = Some(*l.as_ref().unwrap_or(&Linger::TimedOut));
+        l
+    }
+
+    fn outcome(&self, released: Result<bool, ClientError>) -> Result<Linger, ClientError> {
+        let mut i = self.inner.borrow_mut();
+        match released {
+            Ok(true) => Ok(match i.tcp.lingered.remove(&self.id).flatten() {
+                Some(f) => Linger::Failed(f),
+                None if self.unread => Linger::Failed(TcpFailure::Reset),
+                None => Linger::Acknowledged,
+            }),
+            Ok(false) => {
+                i.tcp.lingering.remove(&self.id);
+                Ok(Linger::TimedOut)
+            }
+            Err(e) => {
+                i.tcp.lingering.remove(&self.id);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for LingeringClose {
+    fn drop(&mut self) {
+        if self.ended.is_none()
+            && let Ok(mut i) = self.inner.try_borrow_mut()
+        {
+            i.tcp.lingering.remove(&self.id);
+        }
+    }
+}
+
 /// A TCP socket listening for connections.
 pub struct TcpListener {
     inner: Rc<RefCell<Inner>>,
@@ -850,9 +919,22 @@ impl TcpStream {
     /// Bytes not yet read, or arriving meanwhile, reset the connection instead, as any
     /// close with unread bytes does. After [`Linger::TimedOut`] the connection goes on
     /// closing in the server, as a closed socket does in the kernel.
-    pub fn close_linger(mut self, timeout: Duration) -> Result<Linger, ClientError> {
+    pub fn close_linger(self, timeout: Duration) -> Result<Linger, ClientError> {
+        let deadline = Instant::now() + timeout;
+        let closing = self.start_close_linger()?;
+        let released = closing.inner.borrow_mut().released_by(closing.id, deadline);
+        closing.end(released)
+    }
+
+    /// [`close_linger`](Self::close_linger) without the wait: the close goes to the server
+    /// now, and [`LingeringClose::poll`] says, without blocking, when the peer has
+    /// acknowledged everything (for a caller that must not block while it waits, such as
+    /// the sockets library, which lets its lock go between looks).
+    pub fn start_close_linger(mut self) -> Result<LingeringClose, ClientError> {
         self.closed = true;
-        let mut i = self.inner.borrow_mut();
+        let id = self.id;
+        let inner = Rc::clone(&self.inner);
+        let mut i = inner.borrow_mut();
         // Bytes that reached us unread (the server handed them over already): the peer
         // learns by a reset, as from a kernel's close.
         if i.shm.is_some() {
@@ -862,34 +944,27 @@ impl TcpStream {
                 i.stash_ipc(n);
             }
         }
-        let unread = i.drop_unread(self.id);
+        let unread = i.drop_unread(id);
         let op = if unread {
             TcpOp::Abort
         } else {
             TcpOp::CloseLinger
         };
-        i.tcp.lingering.insert(self.id);
-        let released = i
-            .tcp_release(self.id, op)
-            .and_then(|()| i.released_by(self.id, Instant::now() + timeout));
-        match released {
-            Ok(true) => Ok(match i.tcp.lingered.remove(&self.id).flatten() {
-                Some(f) => Linger::Failed(f),
-                None if unread => Linger::Failed(TcpFailure::Reset),
-                None => Linger::Acknowledged,
-            }),
-            Ok(false) => {
-                i.tcp.lingering.remove(&self.id);
-                Ok(Linger::TimedOut)
-            }
-            Err(e) => {
-                i.tcp.lingering.remove(&self.id);
-                Err(e)
-            }
+        i.tcp.lingering.insert(id);
+        if let Err(e) = i.tcp_release(id, op) {
+            i.tcp.lingering.remove(&id);
+            return Err(e);
         }
+        drop(i);
+        Ok(LingeringClose {
+            inner,
+            id,
+            unread,
+            ended: None,
+        })
     }
 
-    /// Resets the connection (`SO_LINGER` of zero): unsent bytes are dropped.
+    /// Resets the connection (`SO_LINGER` of zero): unsent bytes are dropped.    /// Resets the connection (`SO_LINGER` of zero): unsent bytes are dropped.
     pub fn abort(mut self) -> Result<(), ClientError> {
         self.closed = true;
         self.inner.borrow_mut().tcp_release(self.id, TcpOp::Abort)

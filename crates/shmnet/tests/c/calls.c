@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *peer;
@@ -676,6 +677,65 @@ static void lingering(void) {
     }
 }
 
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* SO_LINGER with a time: close waits until the peer has acknowledged everything, at most
+ * that time, and returns 0 either way; the bytes arrive either way. The peer connects back,
+ * waits DELAY seconds before it reads, reads to the end and says how many bytes it got. We
+ * fill what the connection holds (writes that do not block, until EAGAIN), so that with a
+ * peer that waits the bytes cannot all be acknowledged before the linger ends. */
+static void lingering_with_a_time(void) {
+    char buf[64];
+    static char data[65536];
+    const int cases[2][2] = {{0, 10}, {5, 1}}; /* {peer's delay, linger} in seconds */
+    for (int k = 0; k < 2; k++) {
+        int delay = cases[k][0], time = cases[k][1];
+        int port, l = listener(&port, "linger-time listen");
+        int s = must_dial(6009, "linger-time dial");
+        int n = snprintf(buf, sizeof buf, "%d %d\n", port, delay);
+        if (write(s, buf, n) != n) die("linger-time write");
+        int c = accept(l, NULL, NULL);
+        if (c < 0) die("linger-time accept");
+        struct linger lg = {.l_onoff = 1, .l_linger = time};
+        if (setsockopt(c, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) < 0) die("SO_LINGER time");
+        long sent = 0;
+        int fl = fcntl(c, F_GETFL);
+        fcntl(c, F_SETFL, fl | O_NONBLOCK);
+        for (;;) {
+            ssize_t w = write(c, data, sizeof data);
+            if (w > 0) {
+                sent += w;
+                if (delay == 0 && sent >= 1 << 20) break;
+                continue;
+            }
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            die("linger-time fill");
+        }
+        fcntl(c, F_SETFL, fl);
+        double t0 = seconds_now();
+        int rc = close(c);
+        double took = seconds_now() - t0;
+        int got = 0;
+        ssize_t r;
+        while (got < (int)sizeof buf - 1 && (r = read(s, buf + got, sizeof buf - 1 - got)) > 0) got += r;
+        buf[got] = 0;
+        long peer = atol(buf);
+        if (delay == 0)
+            printf("linger: a %d s linger, a peer that reads at once: close returned %d before its time: %s; the peer read all that was sent: %s\n",
+                   time, rc, took < time ? "yes" : "no", peer == sent ? "yes" : "no");
+        else
+            printf("linger: a %d s linger, a peer that waits %d s: close returned %d after waiting its time: %s, not the peer's: %s; the peer read all that was sent: %s\n",
+                   time, delay, rc, took >= time - 0.05 ? "yes" : "no", took < delay ? "yes" : "no",
+                   peer == sent ? "yes" : "no");
+        close(s);
+        close(l);
+    }
+}
+
 static int blocked_accept_errno;
 
 static void *accept_blocked(void *arg) {
@@ -964,6 +1024,7 @@ int main(int argc, char **argv) {
     accepting();
     gathering();
     lingering();
+    lingering_with_a_time();
     stop_listening();
     datagrams();
     packet_info();
