@@ -9,6 +9,7 @@ use crate::table::{self, Mark, Sock};
 use crate::udp;
 use crate::{fail, guarded, guarded_result, real, wait};
 use shmnet_io::client::{ClientError, TcpStream};
+use std::time::{Duration, Instant};
 
 /// Bytes a connection sets aside for `MSG_PEEK` and `FIONREAD` at most.
 const PEEK_MAX: usize = 4 << 20;
@@ -70,12 +71,9 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
         return fail(libc::EBADF);
     }
     let peek = flags & libc::MSG_PEEK != 0;
-    // A peek returns what is there (waiting for the first byte), never waiting for all.
-    let flags = if peek {
-        flags & !libc::MSG_WAITALL
-    } else {
-        flags
-    };
+    if peek && flags & libc::MSG_WAITALL != 0 {
+        return peek_all(fd, buf, flags);
+    }
     let mut got = 0usize;
     let mut blocking = wait::Blocking::new(fd, wait::Way::In);
     guarded(|| {
@@ -152,6 +150,75 @@ fn stream_read(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
             }
             if let Err(e) = blocking.wait() {
                 return if got > 0 { got as ssize_t } else { fail(e) };
+            }
+        }
+    })
+}
+
+/// How long a `MSG_PEEK|MSG_WAITALL` sleeps between looks while some of what it waits for
+/// is set aside already (the socket is readable then, so a wait for readiness would not
+/// sleep).
+const PEEK_ALL_NAP: Duration = Duration::from_millis(1);
+
+/// `recv(2)` with `MSG_PEEK|MSG_WAITALL` on the server's connection `fd`, as Linux's: waits
+/// until `buf` can be filled (or the stream ends or fails, or `SO_RCVTIMEO` passes, or the
+/// socket does not block), then copies what there is and leaves it to be read. At most
+/// [`PEEK_MAX`] bytes are set aside: a larger `buf` gets that many.
+fn peek_all(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
+    let mut blocking = wait::Blocking::new(fd, wait::Way::In);
+    let mut deadline: Option<Option<Instant>> = None;
+    let want = buf.len().min(PEEK_MAX);
+    let mut more = Vec::new();
+    guarded(|| {
+        loop {
+            let mut st = table::lock();
+            let Some(Sock::Stream {
+                s,
+                opts,
+                shut_rd,
+                peeked,
+                ..
+            }) = st.sock_mut(fd)
+            else {
+                return fail(libc::ENOTCONN);
+            };
+            let nonblock = opts.nonblock || flags & libc::MSG_DONTWAIT != 0;
+            let rcvtimeo = opts.rcvtimeo;
+            let mut ended = *shut_rd;
+            // Everything there is, up to `want`, set aside.
+            while !ended && peeked.len() < want {
+                more.resize(want - peeked.len(), 0);
+                match s.try_read(&mut more) {
+                    Ok(Some(0)) => ended = true,
+                    Ok(Some(n)) => peeked.extend_from_slice(&more[..n]),
+                    Ok(None) => break,
+                    Err(e) if peeked.is_empty() => {
+                        st.note_moves();
+                        return fail(net::errno_of(&e, Call::Read));
+                    }
+                    // The failure after these bytes is the next read's.
+                    Err(_) => ended = true,
+                }
+            }
+            let have = peeked.len().min(want);
+            let timed_out = deadline
+                .get_or_insert_with(|| rcvtimeo.map(|t| Instant::now() + t))
+                .is_some_and(|d| Instant::now() >= d);
+            if have == want || ended || (have > 0 && (nonblock || timed_out)) {
+                buf[..have].copy_from_slice(&peeked[..have]);
+                st.note_moves();
+                return have as ssize_t;
+            }
+            st.note_moves();
+            if nonblock {
+                st.drained(fd, libc::EPOLLIN as u32);
+                return fail(libc::EAGAIN);
+            }
+            drop(st);
+            if have > 0 {
+                std::thread::sleep(PEEK_ALL_NAP);
+            } else if let Err(e) = blocking.wait() {
+                return fail(e);
             }
         }
     })

@@ -922,6 +922,12 @@ static void sending_a_file(void) {
 }
 
 /* MSG_PEEK and FIONREAD on a connection: bytes looked at stay for the read. */
+static void *write_aboo_later(void *arg) {
+    usleep(300000);
+    if (write(*(int *)arg, "aboo", 4) != 4) die("peek-all late write");
+    return NULL;
+}
+
 static void peeking(void) {
     char buf[16] = {0};
     int s = must_dial(6000, "peek");
@@ -940,6 +946,18 @@ static void peeking(void) {
     printf("peek: then read %d %.8s\n", (int)r, buf);
     r = recv(s, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
     printf("peek: then %s\n", r < 0 && errno == EAGAIN ? "EAGAIN" : "more");
+    /* MSG_PEEK|MSG_WAITALL waits for all it asks for, as a plain MSG_WAITALL does: half
+     * is echoed now, the other half is written 0.3 s later by another thread. */
+    memset(buf, 0, sizeof buf);
+    if (write(s, "peek", 4) != 4) die("peek-all write");
+    pthread_t later;
+    if (pthread_create(&later, NULL, write_aboo_later, &s) != 0) die("peek-all thread");
+    r = recv(s, buf, 8, MSG_PEEK | MSG_WAITALL);
+    printf("peek: MSG_PEEK|MSG_WAITALL peeked %d %.8s\n", (int)r, buf);
+    pthread_join(later, NULL);
+    memset(buf, 0, sizeof buf);
+    r = recv(s, buf, 8, MSG_WAITALL);
+    printf("peek: then read %d %.8s\n", (int)r, buf);
     close(s);
 }
 
