@@ -534,6 +534,10 @@ class EndThenReset(socketserver.BaseRequestHandler):
         self.request.shutdown(socket.SHUT_WR)
         self.request.recv(1)
         self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+class EndAndReset(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.shutdown(socket.SHUT_WR)
+        self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 class FirstRead(socketserver.BaseRequestHandler):
     def handle(self):
         self.request.sendall(f"{len(self.request.recv(4096))}\n".encode())
@@ -573,7 +577,7 @@ class LingerTime(socketserver.BaseRequestHandler):
 class S(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
     daemon_threads = True
-for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back), (6006, Linger), (6007, EndThenReset), (6008, FirstRead), (6009, LingerTime)]:
+for port, h in [(6000, Echo), (6001, Count), (6002, Reset), (6003, Back), (6006, Linger), (6007, EndThenReset), (6008, FirstRead), (6009, LingerTime), (6010, EndAndReset)]:
     s = S((host, port), h)
     threading.Thread(target=s.serve_forever, daemon=True).start()
 def udp_echo():

@@ -410,6 +410,14 @@ impl Sockets {
                         readable: st.readable,
                     });
                 }
+                // The peer's FIN, once every byte before it is read, is said before a
+                // failure that came after it — even when the two are found in one round
+                // (the FIN and the reset arrived together) — so that reads end at the end
+                // of the stream, as Linux's do (its read checks `SOCK_DONE` before
+                // `sk_err`).
+                if !t.said_eof && !t.said_failed && st.eof {
+                    return Some(TcpItem::Event(socket, TcpEvent::Eof));
+                }
                 // A failure is said even after the end of the stream: a peer that ends with
                 // a FIN and then resets leaves reads at the end but fails writes (`EPIPE`)
                 // and polls an error, as Linux's CLOSE-WAIT reset does. (Withheld, the
@@ -417,7 +425,7 @@ impl Sockets {
                 if let Some(e) = st.error.filter(|_| !t.said_failed) {
                     return Some(TcpItem::Event(socket, TcpEvent::Failed(failure(e))));
                 }
-                if !t.said_eof && !t.said_failed && (st.eof || st.state == State::Closed) {
+                if !t.said_eof && !t.said_failed && st.state == State::Closed {
                     return Some(TcpItem::Event(socket, TcpEvent::Eof));
                 }
                 None

@@ -269,6 +269,30 @@ static void ended_then_reset(void) {
     signal(SIGPIPE, SIG_DFL);
 }
 
+/* The same when the FIN and the reset arrive together (the peer ends and resets at once):
+ * Linux's first read still shows the end of the stream, not the reset. */
+static void ended_and_reset(void) {
+    char buf[8];
+    signal(SIGPIPE, SIG_IGN);
+    int s = must_dial(6010, "end-and-reset");
+    usleep(300 * 1000); /* the FIN and the reset arrive */
+    ssize_t r = read(s, buf, sizeof buf);
+    printf("end-and-reset: first read %d", (int)r);
+    if (r < 0) printf(" %s", strerrorname_np(errno));
+    struct pollfd p = {.fd = s, .events = POLLIN};
+    int n = poll(&p, 1, 5000);
+    printf(", then poll %d%s%s%s", n, p.revents & POLLIN ? " POLLIN" : "",
+           p.revents & POLLERR ? " POLLERR" : "", p.revents & POLLHUP ? " POLLHUP" : "");
+    r = read(s, buf, sizeof buf);
+    printf(", read %d", (int)r);
+    int err = 0;
+    for (int i = 0; i < 3 && err != EPIPE; i++)
+        if (write(s, "y", 1) < 0) err = errno;
+    printf(", writes end in %s\n", err == EPIPE ? "EPIPE" : err ? strerrorname_np(err) : "nothing");
+    close(s);
+    signal(SIGPIPE, SIG_DFL);
+}
+
 static void duplicate(void) {
     char buf[16];
     int s = must_dial(6000, "dup");
@@ -1031,6 +1055,7 @@ int main(int argc, char **argv) {
     broken_pipe();
     reset_reads();
     ended_then_reset();
+    ended_and_reset();
     duplicate();
     forking();
     forking_servers();
