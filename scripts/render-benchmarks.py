@@ -1190,7 +1190,7 @@ def validate(runs, quick):
 
 Command: `shmnet sim validate{q} --json` (the `rows`): each row's {runs[0]['rows'][0]['bytes']:,}-byte message through
 shmnet's stack, timed natively — the eight rows together, in rounds of 50 messages each, the
-interquartile mean, less an empty window's, over the rounds in which the core was this thread's alone (at least {runs[0]['steps']['measured']:,} messages; a
+mean with the top and bottom tenth trimmed, less an empty window's, over the rounds in which the core was this thread's alone (at least {runs[0]['steps']['measured']:,} messages; a
 throughput probe at both ends of each round tells them, [sim.md](sim.md#seed-001s-eight-rows)) — and traced under valgrind's
 lackey ({runs[0]['steps']['traced']} messages), the trace simulated on `this-machine` calibrated in the same run.
 *Simulated* is the out-of-order model (ticks = a × instructions + c × stores + b × ticks beyond the L1, none negative),

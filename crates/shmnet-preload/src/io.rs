@@ -177,14 +177,25 @@ fn peek_all(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
                 opts,
                 shut_rd,
                 peeked,
+                deferred,
                 ..
             }) = st.sock_mut(fd)
             else {
                 return fail(libc::ENOTCONN);
             };
+            // As the plain read path: a side shut for reading reads nothing.
+            if *shut_rd || buf.is_empty() {
+                return 0;
+            }
             let nonblock = opts.nonblock || flags & libc::MSG_DONTWAIT != 0;
             let rcvtimeo = opts.rcvtimeo;
-            let mut ended = *shut_rd;
+            // A failure found behind bytes read before: said now, as the plain read does.
+            if peeked.is_empty()
+                && let Some(e) = deferred.take()
+            {
+                return fail(e);
+            }
+            let mut ended = deferred.is_some();
             // Everything there is, up to `want`, set aside.
             while !ended && peeked.len() < want {
                 more.resize(want - peeked.len(), 0);
@@ -196,8 +207,12 @@ fn peek_all(fd: c_int, buf: &mut [u8], flags: c_int) -> ssize_t {
                         st.note_moves();
                         return fail(net::errno_of(&e, Call::Read));
                     }
-                    // The failure after these bytes is the next read's.
-                    Err(_) => ended = true,
+                    // The failure after these bytes is the next read's (`stream_read`
+                    // says it once they are read).
+                    Err(e) => {
+                        *deferred = Some(net::errno_of(&e, Call::Read));
+                        ended = true;
+                    }
                 }
             }
             let have = peeked.len().min(want);

@@ -510,22 +510,26 @@ const LINGER_NAP: Duration = Duration::from_millis(1);
 /// state's lock held and sleeping without it, so the program's other threads go on. A
 /// time that runs out leaves the connection closing in the server; either way `close`
 /// returns 0, as Linux's does.
-fn linger(fd: c_int, mut l: shmnet_io::client::LingeringClose, time: Duration) {
+fn linger(fd: c_int, l: shmnet_io::client::LingeringClose, time: Duration) {
     let deadline = Instant::now() + time;
+    // Declared before every guard of the lock, so dropped after it on a panic too.
+    let mut l = DropLocked(Some(l));
     let outcome = loop {
         let mut st = table::lock();
-        let looked = l.poll();
+        let Some(lc) = l.0.as_mut() else {
+            break None;
+        };
+        let looked = lc.poll();
         st.note_moves();
         match looked {
             Ok(Some(outcome)) => {
-                drop(l);
+                drop(l.0.take());
                 drop(st);
                 break Some(outcome);
             }
             Ok(None) if Instant::now() < deadline => drop(st),
             Ok(None) | Err(_) => {
-                // The lingering close's books are the client's: drop it under the lock.
-                drop(l);
+                drop(l.0.take());
                 drop(st);
                 break None;
             }
@@ -533,6 +537,21 @@ fn linger(fd: c_int, mut l: shmnet_io::client::LingeringClose, time: Duration) {
         std::thread::sleep(LINGER_NAP);
     };
     debug!("close({fd}): lingered, {outcome:?}");
+}
+
+/// A lingering close that is dropped with the state's lock held, however its owner ends:
+/// it shares the client, which only the lock's holder may touch. (Its owner takes it out
+/// and drops it under the lock it already holds; this drop, which takes the lock, is for
+/// an unwinding panic, after the owner's guard is gone.)
+struct DropLocked(Option<shmnet_io::client::LingeringClose>);
+
+impl Drop for DropLocked {
+    fn drop(&mut self) {
+        if let Some(l) = self.0.take() {
+            let _st = table::lock();
+            drop(l);
+        }
+    }
 }
 
 /// # Safety

@@ -408,9 +408,10 @@ impl LingeringClose {
         match released {
             Ok(false) => Ok(None),
             other => {
-                let l = self.outcome(other)?;
-                self.ended = Some(l);
-                Ok(Some(l))
+                let l = self.outcome(other);
+                // Settled either way (`outcome` has cleared the books): drop undoes nothing.
+                self.ended = Some(*l.as_ref().unwrap_or(&Linger::TimedOut));
+                l.map(Some)
             }
         }
     }
@@ -449,6 +450,8 @@ impl Drop for LingeringClose {
             && let Ok(mut i) = self.inner.try_borrow_mut()
         {
             i.tcp.lingering.remove(&self.id);
+            // Released meanwhile (another call read the event) and never polled since.
+            i.tcp.lingered.remove(&self.id);
         }
     }
 }

@@ -8,7 +8,7 @@
 //! The eight rows run in this process, together ([`native::measure_rows`]): `warmup` untimed
 //! messages each, then rounds of a few messages of every row in turn, each timed with the
 //! TSC around [`Row::step`] alone, with a throughput probe at each end of a round; the
-//! figure is the interquartile mean over the rounds in which this thread had its core to
+//! figure is a trimmed mean over the rounds in which this thread had its core to
 //! itself (on a VM a sibling hyperthread can halve it), less an empty window's timed in the
 //! same rounds.
 //!
@@ -595,9 +595,10 @@ pub struct RowReport {
     pub checksum: bool,
     /// Message bytes.
     pub bytes: usize,
-    /// Median measured ticks per message (the row's latency on this machine).
+    /// Measured ticks per message, a trimmed mean over the quiet rounds ([`native`]): the
+    /// row's latency on this machine.
     pub measured: f64,
-    /// The measured steps' interquartile range, ticks.
+    /// The measured steps' 25th percentile, ticks (less the empty window).
     pub measured_p25: f64,
     /// See `measured_p25`.
     pub measured_p75: f64,
@@ -884,7 +885,7 @@ impl std::fmt::Display for RowsReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "Seed 001's validation: {}-byte messages through shmnet's stack, ticks per message (interquartile mean of {} measured in quiet rounds, less an empty window; {} traced under lackey)",
+            "Seed 001's validation: {}-byte messages through shmnet's stack, ticks per message (trimmed mean of {} measured in quiet rounds, less an empty window; {} traced under lackey)",
             self.rows.first().map_or(0, |r| r.bytes),
             self.contention.quiet_steps,
             self.steps.traced
