@@ -271,8 +271,21 @@ impl Machine {
             ));
             caches.push(twin);
         }
-        let dram = tick(load, "dram", &mut notes);
-        let dram_dirty = tick(load, "dram_dirty", &mut notes);
+        let slowest = monotone_levels(&mut caches, &mut notes);
+        let mut dram = tick(load, "dram", &mut notes);
+        if dram < slowest {
+            notes.push(format!(
+                "memory measured at {dram:.1} ticks, below the last cache level's {slowest:.1} (a noisy calibration): simulated at {slowest:.1}"
+            ));
+            dram = slowest;
+        }
+        let mut dram_dirty = tick(load, "dram_dirty", &mut notes);
+        if dram_dirty < dram {
+            notes.push(format!(
+                "a dirty miss measured at {dram_dirty:.1} ticks, below a clean one's {dram:.1}: simulated at {dram:.1}"
+            ));
+            dram_dirty = dram;
+        }
         let tlb = v.get("tlb_miss_ticks");
         let miss_4k = tlb_tick(tlb, "4k", 30.0, &mut notes);
         let miss_2m = tlb_tick(tlb, "2m", miss_4k, &mut notes);
@@ -384,6 +397,42 @@ fn bad(s: &str) -> ConfigError {
     ConfigError::Parse(format!("calibration JSON: {s}"))
 }
 
+/// Makes the calibrated hit costs grow with the level, as they do in every hierarchy: a
+/// level measured faster than the one above it (a calibration taken on a busy machine can
+/// be) is simulated at the level above's cost, with a note. Without this a larger working
+/// set could cost less per read, where LRU caches only ever miss more. Returns the slowest
+/// level's cost (0 with no caches).
+fn monotone_levels(caches: &mut [CacheConfig], notes: &mut Vec<String>) -> f64 {
+    let mut order: Vec<usize> = (0..caches.len()).collect();
+    order.sort_by_key(|&i| caches[i].level);
+    // Per level, the slowest of its caches (L1D and L1I) bounds every level below.
+    let mut floor = 0.0f64;
+    let mut k = 0;
+    while k < order.len() {
+        let level = caches[order[k]].level;
+        let same: Vec<usize> = order[k..]
+            .iter()
+            .copied()
+            .take_while(|&i| caches[i].level == level)
+            .collect();
+        let mut slowest_here = 0.0f64;
+        for &i in &same {
+            let c = &mut caches[i];
+            if c.hit_ticks < floor {
+                notes.push(format!(
+                    "{} measured at {:.1} ticks, below the level above's {floor:.1} (a noisy calibration): simulated at {floor:.1}",
+                    c.name, c.hit_ticks
+                ));
+                c.hit_ticks = floor;
+            }
+            slowest_here = slowest_here.max(c.hit_ticks);
+        }
+        floor = floor.max(slowest_here);
+        k += same.len();
+    }
+    floor
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -410,6 +459,42 @@ mod tests {
         assert!(m.notes.iter().any(|n| n.contains("no caches")));
         assert!(m.notes.iter().any(|n| n.contains("l3")));
         assert_eq!(m.memory.ticks, 200.0);
+    }
+
+    #[test]
+    fn a_noisy_calibration_is_made_to_grow_with_the_level_and_says_so() {
+        // L3 measured faster than L2, memory faster than L3, a dirty miss faster than a
+        // clean one: each is simulated at the level above's cost.
+        let m = Machine::from_calibration_json(
+            r#"{"line_load_ticks": {"l1": 4, "l2": 20, "l3": 15, "dram": 12, "dram_dirty": 10},
+                "caches": [{"level": 1, "type": "data", "size_bytes": 32768, "line_bytes": 64, "ways": 8},
+                           {"level": 1, "type": "instruction", "size_bytes": 32768, "line_bytes": 64, "ways": 8},
+                           {"level": 2, "type": "unified", "size_bytes": 524288, "line_bytes": 64, "ways": 8},
+                           {"level": 3, "type": "unified", "size_bytes": 33554432, "line_bytes": 64, "ways": 16}]}"#,
+        )
+        .unwrap();
+        let hit = |name: &str| m.caches.iter().find(|c| c.name == name).unwrap().hit_ticks;
+        assert_eq!(hit("L1D"), 4.0);
+        assert_eq!(hit("L2"), 20.0);
+        assert_eq!(hit("L3"), 20.0);
+        assert_eq!(m.memory.ticks, 20.0);
+        assert!(
+            m.notes.iter().any(|n| n.contains("L3 measured at 15.0")),
+            "{:?}",
+            m.notes
+        );
+        assert!(
+            m.notes
+                .iter()
+                .any(|n| n.contains("memory measured at 12.0"))
+        );
+        // A calibration that already grows is left as it is.
+        let m = Machine::from_calibration_json(ALDER_LAKE).unwrap();
+        assert!(
+            !m.notes.iter().any(|n| n.contains("noisy")),
+            "{:?}",
+            m.notes
+        );
     }
 
     #[test]
