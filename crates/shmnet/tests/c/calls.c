@@ -243,6 +243,24 @@ static void reset_reads(void) {
     close(s);
 }
 
+/* What a connection whose peer ended and reset shows next: poll, a read, writes; then it is
+ * closed and SIGPIPE restored. */
+static void after_the_reset(int s) {
+    char buf[8];
+    struct pollfd p = {.fd = s, .events = POLLIN};
+    int n = poll(&p, 1, 5000);
+    printf(", then poll %d%s%s%s", n, p.revents & POLLIN ? " POLLIN" : "",
+           p.revents & POLLERR ? " POLLERR" : "", p.revents & POLLHUP ? " POLLHUP" : "");
+    ssize_t r = read(s, buf, sizeof buf);
+    printf(", read %d", (int)r);
+    int err = 0;
+    for (int i = 0; i < 3 && err != EPIPE; i++)
+        if (write(s, "y", 1) < 0) err = errno;
+    printf(", writes end in %s\n", err == EPIPE ? "EPIPE" : err ? strerrorname_np(err) : "nothing");
+    close(s);
+    signal(SIGPIPE, SIG_DFL);
+}
+
 /* A peer that ends its side, and resets only later (its FIN and its reset arrive apart, in
  * CLOSE-WAIT): reads stay at the end of the stream, but poll reports the error and writes
  * fail with EPIPE, as Linux's. (Under shmnet the reset was once withheld after the end had
@@ -255,18 +273,7 @@ static void ended_then_reset(void) {
     printf("end-then-reset: first read %d", (int)r);
     if (write(s, "x", 1) != 1) die("end-then-reset write");
     usleep(300 * 1000); /* the reset arrives */
-    struct pollfd p = {.fd = s, .events = POLLIN};
-    int n = poll(&p, 1, 5000);
-    printf(", then poll %d%s%s%s", n, p.revents & POLLIN ? " POLLIN" : "",
-           p.revents & POLLERR ? " POLLERR" : "", p.revents & POLLHUP ? " POLLHUP" : "");
-    r = read(s, buf, sizeof buf);
-    printf(", read %d", (int)r);
-    int err = 0;
-    for (int i = 0; i < 3 && err != EPIPE; i++)
-        if (write(s, "y", 1) < 0) err = errno;
-    printf(", writes end in %s\n", err == EPIPE ? "EPIPE" : err ? strerrorname_np(err) : "nothing");
-    close(s);
-    signal(SIGPIPE, SIG_DFL);
+    after_the_reset(s);
 }
 
 /* The same when the FIN and the reset arrive together (the peer ends and resets at once):
@@ -279,18 +286,7 @@ static void ended_and_reset(void) {
     ssize_t r = read(s, buf, sizeof buf);
     printf("end-and-reset: first read %d", (int)r);
     if (r < 0) printf(" %s", strerrorname_np(errno));
-    struct pollfd p = {.fd = s, .events = POLLIN};
-    int n = poll(&p, 1, 5000);
-    printf(", then poll %d%s%s%s", n, p.revents & POLLIN ? " POLLIN" : "",
-           p.revents & POLLERR ? " POLLERR" : "", p.revents & POLLHUP ? " POLLHUP" : "");
-    r = read(s, buf, sizeof buf);
-    printf(", read %d", (int)r);
-    int err = 0;
-    for (int i = 0; i < 3 && err != EPIPE; i++)
-        if (write(s, "y", 1) < 0) err = errno;
-    printf(", writes end in %s\n", err == EPIPE ? "EPIPE" : err ? strerrorname_np(err) : "nothing");
-    close(s);
-    signal(SIGPIPE, SIG_DFL);
+    after_the_reset(s);
 }
 
 static void duplicate(void) {
