@@ -180,7 +180,6 @@ pub fn measure_rows(
     while (probes.len() as u64) < max_rounds {
         let before = probe();
         let n_rows = rows.len() as u64;
-        let mut empties_now = 0;
         for (i, (row, out)) in rows.iter_mut().zip(&mut samples).enumerate() {
             for k in 0..CHUNK {
                 row.prepare();
@@ -192,19 +191,14 @@ pub fn measure_rows(
                     bail!("a measured step of {} did not complete", row.spec().name());
                 }
                 out.push(t1.wrapping_sub(t0));
+                // Every n_rows-th of the round's n_rows × CHUNK steps: exactly CHUNK a
+                // round, so that `of_rounds` can tell the rounds apart.
                 if (i as u64 * CHUNK + k) % n_rows == 0 {
                     let e0 = tsc::start();
                     let e1 = tsc::stop();
                     empties.push(e1.wrapping_sub(e0));
-                    empties_now += 1;
                 }
             }
-        }
-        // Exactly CHUNK a round, so that `of_rounds` can tell the rounds apart.
-        for _ in empties_now..CHUNK {
-            let e0 = tsc::start();
-            let e1 = tsc::stop();
-            empties.push(e1.wrapping_sub(e0));
         }
         let after = probe();
         let round = before.max(after);
